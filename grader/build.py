@@ -1,0 +1,220 @@
+"""Compiling the learner's CUDA: nvcc through ninja, cached by the hash of sources, flags and compiler.
+
+A raw CUDA exercise becomes a shared library loaded with ctypes: a cold build is one nvcc call
+(about a second for a small kernel), a cache hit in a new process is a file lookup. Torch operator
+exercises are built with torch's extension builder (also ninja) inside the sandboxed child, because
+loading them runs the learner's static initialisers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from grader.paths import build_cache_dir
+
+DEFAULT_ARCH = "sm_90"  # compile checks without a GPU target the course's reference GPU (H100/H200)
+BUILD_TIMEOUT_S = 300
+NVCC_HINT = (
+    "nvcc (the CUDA compiler) was not found: install the CUDA Toolkit "
+    "(https://developer.nvidia.com/cuda-downloads, or `pip install nvidia-cuda-nvcc-cu12`) "
+    "and put its bin/ on PATH or set CUDA_HOME."
+)
+
+
+@dataclass
+class BuildResult:
+    ok: bool
+    seconds: float
+    cached: bool = False
+    library: str | None = None
+    arch: str = ""
+    log: str = ""  # compiler errors, rewritten as file:line
+    resources: list[dict] = field(default_factory=list)  # per kernel: registers, spills, smem, stack
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def find_nvcc() -> str | None:
+    candidates = [shutil.which("nvcc")]
+    for env in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(env):
+            candidates.append(str(Path(os.environ[env]) / "bin" / "nvcc"))
+    candidates.append("/usr/local/cuda/bin/nvcc")
+    return next((c for c in candidates if c and Path(c).exists()), None)
+
+
+def nvcc_version(nvcc: str) -> str:
+    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=30).stdout
+    match = re.search(r"release ([\d.]+)", out)
+    return match.group(1) if match else out.strip().splitlines()[-1] if out.strip() else "unknown"
+
+
+def gpu_arch() -> str | None:
+    """The present GPU's sm_XY, read with nvidia-smi so the grader itself never opens a CUDA context."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return None
+    try:
+        out = subprocess.run([smi, "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    first = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else ""
+    return "sm_" + first.replace(".", "") if re.fullmatch(r"\d+\.\d+", first) else None
+
+
+def _source_key(sources: list[Path], flags: list[str], compiler: str) -> str:
+    digest = hashlib.sha256()
+    for source in sources:
+        digest.update(source.read_bytes())
+        for header in sorted(source.parent.glob("*.cuh")) + sorted(source.parent.glob("*.h")):
+            digest.update(header.name.encode() + header.read_bytes())
+    digest.update(" ".join(flags).encode() + compiler.encode())
+    return digest.hexdigest()[:20]
+
+
+def build_shared_library(source: Path, arch: str | None = None, nvcc: str | None = None) -> BuildResult:
+    """Compile one .cu file to a shared library for `arch` (default: sm_90), reusing a cached build."""
+    started = time.perf_counter()
+    nvcc = nvcc or find_nvcc()
+    arch = arch or DEFAULT_ARCH
+    if nvcc is None:
+        return BuildResult(ok=False, seconds=0.0, arch=arch, log=NVCC_HINT)
+    flags = ["-O3", "-std=c++17", f"-arch={arch}", "-lineinfo", "-Xptxas", "-v", "-shared", "-Xcompiler", "-fPIC"]
+    out_dir = build_cache_dir() / _source_key([source], flags, nvcc_version(nvcc) + nvcc)
+    library, report = out_dir / "lib.so", out_dir / "ptxas.txt"
+    if library.exists():
+        return BuildResult(ok=True, seconds=time.perf_counter() - started, cached=True, library=str(library),
+                           arch=arch, resources=parse_resources(report.read_text() if report.exists() else ""))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ok, log = _run_ninja(out_dir, nvcc, flags, source)
+    result = BuildResult(ok=ok, seconds=time.perf_counter() - started, arch=arch, resources=parse_resources(log))
+    if ok:
+        report.write_text(log)
+        os.replace(out_dir / "lib.partial.so", library)  # a build cut short never looks finished
+        result.library = str(library)
+    else:
+        result.log = format_compiler_errors(log, source)
+    return result
+
+
+def _run_ninja(out_dir: Path, nvcc: str, flags: list[str], source: Path) -> tuple[bool, str]:
+    (out_dir / "build.ninja").write_text(
+        "rule nvcc\n"
+        f"  command = {nvcc} {' '.join(flags)} -o $out $in\n"
+        "  description = nvcc $in\n"
+        f"build lib.partial.so: nvcc {source.resolve()}\n"
+    )
+    ninja = shutil.which("ninja") or str(Path(sys.executable).parent / "ninja")
+    try:
+        proc = subprocess.run([ninja, "-C", str(out_dir)], capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return False, f"the compiler ran past {BUILD_TIMEOUT_S} s and was stopped"
+    except FileNotFoundError:
+        return False, "ninja was not found: pip install ninja"
+    return proc.returncode == 0, proc.stdout + proc.stderr
+
+
+_NVCC_LOCATION = re.compile(r"^(?P<path>[^\s:()]+\.(?:cu|cuh|h|cpp))\((?P<line>\d+)\): ", re.M)
+
+
+def format_compiler_errors(log: str, source: Path) -> str:
+    """nvcc writes `/abs/x.cu(42): error: ...`; show `x.cu:42: error: ...` and drop ninja's noise."""
+    text = _NVCC_LOCATION.sub(lambda m: f"{Path(m['path']).name}:{m['line']}: ", log)
+    keep = [
+        line for line in text.splitlines()
+        if line.strip() and not line.startswith(("ninja:", "[", "FAILED:", "ptxas info", "    0 bytes stack"))
+        and nvcc_command_marker not in line
+    ]
+    return "\n".join(keep[:60]) or text.strip()[-3000:]
+
+
+nvcc_command_marker = " -Xptxas -v -shared "
+
+_ENTRY = re.compile(r"Compiling entry function '(?P<name>[^']+)' for '(?P<arch>\w+)'")
+_STACK = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
+
+
+def parse_resources(ptxas_log: str) -> list[dict]:
+    """Per kernel: registers, shared memory, stack frame and spills from `nvcc -Xptxas -v`."""
+    kernels: list[dict] = []
+    for line in ptxas_log.splitlines():
+        if m := _ENTRY.search(line):
+            kernels.append({"kernel": demangle(m["name"]), "arch": m["arch"], "registers": 0,
+                            "smem_bytes": 0, "stack_bytes": 0, "spill_stores": 0, "spill_loads": 0})
+        elif kernels and (m := _STACK.search(line)):
+            kernels[-1].update(stack_bytes=int(m[1]), spill_stores=int(m[2]), spill_loads=int(m[3]))
+        elif kernels and (m := _USED.search(line)):
+            kernels[-1].update(registers=int(m[1]), smem_bytes=int(m[2] or 0))
+    return kernels
+
+
+def demangle(name: str) -> str:
+    cxxfilt = shutil.which("c++filt")
+    if not cxxfilt or not name.startswith("_Z"):
+        return name
+    try:
+        return subprocess.run([cxxfilt, name], capture_output=True, text=True, timeout=5).stdout.strip() or name
+    except (OSError, subprocess.TimeoutExpired):
+        return name
+
+
+def format_resources(resources: list[dict]) -> str:
+    if not resources:
+        return "no kernels found in the compiler's report"
+    lines = []
+    for k in resources:
+        spills = k["spill_stores"] + k["spill_loads"]
+        lines.append(
+            f"{k['kernel']} ({k['arch']}): {k['registers']} registers, {k['smem_bytes']} B shared memory, "
+            f"{k['stack_bytes']} B stack" + (f", {spills} B spilled (slow local memory)" if spills else ", no spills")
+        )
+    return "\n".join(lines)
+
+
+def torch_op_compile_flags() -> list[str]:
+    """Include paths and defines to compile a torch operator source with plain nvcc (compile check)."""
+    import sysconfig
+
+    from torch.utils.cpp_extension import include_paths
+
+    includes = include_paths() + [sysconfig.get_paths()["include"]]
+    return [f"-I{p}" for p in includes] + ["-DTORCH_EXTENSION_NAME=kcourse_check", "-D_GLIBCXX_USE_CXX11_ABI=1"]
+
+
+def compile_check_torch_op(source: Path, arch: str | None = None) -> BuildResult:
+    """Without a GPU: compile (not link) an operator source against torch's headers, with ptxas's report."""
+    started = time.perf_counter()
+    nvcc = find_nvcc()
+    arch = arch or DEFAULT_ARCH
+    if nvcc is None:
+        return BuildResult(ok=False, seconds=0.0, arch=arch, log=NVCC_HINT)
+    flags = ["-O3", "-std=c++17", f"-arch={arch}", "-Xptxas", "-v", "-c"] + torch_op_compile_flags()
+    out_dir = build_cache_dir() / ("check-" + _source_key([source], flags, nvcc))
+    report = out_dir / "ptxas.txt"
+    if report.exists():
+        return BuildResult(ok=True, seconds=time.perf_counter() - started, cached=True, arch=arch,
+                           resources=parse_resources(report.read_text()))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        proc = subprocess.run([nvcc, *flags, "-o", str(out_dir / "op.o"), str(source.resolve())],
+                              capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return BuildResult(ok=False, seconds=BUILD_TIMEOUT_S, arch=arch, log="the compiler ran past its time limit")
+    log = proc.stdout + proc.stderr
+    result = BuildResult(ok=proc.returncode == 0, seconds=time.perf_counter() - started, arch=arch,
+                         resources=parse_resources(log))
+    if result.ok:
+        report.write_text(log)
+    else:
+        result.log = format_compiler_errors(log, source)
+    return result

@@ -1,0 +1,119 @@
+"""The `kcourse` command line (also `python -m grader`). It parses arguments and calls the pipeline's
+modules; it holds no grading logic. Exit codes: 0 every check that ran passed, 1 a check failed,
+2 usage or setup error (`--strict`: skipped checks count as failures)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from grader import console
+from grader.discovery import ResolveError, resolve
+from grader.spec import SpecError
+
+SOURCES = click.Choice(["learner", "stubs", "solutions"])
+
+
+def exit_code(statuses: list[str], strict: bool) -> int:
+    if any(s in ("failed", "error") for s in statuses):
+        return 1
+    if strict and any(s == "skipped" for s in statuses):
+        return 1
+    return 0
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """kernel-course: exercises and an autograder for CUDA and Triton."""
+
+
+@main.command()
+@click.argument("words", nargs=-1, required=True)
+@click.option("--lang", type=click.Choice(["cuda", "triton"]), help="Pick the language where an exercise has both.")
+@click.option("--plan", "plan_id", help="Resolve the week/day in this plan (default: the 11-week plan).")
+@click.option("--source", type=SOURCES, default="learner", show_default=True,
+              help="learner/stubs: the files in exercises/; solutions: the hidden solution in the learner's place.")
+@click.option("--file", "submission", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Grade this file instead of the one in exercises/.")
+@click.option("--seed", type=int, help="Seed for the random inputs (a failure prints the one to reuse).")
+@click.option("--timeout", type=float, help="Seconds the learner's code may run (default: the exercise's).")
+@click.option("--json", "as_json", is_flag=True, help="Print the full result as one JSON document.")
+@click.option("--strict", is_flag=True, help="Count skipped checks as failures.")
+def grade(words, lang, plan_id, source, submission, seed, timeout, as_json, strict) -> None:
+    """Grade one exercise: `kcourse grade week2 reduction` or `kcourse grade reduction`."""
+    from grader.grade import grade as run_grade
+
+    target = _resolve(words, lang, plan_id)
+    result = run_grade(target, source=source, submission=submission, seed=seed, timeout_s=timeout)
+    click.echo(json.dumps(result.to_dict(), indent=2) if as_json else console.format_grade(result))
+    sys.exit(exit_code([c.status for c in result.checks], strict))
+
+
+def _resolve(words, lang, plan_id):
+    try:
+        return resolve(tuple(words), lang=lang, plan_id=plan_id)
+    except (ResolveError, SpecError) as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+@main.command("env-check")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def env_check(as_json) -> None:
+    """Check torch, CUDA, the GPU, nvcc, ninja and Triton; measure the GPU's copy bandwidth."""
+    from grader import envcheck, store
+
+    record = envcheck.check_environment()
+    store.append(record)
+    click.echo(json.dumps(record, indent=2) if as_json else envcheck.format_environment(record))
+    sys.exit(0 if record["ready"] else 2)
+
+
+@main.command("list")
+@click.option("--plan", "plan_id", help="Show one plan (default: all plans).")
+def list_command(plan_id) -> None:
+    """Plans, their weeks/days, exercises and your status."""
+    from grader import listing
+
+    try:
+        click.echo(listing.format_plans(plan_id))
+    except ResolveError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+@main.command()
+@click.option("--source", type=SOURCES, default="solutions", show_default=True,
+              help="solutions: every solution must pass; stubs: every stub must fail.")
+@click.option("--only", "only", multiple=True, help="Only this exercise id (repeatable).")
+@click.option("--lang", type=click.Choice(["cuda", "triton"]), help="Only this language.")
+@click.option("--seed", type=int)
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--strict", is_flag=True, help="Count exercises that could not run here as failures.")
+def validate(source, only, lang, seed, as_json, strict) -> None:
+    """Grade every exercise with the solutions (must pass) or the stubs (must not pass)."""
+    from grader import validation
+
+    summary = validation.validate(source=source, only=set(only), lang=lang, seed=seed)
+    click.echo(json.dumps(summary, indent=2) if as_json else validation.format_summary(summary))
+    statuses = [row["outcome"] for row in summary["rows"]]
+    sys.exit(exit_code(["failed" if s == "unexpected" else s for s in statuses], strict))
+
+
+@main.command()
+@click.argument("which")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), help="Folder for the report.")
+def report(which, out_dir) -> None:
+    """Write a report from your recorded results: `kcourse report day1` or `kcourse report final`."""
+    from grader import reporting
+
+    try:
+        path = reporting.render(which, out_dir)
+    except reporting.ReportError as exc:
+        raise click.UsageError(str(exc)) from None
+    click.echo(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""Plain-text renderings of results for the terminal (the CLI prints these; it computes nothing)."""
+
+from __future__ import annotations
+
+from grader.records import GradeResult
+
+MARKS = {"passed": "PASS", "failed": "FAIL", "error": "ERROR", "skipped": "SKIP"}
+
+
+def format_grade(result: GradeResult) -> str:
+    where = f"{result.unit} " if result.unit else ""
+    lines = [f"{where}{result.exercise} ({result.lang}) — source: {result.source}, seed {result.seed}"]
+    if result.device.get("name"):
+        lines.append(f"device: {result.device['name']}")
+    for check in result.checks:
+        first, *rest = check.message.splitlines() or [""]
+        lines.append(f"  [{MARKS.get(check.status, check.status)}] {check.name}: {first}")
+        lines.extend(f"         {line}" for line in rest)
+    for t in result.timings:
+        lines.append("  " + format_timing(t))
+    if result.output.strip() and result.status != "passed":
+        lines.append("  your program's output:")
+        lines.extend(f"    | {line}" for line in result.output.strip().splitlines()[-30:])
+    lines.append(f"=> {result.status.upper()}: {result.verdict}")
+    if result.status == "failed" and any(c.name == "numerics" for c in result.checks):
+        lines.append(f"   reproduce with: --seed {result.seed}")
+    return "\n".join(lines)
+
+
+def format_timing(t) -> str:
+    def rate(value):
+        return f" ({value:.4g} {t.unit})" if value else ""
+
+    parts = [f"timed {t.case}: you {t.learner_ms:.4g} ms{rate(t.learner_rate)}"]
+    if t.roofline_pct:
+        parts.append(f"{t.roofline_pct:.0f}% of roofline")
+    if t.solution_ms:
+        parts.append(f"solution {t.solution_ms:.4g} ms{rate(t.solution_rate)}")
+    if t.torch_ms:
+        parts.append(f"torch {t.torch_ms:.4g} ms{rate(t.torch_rate)}")
+    parts.append(f"{t.runs} runs, spread {100 * (t.learner_spread or 0):.1f}%")
+    return ", ".join(parts)
+
+
+def table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return "\n".join([fmt.format(*header), fmt.format(*("-" * w for w in widths))] + [fmt.format(*map(str, r)) for r in rows])

@@ -1,0 +1,95 @@
+"""Finding exercises and resolving what the learner typed ("week2 reduction", "softmax") to one variant."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from pathlib import Path
+
+from grader.paths import exercises_dir, solutions_dir
+from grader.plans import Plan, default_plan, load_plans
+from grader.spec import ExerciseSpec, SpecError, Variant, load_spec
+
+
+class ResolveError(ValueError):
+    """Unknown plan, week/day or exercise; the message lists what exists and the nearest match."""
+
+
+@dataclass
+class Target:
+    spec: ExerciseSpec
+    variant: Variant
+    unit: str | None = None  # "week2" when resolved through a plan
+    plan: str | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.spec.id}:{self.variant.lang}"
+
+
+def discover_exercises(folder: Path | None = None) -> dict[str, ExerciseSpec]:
+    folder = folder or exercises_dir()
+    return {p.parent.name: load_spec(p.parent) for p in sorted(folder.glob("*/spec.toml"))}
+
+
+def solution_file(spec: ExerciseSpec, variant: Variant) -> Path:
+    return solutions_dir() / spec.id / variant.stub
+
+
+def stub_file(spec: ExerciseSpec, variant: Variant) -> Path:
+    return spec.folder / variant.stub
+
+
+def suggest(word: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.5)
+    listing = ", ".join(sorted(choices)) or "(none)"
+    return (f" Did you mean {close[0]!r}?" if close else "") + f" Known: {listing}."
+
+
+def pick_plan(plans: dict[str, Plan], plan_id: str | None) -> Plan:
+    if not plans:
+        raise ResolveError("no plans found in plans/")
+    if plan_id is None:
+        return default_plan(plans)
+    if plan_id not in plans:
+        raise ResolveError(f"unknown plan {plan_id!r}." + suggest(plan_id, list(plans)))
+    return plans[plan_id]
+
+
+def resolve(words: tuple[str, ...], lang: str | None = None, plan_id: str | None = None) -> Target:
+    """`("week2", "reduction")` through the plan, or `("reduction",)` by id."""
+    exercises = discover_exercises()
+    if len(words) == 1:
+        return _by_id(exercises, words[0], lang)
+    if len(words) != 2:
+        raise ResolveError("give an exercise id (kcourse grade reduction) or a week/day and an id (kcourse grade week2 reduction)")
+    plan = pick_plan(load_plans(), plan_id)
+    unit_key, exercise_id = words
+    unit = plan.unit(unit_key)
+    if unit is None:
+        raise ResolveError(f"plan {plan.id!r} has no {unit_key!r}." + suggest(unit_key, [u.key for u in plan.units]))
+    listed = [e for e in unit.exercises if e.id == exercise_id and (lang is None or e.lang in (None, lang))]
+    if not listed:
+        names = [e.id for e in unit.exercises]
+        planned = f" ({unit_key} also plans: {', '.join(unit.planned)}, not written yet)" if unit.planned else ""
+        raise ResolveError(f"{unit_key} of {plan.id!r} has no exercise {exercise_id!r}{planned}." + suggest(exercise_id, names))
+    langs = {e.lang for e in listed}
+    if len(langs) > 1 and lang is None:
+        raise ResolveError(f"{unit_key} has {exercise_id} in {' and '.join(sorted(map(str, langs)))}: add --lang cuda|triton")
+    target = _by_id(exercises, exercise_id, lang or listed[0].lang)
+    target.unit, target.plan = unit_key, plan.id
+    return target
+
+
+def _by_id(exercises: dict[str, ExerciseSpec], exercise_id: str, lang: str | None) -> Target:
+    if exercise_id not in exercises:
+        raise ResolveError(f"unknown exercise {exercise_id!r}." + suggest(exercise_id, list(exercises)))
+    spec = exercises[exercise_id]
+    try:
+        return Target(spec=spec, variant=spec.variant(lang))
+    except SpecError as exc:
+        raise ResolveError(str(exc)) from exc
+
+
+def all_targets() -> list[Target]:
+    return [Target(spec=s, variant=v) for s in discover_exercises().values() for v in s.variants.values()]

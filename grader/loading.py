@@ -1,0 +1,148 @@
+"""Loading an entry point (the learner's or the solution's) inside the child, by kind of variant.
+
+Each loader returns a `Caller`: call it with the case's tensors and parameters and it invokes the
+entry point the way that kind expects (Python call, ctypes call, torch operator)."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import importlib.util
+import inspect
+import re
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from grader.spec import Variant
+
+_CTYPES = {"int32": ctypes.c_int, "int64": ctypes.c_int64, "float32": ctypes.c_float, "float64": ctypes.c_double}
+
+
+class EntryError(Exception):
+    """The entry point could not be loaded or has the wrong shape; `code` names the verdict."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+class Caller:
+    def __init__(self, variant: Variant, function: Callable):
+        self.variant, self.function = variant, function
+
+    def arguments(self, tensors: dict[str, torch.Tensor], params: dict[str, Any]) -> list[Any]:
+        args = []
+        for arg in self.variant.args:
+            value = tensors.get(arg.name, params.get(arg.name))
+            if self.variant.kind in ("cuda", "cuda_host"):
+                if isinstance(value, torch.Tensor):
+                    value = ctypes.c_void_p(value.data_ptr())
+                else:
+                    ctype = arg.ctype or ("float32" if isinstance(value, float) else "int32")
+                    value = _CTYPES[ctype](value)
+            args.append(value)
+        return args
+
+    def __call__(self, tensors: dict[str, torch.Tensor], params: dict[str, Any]) -> Any:
+        return self.function(*self.arguments(tensors, params))
+
+
+def load(variant: Variant, source: Path, library: str | None, role: str) -> Caller:
+    if variant.kind == "triton":
+        return Caller(variant, _load_python(variant, source, role))
+    if variant.kind in ("cuda", "cuda_host"):
+        return Caller(variant, _load_shared_library(variant, source, library))
+    if variant.kind == "torch_op":
+        return Caller(variant, _load_torch_op(variant, source, role))
+    raise EntryError("bad_spec", f"unknown kind {variant.kind}")
+
+
+def _load_python(variant: Variant, source: Path, role: str) -> Callable:
+    module_name = f"kcourse_{role}_{source.stem}"
+    sys.path.insert(0, str(source.parent))  # the learner's helper modules next to the stub
+    spec = importlib.util.spec_from_file_location(module_name, source)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        raise EntryError("syntax_error", f"{Path(exc.filename or source).name}:{exc.lineno}: syntax error: {exc.msg}\n    {(exc.text or '').rstrip()}") from None
+    function = getattr(module, variant.entry, None)
+    if not callable(function):
+        raise EntryError("missing_entry", f"{source.name} has no function `{variant.entry}`: keep the name and signature from the stub")
+    expected = [a.name for a in variant.args]
+    try:
+        inspect.signature(function).bind(*expected)
+    except TypeError:
+        raise EntryError(
+            "bad_signature",
+            f"{source.name}: `{variant.entry}{inspect.signature(function)}` cannot be called as "
+            f"{variant.entry}({', '.join(expected)}): keep the stub's signature",
+        ) from None
+    return function
+
+
+def _load_shared_library(variant: Variant, source: Path, library: str | None) -> Callable:
+    if library is None:
+        raise EntryError("build_error", "no compiled library to load")
+    lib = ctypes.CDLL(library)
+    try:
+        function = getattr(lib, variant.entry)
+    except AttributeError:
+        raise EntryError(
+            "missing_entry",
+            f"{source.name} does not export `{variant.entry}`: keep `extern \"C\"` and the stub's function name",
+        ) from None
+    declared = c_parameter_count(source.read_text(errors="replace"), variant.entry)
+    if declared is not None and declared != len(variant.args):
+        raise EntryError(
+            "bad_signature",
+            f"{source.name}: `{variant.entry}` takes {declared} parameters; the grader passes {len(variant.args)} "
+            f"({', '.join(a.name for a in variant.args)}): keep the stub's signature",
+        )
+    function.restype = None
+    return function
+
+
+def c_parameter_count(source_text: str, entry: str) -> int | None:
+    """Parameters of `extern "C" ... entry(...)` as written in the source (None when not found)."""
+    match = re.search(r"extern\s+\"C\"[^;{(]*\b" + re.escape(entry) + r"\s*\(([^)]*)\)", source_text)
+    if not match:
+        return None
+    params = match.group(1).strip()
+    return 0 if params in ("", "void") else params.count(",") + 1
+
+
+def _load_torch_op(variant: Variant, source: Path, role: str) -> Callable:
+    """Build with torch's extension builder (ninja); the op lives at torch.ops.<extension name>."""
+    from torch.utils.cpp_extension import load as load_extension
+
+    from grader.paths import build_cache_dir
+
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:12]
+    name = f"kcourse_{role}_{source.stem}_{digest}"
+    build_dir = build_cache_dir() / name
+    build_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        load_extension(name=name, sources=[str(source)], build_directory=str(build_dir), is_python_module=False,
+                       extra_cuda_cflags=["-O3", "-lineinfo"], verbose=False)
+    except RuntimeError as exc:
+        raise EntryError("build_error", f"building {source.name} failed:\n{_compiler_lines(str(exc), source)}") from None
+    namespace = getattr(torch.ops, name)
+    try:
+        return getattr(namespace, variant.entry)
+    except (AttributeError, RuntimeError):
+        raise EntryError(
+            "missing_entry",
+            f"{source.name} registers no operator `{variant.entry}`: define it in TORCH_LIBRARY(TORCH_EXTENSION_NAME, m) "
+            f"and implement it in TORCH_LIBRARY_IMPL(TORCH_EXTENSION_NAME, CUDA, m)",
+        ) from None
+
+
+def _compiler_lines(text: str, source: Path) -> str:
+    from grader.build import format_compiler_errors
+
+    return format_compiler_errors(text, source)

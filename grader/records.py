@@ -1,0 +1,101 @@
+"""Results are data: plain dataclasses that serialise to JSON. Reports render these, never recompute."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+PASSED, FAILED, ERROR, SKIPPED = "passed", "failed", "error", "skipped"
+
+
+@dataclass
+class Check:
+    name: str  # build | compile | numerics | integrity | speed
+    status: str  # passed | failed | error | skipped
+    message: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Timing:
+    """One timed size: the learner's kernel, the solution and torch, side by side in one process."""
+
+    case: str
+    learner_ms: float | None = None
+    solution_ms: float | None = None
+    torch_ms: float | None = None
+    learner_spread: float | None = None  # (p75 - p25) / median of the learner's runs
+    solution_spread: float | None = None
+    learner_rate: float | None = None  # GB/s or TFLOP/s, per `unit`
+    solution_rate: float | None = None
+    torch_rate: float | None = None
+    unit: str = ""  # "GB/s" or "TFLOP/s"
+    roofline_pct: float | None = None  # learner's rate as % of the device's measured ceiling
+    solution_roofline_pct: float | None = None
+    ratio: float | None = None  # learner speed / solution speed (solution_ms / learner_ms)
+    runs: int = 0
+
+
+@dataclass
+class GradeResult:
+    exercise: str
+    lang: str
+    source: str  # learner | stubs | solutions | a submission path
+    seed: int
+    status: str = PASSED
+    verdict: str = ""
+    checks: list[Check] = field(default_factory=list)
+    timings: list[Timing] = field(default_factory=list)
+    device: dict[str, Any] = field(default_factory=dict)
+    build: dict[str, Any] = field(default_factory=dict)
+    output: str = ""  # the learner's own stdout/stderr, trimmed
+    unit: str | None = None
+    plan: str | None = None
+    threshold: float | None = None
+    started_at: float = field(default_factory=time.time)
+    duration_s: float = 0.0
+    kind: str = "grade"
+
+    def add(self, check: Check) -> Check:
+        self.checks.append(check)
+        return check
+
+    def finish(self) -> "GradeResult":
+        self.status = overall_status(self.checks)
+        if not self.verdict:
+            self.verdict = summary_verdict(self.checks)
+        self.duration_s = round(time.time() - self.started_at, 3)
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def overall_status(checks: list[Check]) -> str:
+    """Failures first; "passed" only when the numerics actually ran and passed. A CUDA exercise
+    that only compiled here is "skipped": what was not run is never reported as passed."""
+    statuses = {c.status for c in checks}
+    for status in (ERROR, FAILED):
+        if status in statuses:
+            return status
+    if any(c.name == "numerics" and c.status == PASSED for c in checks):
+        return PASSED
+    return SKIPPED
+
+
+def summary_verdict(checks: list[Check]) -> str:
+    bad = [c for c in checks if c.status in (ERROR, FAILED)]
+    if bad:
+        return bad[0].message.splitlines()[0]
+    ran = [c.name for c in checks if c.status == PASSED]
+    skipped = [c.name for c in checks if c.status == SKIPPED]
+    text = "passed: " + ", ".join(ran) if ran else "nothing could run here"
+    return text + (f" (skipped: {', '.join(skipped)})" if skipped else "")
+
+
+def grade_from_dict(data: dict[str, Any]) -> GradeResult:
+    data = dict(data)
+    data["checks"] = [Check(**c) for c in data.get("checks", [])]
+    data["timings"] = [Timing(**t) for t in data.get("timings", [])]
+    return GradeResult(**data)

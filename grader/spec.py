@@ -1,0 +1,212 @@
+"""An exercise's declarative spec (exercises/<id>/spec.toml), loaded into plain dataclasses.
+
+The spec says everything the grader needs: how to call the learner's entry point, which tensors to
+make for each test case, the tolerances per dtype, the byte / FLOP model and the speed threshold.
+Adding an exercise means adding a folder; no grader code changes.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+# How the grader calls the learner's code, per kind of variant.
+KINDS = {
+    "triton": "a Python function taking torch tensors (Triton kernels inside)",
+    "cuda": "an extern \"C\" host function taking device pointers, called through ctypes",
+    "cuda_host": "an extern \"C\" function taking host pointers; it allocates, copies and launches itself",
+    "torch_op": "a PyTorch operator registered with TORCH_LIBRARY, built with torch's extension builder",
+}
+LANG_OF_KIND = {"triton": "triton", "cuda": "cuda", "cuda_host": "cuda", "torch_op": "cuda"}
+DTYPES = ("float64", "float32", "float16", "bfloat16", "int32", "int64")
+INITS = ("normal", "uniform", "positive")
+DEFAULT_DTYPE = "float32"
+
+
+class SpecError(ValueError):
+    """A spec.toml that cannot be used; the message names the file and the field."""
+
+
+@dataclass
+class TensorSpec:
+    name: str
+    shape: list[str | int]
+    dtype: str | None = None  # None: the case's dtype
+    init: str = "normal"  # normal: N(0,1); uniform: U[0,1); positive: U[0.5,1.5)
+
+
+@dataclass
+class Argument:
+    name: str
+    ctype: str | None = None  # for scalars passed to C: int32, int64, float32
+
+
+@dataclass
+class Variant:
+    lang: str
+    kind: str
+    stub: str  # file name inside exercises/<id>/ (and solutions/<id>/)
+    entry: str
+    args: list[Argument]
+    timeout_s: float = 60.0
+
+    @property
+    def returns_outputs(self) -> bool:
+        return self.kind == "torch_op"
+
+
+@dataclass
+class Case:
+    params: dict[str, Any]
+    gpu_only: bool = False
+
+    @property
+    def dtype(self) -> str:
+        return self.params.get("dtype", DEFAULT_DTYPE)
+
+    def label(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in self.params.items())
+
+
+@dataclass
+class Tolerance:
+    atol: float
+    rtol: float
+
+
+@dataclass
+class Performance:
+    cases: list[Case]
+    threshold: float  # learner speed / solution speed needed to pass
+    bytes: str | None = None
+    flops: str | None = None
+
+
+@dataclass
+class ExerciseSpec:
+    id: str
+    title: str
+    folder: Path
+    variants: dict[str, Variant]
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    cases: list[Case]
+    tolerance: dict[str, Tolerance]
+    performance: Performance
+    trials: int = 2
+    topic: str = ""
+    week_hint: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def variant(self, lang: str | None) -> Variant:
+        if lang is None:
+            if len(self.variants) == 1:
+                return next(iter(self.variants.values()))
+            raise SpecError(
+                f"{self.id} exists in {' and '.join(sorted(self.variants))}: add --lang "
+                + "|".join(sorted(self.variants))
+            )
+        if lang not in self.variants:
+            raise SpecError(f"{self.id} has no {lang} version; it has: {', '.join(sorted(self.variants))}")
+        return self.variants[lang]
+
+    def tolerance_for(self, dtype: str) -> Tolerance:
+        if dtype not in self.tolerance:
+            raise SpecError(f"{self.folder / 'spec.toml'}: no [tolerance.{dtype}] for a {dtype} case")
+        return self.tolerance[dtype]
+
+
+def load_spec(folder: Path) -> ExerciseSpec:
+    path = folder / "spec.toml"
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise SpecError(f"{path}: {exc}") from exc
+    try:
+        return _parse(data, folder)
+    except (KeyError, TypeError, ValueError) as exc:
+        if isinstance(exc, SpecError):
+            raise
+        raise SpecError(f"{path}: {type(exc).__name__}: {exc}") from exc
+
+
+def _parse(data: dict[str, Any], folder: Path) -> ExerciseSpec:
+    path = folder / "spec.toml"
+    variants = {}
+    for lang, raw in data["variants"].items():
+        kind = raw.get("kind", lang)
+        if kind not in KINDS:
+            raise SpecError(f"{path}: variants.{lang}.kind = {kind!r}; known kinds: {', '.join(KINDS)}")
+        variants[lang] = Variant(
+            lang=LANG_OF_KIND[kind],
+            kind=kind,
+            stub=raw["stub"],
+            entry=raw["entry"],
+            args=[_argument(a) for a in raw["args"]],
+            timeout_s=float(raw.get("timeout_s", 60)),
+        )
+    inputs = [_tensor(name, raw, path) for name, raw in data.get("inputs", {}).items()]
+    outputs = [_tensor(name, raw, path) for name, raw in data["outputs"].items()]
+    perf = data.get("performance", {})
+    spec = ExerciseSpec(
+        id=data["id"],
+        title=data.get("title", data["id"]),
+        folder=folder,
+        variants=variants,
+        inputs=inputs,
+        outputs=outputs,
+        cases=[_case(c) for c in data["cases"]],
+        tolerance={k: Tolerance(float(v["atol"]), float(v["rtol"])) for k, v in data["tolerance"].items()},
+        performance=Performance(
+            cases=[_case(c) for c in perf.get("cases", [])],
+            threshold=float(perf.get("threshold", 0.5)),
+            bytes=perf.get("bytes"),
+            flops=perf.get("flops"),
+        ),
+        trials=int(data.get("trials", 2)),
+        topic=data.get("topic", ""),
+        extra={k: v for k, v in data.items() if k.startswith("x_")},
+    )
+    _validate(spec, path)
+    return spec
+
+
+def _argument(text: str) -> Argument:
+    name, _, ctype = text.partition(":")
+    return Argument(name=name, ctype=ctype or None)
+
+
+def _tensor(name: str, raw: dict[str, Any], path: Path) -> TensorSpec:
+    tensor = TensorSpec(name=name, shape=list(raw["shape"]), dtype=raw.get("dtype"), init=raw.get("init", "normal"))
+    if tensor.dtype is not None and tensor.dtype not in DTYPES:
+        raise SpecError(f"{path}: {name}.dtype = {tensor.dtype!r}; known: {', '.join(DTYPES)}")
+    if tensor.init not in INITS:
+        raise SpecError(f"{path}: {name}.init = {tensor.init!r}; known: {', '.join(INITS)}")
+    return tensor
+
+
+def _case(raw: dict[str, Any]) -> Case:
+    params = {k: v for k, v in raw.items() if k != "gpu_only"}
+    return Case(params=params, gpu_only=bool(raw.get("gpu_only", False)))
+
+
+def _validate(spec: ExerciseSpec, path: Path) -> None:
+    if not spec.cases:
+        raise SpecError(f"{path}: at least one [[cases]] entry is needed")
+    if spec.id != spec.folder.name:
+        raise SpecError(f"{path}: id {spec.id!r} differs from its folder name {spec.folder.name!r}")
+    tensors = {t.name for t in spec.inputs + spec.outputs}
+    for variant in spec.variants.values():
+        for arg in variant.args:
+            is_param = all(arg.name in c.params for c in spec.cases)
+            if arg.name not in tensors and not is_param:
+                raise SpecError(f"{path}: argument {arg.name!r} of {variant.lang} is neither a tensor nor a case parameter")
+    for case in spec.cases + spec.performance.cases:
+        spec.tolerance_for(case.dtype)

@@ -1,0 +1,96 @@
+"""Timing honestly: device events, warm-up, L2 flushed before every run, many runs, median, and the
+contestants timed alternately in the same process so clock and thermal drift hit them alike."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable
+
+import torch
+
+MIN_RUNS, MAX_RUNS, BUDGET_S = 15, 300, 3.0
+
+
+def l2_flush_buffer(device: torch.device | str = "cuda") -> torch.Tensor:
+    """Twice the L2 in bytes: zeroing it evicts everything the previous run left in the cache."""
+    props = torch.cuda.get_device_properties(device)
+    l2 = getattr(props, "L2_cache_size", 50 * 2**20) or 50 * 2**20
+    return torch.empty(2 * l2, dtype=torch.int8, device=device)
+
+
+def _spread(samples: list[float]) -> float:
+    if len(samples) < 4:
+        return 0.0
+    q = statistics.quantiles(samples, n=4)
+    return (q[2] - q[0]) / statistics.median(samples)
+
+
+def time_alternating(functions: dict[str, Callable[[], object]], flush: torch.Tensor | None = None,
+                     budget_s: float = BUDGET_S) -> dict[str, dict[str, float]]:
+    """Median milliseconds per function, each run bracketed by CUDA events after an L2 flush."""
+    flush = flush if flush is not None else l2_flush_buffer()
+    for fn in functions.values():  # warm-up: compilation, autotuning, module loading
+        for _ in range(3):
+            fn()
+    torch.cuda.synchronize()
+    per_round = _one_round(functions, flush, reverse=False)
+    total = sum(per_round.values()) / 1000 + 1e-6
+    runs = max(MIN_RUNS, min(MAX_RUNS, int(budget_s / total)))
+    samples: dict[str, list[float]] = {name: [] for name in functions}
+    for r in range(runs):
+        for name, ms in _one_round(functions, flush, reverse=bool(r % 2)).items():
+            samples[name].append(ms)
+    return {name: {"median_ms": statistics.median(s), "spread": _spread(s), "runs": len(s)} for name, s in samples.items()}
+
+
+def _one_round(functions: dict[str, Callable[[], object]], flush: torch.Tensor, reverse: bool) -> dict[str, float]:
+    names = list(functions)[::-1] if reverse else list(functions)
+    events = {}
+    for name in names:
+        flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        functions[name]()
+        end.record()
+        events[name] = (start, end)
+    torch.cuda.synchronize()
+    return {name: s.elapsed_time(e) for name, (s, e) in events.items()}
+
+
+def time_host_alternating(functions: dict[str, Callable[[], object]], budget_s: float = BUDGET_S) -> dict[str, dict[str, float]]:
+    """For host-side entry points (they copy to the device and back themselves): wall clock."""
+    for fn in functions.values():
+        fn()
+    samples: dict[str, list[float]] = {name: [] for name in functions}
+    deadline = time.perf_counter() + budget_s
+    r = 0
+    while r < MIN_RUNS or (time.perf_counter() < deadline and r < MAX_RUNS):
+        for name in (list(functions)[::-1] if r % 2 else list(functions)):
+            started = time.perf_counter()
+            functions[name]()
+            torch.cuda.synchronize()
+            samples[name].append((time.perf_counter() - started) * 1000)
+        r += 1
+    return {name: {"median_ms": statistics.median(s), "spread": _spread(s), "runs": len(s)} for name, s in samples.items()}
+
+
+def measure_copy_bandwidth(device: str = "cuda", nbytes: int = 2**30) -> float:
+    """GB/s of a device-to-device copy, counting bytes read plus bytes written: the memory roofline."""
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).uniform_()
+    dst = torch.empty_like(src)
+    result = time_alternating({"copy": lambda: dst.copy_(src)}, budget_s=0.5)
+    return 2 * nbytes / (result["copy"]["median_ms"] / 1000) / 1e9
+
+
+def measure_matmul_peak(device: str = "cuda", size: int = 8192, dtype: torch.dtype = torch.float32) -> float:
+    """TFLOP/s of a large cuBLAS product in `dtype` (float32 without TF32): the arithmetic roofline."""
+    previous = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        a = torch.randn(size, size, device=device, dtype=dtype)
+        b = torch.randn(size, size, device=device, dtype=dtype)
+        result = time_alternating({"mm": lambda: torch.mm(a, b)}, budget_s=0.5)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous
+    return 2 * size**3 / (result["mm"]["median_ms"] / 1000) / 1e12
