@@ -38,6 +38,7 @@ class BuildResult:
     arch: str = ""
     log: str = ""  # compiler errors, rewritten as file:line
     resources: list[dict] = field(default_factory=list)  # per kernel: registers, spills, smem, stack
+    skipped: bool = False  # the machine, not the learner's code, stopped the build
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -144,6 +145,14 @@ _STACK = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) b
 _USED = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
 
 
+def missing_toolkit_header(log: str, source: Path) -> str | None:
+    """A header missing from the toolkit or torch (not from the learner's file) is the machine's fault."""
+    for match in re.finditer(r"^(?P<file>[^\s:]+):\d+:\d+: fatal error: (?P<header>[\w./]+): No such file", log, re.M):
+        if Path(match["file"]).name != source.name:
+            return match["header"]
+    return None
+
+
 def parse_resources(ptxas_log: str) -> list[dict]:
     """Per kernel: registers, shared memory, stack frame and spills from `nvcc -Xptxas -v`."""
     kernels: list[dict] = []
@@ -213,6 +222,12 @@ def compile_check_torch_op(source: Path, arch: str | None = None) -> BuildResult
     log = proc.stdout + proc.stderr
     result = BuildResult(ok=proc.returncode == 0, seconds=time.perf_counter() - started, arch=arch,
                          resources=parse_resources(log))
+    missing = missing_toolkit_header(log, source)
+    if missing:
+        result.log = (f"this machine's CUDA toolkit lacks {missing}, which torch's CUDA headers include: "
+                      "the operator cannot be compile-checked here (install the full CUDA Toolkit)")
+        result.skipped = True
+        return result
     if result.ok:
         report.write_text(log)
     else:

@@ -104,6 +104,10 @@ def _compile_check_torch_op(path: Path, result: GradeResult) -> None:
     if built.log == build.NVCC_HINT:
         result.add(Check("build", ERROR, built.log, {"code": "no_nvcc"}))
         return
+    if built.skipped:
+        result.add(Check("build", SKIPPED, built.log, {"code": "toolkit_incomplete"}))
+        result.add(Check("numerics", SKIPPED, "no GPU found: the operator was not run", {"code": "no_gpu"}))
+        return
     if not built.ok:
         result.add(Check("build", FAILED, f"{path.name} did not compile:\n{built.log}", {"code": "build_error"}))
         return
