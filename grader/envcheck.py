@@ -1,0 +1,118 @@
+"""`kcourse env-check`: what this machine can do for the course, measured where it can be."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from typing import Any
+
+from grader import build
+
+_INTERPRETER_PROBE = """
+import torch, triton, triton.language as tl
+@triton.jit
+def double(x, y, n, B: tl.constexpr):
+    o = tl.program_id(0) * B + tl.arange(0, B)
+    tl.store(y + o, tl.load(x + o, mask=o < n) * 2, mask=o < n)
+x = torch.arange(100, dtype=torch.float32); y = torch.empty_like(x)
+double[(2,)](x, y, 100, B=64)
+assert torch.equal(y, 2 * x)
+"""
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def triton_interpreter_works() -> tuple[bool, str]:
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    try:
+        proc = subprocess.run([sys.executable, "-c", _INTERPRETER_PROBE], env=env, capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return False, "timed out"
+    return proc.returncode == 0, (proc.stderr.strip().splitlines() or [""])[-1]
+
+
+def driver_version() -> str | None:
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return None
+    out = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True)
+    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+
+
+def gpu_facts() -> dict[str, Any]:
+    import torch
+
+    from grader import timing
+
+    props = torch.cuda.get_device_properties(0)
+    return {
+        "name": props.name, "capability": f"{props.major}.{props.minor}", "memory_gb": round(props.total_memory / 1e9, 1),
+        "multiprocessors": props.multi_processor_count,
+        "copy_gbps": round(timing.measure_copy_bandwidth(), 1),
+        "matmul_fp32_tflops": round(timing.measure_matmul_peak(), 2),
+    }
+
+
+def check_environment() -> dict[str, Any]:
+    import torch
+
+    from grader.grade import cuda_available
+
+    nvcc = build.find_nvcc()
+    interpreter_ok, interpreter_note = triton_interpreter_works()
+    gpu = cuda_available() and torch.cuda.is_available()
+    record: dict[str, Any] = {
+        "kind": "env", "checked_at": time.time(), "python": platform.python_version(), "platform": platform.platform(),
+        "torch": torch.__version__, "torch_cuda": torch.version.cuda, "triton": _version("triton"),
+        "ninja": shutil.which("ninja") is not None or _version("ninja") is not None,
+        "nvcc": build.nvcc_version(nvcc) if nvcc else None, "nvcc_path": nvcc,
+        "driver": driver_version(), "triton_interpreter": interpreter_ok,
+        "triton_interpreter_note": "" if interpreter_ok else interpreter_note,
+        "gpu": gpu_facts() if gpu else None,
+    }
+    record["ready"] = bool(record["triton"]) and (gpu or interpreter_ok)
+    record["can_do"] = what_can_run(record)
+    return record
+
+
+def what_can_run(record: dict[str, Any]) -> list[str]:
+    if record["gpu"]:
+        return ["Triton and CUDA exercises: build, numerics and timing on the GPU"]
+    can = []
+    if record["triton_interpreter"]:
+        can.append("Triton exercises: numerics under the Triton interpreter (no timing)")
+    can.append("CUDA exercises: compile check with nvcc's resource report (not run)" if record["nvcc"]
+               else "CUDA exercises: nothing — " + build.NVCC_HINT)
+    return can
+
+
+def format_environment(record: dict[str, Any]) -> str:
+    lines = [
+        f"python   {record['python']}  ({record['platform']})",
+        f"torch    {record['torch']}" + (f" (CUDA {record['torch_cuda']})" if record["torch_cuda"] else " (CPU build)"),
+        f"triton   {record['triton'] or 'missing: pip install triton'}"
+        + (" — interpreter usable" if record["triton_interpreter"] else f" — interpreter failed: {record['triton_interpreter_note']}"),
+        f"nvcc     {record['nvcc'] or 'missing — ' + build.NVCC_HINT}",
+        f"ninja    {'yes' if record['ninja'] else 'missing: pip install ninja'}",
+        f"driver   {record['driver'] or 'no NVIDIA driver found'}",
+    ]
+    gpu = record["gpu"]
+    if gpu:
+        lines.append(f"GPU      {gpu['name']} (compute capability {gpu['capability']}, {gpu['memory_gb']} GB, "
+                     f"{gpu['multiprocessors']} SMs)")
+        lines.append(f"         measured copy bandwidth {gpu['copy_gbps']:.0f} GB/s, float32 matmul {gpu['matmul_fp32_tflops']:.1f} TFLOP/s")
+    else:
+        lines.append("GPU      none found")
+    lines.append("can do:  " + "\n         ".join(record["can_do"]))
+    lines.append("READY" if record["ready"] else "NOT READY: install what is missing above")
+    return "\n".join(lines)
