@@ -89,9 +89,12 @@ def summary_verdict(checks: list[Check]) -> str:
     if bad:
         return bad[0].message.splitlines()[0]
     ran = [c.name for c in checks if c.status == PASSED]
-    skipped = [c.name for c in checks if c.status == SKIPPED]
+    skipped = [c for c in checks if c.status == SKIPPED]
     text = "passed: " + ", ".join(ran) if ran else "nothing could run here"
-    return text + (f" (skipped: {', '.join(skipped)})" if skipped else "")
+    if skipped:
+        reason = skipped[0].message.split(":")[0]
+        text += f"; skipped: {', '.join(c.name for c in skipped)} ({reason})"
+    return text
 
 
 def grade_from_dict(data: dict[str, Any]) -> GradeResult:
