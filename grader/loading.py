@@ -122,8 +122,10 @@ def _load_torch_op(variant: Variant, source: Path, role: str) -> Callable:
 
     from grader.paths import build_cache_dir
 
+    # Named by content: the same file graded as learner and as solution is built and loaded once,
+    # two different files get two names, so their operators never clash in one process.
     digest = hashlib.sha256(source.read_bytes()).hexdigest()[:12]
-    name = f"kcourse_{role}_{source.stem}_{digest}"
+    name = f"kcourse_{source.stem}_{digest}"
     build_dir = build_cache_dir() / name
     build_dir.mkdir(parents=True, exist_ok=True)
     try:

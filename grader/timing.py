@@ -10,6 +10,10 @@ from typing import Callable
 import torch
 
 MIN_RUNS, MAX_RUNS, BUDGET_S = 15, 300, 3.0
+# Before each timed run the GPU spins this long, so the host has queued the launch (Python and
+# Triton launch overhead is tens of microseconds) before the GPU reaches the start event: the events
+# then bracket device work, not the host's launch latency.
+HOST_HEADSTART_S = 100e-6
 
 
 def l2_flush_buffer(device: torch.device | str = "cuda") -> torch.Tensor:
@@ -47,8 +51,10 @@ def time_alternating(functions: dict[str, Callable[[], object]], flush: torch.Te
 def _one_round(functions: dict[str, Callable[[], object]], flush: torch.Tensor, reverse: bool) -> dict[str, float]:
     names = list(functions)[::-1] if reverse else list(functions)
     events = {}
+    spin = _spin_cycles()
     for name in names:
         flush.zero_()
+        torch.cuda._sleep(spin)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         functions[name]()
@@ -56,6 +62,25 @@ def _one_round(functions: dict[str, Callable[[], object]], flush: torch.Tensor, 
         events[name] = (start, end)
     torch.cuda.synchronize()
     return {name: s.elapsed_time(e) for name, (s, e) in events.items()}
+
+
+_SPIN_CYCLES: int | None = None
+
+
+def _spin_cycles() -> int:
+    """GPU clock cycles for HOST_HEADSTART_S, calibrated once by timing a known spin."""
+    global _SPIN_CYCLES
+    if _SPIN_CYCLES is None:
+        probe = 1_000_000
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(probe)  # warm-up
+        start.record()
+        torch.cuda._sleep(probe)
+        end.record()
+        torch.cuda.synchronize()
+        cycles_per_s = probe / (start.elapsed_time(end) / 1000)
+        _SPIN_CYCLES = int(cycles_per_s * HOST_HEADSTART_S)
+    return _SPIN_CYCLES
 
 
 def time_host_alternating(functions: dict[str, Callable[[], object]], budget_s: float = BUDGET_S) -> dict[str, dict[str, float]]:
