@@ -97,7 +97,8 @@ def compare(name: str, out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, lab
         unwritten = got == INT_POISON
     n_unwritten = int(unwritten.sum())
     if n_unwritten == total and total > 0:
-        return Comparison(False, "not_written", f"{label}: no element of {name} was written — not implemented yet?",
+        return Comparison(False, "not_written", f"{label}: no element of {name} was written — not implemented yet? "
+                          "(or a launch that covers no block at this size)",
                           {"unwritten": n_unwritten})
     if n_unwritten:
         first = int(unwritten.nonzero()[0])

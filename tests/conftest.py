@@ -1,0 +1,63 @@
+"""Shared test setup: each test gets its own results store and build cache; GPU and nvcc tests skip
+where the machine lacks them (run `pytest -m gpu` on a GPU machine before calling GPU work done)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SUBMISSIONS = Path(__file__).resolve().parent / "fixtures" / "submissions"
+
+
+def _has_gpu() -> bool:
+    smi = shutil.which("nvidia-smi")
+    if not smi or subprocess.run([smi, "-L"], capture_output=True).returncode != 0:
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+HAS_GPU = _has_gpu()
+
+
+def pytest_collection_modifyitems(config, items):
+    from grader.build import find_nvcc
+
+    no_gpu = pytest.mark.skip(reason="no NVIDIA GPU here: run `pytest -m gpu` on a GPU machine")
+    no_nvcc = pytest.mark.skip(reason="nvcc not found: install the CUDA Toolkit")
+    has_nvcc = find_nvcc() is not None
+    for item in items:
+        if "gpu" in item.keywords and not HAS_GPU:
+            item.add_marker(no_gpu)
+        if "nvcc" in item.keywords and not has_nvcc:
+            item.add_marker(no_nvcc)
+
+
+@pytest.fixture(autouse=True)
+def isolated_state(tmp_path, monkeypatch):
+    """Results and reports of a test go to its own folder; the build cache is shared per session."""
+    monkeypatch.setenv("KCOURSE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("KCOURSE_CACHE", str(_session_cache()))
+    if not HAS_GPU:
+        monkeypatch.setenv("KCOURSE_DEVICE", "cpu")
+    return tmp_path / "home"
+
+
+_CACHE: list[Path] = []
+
+
+def _session_cache() -> Path:
+    if not _CACHE:
+        import tempfile
+
+        _CACHE.append(Path(tempfile.mkdtemp(prefix="kcourse-test-cache-")))
+    return _CACHE[0]
+
+
+def submission(name: str) -> Path:
+    return SUBMISSIONS / name

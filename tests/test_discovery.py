@@ -1,0 +1,45 @@
+import pytest
+
+from grader.discovery import ResolveError, resolve
+
+
+def test_week_and_id_resolve_through_the_default_plan():
+    target = resolve(("week2", "reduction"))
+    assert (target.spec.id, target.variant.lang, target.unit, target.plan) == ("reduction", "cuda", "week2", "cuda-11-week")
+
+
+def test_the_plan_picks_the_language_of_an_exercise_in_two_languages():
+    assert resolve(("week1", "vector_add")).variant.kind == "cuda_host"
+    assert resolve(("week4", "vector_add")).variant.kind == "triton"
+    assert resolve(("day2", "vector_add"), plan_id="triton-5-day").variant.kind == "triton"
+
+
+def test_a_bare_id_in_two_languages_asks_for_lang():
+    with pytest.raises(ResolveError, match=r"--lang cuda\|triton"):
+        resolve(("vector_add",))
+    assert resolve(("vector_add",), lang="triton").variant.lang == "triton"
+
+
+def test_unknown_exercise_suggests_the_nearest():
+    with pytest.raises(ResolveError, match=r"unknown exercise 'reducton'\. Did you mean 'reduction'\?.*Known: "):
+        resolve(("reducton",))
+
+
+def test_unknown_week_lists_what_exists():
+    with pytest.raises(ResolveError, match=r"has no 'week22'\. Did you mean 'week2'\?"):
+        resolve(("week22", "reduction"))
+
+
+def test_exercise_not_in_that_week_names_the_week_and_its_exercises():
+    with pytest.raises(ResolveError, match=r"week2 of 'cuda-11-week' has no exercise 'softmax'.*Known: matmul, reduction"):
+        resolve(("week2", "softmax"))
+
+
+def test_planned_but_unwritten_topic_is_reported_as_planned():
+    with pytest.raises(ResolveError, match="not written yet"):
+        resolve(("week9", "flash_attention"))
+
+
+def test_unknown_plan_suggests_the_nearest():
+    with pytest.raises(ResolveError, match=r"unknown plan 'triton-5-days'\. Did you mean 'triton-5-day'\?"):
+        resolve(("day2", "softmax"), plan_id="triton-5-days")
