@@ -15,6 +15,8 @@ from grader.discovery import ResolveError, resolve
 from grader.spec import SpecError
 
 SOURCES = click.Choice(["learner", "stubs", "solutions"])
+SOURCE_HELP = ("learner/stubs: the files in exercises/; solutions: the hidden solutions in the learner's place "
+               "(env KCOURSE_SOURCE does the same, for CI systems that set variables).")
 
 
 def exit_code(statuses: list[str], strict: bool) -> int:
@@ -34,22 +36,31 @@ def main() -> None:
 @click.argument("words", nargs=-1, required=True)
 @click.option("--lang", type=click.Choice(["cuda", "triton"]), help="Pick the language where an exercise has both.")
 @click.option("--plan", "plan_id", help="Resolve the week/day in this plan (default: the 11-week plan).")
-@click.option("--source", type=SOURCES, default="learner", show_default=True,
-              help="learner/stubs: the files in exercises/; solutions: the hidden solution in the learner's place.")
+@click.option("--source", type=SOURCES, default="learner", show_default=True, envvar="KCOURSE_SOURCE", help=SOURCE_HELP)
 @click.option("--file", "submission", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Grade this file instead of the one in exercises/.")
 @click.option("--seed", type=int, help="Seed for the random inputs (a failure prints the one to reuse).")
 @click.option("--timeout", type=float, help="Seconds the learner's code may run (default: the exercise's).")
 @click.option("--json", "as_json", is_flag=True, help="Print the full result as one JSON document.")
 @click.option("--strict", is_flag=True, help="Count skipped checks as failures.")
-def grade(words, lang, plan_id, source, submission, seed, timeout, as_json, strict) -> None:
+@click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), help="Also write JUnit XML here.")
+@click.option("--gradescope", type=click.Path(dir_okay=False, path_type=Path), help="Also write Gradescope results.json here.")
+def grade(words, lang, plan_id, source, submission, seed, timeout, as_json, strict, junit, gradescope) -> None:
     """Grade one exercise: `kcourse grade week2 reduction` or `kcourse grade reduction`."""
     from grader.grade import grade as run_grade
 
     target = _resolve(words, lang, plan_id)
     result = run_grade(target, source=source, submission=submission, seed=seed, timeout_s=timeout)
     click.echo(json.dumps(result.to_dict(), indent=2) if as_json else console.format_grade(result))
+    _export([result], junit, gradescope)
     sys.exit(exit_code([c.status for c in result.checks], strict))
+
+
+def _export(results, junit, gradescope) -> None:
+    from grader.exports import write_outputs
+
+    for line in write_outputs(results, junit, gradescope):
+        click.echo(line)
 
 
 def _resolve(words, lang, plan_id):
@@ -84,21 +95,56 @@ def list_command(plan_id) -> None:
 
 
 @main.command()
-@click.option("--source", type=SOURCES, default="solutions", show_default=True,
-              help="solutions: every solution must pass; stubs: every stub must fail.")
+@click.option("--source", type=SOURCES, default="solutions", show_default=True, envvar="KCOURSE_SOURCE",
+              help="solutions: every solution must pass; stubs: every stub must fail (env KCOURSE_SOURCE).")
 @click.option("--only", "only", multiple=True, help="Only this exercise id (repeatable).")
 @click.option("--lang", type=click.Choice(["cuda", "triton"]), help="Only this language.")
+@click.option("--plan", "plan_id", help="Only the exercises of this plan.")
+@click.option("--unit", help="Only the exercises of this week/day of the plan (e.g. week2).")
 @click.option("--seed", type=int)
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--strict", is_flag=True, help="Count exercises that could not run here as failures.")
-def validate(source, only, lang, seed, as_json, strict) -> None:
+@click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), help="Also write JUnit XML here.")
+@click.option("--gradescope", type=click.Path(dir_okay=False, path_type=Path), help="Also write Gradescope results.json here.")
+def validate(source, only, lang, plan_id, unit, seed, as_json, strict, junit, gradescope) -> None:
     """Grade every exercise with the solutions (must pass) or the stubs (must not pass)."""
     from grader import validation
 
-    summary = validation.validate(source=source, only=set(only), lang=lang, seed=seed)
+    try:
+        targets = validation.select(only=set(only), lang=lang, plan_id=plan_id, unit=unit)
+    except ResolveError as exc:
+        raise click.UsageError(str(exc)) from None
+    summary, results = validation.validate(targets, source=source, seed=seed)
     click.echo(json.dumps(summary, indent=2) if as_json else validation.format_summary(summary))
+    _export(results, junit, gradescope)
     statuses = [row["outcome"] for row in summary["rows"]]
     sys.exit(exit_code(["failed" if s == "unexpected" else s for s in statuses], strict))
+
+
+@main.command()
+@click.option("--only", "only", multiple=True, help="Only this exercise id (repeatable).")
+def calibrate(only) -> None:
+    """Instructors, on a GPU: time every solution and record it in calibration/calibration.json."""
+    from grader import calibration
+    from grader.discovery import all_targets, solution_file
+    from grader.grade import cuda_available, grade as run_grade
+
+    if not cuda_available():
+        raise click.UsageError("calibrate times the solutions on a GPU, and none was found here")
+    try:
+        calibration.load()  # refuse before measuring if the file is corrupt: nothing is changed
+    except calibration.CalibrationError as exc:
+        raise click.UsageError(str(exc)) from None
+    targets = [t for t in all_targets() if (not only or t.spec.id in only) and solution_file(t.spec, t.variant).exists()]
+    if not targets:
+        raise click.UsageError("no solutions found to calibrate (is solutions/ present?)")
+    entries, rows = calibration.calibrate(targets, lambda t: run_grade(t, source="solutions", record=False))
+    path = calibration.merge(entries)
+    table_rows = [[r["exercise"], r["lang"], r["status"], r["case"], console.num(r["ms"]), console.num(r["roofline_pct"], "{:.0f}%")]
+                  for r in rows]
+    click.echo(console.table(table_rows, ["exercise", "lang", "status", "timed size", "solution ms", "% roofline"]))
+    click.echo(f"wrote {path}")
+    sys.exit(0 if all(r["status"] == "passed" for r in rows) else 1)
 
 
 @main.command()

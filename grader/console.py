@@ -42,6 +42,10 @@ def format_timing(t) -> str:
     return ", ".join(parts)
 
 
+def num(value, fmt: str = "{:.4g}") -> str:
+    return "—" if value is None else fmt.format(value)
+
+
 def table(rows: list[list[str]], header: list[str]) -> str:
     widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)

@@ -9,7 +9,8 @@ import os
 import random
 from pathlib import Path
 
-from grader import build, sandbox, store
+from grader import build, calibration, sandbox, store
+from grader.paths import course_root
 from grader.discovery import Target, solution_file, stub_file
 from grader.records import ERROR, FAILED, PASSED, SKIPPED, Check, GradeResult, Timing
 
@@ -40,6 +41,8 @@ def grade(target: Target, source: str = "learner", submission: Path | None = Non
     result = GradeResult(exercise=target.spec.id, lang=target.variant.lang, source=str(submission or source),
                          seed=seed, unit=target.unit, plan=target.plan, threshold=target.spec.performance.threshold)
     path = learner_file(target, source, submission)
+    result.scoring = dict(target.spec.scoring)
+    result.file = _relative(path)
     if not path.exists():
         hint = " (solutions/ is absent from a learner's kit)" if source == "solutions" else ""
         result.add(Check("load", ERROR, f"{path} does not exist{hint}", {"code": "missing_file"}))
@@ -49,6 +52,13 @@ def grade(target: Target, source: str = "learner", submission: Path | None = Non
     if record:
         store.append(result.to_dict())
     return result
+
+
+def _relative(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(course_root()))
+    except ValueError:
+        return str(path)
 
 
 def _grade_file(target: Target, path: Path, result: GradeResult, seed: int, timeout_s: float | None) -> None:
@@ -64,12 +74,25 @@ def _grade_file(target: Target, path: Path, result: GradeResult, seed: int, time
     elif variant.kind == "torch_op" and not gpu:
         _compile_check_torch_op(path, result)
         return
+    calibration_error = _attach_calibration(target, job) if gpu and job["solution"] is None else None
     timeout = timeout_s or variant.timeout_s * (1 if gpu else INTERPRETER_TIMEOUT_FACTOR)
     outcome = sandbox.run_worker(job, timeout, interpret_triton=not gpu)
     _merge(outcome, result, timeout)
+    if calibration_error:  # numerics still count; only the speed bar is unknown
+        result.checks = [c for c in result.checks if c.name != "speed"]
+        result.add(Check("speed", ERROR, calibration_error, {"code": "corrupt_calibration"}))
     if not gpu and variant.kind == "triton":
         result.add(Check("speed", SKIPPED, "no GPU found: timing skipped; numerics ran under the Triton interpreter",
                          {"code": "no_gpu"}))
+
+
+def _attach_calibration(target: Target, job: dict) -> str | None:
+    """No solution here: the speed bar comes from the instructor's calibration file (error text if corrupt)."""
+    try:
+        job["calibration"] = calibration.load().get(target.key, {})
+    except calibration.CalibrationError as exc:
+        return str(exc)
+    return None
 
 
 def _build_raw_cuda(path: Path, solution: Path | None, job: dict, result: GradeResult, gpu: bool) -> bool:

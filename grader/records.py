@@ -35,6 +35,7 @@ class Timing:
     solution_roofline_pct: float | None = None
     ratio: float | None = None  # learner speed / solution speed (solution_ms / learner_ms)
     runs: int = 0
+    solution_source: str = ""  # "live solution", "calibration for <GPU>", or "ESTIMATE: ..."
 
 
 @dataclass
@@ -53,6 +54,8 @@ class GradeResult:
     unit: str | None = None
     plan: str | None = None
     threshold: float | None = None
+    file: str = ""  # the graded file, relative to the course root where possible
+    scoring: dict[str, float] = field(default_factory=dict)  # points per check, from the spec
     started_at: float = field(default_factory=time.time)
     duration_s: float = 0.0
     kind: str = "grade"

@@ -101,6 +101,7 @@ class ExerciseSpec:
     tolerance: dict[str, Tolerance]
     performance: Performance
     trials: int = 2
+    scoring: dict[str, float] = field(default_factory=lambda: {"numerics": 7.0, "speed": 3.0})
     topic: str = ""
     week_hint: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -171,6 +172,7 @@ def _parse(data: dict[str, Any], folder: Path) -> ExerciseSpec:
             flops=perf.get("flops"),
         ),
         trials=int(data.get("trials", 2)),
+        scoring={k: float(v) for k, v in data.get("scoring", {"numerics": 7, "speed": 3}).items()},
         topic=data.get("topic", ""),
         extra={k: v for k, v in data.items() if k.startswith("x_")},
     )

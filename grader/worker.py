@@ -229,17 +229,42 @@ class Worker:
         threshold = self.spec.performance.threshold
         if record is None:
             self.add("speed", SKIPPED, "this exercise has no timed sizes")
-        elif not have_solution:
-            self.add("speed", SKIPPED, f"no solution here to time against (learner: {record.learner_ms:.4g} ms); "
-                     "the threshold needs the instructor's solution or its calibration", code="no_solution")
-        else:
-            rate = f", {record.learner_rate:.4g} {record.unit}" if record.learner_rate else ""
-            roof = f" ({record.roofline_pct:.0f}% of this GPU's measured roofline)" if record.roofline_pct else ""
-            text = (f"{record.case}: {record.learner_ms:.4g} ms{rate}{roof}; solution {record.solution_ms:.4g} ms; "
-                    f"your speed is {record.ratio:.2f}× the solution's (needed: {threshold:.2f}×)")
-            status = PASSED if record.ratio >= threshold else FAILED
-            hint = "" if status == PASSED else " — see the exercise README's hints on making it faster"
-            self.add("speed", status, text + hint, ratio=record.ratio, threshold=threshold)
+            return
+        if have_solution:
+            record.solution_source = "live solution"
+        elif not self._apply_calibration(record):
+            self.add("speed", SKIPPED, f"no solution here to time against (you: {record.learner_ms:.4g} ms) and no "
+                     "calibration for this exercise: ask your instructor for calibration/calibration.json", code="no_solution")
+            return
+        rate = f", {record.learner_rate:.4g} {record.unit}" if record.learner_rate else ""
+        roof = f" ({record.roofline_pct:.0f}% of this GPU's measured roofline)" if record.roofline_pct else ""
+        text = (f"{record.case}: {record.learner_ms:.4g} ms{rate}{roof}; solution {record.solution_ms:.4g} ms "
+                f"[{record.solution_source}]; your speed is {record.ratio:.2f}× the solution's (needed: {threshold:.2f}×)")
+        status = PASSED if record.ratio >= threshold else FAILED
+        hint = "" if status == PASSED else " — see the exercise README's hints on making it faster"
+        self.add("speed", status, text + hint, ratio=record.ratio, threshold=threshold, bar=record.solution_source)
+
+    def _apply_calibration(self, record: Timing) -> bool:
+        from grader.calibration import solution_bar
+
+        case = next(c for c in self.spec.performance.cases if c.label() == record.case)
+        names = {**case.params, "elem": element_size(case.dtype)}
+        perf, device = self.spec.performance, self.out["device"]
+        work = ceiling = None
+        if perf.flops:
+            work, ceiling = exprs.evaluate(perf.flops, names) / 1e12, device.get("matmul_tflops")
+        elif perf.bytes:
+            work, ceiling = exprs.evaluate(perf.bytes, names) / 1e9, device.get("copy_gbps")
+        if self.variant.kind == "cuda_host":
+            ceiling = None  # host transfers have no device roofline: only a same-GPU calibration applies
+        bar = solution_bar(self.job.get("calibration") or {}, record.case, device.get("name", ""), work, ceiling)
+        if bar is None:
+            return False
+        record.solution_ms, record.solution_source = bar
+        record.ratio = record.solution_ms / record.learner_ms
+        if work:
+            record.solution_rate = work / (record.solution_ms / 1000)
+        return True
 
 
 def poison_free_memory(outputs: dict[str, torch.Tensor]) -> None:
