@@ -8,6 +8,8 @@ loading them runs the learner's static initialisers.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import re
@@ -96,15 +98,28 @@ def build_shared_library(source: Path, arch: str | None = None, nvcc: str | None
         return BuildResult(ok=True, seconds=time.perf_counter() - started, cached=True, library=str(library),
                            arch=arch, resources=parse_resources(report.read_text() if report.exists() else ""))
     out_dir.mkdir(parents=True, exist_ok=True)
-    ok, log = _run_ninja(out_dir, nvcc, flags, source)
-    result = BuildResult(ok=ok, seconds=time.perf_counter() - started, arch=arch, resources=parse_resources(log))
-    if ok:
-        report.write_text(log)
-        os.replace(out_dir / "lib.partial.so", library)  # a build cut short never looks finished
-        result.library = str(library)
-    else:
-        result.log = format_compiler_errors(log, source)
+    with _locked(out_dir):  # several graders (grade-batch) may build the same source at once
+        if library.exists():
+            return build_shared_library(source, arch, nvcc)
+        ok, log = _run_ninja(out_dir, nvcc, flags, source)
+        result = BuildResult(ok=ok, seconds=time.perf_counter() - started, arch=arch, resources=parse_resources(log))
+        if ok:
+            report.write_text(log)
+            os.replace(out_dir / "lib.partial.so", library)  # a build cut short never looks finished
+            result.library = str(library)
+        else:
+            result.log = format_compiler_errors(log, source)
     return result
+
+
+@contextlib.contextmanager
+def _locked(folder: Path):
+    with open(folder / ".lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _run_ninja(out_dir: Path, nvcc: str, flags: list[str], source: Path) -> tuple[bool, str]:

@@ -161,5 +161,45 @@ def report(which, out_dir) -> None:
     click.echo(f"wrote {path}")
 
 
+@main.command()
+@click.argument("target_dir", type=click.Path(path_type=Path))
+def release(target_dir) -> None:
+    """Instructors: write the learner's kit to TARGET_DIR, without solutions/ (checked for leaks)."""
+    from grader.release import ReleaseError, release as write_release
+
+    try:
+        files = write_release(target_dir)
+    except ReleaseError as exc:
+        raise click.UsageError(str(exc)) from None
+    click.echo(f"wrote the learner's kit to {target_dir} ({len(files)} files, no solutions; checked for leaks)")
+
+
+@main.command("grade-batch")
+@click.argument("submissions", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--only", "only", multiple=True, help="Only this exercise id (repeatable).")
+@click.option("--lang", type=click.Choice(["cuda", "triton"]))
+@click.option("--plan", "plan_id", help="Only the exercises of this plan.")
+@click.option("--unit", help="Only the exercises of this week/day.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("gradebook"),
+              show_default=True, help="Folder for gradebook.csv and gradebook.json.")
+@click.option("--workers", type=int, help="Parallel graders (default: one per GPU, or 1 without a GPU).")
+@click.option("--seed", type=int)
+@click.option("--timeout", type=float, help="Seconds each learner's code may run.")
+def grade_batch(submissions, only, lang, plan_id, unit, out_dir, workers, seed, timeout) -> None:
+    """Instructors: grade every learner folder in SUBMISSIONS into a gradebook."""
+    from grader import batch, validation
+
+    try:
+        targets = validation.select(only=set(only), lang=lang, plan_id=plan_id, unit=unit)
+    except ResolveError as exc:
+        raise click.UsageError(str(exc)) from None
+    rows = batch.grade_batch(submissions, targets, workers=workers, seed=seed, timeout_s=timeout)
+    csv_path, json_path = batch.write_gradebook(rows, out_dir)
+    table_rows = [[r["learner"], r["exercise"], r["lang"], r["status"], f"{r['score']:g}/{r['max_score']:g}", r["verdict"][:70]]
+                  for r in rows]
+    click.echo(console.table(table_rows, ["learner", "exercise", "lang", "status", "score", "verdict"]))
+    click.echo(f"wrote {csv_path} and {json_path}")
+
+
 if __name__ == "__main__":
     main()

@@ -36,7 +36,7 @@ def learner_file(target: Target, source: str, submission: Path | None) -> Path:
 
 
 def grade(target: Target, source: str = "learner", submission: Path | None = None, seed: int | None = None,
-          timeout_s: float | None = None, record: bool = True) -> GradeResult:
+          timeout_s: float | None = None, record: bool = True, child_env: dict[str, str] | None = None) -> GradeResult:
     seed = seed if seed is not None else random.randrange(1, 2**31)
     result = GradeResult(exercise=target.spec.id, lang=target.variant.lang, source=str(submission or source),
                          seed=seed, unit=target.unit, plan=target.plan, threshold=target.spec.performance.threshold)
@@ -47,7 +47,7 @@ def grade(target: Target, source: str = "learner", submission: Path | None = Non
         hint = " (solutions/ is absent from a learner's kit)" if source == "solutions" else ""
         result.add(Check("load", ERROR, f"{path} does not exist{hint}", {"code": "missing_file"}))
     else:
-        _grade_file(target, path, result, seed, timeout_s)
+        _grade_file(target, path, result, seed, timeout_s, child_env or {})
     result.finish()
     if record:
         store.append(result.to_dict())
@@ -61,7 +61,8 @@ def _relative(path: Path) -> str:
         return str(path)
 
 
-def _grade_file(target: Target, path: Path, result: GradeResult, seed: int, timeout_s: float | None) -> None:
+def _grade_file(target: Target, path: Path, result: GradeResult, seed: int, timeout_s: float | None,
+                child_env: dict[str, str]) -> None:
     variant = target.variant
     gpu = cuda_available()
     solution = solution_file(target.spec, variant)
@@ -76,7 +77,7 @@ def _grade_file(target: Target, path: Path, result: GradeResult, seed: int, time
         return
     calibration_error = _attach_calibration(target, job) if gpu and job["solution"] is None else None
     timeout = timeout_s or variant.timeout_s * (1 if gpu else INTERPRETER_TIMEOUT_FACTOR)
-    outcome = sandbox.run_worker(job, timeout, interpret_triton=not gpu)
+    outcome = sandbox.run_worker(job, timeout, interpret_triton=not gpu, extra_env=child_env)
     _merge(outcome, result, timeout)
     if calibration_error:  # numerics still count; only the speed bar is unknown
         result.checks = [c for c in result.checks if c.name != "speed"]

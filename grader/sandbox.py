@@ -38,12 +38,13 @@ def trim(text: str, limit: int = OUTPUT_LIMIT) -> str:
     return text if len(text) <= limit else "... (earlier output trimmed)\n" + text[-limit:]
 
 
-def run_worker(job: dict[str, Any], timeout_s: float, interpret_triton: bool = False) -> Outcome:
+def run_worker(job: dict[str, Any], timeout_s: float, interpret_triton: bool = False,
+               extra_env: dict[str, str] | None = None) -> Outcome:
     with tempfile.TemporaryDirectory(prefix="kcourse-") as tmp:
         job = dict(job, result_path=str(Path(tmp) / "result.json"), progress_path=str(Path(tmp) / "progress.txt"))
         job_path = Path(tmp) / "job.json"
         job_path.write_text(json.dumps(job))
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **(extra_env or {}))
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(course_root()), env.get("PYTHONPATH")]))
         if interpret_triton:
             env["TRITON_INTERPRET"] = "1"

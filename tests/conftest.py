@@ -31,7 +31,11 @@ def pytest_collection_modifyitems(config, items):
     no_gpu = pytest.mark.skip(reason="no NVIDIA GPU here: run `pytest -m gpu` on a GPU machine")
     no_nvcc = pytest.mark.skip(reason="nvcc not found: install the CUDA Toolkit")
     has_nvcc = find_nvcc() is not None
+    no_solutions = pytest.mark.skip(reason="solutions/ is absent (a learner's kit)")
+    has_solutions = (ROOT / "solutions").is_dir()
     for item in items:
+        if "solutions" in item.keywords and not has_solutions:
+            item.add_marker(no_solutions)
         if "gpu" in item.keywords and not HAS_GPU:
             item.add_marker(no_gpu)
         if "nvcc" in item.keywords and not has_nvcc:

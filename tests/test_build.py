@@ -3,6 +3,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.solutions
+
 from conftest import ROOT, submission
 from grader import build
 

@@ -1,5 +1,6 @@
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from grader.cli import main
@@ -15,6 +16,7 @@ def test_grade_by_week_prints_the_verdict_and_exits_1_for_a_stub():
     assert "not implemented yet" in result.output and "=> FAILED" in result.output
 
 
+@pytest.mark.solutions
 def test_grade_solution_exits_0_and_strict_counts_skips_as_failures():
     assert run("grade", "week5", "softmax", "--source", "solutions").exit_code == 0
     # without a GPU the timing is skipped, which --strict refuses
@@ -70,6 +72,7 @@ def test_final_report_lists_graded_exercises(isolated_state):
     assert "| vector_add | triton | failed | not implemented yet" in text
 
 
+@pytest.mark.solutions
 def test_validate_solutions_passes_and_stubs_fail_for_triton():
     solutions = run("validate", "--source", "solutions", "--lang", "triton")
     assert solutions.exit_code == 0 and "0 unexpected" in solutions.output

@@ -12,7 +12,7 @@ from grader import build
 from grader.discovery import all_targets, resolve
 from grader.grade import grade
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.solutions]
 
 
 def failing_check(result):

@@ -3,6 +3,8 @@ exercises through nvcc compile checks; every stub fails, every solution passes w
 
 import pytest
 
+pytestmark = pytest.mark.solutions
+
 from conftest import HAS_GPU, submission
 from grader import store
 from grader.discovery import all_targets, resolve

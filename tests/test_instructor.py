@@ -1,0 +1,173 @@
+"""Instructors' side: swapping solutions in, releases without solutions, calibrated thresholds,
+exports for CI and course tools, and grading a class."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import ROOT, submission
+from grader import calibration, exports
+from grader.cli import main
+from grader.discovery import resolve
+from grader.grade import grade
+from grader.records import Check, GradeResult, Timing
+
+pytestmark = pytest.mark.solutions
+
+
+def run(*args, env=None):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False, env=env)
+
+
+def test_kcourse_source_variable_swaps_the_solutions_in_like_the_flag():
+    result = run("grade", "week5", "softmax", "--json", env={"KCOURSE_SOURCE": "solutions"})
+    data = json.loads(result.output)
+    assert data["source"] == "solutions" and data["status"] == "passed"
+
+
+def test_validate_filters_by_plan_and_week_and_rejects_unknown_ones():
+    result = run("validate", "--source", "stubs", "--plan", "triton-5-day", "--unit", "day2")
+    assert result.exit_code == 0
+    assert "softmax" in result.output and "vector_add" in result.output and "reduction" not in result.output
+    bad = CliRunner().invoke(main, ["validate", "--unit", "week99"])
+    assert bad.exit_code == 2 and "week9" in bad.output
+
+
+# --- release ------------------------------------------------------------------------------------
+
+def test_release_has_no_solutions_and_grades_on_its_own(tmp_path):
+    kit = tmp_path / "kit"
+    assert run("release", str(kit)).exit_code == 0
+    assert not (kit / "solutions").exists() and not (kit / ".ci").exists()
+    assert (kit / "exercises" / "softmax" / "softmax.py").read_text() == (ROOT / "exercises/softmax/softmax.py").read_text()
+    env = dict(os.environ, KCOURSE_HOME=str(tmp_path / "home"), KCOURSE_DEVICE="cpu")
+    env.pop("KCOURSE_ROOT", None)
+    proc = subprocess.run([sys.executable, "-m", "grader", "grade", "week4", "vector_add"], cwd=kit, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "not implemented yet" in proc.stdout
+    proc = subprocess.run([sys.executable, "-m", "grader", "grade", "softmax", "--source", "solutions"], cwd=kit,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert "solutions/ is absent from a learner's kit" in proc.stdout
+
+
+def test_release_refuses_an_existing_folder_and_changes_nothing(tmp_path):
+    (tmp_path / "kit").mkdir()
+    (tmp_path / "kit" / "notes.txt").write_text("mine")
+    result = CliRunner().invoke(main, ["release", str(tmp_path / "kit")])
+    assert result.exit_code == 2 and "already exists" in result.output
+    assert [p.name for p in (tmp_path / "kit").iterdir()] == ["notes.txt"]
+
+
+def test_release_catches_a_solution_copied_over_a_stub(tmp_path):
+    course = tmp_path / "course"
+    shutil.copytree(ROOT, course, ignore=shutil.ignore_patterns(".git", ".venv", "__pycache__", ".kcourse", "reports"))
+    shutil.copy(course / "solutions/reduction/reduction.cu", course / "exercises/reduction/notes_backup.cu")
+    from grader.release import ReleaseError, release
+
+    with pytest.raises(ReleaseError, match=r"exercises/reduction/notes_backup.cu contains \d+ lines of reduction.cu"):
+        release(tmp_path / "kit", root=course)
+    assert not (tmp_path / "kit").exists() and not list(tmp_path.glob(".kit*"))
+
+
+# --- calibration --------------------------------------------------------------------------------
+
+def test_calibration_for_this_gpu_is_used_first_then_an_estimate_that_says_so():
+    cal = {"n=1": {"GPU A": {"solution_ms": 2.0, "roofline_fraction": 0.5}}}
+    assert calibration.solution_bar(cal, "n=1", "GPU A", work=1.0, ceiling=100.0) == (2.0, "calibration for GPU A (?)")
+    ms, source = calibration.solution_bar(cal, "n=1", "GPU B", work=1.0, ceiling=1000.0)
+    assert ms == pytest.approx(1.0 / 500 * 1000) and source.startswith("ESTIMATE")
+    assert calibration.solution_bar(cal, "n=2", "GPU A", 1.0, 1.0) is None
+
+
+def test_a_corrupt_calibration_file_is_a_clear_error_and_is_left_alone(tmp_path, monkeypatch):
+    path = tmp_path / "calibration.json"
+    path.write_text('{"entries": {"x": ')
+    monkeypatch.setenv("KCOURSE_CALIBRATION", str(path))
+    with pytest.raises(calibration.CalibrationError, match="is corrupt.*kcourse calibrate"):
+        calibration.merge({"a:cuda": {"n=1": {"G": {"solution_ms": 1.0}}}})
+    assert path.read_text() == '{"entries": {"x": '
+
+
+def test_calibration_merge_keeps_other_gpus(tmp_path, monkeypatch):
+    monkeypatch.setenv("KCOURSE_CALIBRATION", str(tmp_path / "c.json"))
+    calibration.merge({"a:cuda": {"n=1": {"G1": {"solution_ms": 1.0}}}})
+    calibration.merge({"a:cuda": {"n=1": {"G2": {"solution_ms": 2.0}}}})
+    assert set(calibration.load()["a:cuda"]["n=1"]) == {"G1", "G2"}
+
+
+def test_calibrate_without_a_gpu_is_a_usage_error():
+    from conftest import HAS_GPU
+
+    if HAS_GPU:
+        pytest.skip("this machine has a GPU")
+    result = CliRunner().invoke(main, ["calibrate"])
+    assert result.exit_code == 2 and "GPU" in result.output
+
+
+# --- exports ------------------------------------------------------------------------------------
+
+def fake_result(status_by_check, exercise="reduction"):
+    result = GradeResult(exercise=exercise, lang="cuda", source="learner", seed=1, file=f"exercises/{exercise}/x.cu",
+                         scoring={"numerics": 6.0, "speed": 4.0}, output="printed % stuff")
+    for name, status in status_by_check.items():
+        result.add(Check(name, status, f"{name} {status}\nsecond line"))
+    return result.finish()
+
+
+def test_junit_has_one_testcase_per_check_with_failures_and_skips_counted():
+    xml = exports.junit_xml([fake_result({"build": "passed", "numerics": "failed", "speed": "skipped"})])
+    suite = ET.fromstring(xml)
+    assert suite.attrib["tests"] == "3" and suite.attrib["failures"] == "1" and suite.attrib["skipped"] == "1"
+    failure = suite.find("testcase[@name='numerics']/failure")
+    assert failure.attrib["message"] == "numerics failed" and "second line" in failure.text
+
+
+def test_gradescope_gives_partial_credit_from_the_spec():
+    passed_slow = fake_result({"numerics": "passed", "integrity": "passed", "speed": "failed"})
+    data = exports.gradescope_json([passed_slow])
+    assert data["score"] == 6.0 and data["max_score"] == 10.0
+    assert {t["name"] for t in data["tests"]} == {"reduction (cuda): numerics", "reduction (cuda): speed"}
+    assert all(t["visibility"] == "visible" and "output" in t for t in data["tests"])
+
+
+def test_a_correct_result_that_cheated_earns_no_numerics_points():
+    cheat = fake_result({"numerics": "passed", "integrity": "failed"})
+    assert exports.gradescope_json([cheat])["score"] == 0.0
+
+
+def test_github_annotations_escape_newlines_and_name_the_file():
+    [line] = exports.github_annotations([fake_result({"numerics": "failed"})])
+    assert line.startswith("::error file=exercises/reduction/x.cu,title=reduction (cuda) numerics::numerics failed%0Asecond")
+
+
+def test_grade_writes_junit_and_gradescope_files(tmp_path):
+    result = run("grade", "softmax", "--junit", str(tmp_path / "r.xml"), "--gradescope", str(tmp_path / "g.json"))
+    assert result.exit_code == 1
+    assert ET.parse(tmp_path / "r.xml").getroot().attrib["failures"] == "1"
+    assert json.loads((tmp_path / "g.json").read_text())["score"] == 0
+
+
+# --- grading a class ----------------------------------------------------------------------------
+
+def test_grade_batch_grades_everyone_even_when_one_learner_hangs(tmp_path):
+    subs = tmp_path / "subs"
+    (subs / "ada").mkdir(parents=True)
+    (subs / "bo" / "exercises" / "vector_add").mkdir(parents=True)
+    (subs / "cy").mkdir()
+    shutil.copy(ROOT / "solutions/vector_add/vector_add.py", subs / "ada" / "vector_add.py")
+    shutil.copy(submission("vector_add_hangs.py"), subs / "bo" / "exercises" / "vector_add" / "vector_add.py")
+    out = tmp_path / "book"
+    result = run("grade-batch", str(subs), "--only", "vector_add", "--lang", "triton", "--out", str(out), "--timeout", "15")
+    assert result.exit_code == 0
+    rows = {r["learner"]: r for r in json.loads((out / "gradebook.json").read_text())}
+    assert rows["ada"]["status"] == "passed" and rows["ada"]["score"] == 7.0
+    assert rows["bo"]["status"] == "failed" and "15 s limit" in rows["bo"]["verdict"]
+    assert rows["cy"]["status"] == "missing"
+    assert (out / "gradebook.csv").read_text().splitlines()[0].startswith("learner,exercise,lang,status,score")
