@@ -149,13 +149,14 @@ def calibrate(only) -> None:
 
 @main.command()
 @click.argument("which")
+@click.option("--plan", "plan_id", help="The plan whose week/day this is (default: searched in order).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), help="Folder for the report.")
-def report(which, out_dir) -> None:
-    """Write a report from your recorded results: `kcourse report day1` or `kcourse report final`."""
+def report(which, plan_id, out_dir) -> None:
+    """Write a report from your results: `kcourse report day1`, `week3`, `final`. Your notes are kept."""
     from grader import reporting
 
     try:
-        path = reporting.render(which, out_dir)
+        path = reporting.render(which, out_dir, plan_id)
     except reporting.ReportError as exc:
         raise click.UsageError(str(exc)) from None
     click.echo(f"wrote {path}")

@@ -35,6 +35,8 @@ class Timing:
     solution_roofline_pct: float | None = None
     ratio: float | None = None  # learner speed / solution speed (solution_ms / learner_ms)
     runs: int = 0
+    intensity: float | None = None  # FLOP per byte, for the roofline chart
+    learner_tflops: float | None = None
     solution_source: str = ""  # "live solution", "calibration for <GPU>", or "ESTIMATE: ..."
 
 

@@ -87,6 +87,11 @@ class Performance:
     threshold: float  # learner speed / solution speed needed to pass
     bytes: str | None = None
     flops: str | None = None
+    bound: str = ""  # "memory" (report GB/s against copy bandwidth) or "compute" (TFLOP/s against matmul peak)
+
+    @property
+    def is_compute_bound(self) -> bool:
+        return self.bound == "compute" or (not self.bound and self.flops is not None and self.bytes is None)
 
 
 @dataclass
@@ -101,6 +106,7 @@ class ExerciseSpec:
     tolerance: dict[str, Tolerance]
     performance: Performance
     trials: int = 2
+    tuning: dict[str, dict[str, list]] = field(default_factory=dict)  # per language: keyword -> values to try
     scoring: dict[str, float] = field(default_factory=lambda: {"numerics": 7.0, "speed": 3.0})
     topic: str = ""
     week_hint: str = ""
@@ -170,7 +176,9 @@ def _parse(data: dict[str, Any], folder: Path) -> ExerciseSpec:
             threshold=float(perf.get("threshold", 0.5)),
             bytes=perf.get("bytes"),
             flops=perf.get("flops"),
+            bound=perf.get("bound", ""),
         ),
+        tuning={lang: dict(params) for lang, params in data.get("tuning", {}).items()},
         trials=int(data.get("trials", 2)),
         scoring={k: float(v) for k, v in data.get("scoring", {"numerics": 7, "speed": 3}).items()},
         topic=data.get("topic", ""),

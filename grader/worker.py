@@ -167,12 +167,14 @@ class Worker:
             solution = self._load(Path(self.job["solution"]), self.job.get("solution_library"), "solution")
             self.out["checks"].pop()  # the solution's own load check is not the learner's business
         results = []
-        for index, case in enumerate(self.spec.performance.cases):
+        cases = self.spec.performance.cases
+        for index, case in enumerate(cases):
             self.progress(f"timing {case.label()}")
-            results.append(self._time_case(timing, learner, solution, case, self.job["seed"] + 10**6 + index))
+            budget = timing.BUDGET_S if index == len(cases) - 1 else timing.BUDGET_S / 3  # the verdict size gets most runs
+            results.append(self._time_case(timing, learner, solution, case, self.job["seed"] + 10**6 + index, budget))
         self._speed_verdict(results[-1] if results else None, solution is not None)
 
-    def _time_case(self, timing, learner, solution, case: Case, seed: int) -> Timing:
+    def _time_case(self, timing, learner, solution, case: Case, seed: int, budget_s: float) -> Timing:
         inputs = make_inputs(self.spec, case, seed, self.tensor_device)
         mine, theirs = make_outputs(self.spec, case, self.tensor_device), make_outputs(self.spec, case, self.tensor_device)
         functions = {"learner": lambda: learner({**inputs, **mine}, case.params)}
@@ -181,7 +183,8 @@ class Worker:
         if self.variant.kind != "cuda_host":
             functions["torch"] = lambda: self.reference(*inputs.values())
         host = self.variant.kind == "cuda_host"
-        measured = timing.time_host_alternating(functions) if host else timing.time_alternating(functions)
+        measured = (timing.time_host_alternating(functions, budget_s=budget_s) if host
+                    else timing.time_alternating(functions, budget_s=budget_s))
         self._check_timed_output(learner, inputs, case)
         return self._timing_record(case, measured, host)
 
@@ -196,22 +199,25 @@ class Worker:
                 self.add("numerics", FAILED, comparison.message, code=comparison.code)
                 raise Stop
 
-    def _timing_record(self, case: Case, measured: dict, host: bool) -> Timing:
-        perf = self.spec.performance
+    def work_and_ceiling(self, case: Case) -> tuple[float | None, float | None, str]:
+        """(work in the reported unit, this GPU's ceiling in that unit, unit) for one timed size."""
+        perf, device = self.spec.performance, self.out["device"]
         names = {**case.params, "elem": element_size(case.dtype)}
+        host = self.variant.kind == "cuda_host"  # host transfers have no device roofline
+        if perf.is_compute_bound:
+            return exprs.evaluate(perf.flops, names) / 1e12, None if host else device.get("matmul_tflops"), "TFLOP/s"
+        if perf.bytes:
+            return exprs.evaluate(perf.bytes, names) / 1e9, None if host else device.get("copy_gbps"), "GB/s"
+        return None, None, ""
+
+    def _timing_record(self, case: Case, measured: dict, host: bool) -> Timing:
         record = Timing(case=case.label(), runs=measured["learner"]["runs"])
         for who in ("learner", "solution", "torch"):
             if who in measured:
                 setattr(record, f"{who}_ms", measured[who]["median_ms"])
         record.learner_spread = measured["learner"]["spread"]
         record.solution_spread = measured.get("solution", {}).get("spread")
-        work, ceiling = None, None
-        if perf.flops:
-            work, record.unit = exprs.evaluate(perf.flops, names) / 1e12, "TFLOP/s"
-            ceiling = None if host else self.out["device"].get("matmul_tflops")
-        elif perf.bytes:
-            work, record.unit = exprs.evaluate(perf.bytes, names) / 1e9, "GB/s"
-            ceiling = None if host else self.out["device"].get("copy_gbps")
+        work, ceiling, record.unit = self.work_and_ceiling(case)
         for who in ("learner", "solution", "torch"):
             ms = getattr(record, f"{who}_ms")
             if work is not None and ms:
@@ -220,6 +226,10 @@ class Worker:
             record.roofline_pct = 100 * record.learner_rate / ceiling
             if record.solution_rate:
                 record.solution_roofline_pct = 100 * record.solution_rate / ceiling
+        perf, names = self.spec.performance, {**case.params, "elem": element_size(case.dtype)}
+        if perf.flops and perf.bytes:
+            record.intensity = exprs.evaluate(perf.flops, names) / exprs.evaluate(perf.bytes, names)
+            record.learner_tflops = exprs.evaluate(perf.flops, names) / 1e12 / (record.learner_ms / 1000)
         if record.solution_ms:
             record.ratio = record.solution_ms / record.learner_ms
         self.out["timings"].append(record.__dict__)
@@ -248,16 +258,8 @@ class Worker:
         from grader.calibration import solution_bar
 
         case = next(c for c in self.spec.performance.cases if c.label() == record.case)
-        names = {**case.params, "elem": element_size(case.dtype)}
-        perf, device = self.spec.performance, self.out["device"]
-        work = ceiling = None
-        if perf.flops:
-            work, ceiling = exprs.evaluate(perf.flops, names) / 1e12, device.get("matmul_tflops")
-        elif perf.bytes:
-            work, ceiling = exprs.evaluate(perf.bytes, names) / 1e9, device.get("copy_gbps")
-        if self.variant.kind == "cuda_host":
-            ceiling = None  # host transfers have no device roofline: only a same-GPU calibration applies
-        bar = solution_bar(self.job.get("calibration") or {}, record.case, device.get("name", ""), work, ceiling)
+        work, ceiling, _ = self.work_and_ceiling(case)
+        bar = solution_bar(self.job.get("calibration") or {}, record.case, self.out["device"].get("name", ""), work, ceiling)
         if bar is None:
             return False
         record.solution_ms, record.solution_source = bar

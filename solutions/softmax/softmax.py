@@ -47,11 +47,11 @@ def softmax_long_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, BL
 MAX_FUSED = 8192
 
 
-def softmax(x: torch.Tensor, out: torch.Tensor) -> None:
+def softmax(x: torch.Tensor, out: torch.Tensor, num_warps: int | None = None) -> None:
     n_rows, n_cols = x.shape
     block = triton.next_power_of_2(n_cols)
     if block <= MAX_FUSED:
-        num_warps = 4 if block <= 1024 else 8 if block <= 4096 else 16
+        num_warps = num_warps or (4 if block <= 1024 else 8 if block <= 4096 else 16)
         softmax_kernel[(n_rows,)](x, out, x.stride(0), out.stride(0), n_cols, BLOCK=block, num_warps=num_warps)
     else:
         softmax_long_kernel[(n_rows,)](x, out, x.stride(0), out.stride(0), n_cols, BLOCK=4096, num_warps=16)

@@ -14,7 +14,6 @@ def add_kernel(a_ptr, b_ptr, c_ptr, n, BLOCK: tl.constexpr):
     tl.store(c_ptr + offsets, a + b, mask=mask)
 
 
-def vector_add(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
+def vector_add(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, BLOCK: int = 4096, num_warps: int = 8) -> None:
     n = a.numel()
-    block = 4096
-    add_kernel[(triton.cdiv(n, block),)](a, b, c, n, BLOCK=block, num_warps=8)
+    add_kernel[(triton.cdiv(n, BLOCK),)](a, b, c, n, BLOCK=BLOCK, num_warps=num_warps)

@@ -1,0 +1,88 @@
+"""PNG plots for the reports (matplotlib, headless): a roofline chart of the learner's kernels and,
+per exercise, achieved speed against problem size for the learner, the solution and torch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display needed
+import matplotlib.pyplot as plt  # noqa: E402
+
+COLORS = {"learner": "#d62728", "solution": "#1f77b4", "torch": "#2ca02c", "roof": "#444444"}
+
+
+def _ceilings(grades: list, env: dict | None) -> tuple[float | None, float | None]:
+    """(GB/s, TFLOP/s): from the env check, else from the device recorded with a grade."""
+    if env and env.get("gpu"):
+        return env["gpu"].get("copy_gbps"), env["gpu"].get("matmul_fp32_tflops")
+    for g in grades:
+        if g.device.get("copy_gbps"):
+            return g.device["copy_gbps"], g.device.get("matmul_tflops")
+    return None, None
+
+
+def roofline_chart(grades: list, env: dict | None, path: Path) -> Path | None:
+    points = [(g, t) for g in grades for t in g.timings[-1:] if t.intensity and t.learner_tflops]
+    bandwidth, peak = _ceilings(grades, env)
+    if not points or not bandwidth or not peak:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
+    low = min(min(t.intensity for _, t in points) / 4, 0.05)
+    high = max(max(t.intensity for _, t in points) * 4, peak * 1e3 / bandwidth * 4)
+    xs = [low * (high / low) ** (i / 200) for i in range(201)]
+    ax.plot(xs, [min(peak, bandwidth * x / 1e3) for x in xs], color=COLORS["roof"], lw=2,
+            label=f"roofline: {bandwidth:.0f} GB/s, {peak:.1f} TFLOP/s (measured)")
+    for g, t in points:
+        ax.scatter([t.intensity], [t.learner_tflops], s=60, color=COLORS["learner"], zorder=3)
+        ax.annotate(f"{g.exercise} ({g.lang})", (t.intensity, t.learner_tflops), textcoords="offset points",
+                    xytext=(6, 4), fontsize=8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP / byte)")
+    ax.set_ylabel("achieved TFLOP/s")
+    ax.set_title("Your kernels on the roofline")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def speed_vs_size(grade: Any, path: Path) -> Path | None:
+    timings = [t for t in grade.timings if t.learner_rate]
+    if not timings:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    labels = [t.case for t in timings]
+    for who in ("learner", "solution", "torch"):
+        values = [getattr(t, f"{who}_rate") for t in timings]
+        if any(v for v in values):
+            ax.plot(labels, [v or float("nan") for v in values], marker="o", color=COLORS[who],
+                    label="you" if who == "learner" else who)
+    ax.set_xlabel("size")
+    ax.set_ylabel(timings[0].unit)
+    ax.set_title(f"{grade.exercise} ({grade.lang}): speed vs size")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    plt.setp(ax.get_xticklabels(), rotation=15, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def render_all(grades: list, env: dict | None, out_dir: Path) -> list[dict[str, str]]:
+    """Write every plot the data allows; returns [{title, file}] for the report to link."""
+    made = []
+    roof = roofline_chart(grades, env, out_dir / "roofline.png")
+    if roof:
+        made.append({"title": "Roofline", "file": roof.name})
+    for g in grades:
+        plot = speed_vs_size(g, out_dir / f"speed_{g.exercise}_{g.lang}.png")
+        if plot:
+            made.append({"title": f"{g.exercise} ({g.lang}) speed vs size", "file": plot.name})
+    return made
