@@ -72,11 +72,12 @@ def _resolve(words, lang, plan_id):
 
 @main.command("env-check")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def env_check(as_json) -> None:
-    """Check torch, CUDA, the GPU, nvcc, ninja and Triton; measure the GPU's copy bandwidth."""
+@click.option("--no-training", is_flag=True, help="Skip the small CPU-vs-GPU training run.")
+def env_check(as_json, no_training) -> None:
+    """Check torch, CUDA, the GPU, nvcc, ninja and Triton; measure the GPU; time a small training run."""
     from grader import envcheck, store
 
-    record = envcheck.check_environment()
+    record = envcheck.check_environment(training=not no_training)
     store.append(record)
     click.echo(json.dumps(record, indent=2) if as_json else envcheck.format_environment(record))
     sys.exit(0 if record["ready"] else 2)
@@ -200,6 +201,78 @@ def grade_batch(submissions, only, lang, plan_id, unit, out_dir, workers, seed, 
                   for r in rows]
     click.echo(console.table(table_rows, ["learner", "exercise", "lang", "status", "score", "verdict"]))
     click.echo(f"wrote {csv_path} and {json_path}")
+
+
+@main.command()
+@click.option("--plan", "plan_id", help="The plan (default: the 11-week plan).")
+def progress(plan_id) -> None:
+    """Your plan as a checklist: each week/day, its topic and your status."""
+    from grader.progress import format_progress
+
+    try:
+        click.echo(format_progress(plan_id))
+    except ResolveError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+@main.command()
+@click.argument("words", nargs=-1, required=True)
+@click.option("--lang", type=click.Choice(["cuda", "triton"]))
+@click.option("--plan", "plan_id")
+@click.option("--source", type=SOURCES, default="learner", envvar="KCOURSE_SOURCE", help=SOURCE_HELP)
+@click.option("--file", "submission", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--ncu", is_flag=True, help="Also collect Nsight Compute's Speed-of-Light metrics (needs ncu).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), help="Folder for the trace.")
+def profile(words, lang, plan_id, source, submission, ncu, out_dir) -> None:
+    """Run your kernel under torch.profiler: the top kernels, and a trace to open in Perfetto."""
+    from grader import tools
+    from grader.reporting import reports_dir
+
+    target = _resolve(words, lang, plan_id)
+    try:
+        record = tools.run_profile(target, out_dir or reports_dir(), submission, source, ncu)
+    except tools.ToolError as exc:
+        click.echo(f"could not profile: {exc}")
+        sys.exit(1)
+    click.echo(tools.format_profile(record))
+
+
+@main.command()
+@click.argument("words", nargs=-1, required=True)
+@click.option("--lang", type=click.Choice(["cuda", "triton"]))
+@click.option("--plan", "plan_id")
+@click.option("--source", type=SOURCES, default="learner", envvar="KCOURSE_SOURCE", help=SOURCE_HELP)
+@click.option("--file", "submission", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def tune(words, lang, plan_id, source, submission) -> None:
+    """Time your kernel over the exercise's configurations (block sizes, num_warps, ...)."""
+    from grader import tools
+
+    target = _resolve(words, lang, plan_id)
+    try:
+        record = tools.run_tune(target, submission, source)
+    except tools.ToolError as exc:
+        click.echo(f"could not tune: {exc}")
+        sys.exit(1)
+    click.echo(tools.format_tune(record))
+    sys.exit(0 if any(row["correct"] for row in record["rows"]) else 1)
+
+
+@main.command()
+@click.argument("which", type=click.Choice(["day4"]))
+@click.option("--exercise", default="softmax", show_default=True, help="The Triton exercise the notebook replaces.")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("replace_op.ipynb"),
+              show_default=True)
+@click.option("--force", is_flag=True, help="Overwrite an existing notebook.")
+def notebook(which, exercise, out_path, force) -> None:
+    """Write the day 4 starter notebook: a PyTorch baseline, your Triton cell, profiling cells."""
+    from grader.notebook import NotebookError, write_notebook
+
+    target = _resolve((exercise,), "triton", None)
+    try:
+        path = write_notebook(target, out_path, force)
+    except NotebookError as exc:
+        raise click.UsageError(str(exc)) from None
+    click.echo(f"wrote {path}: fill in the cell tagged `kcourse`, then kcourse grade {exercise} --file {path}")
 
 
 if __name__ == "__main__":

@@ -36,7 +36,9 @@ def learner_file(target: Target, source: str, submission: Path | None) -> Path:
 
 
 def grade(target: Target, source: str = "learner", submission: Path | None = None, seed: int | None = None,
-          timeout_s: float | None = None, record: bool = True, child_env: dict[str, str] | None = None) -> GradeResult:
+          timeout_s: float | None = None, record: bool = True, child_env: dict[str, str] | None = None,
+          mode: str = "grade", job_extra: dict | None = None) -> GradeResult:
+    """Grade one exercise (mode "grade"), or run the learner's code for "profile" / "tune" in the same sandbox."""
     seed = seed if seed is not None else random.randrange(1, 2**31)
     result = GradeResult(exercise=target.spec.id, lang=target.variant.lang, source=str(submission or source),
                          seed=seed, unit=target.unit, plan=target.plan, threshold=target.spec.performance.threshold)
@@ -47,7 +49,8 @@ def grade(target: Target, source: str = "learner", submission: Path | None = Non
         hint = " (solutions/ is absent from a learner's kit)" if source == "solutions" else ""
         result.add(Check("load", ERROR, f"{path} does not exist{hint}", {"code": "missing_file"}))
     else:
-        _grade_file(target, path, result, seed, timeout_s, child_env or {})
+        job = {"mode": mode, **(job_extra or {})}
+        _grade_file(target, _extract_notebook(target, path), result, seed, timeout_s, child_env or {}, job)
     result.finish()
     if record:
         store.append(result.to_dict())
@@ -61,28 +64,40 @@ def _relative(path: Path) -> str:
         return str(path)
 
 
+def _extract_notebook(target: Target, path: Path) -> Path:
+    if path.suffix != ".ipynb":
+        return path
+    from grader.notebook import extract_submission
+
+    return extract_submission(path, target)
+
+
 def _grade_file(target: Target, path: Path, result: GradeResult, seed: int, timeout_s: float | None,
-                child_env: dict[str, str]) -> None:
+                child_env: dict[str, str], job: dict) -> None:
     variant = target.variant
     gpu = cuda_available()
     solution = solution_file(target.spec, variant)
-    job = {"spec_folder": str(target.spec.folder), "lang": variant.lang, "learner": str(path), "seed": seed,
-           "device": "cuda" if gpu else "cpu", "timing": gpu,
-           "solution": str(solution) if gpu and solution.exists() else None}
+    grading = job["mode"] == "grade"
+    job.update({"spec_folder": str(target.spec.folder), "lang": variant.lang, "learner": str(path), "seed": seed,
+                "device": "cuda" if gpu else "cpu", "timing": gpu and grading,
+                "solution": str(solution) if gpu and grading and solution.exists() else None})
+    wrapper = job.pop("wrapper", None)
     if variant.kind in ("cuda", "cuda_host"):
         if not _build_raw_cuda(path, solution if job["solution"] else None, job, result, gpu):
             return
     elif variant.kind == "torch_op" and not gpu:
         _compile_check_torch_op(path, result)
         return
-    calibration_error = _attach_calibration(target, job) if gpu and job["solution"] is None else None
+    calibration_error = _attach_calibration(target, job) if gpu and grading and job["solution"] is None else None
     timeout = timeout_s or variant.timeout_s * (1 if gpu else INTERPRETER_TIMEOUT_FACTOR)
-    outcome = sandbox.run_worker(job, timeout, interpret_triton=not gpu, extra_env=child_env)
+    outcome = sandbox.run_worker(job, timeout, interpret_triton=not gpu, extra_env=child_env, wrapper=wrapper)
     _merge(outcome, result, timeout)
+    if outcome.result and job["mode"] in outcome.result:
+        result.extra[job["mode"]] = outcome.result[job["mode"]]
     if calibration_error:  # numerics still count; only the speed bar is unknown
         result.checks = [c for c in result.checks if c.name != "speed"]
         result.add(Check("speed", ERROR, calibration_error, {"code": "corrupt_calibration"}))
-    if not gpu and variant.kind == "triton":
+    if not gpu and variant.kind == "triton" and grading:
         result.add(Check("speed", SKIPPED, "no GPU found: timing skipped; numerics ran under the Triton interpreter",
                          {"code": "no_gpu"}))
 

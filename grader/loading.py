@@ -46,8 +46,8 @@ class Caller:
             args.append(value)
         return args
 
-    def __call__(self, tensors: dict[str, torch.Tensor], params: dict[str, Any]) -> Any:
-        return self.function(*self.arguments(tensors, params))
+    def __call__(self, tensors: dict[str, torch.Tensor], params: dict[str, Any], **tunables: Any) -> Any:
+        return self.function(*self.arguments(tensors, params), **tunables)
 
 
 def load(variant: Variant, source: Path, library: str | None, role: str) -> Caller:

@@ -22,6 +22,7 @@ class Unit:
     exercises: list[PlanExercise] = field(default_factory=list)
     planned: list[str] = field(default_factory=list)  # topics whose exercises do not exist yet
     deliverable: str = ""
+    requires: list[str] = field(default_factory=list)  # record kinds that complete it: env, profile, tune
 
 
 @dataclass
@@ -49,6 +50,7 @@ def load_plans(folder: Path | None = None) -> dict[str, Plan]:
                 exercises=[PlanExercise(e["id"], e.get("lang")) for e in u.get("exercises", [])],
                 planned=list(u.get("planned", [])),
                 deliverable=u.get("deliverable", ""),
+                requires=list(u.get("requires", [])),
             )
             for u in data.get("units", [])
         ]

@@ -58,6 +58,7 @@ class GradeResult:
     threshold: float | None = None
     file: str = ""  # the graded file, relative to the course root where possible
     scoring: dict[str, float] = field(default_factory=dict)  # points per check, from the spec
+    extra: dict[str, Any] = field(default_factory=dict)  # profile / tune findings from the child
     started_at: float = field(default_factory=time.time)
     duration_s: float = 0.0
     kind: str = "grade"

@@ -39,7 +39,8 @@ def trim(text: str, limit: int = OUTPUT_LIMIT) -> str:
 
 
 def run_worker(job: dict[str, Any], timeout_s: float, interpret_triton: bool = False,
-               extra_env: dict[str, str] | None = None) -> Outcome:
+               extra_env: dict[str, str] | None = None, wrapper: list[str] | None = None) -> Outcome:
+    """Run the worker on `job` (optionally under a tool such as ncu: `wrapper` is its command prefix)."""
     with tempfile.TemporaryDirectory(prefix="kcourse-") as tmp:
         job = dict(job, result_path=str(Path(tmp) / "result.json"), progress_path=str(Path(tmp) / "progress.txt"))
         job_path = Path(tmp) / "job.json"
@@ -48,7 +49,8 @@ def run_worker(job: dict[str, Any], timeout_s: float, interpret_triton: bool = F
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(course_root()), env.get("PYTHONPATH")]))
         if interpret_triton:
             env["TRITON_INTERPRET"] = "1"
-        proc = subprocess.Popen([sys.executable, "-m", "grader.worker", str(job_path)], stdout=subprocess.PIPE,
+        command = [*(wrapper or []), sys.executable, "-m", "grader.worker", str(job_path)]
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=tmp,
                                 start_new_session=True)
         timed_out = False

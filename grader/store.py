@@ -62,10 +62,14 @@ def latest(kind: str, path: Path | None = None) -> dict[str, Any] | None:
     return found
 
 
-def latest_grades(path: Path | None = None, source: str | None = "learner") -> dict[str, dict[str, Any]]:
-    """The newest grade per exercise:lang (by default the learner's own, not solution runs)."""
+INSTRUCTOR_SOURCES = ("solutions", "stubs")
+
+
+def latest_grades(path: Path | None = None, learner_only: bool = True) -> dict[str, dict[str, Any]]:
+    """The newest grade per exercise:lang; by default the learner's own (their files, --file, notebooks),
+    not runs of the solutions or stubs."""
     grades: dict[str, dict[str, Any]] = {}
     for record in read_all(path):
-        if record.get("kind") == "grade" and (source is None or record.get("source") == source):
+        if record.get("kind") == "grade" and not (learner_only and record.get("source") in INSTRUCTOR_SOURCES):
             grades[f"{record['exercise']}:{record['lang']}"] = record
     return grades

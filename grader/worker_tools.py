@@ -1,0 +1,110 @@
+"""The child's other jobs besides grading: profiling and tuning the learner's kernel. They reuse the
+Worker's loading, inputs and checks, and run in the same sandbox (learner code is untrusted here too)."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from grader.checking import compare, make_inputs, make_outputs, reference_outputs
+from grader.spec import Case
+
+PROFILE_CALLS = 5
+TOP_ROWS = 12
+
+
+def profiling_case(worker) -> Case:
+    """The largest timed size on a GPU; on the CPU the largest case the interpreter can take."""
+    if worker.device == "cuda" and worker.spec.performance.cases:
+        return worker.spec.performance.cases[-1]
+    return [c for c in worker.spec.cases if not c.gpu_only][-1]
+
+
+def _event_time(event: Any, *names: str) -> float:
+    for name in names:
+        value = getattr(event, name, None)
+        if value:
+            return float(value)
+    return 0.0
+
+
+def profile(worker, learner) -> dict[str, Any]:
+    """torch.profiler over a few calls: the top kernels/operators table and a Chrome trace file."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    case = profiling_case(worker)
+    inputs = make_inputs(worker.spec, case, worker.job["seed"], worker.tensor_device)
+    tensors = {**inputs, **make_outputs(worker.spec, case, worker.tensor_device)}
+    for _ in range(2):  # warm-up: compilation stays out of the profile
+        worker.call(learner, tensors, case, f"profiling {case.label()}")
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if worker.device == "cuda" else [])
+    with torch_profile(activities=activities) as prof:
+        for _ in range(PROFILE_CALLS):
+            worker.call(learner, tensors, case, f"profiling {case.label()}")
+    trace = Path(worker.job["trace_path"])
+    prof.export_chrome_trace(str(trace))
+    rows = []
+    for event in prof.key_averages():
+        rows.append({"name": event.key[:90], "calls": int(event.count),
+                     "device_us": _event_time(event, "self_device_time_total", "self_cuda_time_total"),
+                     "cpu_us": _event_time(event, "self_cpu_time_total")})
+    key = "device_us" if worker.device == "cuda" else "cpu_us"
+    rows.sort(key=lambda r: r[key], reverse=True)
+    return {"case": case.label(), "calls": PROFILE_CALLS, "trace": str(trace), "top": rows[:TOP_ROWS]}
+
+
+def configurations(worker) -> list[dict[str, Any]]:
+    grid = worker.spec.tuning.get(worker.variant.lang, {})
+    names = list(grid)
+    return [dict(zip(names, values)) for values in itertools.product(*(grid[n] for n in names))]
+
+
+def tune(worker, learner) -> dict[str, Any]:
+    """Every configuration: checked on a ragged size with fresh inputs, then timed at the largest size."""
+    from grader import timing
+
+    check_case = [c for c in worker.spec.cases if not c.gpu_only][-1]
+    time_case = worker.spec.performance.cases[-1] if worker.spec.performance.cases else None
+    work, ceiling, unit = worker.work_and_ceiling(time_case) if time_case else (None, None, "")
+    rows = []
+    for index, config in enumerate(configurations(worker)):
+        label = ", ".join(f"{k}={v}" for k, v in config.items())
+        worker.progress(f"tuning {label}")
+        row: dict[str, Any] = {"config": label, "ms": None, "rate": None, "roofline_pct": None, "correct": True, "error": ""}
+        row["error"] = _check_config(worker, learner, check_case, config, worker.job["seed"] + index)
+        row["correct"] = not row["error"]
+        if row["correct"] and worker.device == "cuda" and time_case is not None:
+            inputs = make_inputs(worker.spec, time_case, worker.job["seed"], worker.tensor_device)
+            tensors = {**inputs, **make_outputs(worker.spec, time_case, worker.tensor_device)}
+            measured = timing.time_alternating({"c": lambda: learner(tensors, time_case.params, **config)}, budget_s=1.0)
+            row["ms"] = measured["c"]["median_ms"]
+            if work:
+                row["rate"] = work / (row["ms"] / 1000)
+                row["roofline_pct"] = 100 * row["rate"] / ceiling if ceiling else None
+        rows.append(row)
+    timed = [r for r in rows if r["ms"]]
+    best = min(timed, key=lambda r: r["ms"]) if timed else None
+    return {"case": time_case.label() if time_case else "", "unit": unit, "rows": rows, "best": best,
+            "speedup": max(r["ms"] for r in timed) / best["ms"] if best else None}
+
+
+def _check_config(worker, learner, case: Case, config: dict[str, Any], seed: int) -> str:
+    inputs = make_inputs(worker.spec, case, seed, worker.tensor_device)
+    outputs = make_outputs(worker.spec, case, worker.tensor_device)
+    refs = reference_outputs(worker.reference, worker.spec, inputs)
+    try:
+        learner({**inputs, **outputs}, case.params, **config)
+        worker.sync()
+    except NotImplementedError as exc:
+        return f"not implemented yet: {exc}"
+    except Exception as exc:  # a configuration the kernel cannot take (too many registers, ...)
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0][:150] if str(exc) else ''}"
+    for spec_out, ref in zip(worker.spec.outputs, refs):
+        result = compare(spec_out.name, outputs[spec_out.name], ref, worker.spec.tolerance_for(case.dtype), case.label())
+        if not result.ok:
+            return result.message[:200]
+    return ""

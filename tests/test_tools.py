@@ -1,0 +1,102 @@
+"""Profile, tune, notebooks and progress on the CPU (Triton interpreter)."""
+
+import json
+
+import nbformat
+import pytest
+from click.testing import CliRunner
+
+from conftest import ROOT
+from grader import store, tools
+from grader.cli import main
+from grader.discovery import resolve
+from grader.grade import grade
+from grader.notebook import NotebookError, extract_submission, write_notebook
+
+
+def run(*args):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+@pytest.mark.solutions
+def test_tune_checks_every_configuration_and_records_them():
+    record = tools.run_tune(resolve(("softmax",)), source="solutions")
+    assert [r["config"] for r in record["rows"]] == [f"num_warps={w}" for w in (2, 4, 8, 16)]
+    assert all(r["correct"] for r in record["rows"])
+    assert store.latest("tune")["exercise"] == "softmax"
+
+
+def test_tune_of_an_exercise_without_tunables_says_so():
+    with pytest.raises(tools.ToolError, match=r"exposes no tunable parameters.*\[tuning.cuda\]"):
+        tools.run_tune(resolve(("reduction",)))
+
+
+def test_tune_of_a_stub_gives_the_graders_verdict():
+    result = run("tune", "softmax")
+    assert result.exit_code == 1 and "not implemented yet" in result.output
+
+
+@pytest.mark.solutions
+def test_profile_writes_a_trace_and_a_top_table(tmp_path):
+    record = tools.run_profile(resolve(("softmax",)), tmp_path, source="solutions")
+    assert json.loads((tmp_path / "trace_softmax_triton.json").read_text())
+    assert record["top"] and {"name", "calls", "device_us", "cpu_us"} <= set(record["top"][0])
+    assert store.latest("profile")["trace"] == record["trace"]
+
+
+def test_ncu_csv_is_reduced_to_the_learners_kernels():
+    csv_text = (
+        '"ID","Kernel Name","Section Name","Metric Name","Metric Unit","Metric Value"\n'
+        '"0","void at::native::fill_kernel","SpeedOfLight","Duration","us","3.1"\n'
+        '"1","softmax_kernel","SpeedOfLight","Duration","us","48.2"\n'
+        '"1","softmax_kernel","SpeedOfLight","DRAM Throughput","%","91.5"\n'
+        '"1","softmax_kernel","SpeedOfLight","L1/TEX Cache Throughput","%","20.0"\n'
+    )
+    rows = tools.parse_ncu("==PROF== noise\n" + csv_text)
+    assert rows == [{"kernel": "softmax_kernel", "metric": "Duration", "value": "48.2", "unit": "us"},
+                    {"kernel": "softmax_kernel", "metric": "DRAM Throughput", "value": "91.5", "unit": "%"}]
+
+
+def test_notebook_has_a_baseline_a_tagged_cell_and_profiling(tmp_path):
+    path = write_notebook(resolve(("softmax",)), tmp_path / "replace_op.ipynb")
+    nb = nbformat.read(str(path), as_version=4)
+    nbformat.validate(nb)
+    tagged = [c for c in nb.cells if "kcourse" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1 and "def softmax(" in tagged[0].source
+    assert any("torch.profiler" in c.source for c in nb.cells)
+    with pytest.raises(NotebookError, match="exists"):
+        write_notebook(resolve(("softmax",)), path)
+
+
+@pytest.mark.solutions
+def test_a_notebook_is_graded_by_its_tagged_cells(tmp_path):
+    path = write_notebook(resolve(("softmax",)), tmp_path / "replace_op.ipynb")
+    nb = nbformat.read(str(path), as_version=4)
+    for cell in nb.cells:
+        if "kcourse" in cell.metadata.get("tags", []):
+            cell.source = (ROOT / "solutions/softmax/softmax.py").read_text()
+    nbformat.write(nb, str(path))
+    result = grade(resolve(("softmax",)), submission=path, seed=3)
+    assert result.status == "passed" and result.source.endswith("replace_op.ipynb")
+    stub_result = run("grade", "softmax", "--file", str(write_notebook(resolve(("softmax",)), tmp_path / "b.ipynb")))
+    assert stub_result.exit_code == 1 and "not implemented yet" in stub_result.output
+
+
+def test_a_notebook_without_a_tagged_cell_says_what_to_tag(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("print(1)")]
+    path = tmp_path / "x.ipynb"
+    nbformat.write(nb, str(path))
+    with pytest.raises(NotebookError, match="no code cell tagged `kcourse`"):
+        extract_submission(path, resolve(("softmax",)))
+
+
+def test_progress_is_a_checklist_from_recorded_results():
+    store.append({"kind": "env"})
+    store.append({"kind": "grade", "exercise": "vector_add", "lang": "triton", "source": "learner", "status": "passed"})
+    store.append({"kind": "grade", "exercise": "softmax", "lang": "triton", "source": "learner", "status": "failed"})
+    output = run("progress", "--plan", "triton-5-day").output
+    assert "[x]  day1" in output and "[~]  day2" in output and "softmax (triton): failed" in output
+    assert "1 of 5 done" in output
+    hundred = run("progress", "--plan", "challenge-100-day").output
+    assert "day100" in hundred and "[-]" in hundred
