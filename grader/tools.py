@@ -32,27 +32,32 @@ def _failure(result: GradeResult) -> str:
 
 def run_profile(target: Target, out_dir: Path, submission: Path | None = None, source: str = "learner",
                 ncu: bool = False) -> dict[str, Any]:
+    """torch.profiler's table and trace; with `ncu`, a second run under Nsight Compute (the two
+    profilers cannot share one process: both want the GPU's performance counters)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     trace = out_dir / f"trace_{target.spec.id}_{target.variant.lang}.json"
-    extra: dict[str, Any] = {"trace_path": str(trace)}
-    ncu_log = None
-    if ncu:
-        ncu_path = shutil.which("ncu")
-        if ncu_path is None:
-            raise ToolError("Nsight Compute (ncu) was not found on PATH: install it with the CUDA Toolkit, or drop --ncu")
-        ncu_log = Path(tempfile.mkdtemp(prefix="kcourse-ncu-")) / "ncu.csv"
-        extra["wrapper"] = [ncu_path, "--clock-control", "none", "--csv", "--section", "SpeedOfLight",
-                            "--target-processes", "all", "--launch-count", "60", "--log-file", str(ncu_log)]
-    result = grade(target, source=source, submission=submission, mode="profile", job_extra=extra, record=False,
-                   timeout_s=target.variant.timeout_s * (10 if ncu else 3))
+    ncu_path = shutil.which("ncu") if ncu else None
+    if ncu and ncu_path is None:
+        raise ToolError("Nsight Compute (ncu) was not found on PATH: install it with the CUDA Toolkit, or drop --ncu")
+    result = grade(target, source=source, submission=submission, mode="profile", job_extra={"trace_path": str(trace)},
+                   record=False, timeout_s=target.variant.timeout_s * 3)
     if "profile" not in result.extra:
         raise ToolError(_failure(result))
-    found = result.extra["profile"]
     record = {"kind": "profile", "exercise": target.spec.id, "lang": target.variant.lang, "at": time.time(),
-              "device": result.device.get("name", "CPU"), **found,
-              "ncu": parse_ncu(ncu_log.read_text()) if ncu_log and ncu_log.exists() else []}
+              "device": result.device.get("name", "CPU"), **result.extra["profile"],
+              "ncu": _ncu_metrics(target, submission, source, ncu_path) if ncu_path else []}
     store.append(record)
     return record
+
+
+def _ncu_metrics(target: Target, submission: Path | None, source: str, ncu_path: str) -> list[dict[str, str]]:
+    log = Path(tempfile.mkdtemp(prefix="kcourse-ncu-")) / "ncu.csv"
+    wrapper = [ncu_path, "--clock-control", "none", "--csv", "--section", "SpeedOfLight", "--target-processes", "all",
+               "--launch-count", "60", "--log-file", str(log)]
+    grade(target, source=source, submission=submission, mode="profile", record=False,
+          job_extra={"trace_path": str(log.with_suffix(".json")), "wrapper": wrapper},
+          timeout_s=target.variant.timeout_s * 10)
+    return parse_ncu(log.read_text()) if log.exists() else []
 
 
 def parse_ncu(text: str) -> list[dict[str, str]]:
