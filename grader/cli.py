@@ -115,6 +115,11 @@ def validate(source, only, lang, plan_id, unit, seed, as_json, strict, junit, gr
         targets = validation.select(only=set(only), lang=lang, plan_id=plan_id, unit=unit)
     except ResolveError as exc:
         raise click.UsageError(str(exc)) from None
+    from grader.paths import solutions_dir
+
+    if source == "solutions" and not solutions_dir().is_dir():
+        raise click.UsageError(f"{solutions_dir()} is missing: validating the solutions needs the instructor's "
+                               "solutions/ folder (a learner's kit has none)")
     summary, results = validation.validate(targets, source=source, seed=seed)
     click.echo(json.dumps(summary, indent=2) if as_json else validation.format_summary(summary))
     _export(results, junit, gradescope)

@@ -171,3 +171,9 @@ def test_grade_batch_grades_everyone_even_when_one_learner_hangs(tmp_path):
     assert rows["bo"]["status"] == "failed" and "15 s limit" in rows["bo"]["verdict"]
     assert rows["cy"]["status"] == "missing"
     assert (out / "gradebook.csv").read_text().splitlines()[0].startswith("learner,exercise,lang,status,score")
+
+
+def test_validate_solutions_without_a_solutions_folder_is_a_clear_usage_error(tmp_path, monkeypatch):
+    monkeypatch.setattr("grader.paths.solutions_dir", lambda: tmp_path / "solutions")
+    result = CliRunner().invoke(main, ["validate", "--source", "solutions"])
+    assert result.exit_code == 2 and "solutions/ folder" in result.output
