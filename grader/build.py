@@ -139,6 +139,7 @@ def _run_ninja(out_dir: Path, nvcc: str, flags: list[str], source: Path) -> tupl
     return proc.returncode == 0, proc.stdout + proc.stderr
 
 
+_NVCC_COMMAND_MARKER = " -Xptxas -v -shared "  # ninja echoes the failing command line: not for the learner
 _NVCC_LOCATION = re.compile(r"^(?P<path>[^\s:()]+\.(?:cu|cuh|h|cpp))\((?P<line>\d+)\): ", re.M)
 
 
@@ -148,12 +149,9 @@ def format_compiler_errors(log: str, source: Path) -> str:
     keep = [
         line for line in text.splitlines()
         if line.strip() and not line.startswith(("ninja:", "[", "FAILED:", "ptxas info", "    0 bytes stack"))
-        and nvcc_command_marker not in line
+        and _NVCC_COMMAND_MARKER not in line
     ]
     return "\n".join(keep[:60]) or text.strip()[-3000:]
-
-
-nvcc_command_marker = " -Xptxas -v -shared "
 
 _ENTRY = re.compile(r"Compiling entry function '(?P<name>[^']+)' for '(?P<arch>\w+)'")
 _STACK = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")

@@ -19,6 +19,20 @@ SOURCE_HELP = ("learner/stubs: the files in exercises/; solutions: the hidden so
                "(env KCOURSE_SOURCE does the same, for CI systems that set variables).")
 
 
+def learner_code_options(command):
+    """What names the code to run: `week2 reduction` or `reduction`, --lang, --plan, --source, --file."""
+    for option in reversed([
+        click.argument("words", nargs=-1, required=True),
+        click.option("--lang", type=click.Choice(["cuda", "triton"]), help="Pick the language where an exercise has both."),
+        click.option("--plan", "plan_id", help="Resolve the week/day in this plan (default: the 11-week plan)."),
+        click.option("--source", type=SOURCES, default="learner", show_default=True, envvar="KCOURSE_SOURCE", help=SOURCE_HELP),
+        click.option("--file", "submission", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                     help="Use this file (a .py, .cu or tagged .ipynb) instead of the one in exercises/."),
+    ]):
+        command = option(command)
+    return command
+
+
 def exit_code(statuses: list[str], strict: bool) -> int:
     if any(s in ("failed", "error") for s in statuses):
         return 1
@@ -33,12 +47,7 @@ def main() -> None:
 
 
 @main.command()
-@click.argument("words", nargs=-1, required=True)
-@click.option("--lang", type=click.Choice(["cuda", "triton"]), help="Pick the language where an exercise has both.")
-@click.option("--plan", "plan_id", help="Resolve the week/day in this plan (default: the 11-week plan).")
-@click.option("--source", type=SOURCES, default="learner", show_default=True, envvar="KCOURSE_SOURCE", help=SOURCE_HELP)
-@click.option("--file", "submission", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Grade this file instead of the one in exercises/.")
+@learner_code_options
 @click.option("--seed", type=int, help="Seed for the random inputs (a failure prints the one to reuse).")
 @click.option("--timeout", type=float, help="Seconds the learner's code may run (default: the exercise's).")
 @click.option("--json", "as_json", is_flag=True, help="Print the full result as one JSON document.")
@@ -221,11 +230,7 @@ def progress(plan_id) -> None:
 
 
 @main.command()
-@click.argument("words", nargs=-1, required=True)
-@click.option("--lang", type=click.Choice(["cuda", "triton"]))
-@click.option("--plan", "plan_id")
-@click.option("--source", type=SOURCES, default="learner", envvar="KCOURSE_SOURCE", help=SOURCE_HELP)
-@click.option("--file", "submission", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@learner_code_options
 @click.option("--ncu", is_flag=True, help="Also collect Nsight Compute's Speed-of-Light metrics (needs ncu).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), help="Folder for the trace.")
 def profile(words, lang, plan_id, source, submission, ncu, out_dir) -> None:
@@ -243,11 +248,7 @@ def profile(words, lang, plan_id, source, submission, ncu, out_dir) -> None:
 
 
 @main.command()
-@click.argument("words", nargs=-1, required=True)
-@click.option("--lang", type=click.Choice(["cuda", "triton"]))
-@click.option("--plan", "plan_id")
-@click.option("--source", type=SOURCES, default="learner", envvar="KCOURSE_SOURCE", help=SOURCE_HELP)
-@click.option("--file", "submission", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@learner_code_options
 def tune(words, lang, plan_id, source, submission) -> None:
     """Time your kernel over the exercise's configurations (block sizes, num_warps, ...)."""
     from grader import tools

@@ -32,26 +32,24 @@ def test_vector_add_has_both_languages():
     assert spec.variants["cuda"].kind == "cuda_host"
 
 
-def test_spec_with_unknown_argument_is_rejected_with_the_file_named(tmp_path):
-    folder = tmp_path / "broken"
+def write_spec(folder, args='["x"]', case_extra=""):
     folder.mkdir()
     (folder / "spec.toml").write_text(
-        'id = "broken"\n[variants.triton]\nstub = "b.py"\nentry = "f"\nargs = ["x", "nope"]\n'
-        '[inputs.x]\nshape = ["n"]\n[outputs.y]\nshape = ["n"]\n[[cases]]\nn = 3\n'
+        f'id = "{folder.name}"\n[variants.triton]\nstub = "b.py"\nentry = "f"\nargs = {args}\n'
+        f'[inputs.x]\nshape = ["n"]\n[outputs.y]\nshape = ["n"]\n[[cases]]\nn = 3\n{case_extra}'
         "[tolerance.float32]\natol = 0\nrtol = 0\n"
     )
+    return folder
+
+
+def test_spec_with_unknown_argument_is_rejected_with_the_file_named(tmp_path):
+    folder = write_spec(tmp_path / "broken", args='["x", "nope"]')
     with pytest.raises(SpecError, match=r"broken/spec.toml: argument 'nope'"):
         load_spec(folder)
 
 
 def test_spec_without_tolerance_for_a_case_dtype_is_rejected(tmp_path):
-    folder = tmp_path / "t"
-    folder.mkdir()
-    (folder / "spec.toml").write_text(
-        'id = "t"\n[variants.triton]\nstub = "b.py"\nentry = "f"\nargs = ["x"]\n'
-        '[inputs.x]\nshape = ["n"]\n[outputs.y]\nshape = ["n"]\n[[cases]]\nn = 3\ndtype = "float16"\n'
-        "[tolerance.float32]\natol = 0\nrtol = 0\n"
-    )
+    folder = write_spec(tmp_path / "t", case_extra='dtype = "float16"\n')
     with pytest.raises(SpecError, match=r"no \[tolerance.float16\]"):
         load_spec(folder)
 
