@@ -92,7 +92,7 @@ def test_every_day_and_week_of_the_plans_renders(recorded):
 def test_final_report_tables_every_graded_exercise_and_links_its_plots(recorded):
     text = reporting.render("final").read_text()
     assert "| matmul | cuda | passed |" in text
-    assert "matmul (cuda) | M=4096 N=4096 K=4096 | 6 | 4.8 | 5.4 | 200 TFLOP/s | 250 TFLOP/s | 222 TFLOP/s | 43% | 0.80× |" in text
+    assert "matmul (cuda) | M=4096 N=4096 K=4096 | 6 | 4.8 | 5.4 | 200 TFLOP/s | 250 TFLOP/s | 222 TFLOP/s | 43% | 0.80× | live solution |" in text
     assert "![Roofline](roofline.png)" in text and "(speed_reduction_cuda.png)" in text
     for name in ("roofline.png", "speed_reduction_cuda.png", "speed_matmul_cuda.png"):
         assert (recorded / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
