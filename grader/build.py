@@ -84,14 +84,17 @@ def _source_key(sources: list[Path], flags: list[str], compiler: str) -> str:
     return digest.hexdigest()[:20]
 
 
-def build_shared_library(source: Path, arch: str | None = None, nvcc: str | None = None) -> BuildResult:
-    """Compile one .cu file to a shared library for `arch` (default: sm_90), reusing a cached build."""
+def build_shared_library(source: Path, arch: str | None = None, nvcc: str | None = None,
+                         defines: dict[str, object] | None = None) -> BuildResult:
+    """Compile one .cu file to a shared library for `arch` (default: sm_90), reusing a cached build.
+    `defines` become -DNAME=VALUE (how `kcourse tune` tries a CUDA exercise's compile-time block sizes)."""
     started = time.perf_counter()
     nvcc = nvcc or find_nvcc()
     arch = arch or DEFAULT_ARCH
     if nvcc is None:
         return BuildResult(ok=False, seconds=0.0, arch=arch, log=NVCC_HINT)
     flags = ["-O3", "-std=c++17", f"-arch={arch}", "-lineinfo", "-Xptxas", "-v", "-shared", "-Xcompiler", "-fPIC"]
+    flags += [f"-D{name}={value}" for name, value in sorted((defines or {}).items())]
     out_dir = build_cache_dir() / _source_key([source], flags, nvcc_version(nvcc) + nvcc)
     library, report = out_dir / "lib.so", out_dir / "ptxas.txt"
     if library.exists():
@@ -100,7 +103,7 @@ def build_shared_library(source: Path, arch: str | None = None, nvcc: str | None
     out_dir.mkdir(parents=True, exist_ok=True)
     with _locked(out_dir):  # several graders (grade-batch) may build the same source at once
         if library.exists():
-            return build_shared_library(source, arch, nvcc)
+            return build_shared_library(source, arch, nvcc, defines)
         ok, log = _run_ninja(out_dir, nvcc, flags, source)
         result = BuildResult(ok=ok, seconds=time.perf_counter() - started, arch=arch, resources=parse_resources(log))
         if ok:

@@ -14,7 +14,8 @@ from typing import Any
 from grader import store
 from grader.console import num, table
 from grader.discovery import Target
-from grader.grade import grade
+from grader.build import build_shared_library, format_resources, gpu_arch
+from grader.grade import cuda_available, grade, learner_file
 from grader.records import GradeResult
 
 NCU_METRICS = ("Duration", "Memory Throughput", "DRAM Throughput", "Compute (SM) Throughput")
@@ -91,23 +92,58 @@ def run_tune(target: Target, submission: Path | None = None, source: str = "lear
     if not target.spec.tuning.get(target.variant.lang):
         raise ToolError(f"{target.spec.id} ({target.variant.lang}) exposes no tunable parameters "
                         "(its spec.toml has no [tuning." + target.variant.lang + "] table)")
-    result = grade(target, source=source, submission=submission, mode="tune", record=False,
+    job_extra, builds = {}, {}
+    if target.variant.kind in ("cuda", "cuda_host"):
+        builds = _build_configurations(target, learner_file(target, source, submission))
+        job_extra = {"tune_libraries": {label: b.library for label, b in builds.items() if b.ok},
+                     "tune_build_errors": {label: b.log for label, b in builds.items() if not b.ok}}
+        if not cuda_available():
+            return _record_tune(target, "CPU (compile only)", _compiled_only(builds))
+    result = grade(target, source=source, submission=submission, mode="tune", record=False, job_extra=job_extra,
                    timeout_s=target.variant.timeout_s * 5)
     if "tune" not in result.extra:
         raise ToolError(_failure(result))
+    found = result.extra["tune"]
+    for row in found["rows"]:  # what the compiler said of each CUDA configuration
+        if row["config"] in builds:
+            row["resources"] = format_resources(builds[row["config"]].resources[:1])
+    return _record_tune(target, result.device.get("name", "CPU"), found)
+
+
+def _build_configurations(target: Target, path: Path) -> dict[str, Any]:
+    from grader.worker_tools import config_label, configurations
+
+    arch = gpu_arch() if cuda_available() else None
+    return {config_label(c): build_shared_library(path, arch, defines=c) for c in configurations(target.spec, target.variant.lang)}
+
+
+def _compiled_only(builds: dict[str, Any]) -> dict[str, Any]:
+    rows = [{"config": label, "ms": None, "rate": None, "roofline_pct": None, "correct": None if b.ok else False,
+             "error": "" if b.ok else "did not compile: " + b.log[:200], "resources": format_resources(b.resources[:1])}
+            for label, b in builds.items()]
+    return {"case": "", "unit": "", "rows": rows, "best": None, "speedup": None}
+
+
+def _record_tune(target: Target, device: str, found: dict[str, Any]) -> dict[str, Any]:
     record = {"kind": "tune", "exercise": target.spec.id, "lang": target.variant.lang, "at": time.time(),
-              "device": result.device.get("name", "CPU"), **result.extra["tune"]}
+              "device": device, **found}
     store.append(record)
     return record
 
 
+def _correct_text(correct: bool | None, error: str) -> str:
+    return "not run" if correct is None else "yes" if correct else "NO: " + error[:60]
+
+
 def format_tune(record: dict[str, Any]) -> str:
     rows = [[r["config"], num(r["ms"]), num(r["rate"]), num(r["roofline_pct"], "{:.0f}%"),
-             "yes" if r["correct"] else "NO: " + r["error"][:60]] for r in record["rows"]]
-    text = (f"{record['exercise']} ({record['lang']}) on {record['device']}, timed at {record['case']}\n"
-            + table(rows, ["configuration", "ms", record["unit"] or "rate", "% roofline", "correct"]))
+             _correct_text(r["correct"], r["error"]), r.get("resources", "")] for r in record["rows"]]
+    text = (f"{record['exercise']} ({record['lang']}) on {record['device']}, timed at {record['case'] or '—'}\n"
+            + table(rows, ["configuration", "ms", record["unit"] or "rate", "% roofline", "correct", "compiler report"]))
     if record.get("best"):
         text += f"\nbest: {record['best']['config']} ({record['speedup']:.2f}× the slowest correct configuration)"
+    elif record["device"] == "CPU (compile only)":
+        text += "\nno GPU: each configuration was compiled (see the compiler report), not run"
     elif record["device"].startswith("CPU"):
         text += "\nno GPU: configurations were checked for correctness only, not timed"
     return text

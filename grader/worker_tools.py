@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from grader import loading
 from grader.checking import compare, make_inputs, make_outputs, reference_outputs
 from grader.spec import Case
 
@@ -57,10 +58,30 @@ def profile(worker, learner) -> dict[str, Any]:
     return {"case": case.label(), "calls": PROFILE_CALLS, "trace": str(trace), "top": rows[:TOP_ROWS]}
 
 
-def configurations(worker) -> list[dict[str, Any]]:
-    grid = worker.spec.tuning.get(worker.variant.lang, {})
+def configurations(spec, lang: str) -> list[dict[str, Any]]:
+    grid = spec.tuning.get(lang, {})
     names = list(grid)
     return [dict(zip(names, values)) for values in itertools.product(*(grid[n] for n in names))]
+
+
+def config_label(config: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in config.items())
+
+
+def _config_runner(worker, learner):
+    """config -> callable(tensors, params), or an error text. Triton: the values are keyword arguments
+    of the entry point; CUDA: each configuration is its own build (-D defines) made by the parent."""
+    libraries = worker.job.get("tune_libraries")
+    if libraries is None:
+        return lambda config: (lambda tensors, params: learner(tensors, params, **config))
+
+    def for_config(config):
+        label = config_label(config)
+        if label not in libraries:
+            return "did not compile: " + worker.job.get("tune_build_errors", {}).get(label, "")[:200]
+        return loading.load(worker.variant, worker.learner_path, libraries[label], "learner")
+
+    return for_config
 
 
 def tune(worker, learner) -> dict[str, Any]:
@@ -71,16 +92,18 @@ def tune(worker, learner) -> dict[str, Any]:
     time_case = worker.spec.performance.cases[-1] if worker.spec.performance.cases else None
     work, ceiling, unit = worker.work_and_ceiling(time_case) if time_case else (None, None, "")
     rows = []
-    for index, config in enumerate(configurations(worker)):
-        label = ", ".join(f"{k}={v}" for k, v in config.items())
+    runner = _config_runner(worker, learner)
+    for index, config in enumerate(configurations(worker.spec, worker.variant.lang)):
+        label = config_label(config)
         worker.progress(f"tuning {label}")
         row: dict[str, Any] = {"config": label, "ms": None, "rate": None, "roofline_pct": None, "correct": True, "error": ""}
-        row["error"] = _check_config(worker, learner, check_case, config, worker.job["seed"] + index)
+        call = runner(config)
+        row["error"] = call if isinstance(call, str) else _check_config(worker, call, check_case, worker.job["seed"] + index)
         row["correct"] = not row["error"]
         if row["correct"] and worker.device == "cuda" and time_case is not None:
             inputs = make_inputs(worker.spec, time_case, worker.job["seed"], worker.tensor_device)
             tensors = {**inputs, **make_outputs(worker.spec, time_case, worker.tensor_device)}
-            measured = timing.time_alternating({"c": lambda: learner(tensors, time_case.params, **config)}, budget_s=1.0)
+            measured = timing.time_alternating({"c": lambda: call(tensors, time_case.params)}, budget_s=1.0)
             row["ms"] = measured["c"]["median_ms"]
             if work:
                 row["rate"] = work / (row["ms"] / 1000)
@@ -92,12 +115,12 @@ def tune(worker, learner) -> dict[str, Any]:
             "speedup": max(r["ms"] for r in timed) / best["ms"] if best else None}
 
 
-def _check_config(worker, learner, case: Case, config: dict[str, Any], seed: int) -> str:
+def _check_config(worker, call, case: Case, seed: int) -> str:
     inputs = make_inputs(worker.spec, case, seed, worker.tensor_device)
     outputs = make_outputs(worker.spec, case, worker.tensor_device)
     refs = reference_outputs(worker.reference, worker.spec, inputs)
     try:
-        learner({**inputs, **outputs}, case.params, **config)
+        call({**inputs, **outputs}, case.params)
         worker.sync()
     except NotImplementedError as exc:
         return f"not implemented yet: {exc}"

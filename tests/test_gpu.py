@@ -75,3 +75,15 @@ def test_a_kernel_that_never_ends_is_stopped():
 def test_a_torch_op_that_calls_aten_is_caught():
     check = failing_check(grade(resolve(("gelu_op",)), submission=submission("gelu_op_calls_aten.cu"), seed=1))
     assert check.details["code"] == "torch_compute" and "aten::tanh" in check.message
+
+
+def test_a_plain_tiled_matmul_meets_the_threshold_and_tunes_over_tile_sizes():
+    from grader import tools
+
+    result = grade(resolve(("week2", "matmul")), submission=submission("matmul_tiled.cu"), seed=2)
+    assert result.status == "passed", result.verdict
+    record = tools.run_tune(resolve(("matmul",)), submission=submission("matmul_tiled.cu"))
+    assert [r["config"] for r in record["rows"]] == ["TILE=8", "TILE=16", "TILE=32"]
+    assert all(r["correct"] and r["ms"] for r in record["rows"]) and record["best"]
+    print(f"\ntiled matmul: ratio {result.timings[-1].ratio:.2f} of the solution; tune: "
+          + ", ".join(f"{r['config']} {r['ms']:.3f} ms" for r in record["rows"]))

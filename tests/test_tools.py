@@ -100,3 +100,17 @@ def test_progress_is_a_checklist_from_recorded_results():
     assert "1 of 5 done" in output
     hundred = run("progress", "--plan", "challenge-100-day").output
     assert "day100" in hundred and "[-]" in hundred
+
+
+@pytest.mark.nvcc
+def test_tune_of_a_cuda_exercise_rebuilds_each_block_size_and_reports_the_compiler(monkeypatch):
+    from conftest import HAS_GPU, submission
+
+    if HAS_GPU:
+        pytest.skip("the GPU path is covered in test_gpu.py")
+    record = tools.run_tune(resolve(("matmul",)), submission=submission("matmul_tiled.cu"))
+    assert [r["config"] for r in record["rows"]] == ["TILE=8", "TILE=16", "TILE=32"]
+    assert all(r["correct"] is None for r in record["rows"])  # compiled, not run: never "yes"
+    smem = [r["resources"] for r in record["rows"]]
+    assert "512 B shared memory" in smem[0] and "8192 B shared memory" in smem[2]
+    assert "not run" in tools.format_tune(record)
