@@ -10,7 +10,6 @@ from pathlib import Path
 
 from grader.records import ERROR, FAILED, PASSED, SKIPPED, GradeResult
 
-CHECK_ORDER = ("build", "load", "run", "numerics", "integrity", "speed")
 
 
 def junit_xml(results: list[GradeResult]) -> str:

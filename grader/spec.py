@@ -109,8 +109,6 @@ class ExerciseSpec:
     tuning: dict[str, dict[str, list]] = field(default_factory=dict)  # per language: keyword -> values to try
     scoring: dict[str, float] = field(default_factory=lambda: {"numerics": 7.0, "speed": 3.0})
     topic: str = ""
-    week_hint: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def variant(self, lang: str | None) -> Variant:
         if lang is None:
@@ -182,7 +180,6 @@ def _parse(data: dict[str, Any], folder: Path) -> ExerciseSpec:
         trials=int(data.get("trials", 2)),
         scoring={k: float(v) for k, v in data.get("scoring", {"numerics": 7, "speed": 3}).items()},
         topic=data.get("topic", ""),
-        extra={k: v for k, v in data.items() if k.startswith("x_")},
     )
     _validate(spec, path)
     return spec

@@ -7,8 +7,6 @@ import itertools
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from grader import loading
 from grader.checking import compare, make_inputs, make_outputs, reference_outputs
 from grader.spec import Case

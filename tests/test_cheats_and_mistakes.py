@@ -1,8 +1,6 @@
 """Each cheat or mistake a learner can make gets its own clear verdict (Triton interpreter on the
 CPU, real child processes). CUDA-only failures (faults, hung kernels) are in test_gpu.py."""
 
-import pytest
-
 from conftest import submission
 from grader.discovery import resolve
 from grader.grade import grade

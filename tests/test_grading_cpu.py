@@ -5,7 +5,7 @@ import pytest
 
 pytestmark = pytest.mark.solutions
 
-from conftest import HAS_GPU, submission
+from conftest import HAS_GPU
 from grader import store
 from grader.discovery import all_targets, resolve
 from grader.grade import grade

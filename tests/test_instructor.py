@@ -7,7 +7,6 @@ import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -15,9 +14,7 @@ from click.testing import CliRunner
 from conftest import ROOT, submission
 from grader import calibration, exports
 from grader.cli import main
-from grader.discovery import resolve
-from grader.grade import grade
-from grader.records import Check, GradeResult, Timing
+from grader.records import Check, GradeResult
 
 pytestmark = pytest.mark.solutions
 
