@@ -10,7 +10,7 @@ import random
 from pathlib import Path
 
 from grader import build, calibration, sandbox, store
-from grader.paths import course_root
+from grader.paths import course_root, solutions_dir
 from grader.discovery import Target, solution_file, stub_file
 from grader.records import ERROR, FAILED, PASSED, SKIPPED, Check, GradeResult, Timing
 
@@ -79,6 +79,7 @@ def _grade_file(target: Target, path: Path, result: GradeResult, seed: int, time
     solution = solution_file(target.spec, variant)
     grading = job["mode"] == "grade"
     job.update({"spec_folder": str(target.spec.folder), "lang": variant.lang, "learner": str(path), "seed": seed,
+                "solutions_root": str(solutions_dir()),
                 "device": "cuda" if gpu else "cpu", "timing": gpu and grading,
                 "solution": str(solution) if gpu and grading and solution.exists() else None})
     wrapper = job.pop("wrapper", None)

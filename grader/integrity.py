@@ -6,6 +6,9 @@ anything that computes (aten::softmax, aten::add, aten::mm, ...) means torch did
 
 from __future__ import annotations
 
+import os
+import sys
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -39,6 +42,33 @@ def ops_called(function: Callable[[], object]) -> tuple[object, set[str]]:
     with profile(activities=[ProfilerActivity.CPU], record_shapes=False) as prof:
         result = function()
     return result, {event.name for event in prof.events()}
+
+
+class SolutionWatch:
+    """Notes every file opened (or library dlopen'ed) under the instructor's solutions/ by the learner's
+    code, through a Python audit hook: on a machine that has the solutions (grade-batch), importing or
+    reading one is borrowing its kernel. Stop it before the grader loads the solution for timing."""
+
+    def __init__(self, solutions_root: str | None, learner_file: Path):
+        self.root = os.path.abspath(solutions_root) + os.sep if solutions_root else None
+        own = os.path.abspath(learner_file)
+        stem = os.path.splitext(os.path.basename(own))[0]
+        # the graded file itself, and its bytecode cache (when the solution is graded in the learner's place)
+        self.own = (own, os.path.join(os.path.dirname(own), "__pycache__", stem + "."))
+        self.seen: set[str] = set()
+        self.active = self.root is not None
+        if self.active:
+            sys.addaudithook(self._hook)
+
+    def _hook(self, event: str, args: tuple) -> None:
+        if not self.active or event not in ("open", "ctypes.dlopen") or not args:
+            return
+        try:
+            path = os.path.abspath(os.fsdecode(args[0]))
+        except (TypeError, ValueError):
+            return  # a file descriptor or a name that is not a path
+        if path.startswith(self.root) and path != self.own[0] and not path.startswith(self.own[1]):
+            self.seen.add(os.path.basename(path))
 
 
 def inputs_modified(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> list[str]:

@@ -58,6 +58,7 @@ class Worker:
     def run(self) -> None:
         self.out["device"] = describe_device(self.device)
         self.progress("loading your code")
+        self.solution_watch = integrity.SolutionWatch(self.job.get("solutions_root"), self.learner_path)
         learner = self._load(self.learner_path, self.job.get("learner_library"), "learner")
         mode = self.job.get("mode", "grade")
         if mode != "grade":
@@ -110,6 +111,12 @@ class Worker:
                 if refs is None:
                     return False
                 previous, checked = refs, checked + 1
+        self.solution_watch.active = False  # from here on the grader itself may load the solution
+        borrowed = sorted(self.solution_watch.seen)
+        if borrowed:
+            self.add("integrity", FAILED, f"your code loaded the instructor's solution ({', '.join(borrowed)}): "
+                     "the kernel must be your own", code="solution_loaded")
+            return False
         skipped = len(self.spec.cases) - len(cases)
         note = f"; {skipped} GPU-only case(s) skipped (no GPU)" if skipped else ""
         self.add("numerics", PASSED, f"{len(cases)} case(s) × {self.spec.trials} trials matched the float64 reference{note}",

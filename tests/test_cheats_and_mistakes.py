@@ -1,6 +1,8 @@
 """Each cheat or mistake a learner can make gets its own clear verdict (Triton interpreter on the
 CPU, real child processes). CUDA-only failures (faults, hung kernels) are in test_gpu.py."""
 
+import pytest
+
 from conftest import submission
 from grader.discovery import resolve
 from grader.grade import grade
@@ -87,3 +89,10 @@ def test_an_exception_shows_the_learners_frames_not_the_graders():
     assert check.details["code"] == "exception"
     assert "IndexError" in check.message and "vector_add_raises.py:5 in helper" in check.message
     assert "grader/" not in check.message and "worker.py" not in check.message
+
+
+@pytest.mark.solutions
+def test_loading_the_instructors_solution_is_caught():
+    check = failing_check(grade_file(("softmax",), "softmax_imports_solution.py"))
+    assert check.name == "integrity" and check.details["code"] == "solution_loaded"
+    assert "softmax.py" in check.message
