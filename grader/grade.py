@@ -49,8 +49,7 @@ def grade(target: Target, source: str = "learner", submission: Path | None = Non
         hint = " (solutions/ is absent from a learner's kit)" if source == "solutions" else ""
         result.add(Check("load", ERROR, f"{path} does not exist{hint}", {"code": "missing_file"}))
     else:
-        job = {"mode": mode, **(job_extra or {})}
-        _grade_file(target, _extract_notebook(target, path), result, seed, timeout_s, child_env or {}, job)
+        _grade_file(target, path, result, seed, timeout_s, child_env or {}, {"mode": mode, **(job_extra or {})})
     result.finish()
     if record:
         store.append(result.to_dict())
@@ -64,16 +63,24 @@ def _relative(path: Path) -> str:
         return str(path)
 
 
-def _extract_notebook(target: Target, path: Path) -> Path:
+def _extract_notebook(target: Target, path: Path, result: GradeResult) -> Path | None:
+    """A notebook submission becomes the .py file of its tagged cells (None, with a verdict, if it cannot)."""
     if path.suffix != ".ipynb":
         return path
-    from grader.notebook import extract_submission
+    from grader.notebook import NotebookError, extract_submission
 
-    return extract_submission(path, target)
+    try:
+        return extract_submission(path, target)
+    except NotebookError as exc:
+        result.add(Check("load", FAILED, str(exc), {"code": "bad_notebook"}))
+        return None
 
 
 def _grade_file(target: Target, path: Path, result: GradeResult, seed: int, timeout_s: float | None,
                 child_env: dict[str, str], job: dict) -> None:
+    path = _extract_notebook(target, path, result)
+    if path is None:
+        return
     variant = target.variant
     gpu = cuda_available()
     solution = solution_file(target.spec, variant)

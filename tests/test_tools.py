@@ -116,3 +116,12 @@ def test_tune_of_a_cuda_exercise_rebuilds_each_block_size_and_reports_the_compil
     smem = [r["resources"] for r in record["rows"]]
     assert "512 B shared memory" in smem[0] and "8192 B shared memory" in smem[2]
     assert "not run" in tools.format_tune(record)
+
+
+def test_grading_a_notebook_without_a_tagged_cell_is_a_verdict_not_a_traceback(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("print(1)")]
+    path = tmp_path / "untagged.ipynb"
+    nbformat.write(nb, str(path))
+    result = run("grade", "softmax", "--file", str(path))
+    assert result.exit_code == 1 and "no code cell tagged `kcourse`" in result.output
