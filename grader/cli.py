@@ -61,15 +61,17 @@ def grade(words, lang, plan_id, source, submission, seed, timeout, as_json, stri
     target = _resolve(words, lang, plan_id)
     result = run_grade(target, source=source, submission=submission, seed=seed, timeout_s=timeout)
     click.echo(json.dumps(result.to_dict(), indent=2) if as_json else console.format_grade(result))
-    _export([result], junit, gradescope)
+    _export([result], junit, gradescope, annotate=not as_json)
     sys.exit(exit_code([c.status for c in result.checks], strict))
 
 
-def _export(results, junit, gradescope) -> None:
+def _export(results, junit, gradescope, annotate: bool = True) -> None:
+    """Write JUnit / Gradescope files; under GitHub Actions also print annotations (not into --json output)."""
     from grader.exports import write_outputs
 
     for line in write_outputs(results, junit, gradescope):
-        click.echo(line)
+        if annotate:
+            click.echo(line)
 
 
 def _resolve(words, lang, plan_id):
@@ -131,7 +133,7 @@ def validate(source, only, lang, plan_id, unit, seed, as_json, strict, junit, gr
                                "solutions/ folder (a learner's kit has none)")
     summary, results = validation.validate(targets, source=source, seed=seed)
     click.echo(json.dumps(summary, indent=2) if as_json else validation.format_summary(summary))
-    _export(results, junit, gradescope)
+    _export(results, junit, gradescope, annotate=not as_json)
     statuses = [row["outcome"] for row in summary["rows"]]
     sys.exit(exit_code(["failed" if s == "unexpected" else s for s in statuses], strict))
 
