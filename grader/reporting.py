@@ -61,7 +61,8 @@ def context(unit: Unit | None = None, plan: Plan | None = None) -> dict[str, Any
     data: dict[str, Any] = {
         "env": store.latest("env"), "grades": grades, "generated": dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
         "unit": unit, "plan": plan, "default_plan": default_plan(load_plans()).id, "plots": [],
-        "tunes": _latest_by_exercise("tune"), "profiles": _latest_by_exercise("profile"),
+        "tunes": _sorted_values(store.latest_per_exercise("tune")),
+        "profiles": _sorted_values(store.latest_per_exercise("profile")),
         "notebook_grades": [g for g in grades if g.source.endswith(".ipynb")],
     }
     if unit is not None:
@@ -72,12 +73,8 @@ def context(unit: Unit | None = None, plan: Plan | None = None) -> dict[str, Any
     return data
 
 
-def _latest_by_exercise(kind: str) -> list[dict[str, Any]]:
-    found: dict[str, dict[str, Any]] = {}
-    for record in store.read_all():
-        if record.get("kind") == kind:
-            found[f"{record['exercise']}:{record['lang']}"] = record
-    return [found[k] for k in sorted(found)]
+def _sorted_values(by_key: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    return [by_key[k] for k in sorted(by_key)]
 
 
 def keep_notes(new_text: str, old_text: str) -> str:

@@ -65,11 +65,16 @@ def latest(kind: str, path: Path | None = None) -> dict[str, Any] | None:
 INSTRUCTOR_SOURCES = ("solutions", "stubs")
 
 
+def latest_per_exercise(kind: str, path: Path | None = None, keep=lambda record: True) -> dict[str, dict[str, Any]]:
+    """The newest record of `kind` per exercise:lang (grades, tunes, profiles), among those `keep` accepts."""
+    found: dict[str, dict[str, Any]] = {}
+    for record in read_all(path):
+        if record.get("kind") == kind and keep(record):
+            found[f"{record['exercise']}:{record['lang']}"] = record
+    return found
+
+
 def latest_grades(path: Path | None = None, learner_only: bool = True) -> dict[str, dict[str, Any]]:
     """The newest grade per exercise:lang; by default the learner's own (their files, --file, notebooks),
     not runs of the solutions or stubs."""
-    grades: dict[str, dict[str, Any]] = {}
-    for record in read_all(path):
-        if record.get("kind") == "grade" and not (learner_only and record.get("source") in INSTRUCTOR_SOURCES):
-            grades[f"{record['exercise']}:{record['lang']}"] = record
-    return grades
+    return latest_per_exercise("grade", path, lambda r: not (learner_only and r.get("source") in INSTRUCTOR_SOURCES))

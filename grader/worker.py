@@ -69,6 +69,7 @@ class Worker:
             self.check_speed(learner)
 
     def _load(self, path: Path, library: str | None, role: str) -> loading.Caller:
+        """Load an entry point; only the learner's load is reported as a check (failures always are)."""
         try:
             caller = loading.load(self.variant, path, library, role)
         except loading.EntryError as exc:
@@ -77,7 +78,8 @@ class Worker:
         except Exception as exc:  # the learner's module raised at import time
             self.add("load", FAILED, f"importing {path.name} failed: " + learner_error(exc, path), code="exception")
             raise Stop from None
-        self.add("load", PASSED, f"{path.name}: `{self.variant.entry}` loaded")
+        if role == "learner":
+            self.add("load", PASSED, f"{path.name}: `{self.variant.entry}` loaded")
         return caller
 
     def call(self, caller: loading.Caller, tensors: dict[str, torch.Tensor], case: Case, what: str) -> Any:
@@ -177,7 +179,6 @@ class Worker:
         solution = None
         if self.job.get("solution"):
             solution = self._load(Path(self.job["solution"]), self.job.get("solution_library"), "solution")
-            self.out["checks"].pop()  # the solution's own load check is not the learner's business
         results = []
         cases = self.spec.performance.cases
         for index, case in enumerate(cases):
@@ -198,7 +199,7 @@ class Worker:
         measured = (timing.time_host_alternating(functions, budget_s=budget_s) if host
                     else timing.time_alternating(functions, budget_s=budget_s))
         self._check_timed_output(learner, inputs, case)
-        return self._timing_record(case, measured, host)
+        return self._timing_record(case, measured)
 
     def _check_timed_output(self, learner, inputs, case: Case) -> None:
         """The timed size is checked too: a kernel must not be right only on the small sizes."""
@@ -222,7 +223,7 @@ class Worker:
             return exprs.evaluate(perf.bytes, names) / 1e9, None if host else device.get("copy_gbps"), "GB/s"
         return None, None, ""
 
-    def _timing_record(self, case: Case, measured: dict, host: bool) -> Timing:
+    def _timing_record(self, case: Case, measured: dict) -> Timing:
         record = Timing(case=case.label(), runs=measured["learner"]["runs"])
         for who in ("learner", "solution", "torch"):
             if who in measured:
@@ -240,8 +241,9 @@ class Worker:
                 record.solution_roofline_pct = 100 * record.solution_rate / ceiling
         perf, names = self.spec.performance, {**case.params, "elem": element_size(case.dtype)}
         if perf.flops and perf.bytes:
-            record.intensity = exprs.evaluate(perf.flops, names) / exprs.evaluate(perf.bytes, names)
-            record.learner_tflops = exprs.evaluate(perf.flops, names) / 1e12 / (record.learner_ms / 1000)
+            flops = exprs.evaluate(perf.flops, names)
+            record.intensity = flops / exprs.evaluate(perf.bytes, names)
+            record.learner_tflops = flops / 1e12 / (record.learner_ms / 1000)
         if record.solution_ms:
             record.ratio = record.solution_ms / record.learner_ms
         self.out["timings"].append(record.__dict__)
