@@ -13,6 +13,7 @@ import fcntl
 import hashlib
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -111,7 +112,8 @@ def build_shared_library(source: Path, arch: str | None = None, nvcc: str | None
             os.replace(out_dir / "lib.partial.so", library)  # a build cut short never looks finished
             result.library = str(library)
         else:
-            result.log = format_compiler_errors(log, source)
+            by_hand = [nvcc, *flags, "-o", f"/tmp/{source.stem}.so", str(source.resolve())]
+            result.log = format_compiler_errors(log, source) or silent_compiler_hint(by_hand)
     return result
 
 
@@ -147,14 +149,33 @@ _NVCC_LOCATION = re.compile(r"^(?P<path>[^\s:()]+\.(?:cu|cuh|h|cpp))\((?P<line>\
 
 
 def format_compiler_errors(log: str, source: Path) -> str:
-    """nvcc writes `/abs/x.cu(42): error: ...`; show `x.cu:42: error: ...` and drop ninja's noise."""
+    """nvcc writes `/abs/x.cu(42): error: ...`; show `x.cu:42: error: ...` and drop ninja's noise.
+    Empty when the compiler itself said nothing (only ninja's lines, or no output at all)."""
     text = _NVCC_LOCATION.sub(lambda m: f"{Path(m['path']).name}:{m['line']}: ", log)
     keep = [
         line for line in text.splitlines()
         if line.strip() and not line.startswith(("ninja:", "[", "FAILED:", "ptxas info", "    0 bytes stack"))
         and _NVCC_COMMAND_MARKER not in line
     ]
-    return "\n".join(keep[:60]) or text.strip()[-3000:]
+    return "\n".join(keep[:60])
+
+
+def silent_compiler_hint(command: list[str]) -> str:
+    """What to do when nvcc failed without a word (killed for memory, say): run it by hand."""
+    return ("nvcc stopped without printing an error (killed for lack of memory, or a broken toolkit?): "
+            f"run it by hand to see why: {shlex.join(command)}")
+
+
+def first_error(log: str) -> str:
+    """The compiler's first error line (fix that one first: later errors often follow from it)."""
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    return next((line for line in lines if re.search(r"\berror\b|\bfatal\b", line)), lines[0] if lines else "")
+
+
+def failure_message(source: Path, log: str) -> str:
+    """`x.cu did not compile: <first error>` then the whole log: the verdict's one line names the error."""
+    head = first_error(log) or "the compiler printed nothing; compile it by hand to see why"
+    return f"{source.name} did not compile: {head}\n{log}".rstrip()
 
 _ENTRY = re.compile(r"Compiling entry function '(?P<name>[^']+)' for '(?P<arch>\w+)'")
 _STACK = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
@@ -247,5 +268,36 @@ def compile_check_torch_op(source: Path, arch: str | None = None) -> BuildResult
     if result.ok:
         report.write_text(log)
     else:
-        result.log = format_compiler_errors(log, source)
+        by_hand = [nvcc, *flags, "-o", f"/tmp/{source.stem}.o", str(source.resolve())]
+        result.log = format_compiler_errors(log, source) or silent_compiler_hint(by_hand)
     return result
+
+
+def exported_symbols(library: Path) -> set[str] | None:
+    """Names the shared library exports, read with nm (never by loading it: that would run the
+    learner's static initialisers in the grader's process). None when nm is missing."""
+    nm = shutil.which("nm")
+    if nm is None:
+        return None
+    listed = subprocess.run([nm, "-D", "--defined-only", str(library)], capture_output=True, text=True)
+    if listed.returncode != 0:
+        return None
+    return {line.split()[-1] for line in listed.stdout.splitlines() if line.split()}
+
+
+def check_entry_point(library: Path, source: Path, entry: str, n_args: int) -> tuple[str, str] | None:
+    """(code, message) when the compiled file lacks the `extern "C"` entry point or its parameter
+    count is not the stub's; checked on any machine, GPU or not."""
+    from grader.loading import c_parameter_count
+
+    symbols = exported_symbols(library)
+    if symbols is not None and entry not in symbols:
+        mangled = sorted(s for s in symbols if entry in s)
+        note = f" (found {mangled[0]}: a C++ name — is `extern \"C\"` missing?)" if mangled else ""
+        return "missing_entry", (f"{source.name} does not export `{entry}`{note}: keep `extern \"C\"` and the "
+                                 "stub's function name and signature")
+    declared = c_parameter_count(source.read_text(errors="replace"), entry)
+    if declared is not None and declared != n_args:
+        return "bad_signature", (f"{source.name}: `{entry}` takes {declared} parameters; the grader passes {n_args}: "
+                                 "keep the stub's signature")
+    return None

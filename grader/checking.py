@@ -1,5 +1,5 @@
-"""Numerics: fresh random inputs per trial, outputs poisoned before the call, a float64 reference,
-per-dtype tolerances, NaN never passes. Messages say which size, how wrong, and where first."""
+"""Numerics, decided in the trusted parent: the reference in float64 on the grader's own copy of the
+inputs, per-case tolerances, NaN never passes. Messages say which size, how wrong, and where first."""
 
 from __future__ import annotations
 
@@ -8,54 +8,22 @@ from typing import Any, Callable
 
 import torch
 
-from grader import exprs
-from grader.spec import Case, ExerciseSpec, TensorSpec, Tolerance
+from grader.inputs import element_size, make_inputs, make_outputs, unwritten  # noqa: F401 (re-exported)
+from grader.spec import ExerciseSpec, Tolerance
 
-INT_POISON = -1234567  # an integer output nobody computes by accident
-
-
-def torch_dtype(name: str) -> torch.dtype:
-    return getattr(torch, name)
+# A cached answer is only named when the previous trial's answer is this many tolerances away from
+# this trial's: otherwise "equals the previous answer" is just rounding, and the verdict is numerics.
+CACHE_EVIDENCE = 100
 
 
-def element_size(dtype_name: str) -> int:
-    return torch.empty((), dtype=torch_dtype(dtype_name)).element_size()
+def load_reference(path) -> Callable:
+    """exercises/<id>/reference.py's `reference` function."""
+    import importlib.util
 
-
-def shape_of(tensor: TensorSpec, case: Case) -> list[int]:
-    return [exprs.evaluate_int(dim, case.params) for dim in tensor.shape]
-
-
-def dtype_of(tensor: TensorSpec, case: Case) -> str:
-    return tensor.dtype or case.dtype
-
-
-def make_inputs(spec: ExerciseSpec, case: Case, seed: int, device: str) -> dict[str, torch.Tensor]:
-    """Fresh random inputs; never zeros, which hide unwritten outputs and wrong indexing."""
-    gen = torch.Generator(device=device).manual_seed(seed)
-    made = {}
-    for t in spec.inputs:
-        shape, dtype = shape_of(t, case), torch_dtype(dtype_of(t, case))
-        if dtype.is_floating_point:
-            if t.init == "normal":
-                x = torch.randn(shape, generator=gen, device=device, dtype=torch.float32)
-            else:
-                x = torch.rand(shape, generator=gen, device=device, dtype=torch.float32)
-                x += 0.5 if t.init == "positive" else 0.0
-            made[t.name] = x.to(dtype)
-        else:
-            made[t.name] = torch.randint(1, 100, shape, generator=gen, device=device, dtype=dtype)
-    return made
-
-
-def make_outputs(spec: ExerciseSpec, case: Case, device: str) -> dict[str, torch.Tensor]:
-    """Outputs filled with NaN (or a sentinel for integers) so elements the kernel never wrote show."""
-    made = {}
-    for t in spec.outputs:
-        dtype = torch_dtype(dtype_of(t, case))
-        poison = float("nan") if dtype.is_floating_point else INT_POISON
-        made[t.name] = torch.full(shape_of(t, case), poison, dtype=dtype, device=device)
-    return made
+    spec = importlib.util.spec_from_file_location(f"kcourse_reference_{path.parent.name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.reference
 
 
 def reference_outputs(reference: Callable, spec: ExerciseSpec, inputs: dict[str, torch.Tensor]) -> list[torch.Tensor]:
@@ -86,55 +54,68 @@ def _index(flat_index: int, shape: tuple[int, ...]) -> list[int] | int:
     return list(reversed(coords))
 
 
+def _within(got: torch.Tensor, want: torch.Tensor, tol: Tolerance) -> torch.Tensor:
+    """Elementwise pass mask: equal values pass (inf == inf), NaN never does unless expected."""
+    err = (got - want).abs()
+    ok = err <= tol.atol + tol.rtol * want.abs()
+    return ok | (got == want) | (torch.isnan(got) & torch.isnan(want))
+
+
 def compare(name: str, out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, label: str) -> Comparison:
     if tuple(out.shape) != tuple(ref.shape):
         return Comparison(False, "mismatch", f"{label}: {name} has shape {tuple(out.shape)}, expected {tuple(ref.shape)}")
+    never = unwritten(out.detach().cpu()).flatten()
     got, want = out.detach().double().cpu().flatten(), ref.detach().double().cpu().flatten()
     total = got.numel()
-    if out.is_floating_point():
-        unwritten = torch.isnan(got) & ~torch.isnan(want)
-    else:
-        unwritten = got == INT_POISON
-    n_unwritten = int(unwritten.sum())
+    n_unwritten = int(never.sum())
     if n_unwritten == total and total > 0:
         return Comparison(False, "not_written", f"{label}: no element of {name} was written — not implemented yet? "
-                          "(or a launch that covers no block at this size)",
-                          {"unwritten": n_unwritten})
+                          "(or a launch that covers no block at this size)", {"unwritten": n_unwritten})
     if n_unwritten:
-        first = int(unwritten.nonzero()[0])
+        first, last = int(never.nonzero()[0]), int(never.nonzero()[-1])
         return Comparison(
             False, "partial_write",
             f"{label}: {n_unwritten} of {total} elements of {name} never written (first at index "
             f"{_index(first, tuple(out.shape))}) — does your last block handle the tail?",
-            {"unwritten": n_unwritten, "first_index": first},
-        )
+            {"unwritten": n_unwritten, "first_index": first, "last_unwritten": last, "total": total})
+    bad = ~_within(got, want, tol)
     err = (got - want).abs()
-    allowed = tol.atol + tol.rtol * want.abs()
-    bad = ~(err <= allowed)  # NaN compares false, so NaN is always bad
-    if not bool(bad.any()):
-        return Comparison(True, details={"max_abs_error": float(err.max()) if total else 0.0})
-    first = int(bad.nonzero()[0])
     finite = torch.where(torch.isfinite(err), err, torch.zeros_like(err))
+    if not bool(bad.any()):
+        return Comparison(True, details={"max_abs_error": float(finite.max()) if total else 0.0})
+    return _mismatch(name, out, got, want, bad, finite, tol, label)
+
+
+def _mismatch(name, out, got, want, bad, finite, tol: Tolerance, label: str) -> Comparison:
+    first = int(bad.nonzero()[0])
     rel = finite / want.abs().clamp_min(1e-30)
     details = {
         "wrong": int(bad.sum()), "first_index": first, "max_abs_error": float(finite.max()),
         "max_rel_error": float(rel.max()), "got": float(got[first]), "expected": float(want[first]),
-        "nan": int(torch.isnan(got).sum()),
+        "nan": int(torch.isnan(got).sum()), "inf": int((torch.isinf(got) & ~torch.isinf(want)).sum()),
+        "total": got.numel(), "last_wrong": int(bad.nonzero()[-1]),
     }
-    nan_note = f"; {details['nan']} NaN" if details["nan"] else ""
+    notes = "".join(f"; {details[k]} {k.upper() if k == 'nan' else k}" for k in ("nan", "inf") if details[k])
     return Comparison(
         False, "mismatch",
-        f"{label}: {details['wrong']} of {total} elements of {name} wrong{nan_note}; max abs error "
+        f"{label}: {details['wrong']} of {got.numel()} elements of {name} wrong{notes}; max abs error "
         f"{details['max_abs_error']:.3g}, max rel error {details['max_rel_error']:.3g} "
-        f"(tolerance atol {tol.atol:g}, rtol {tol.rtol:g}); first at index {_index(first, tuple(out.shape))}: "
+        f"(tolerance atol {tol.atol:g}, rtol {tol.rtol:.3g}); first at index {_index(first, tuple(out.shape))}: "
         f"got {details['got']:.6g}, expected {details['expected']:.6g}",
-        details,
-    )
+        details)
 
 
 def matches(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance) -> bool:
-    """True when `out` agrees with `ref` within tolerance (used to recognise a cached earlier result)."""
+    """True when `out` agrees with `ref` within tolerance."""
     if tuple(out.shape) != tuple(ref.shape):
         return False
-    got, want = out.detach().double().cpu(), ref.detach().double().cpu()
-    return bool(((got - want).abs() <= tol.atol + tol.rtol * want.abs()).all())
+    return bool(_within(out.detach().double().cpu(), ref.detach().double().cpu(), tol).all())
+
+
+def looks_cached(out: torch.Tensor, previous_ref: torch.Tensor, ref: torch.Tensor, tol: Tolerance) -> bool:
+    """`out` is the previous trial's answer, and that answer is clearly not this trial's: the two
+    references differ by far more than the tolerance. Never accuse on a difference rounding explains."""
+    if not matches(out, previous_ref, tol):
+        return False
+    wide = Tolerance(tol.atol * CACHE_EVIDENCE, tol.rtol * CACHE_EVIDENCE)
+    return not matches(previous_ref, ref, wide)

@@ -54,15 +54,39 @@ def main() -> None:
 @click.option("--strict", is_flag=True, help="Count skipped checks as failures.")
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), help="Also write JUnit XML here.")
 @click.option("--gradescope", type=click.Path(dir_okay=False, path_type=Path), help="Also write Gradescope results.json here.")
-def grade(words, lang, plan_id, source, submission, seed, timeout, as_json, strict, junit, gradescope) -> None:
+@click.option("--quick", is_flag=True, help="Numerics and integrity only: no timing (for when speed is not the question).")
+@click.option("--verbose", "-v", is_flag=True, help="Also print the seconds spent in each phase.")
+def grade(words, lang, plan_id, source, submission, seed, timeout, as_json, strict, junit, gradescope, quick, verbose) -> None:
     """Grade one exercise: `kcourse grade week2 reduction` or `kcourse grade reduction`."""
     from grader.grade import grade as run_grade
 
     target = _resolve(words, lang, plan_id)
-    result = run_grade(target, source=source, submission=submission, seed=seed, timeout_s=timeout)
+    result = run_grade(target, source=source, submission=submission, seed=seed, timeout_s=timeout, quick=quick)
     click.echo(json.dumps(result.to_dict(), indent=2) if as_json else console.format_grade(result))
+    if verbose and not as_json:
+        click.echo(console.format_phases(result))
     _export([result], junit, gradescope, annotate=not as_json)
     sys.exit(exit_code([c.status for c in result.checks], strict))
+
+
+@main.command()
+@learner_code_options
+@click.option("--quick", is_flag=True, help="Numerics and integrity only: no timing.")
+def watch(words, lang, plan_id, source, submission, quick) -> None:
+    """Re-grade your file every time you save it (Ctrl-C to stop): `kcourse watch softmax`."""
+    from grader.watch import watch as run_watch
+
+    target = _resolve(words, lang, plan_id)
+
+    def show(result):
+        click.echo(console.format_grade(result))
+        click.echo(console.format_phases(result))
+        click.echo("watching for changes (Ctrl-C to stop) ...")
+
+    try:
+        run_watch(target, source, submission, show, quick=quick)
+    except KeyboardInterrupt:
+        click.echo("stopped watching")
 
 
 def _export(results, junit, gradescope, annotate: bool = True) -> None:
@@ -95,13 +119,14 @@ def env_check(as_json, no_training) -> None:
 
 
 @main.command("list")
-@click.option("--plan", "plan_id", help="Show one plan (default: all plans).")
-def list_command(plan_id) -> None:
-    """Plans, their weeks/days, exercises and your status."""
+@click.option("--plan", "plan_id", help="Show this plan (default: the default plan, the 11-week one).")
+@click.option("--all", "show_all", is_flag=True, help="Show every plan.")
+def list_command(plan_id, show_all) -> None:
+    """A plan, its weeks/days, exercises and your status (your best grade; the latest too where it differs)."""
     from grader import listing
 
     try:
-        click.echo(listing.format_plans(plan_id))
+        click.echo(listing.format_plans(plan_id, show_all))
     except ResolveError as exc:
         raise click.UsageError(str(exc)) from None
 
@@ -166,30 +191,44 @@ def calibrate(only) -> None:
 
 @main.command()
 @click.argument("which")
-@click.option("--plan", "plan_id", help="The plan whose week/day this is (default: searched in order).")
+@click.option("--plan", "plan_id", help="The plan whose week/day this is (default: weekN of the 11-week plan, "
+              "dayN of the 5-day plan, else the one plan that has it).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), help="Folder for the report.")
 def report(which, plan_id, out_dir) -> None:
-    """Write a report from your results: `kcourse report day1`, `week3`, `final`. Your notes are kept."""
+    """Write a report from your results: `kcourse report day1`, `week3`, `final`. Your notes are kept.
+
+    Without --plan, weekN is the 11-week plan's and dayN the 5-day plan's; a key only another plan has
+    (day9: the 100-day plan) is that plan's; a key several other plans share asks for --plan. The
+    command prints which plan it used."""
     from grader import reporting
 
     try:
+        note = reporting.resolution_note(which, plan_id)
         path = reporting.render(which, out_dir, plan_id)
     except reporting.ReportError as exc:
         raise click.UsageError(str(exc)) from None
+    if note:
+        click.echo(note)
     click.echo(f"wrote {path}")
 
 
 @main.command()
 @click.argument("target_dir", type=click.Path(path_type=Path))
 def release(target_dir) -> None:
-    """Instructors: write the learner's kit to TARGET_DIR, without solutions/ (checked for leaks)."""
+    """Instructors: write the learner's kit to TARGET_DIR: the files git tracks, less solutions/, test fixtures
+    and CI, with learner/README.md as its README (checked for leaked solution text)."""
     from grader.release import ReleaseError, release as write_release
 
     try:
-        files = write_release(target_dir)
+        kit = write_release(target_dir)
     except ReleaseError as exc:
         raise click.UsageError(str(exc)) from None
-    click.echo(f"wrote the learner's kit to {target_dir} ({len(files)} files, no solutions; checked for leaks)")
+    click.echo(f"wrote the learner's kit to {target_dir} ({len(kit.files)} files, no solutions or test fixtures; "
+               "checked for leaks)")
+    if kit.untracked:
+        shown = ", ".join(p.as_posix() for p in kit.untracked[:5]) + (", ..." if len(kit.untracked) > 5 else "")
+        click.echo(f"left out {len(kit.untracked)} file(s) git does not track: {shown} — `git add` any a learner "
+                   "needs and release again")
 
 
 @main.command("grade-batch")
@@ -222,7 +261,7 @@ def grade_batch(submissions, only, lang, plan_id, unit, out_dir, workers, seed, 
 @main.command()
 @click.option("--plan", "plan_id", help="The plan (default: the 11-week plan).")
 def progress(plan_id) -> None:
-    """Your plan as a checklist: each week/day, its topic and your status."""
+    """Your plan as a checklist: each week/day, its topic and your best result (and the latest where it differs)."""
     from grader.progress import format_progress
 
     try:

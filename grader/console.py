@@ -16,6 +16,11 @@ def format_grade(result: GradeResult) -> str:
         first, *rest = check.message.splitlines() or [""]
         lines.append(f"  [{MARKS.get(check.status, check.status)}] {check.name}: {first}")
         lines.extend(f"         {line}" for line in rest)
+        hint = check.details.get("hint") if check.status in ("failed", "error") else None
+        if hint:
+            first_hint, *more = str(hint).splitlines()
+            lines.append(f"         hint: {first_hint}")
+            lines.extend(f"               {line}" for line in more)
     for t in result.timings:
         lines.append("  " + format_timing(t))
     if result.output.strip() and result.status != "passed":
@@ -50,3 +55,9 @@ def table(rows: list[list[str]], header: list[str]) -> str:
     widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     return "\n".join([fmt.format(*header), fmt.format(*("-" * w for w in widths))] + [fmt.format(*map(str, r)) for r in rows])
+
+
+def format_phases(result: GradeResult) -> str:
+    """Seconds per phase of a grade (start = the child's imports and CUDA context, overlapped with build)."""
+    phases = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in result.phases.items())
+    return f"phases: {phases or 'none recorded'}; total {result.duration_s:.2f} s"

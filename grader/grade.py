@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import os
 import random
+import time
 from pathlib import Path
 
-from grader import build, calibration, sandbox, store
+from grader import build, calibration, kit, sandbox, store
+from grader.judge import Judge
 from grader.paths import course_root, solutions_dir
 from grader.discovery import Target, solution_file, stub_file
 from grader.records import ERROR, FAILED, PASSED, SKIPPED, Check, GradeResult, Timing
@@ -37,22 +39,33 @@ def learner_file(target: Target, source: str, submission: Path | None) -> Path:
 
 def grade(target: Target, source: str = "learner", submission: Path | None = None, seed: int | None = None,
           timeout_s: float | None = None, record: bool = True, child_env: dict[str, str] | None = None,
-          mode: str = "grade", job_extra: dict | None = None) -> GradeResult:
-    """Grade one exercise (mode "grade"), or run the learner's code for "profile" / "tune" in the same sandbox."""
+          mode: str = "grade", job_extra: dict | None = None, quick: bool = False,
+          child: sandbox.Child | None = None) -> GradeResult:
+    """Grade one exercise (mode "grade"), or run the learner's code for "profile" / "tune" in the same
+    sandbox. `quick`: numerics and integrity only. `child`: a worker already started (kcourse watch)."""
     seed = seed if seed is not None else random.randrange(1, 2**31)
     result = GradeResult(exercise=target.spec.id, lang=target.variant.lang, source=str(submission or source),
                          seed=seed, unit=target.unit, plan=target.plan, threshold=target.spec.performance.threshold)
     path = learner_file(target, source, submission)
     result.scoring = dict(target.spec.scoring)
     result.file = _relative(path)
-    if not path.exists():
+    tampered = kit.differs_from_shipped()
+    if tampered:
+        result.add(Check("kit", ERROR, f"these files of the kit differ from the kit as shipped: {', '.join(tampered[:5])}. "
+                         "Restore them (git checkout -- FILE, or download the kit again): a grade made with a changed "
+                         "grader, spec or reference is not valid", {"code": "kit_modified", "files": tampered}))
+    elif not path.exists():
         hint = " (solutions/ is absent from a learner's kit)" if source == "solutions" else ""
-        result.add(Check("load", ERROR, f"{path} does not exist{hint}", {"code": "missing_file"}))
+        result.add(Check("load", ERROR, f"{path} does not exist{hint}: check the path, or run `kcourse list` "
+                         "for the exercises and their files", {"code": "missing_file"}))
     else:
-        _grade_file(target, path, result, seed, timeout_s, child_env or {}, {"mode": mode, **(job_extra or {})})
+        job = {"mode": mode, **(job_extra or {})}
+        _grade_file(target, path, result, seed, timeout_s, child_env or {}, job, quick, child)
     result.finish()
     if record:
+        started = time.monotonic()
         store.append(result.to_dict())
+        result.phases["record"] = round(time.monotonic() - started, 3)
     return result
 
 
@@ -77,49 +90,114 @@ def _extract_notebook(target: Target, path: Path, result: GradeResult) -> Path |
 
 
 def _grade_file(target: Target, path: Path, result: GradeResult, seed: int, timeout_s: float | None,
-                child_env: dict[str, str], job: dict) -> None:
+                child_env: dict[str, str], job: dict, quick: bool, child: sandbox.Child | None) -> None:
     path = _extract_notebook(target, path, result)
     if path is None:
         return
+    variant, gpu = target.variant, cuda_available()
+    compile_only = not gpu and variant.kind in ("cuda", "cuda_host", "torch_op")
+    if child is None and not compile_only:  # it imports torch and starts CUDA while we build
+        child = sandbox.Child("cuda" if gpu else "cpu", child_env, job.pop("wrapper", None))
+    job.pop("wrapper", None)
+    try:
+        _build_and_run(target, path, result, seed, timeout_s, job, quick, gpu, child)
+    finally:
+        if child is not None:
+            result.output = child.output()
+            child.close()
+
+
+def _build_and_run(target, path, result, seed, timeout_s, job, quick, gpu, child) -> None:
     variant = target.variant
-    gpu = cuda_available()
     solution = solution_file(target.spec, variant)
     grading = job["mode"] == "grade"
+    timing = gpu and grading and not quick
     job.update({"spec_folder": str(target.spec.folder), "lang": variant.lang, "learner": str(path), "seed": seed,
-                "solutions_root": str(solutions_dir()),
-                "device": "cuda" if gpu else "cpu", "timing": gpu and grading,
-                "solution": str(solution) if gpu and grading and solution.exists() else None})
-    wrapper = job.pop("wrapper", None)
+                "solutions_root": str(solutions_dir()), "mode": job["mode"],
+                "solution": str(solution) if timing and solution.exists() else None})
+    started = time.monotonic()
     if variant.kind in ("cuda", "cuda_host"):
-        if not _build_raw_cuda(path, solution if job["solution"] else None, job, result, gpu):
+        ok = _build_raw_cuda(path, solution if job["solution"] else None, job, result, gpu, variant)
+        result.phases["build"] = round(time.monotonic() - started, 3)
+        if not ok:
             return
     elif variant.kind == "torch_op" and not gpu:
         _compile_check_torch_op(path, result)
         return
-    calibration_error = _attach_calibration(target, job) if gpu and grading and job["solution"] is None else None
+    calibration_data, calibration_error = None, None
+    if timing and job["solution"] is None:
+        calibration_data, calibration_error = _calibration(target)
     timeout = timeout_s or variant.timeout_s * (1 if gpu else INTERPRETER_TIMEOUT_FACTOR)
-    outcome = sandbox.run_worker(job, timeout, interpret_triton=not gpu, extra_env=child_env, wrapper=wrapper)
-    _merge(outcome, result, timeout)
-    if outcome.result and job["mode"] in outcome.result:
-        result.extra[job["mode"]] = outcome.result[job["mode"]]
+    if not grading:
+        _run_tool(child, job, timeout, result)
+        return
+    before = kit.snapshot(), kit.append_only_state(store.results_path())
+    judge = Judge(target.spec, variant, child, result, seed, timeout, timing, calibration_data)
+    judge.run(job)
+    result.phases.update(judge.phases)
+    _check_kit_untouched(before, result)
     if calibration_error:  # numerics still count; only the speed bar is unknown
         result.checks = [c for c in result.checks if c.name != "speed"]
         result.add(Check("speed", ERROR, calibration_error, {"code": "corrupt_calibration"}))
-    if not gpu and variant.kind == "triton" and grading:
+    _add_skipped_speed(result, gpu, quick, variant)
+
+
+def _add_skipped_speed(result: GradeResult, gpu: bool, quick: bool, variant) -> None:
+    if any(c.name == "speed" for c in result.checks) or any(c.status in (FAILED, ERROR) for c in result.checks):
+        return
+    if quick:
+        result.add(Check("speed", SKIPPED, "--quick: numerics and integrity only; grade without --quick for the "
+                         "speed verdict", {"code": "quick"}))
+    elif not gpu and variant.kind == "triton":
         result.add(Check("speed", SKIPPED, "no GPU found: timing skipped; numerics ran under the Triton interpreter",
                          {"code": "no_gpu"}))
 
 
-def _attach_calibration(target: Target, job: dict) -> str | None:
+def _check_kit_untouched(before: tuple[dict[str, str], tuple[int, str]], result: GradeResult) -> None:
+    touched = kit.changed(before[0], kit.snapshot())
+    if kit.rewritten(store.results_path(), before[1]):
+        touched.append(str(store.results_path()))
+    if touched:
+        result.add(Check("integrity", FAILED, f"your code changed files of the kit while it ran: {', '.join(touched[:5])}. "
+                         "Restore them (git checkout -- FILE, or download the kit again); a kernel must not touch "
+                         "the grader, the specs, the references or your results", {"code": "kit_modified", "files": touched}))
+
+
+def _run_tool(child: sandbox.Child, job: dict, timeout: float, result: GradeResult) -> None:
+    """profile / tune: the child reports findings, not verdicts (failures of the learner's code still are)."""
+    child.wait_ready()
+    deadline = time.monotonic() + timeout
+    child.send({**job, "work_dir": str(child.dir)})
+    try:
+        while True:
+            event = child.event(deadline)
+            if event["event"] == "tool":
+                result.extra[job["mode"]] = event["result"]
+                result.add(Check("load", PASSED, f"{Path(job['learner']).name} loaded"))
+                return
+            if event["event"] == "check":
+                check = Check(**event["check"])
+                result.add(check if check.status in (FAILED, ERROR) else Check("run", FAILED, "the tool run reported "
+                                                                             "a verdict of its own", {"code": "forged_verdict"}))
+                return
+            if event["event"] == "done":
+                raise sandbox.ChildGone
+    except (sandbox.ChildTimeout, sandbox.ChildGone) as exc:
+        child.kill()
+        death = sandbox.Death(isinstance(exc, sandbox.ChildTimeout), child.proc.wait(), child.last_step)
+        code, message = sandbox.death_message(death, timeout)
+        result.add(Check("run", FAILED, message, {"code": code}))
+
+
+def _calibration(target: Target) -> tuple[dict | None, str | None]:
     """No solution here: the speed bar comes from the instructor's calibration file (error text if corrupt)."""
     try:
-        job["calibration"] = calibration.load().get(target.key, {})
+        return calibration.load().get(target.key, {}), None
     except calibration.CalibrationError as exc:
-        return str(exc)
-    return None
+        return None, str(exc)
 
 
-def _build_raw_cuda(path: Path, solution: Path | None, job: dict, result: GradeResult, gpu: bool) -> bool:
+def _build_raw_cuda(path: Path, solution: Path | None, job: dict, result: GradeResult, gpu: bool, variant) -> bool:
     arch = build.gpu_arch() if gpu else None
     built = build.build_shared_library(path, arch)
     result.build = built.to_dict()
@@ -131,6 +209,11 @@ def _build_raw_cuda(path: Path, solution: Path | None, job: dict, result: GradeR
     timing = "cached" if built.cached else f"{built.seconds:.2f} s"
     report = build.format_resources(built.resources)
     result.add(Check("build", PASSED, f"compiled for {built.arch} ({timing})\n{report}", {"resources": built.resources}))
+    entry_problem = build.check_entry_point(Path(built.library), path, variant.entry, len(variant.args))
+    if entry_problem:
+        code, message = entry_problem
+        result.add(Check("load", FAILED, message, {"code": code}))
+        return False
     if not gpu:
         result.add(Check("numerics", SKIPPED, "no GPU found: compiled and checked the resource report only; "
                          "run `kcourse grade` on a machine with an NVIDIA GPU to check numerics", {"code": "no_gpu"}))
@@ -162,17 +245,3 @@ def _compile_check_torch_op(path: Path, result: GradeResult) -> None:
                      + build.format_resources(built.resources), {"resources": built.resources}))
     result.add(Check("numerics", SKIPPED, "no GPU found: the operator was compiled, not run", {"code": "no_gpu"}))
     result.add(Check("speed", SKIPPED, "no GPU found: timing skipped", {"code": "no_gpu"}))
-
-
-def _merge(outcome: sandbox.Outcome, result: GradeResult, timeout_s: float) -> None:
-    result.output = outcome.output
-    if outcome.result is None:
-        code, message = sandbox.death_message(outcome, timeout_s)
-        result.add(Check("run", FAILED, message, {"code": code}))
-        return
-    result.device = outcome.result.get("device", {})
-    result.timings = [Timing(**t) for t in outcome.result.get("timings", [])]
-    for check in outcome.result.get("checks", []):
-        result.add(Check(**check))
-    if not result.checks:
-        result.add(Check("run", FAILED, "the grading process returned no checks", {"code": "crash"}))

@@ -1,8 +1,11 @@
-"""Catching results that were not computed by the learner's own kernel.
+"""Evidence, gathered in the child, that a result was not computed by the learner's own kernel.
 
-Under torch's profiler every ATen operator shows, also one called from C++ inside a custom op. Only
-the memory and view operators a wrapper legitimately needs (allocate, reshape, copy) are allowed;
-anything that computes (aten::softmax, aten::add, aten::mm, ...) means torch did the work."""
+Python-level entry points (Triton) run under a TorchDispatchMode: every ATen operator called from
+Python passes through it, at the cost of a function call (torch's profiler costs seconds to start).
+Custom operators (torch_op) run under torch's profiler, which also sees ATen operators called from C++
+inside the operator. Only the memory and view operators a wrapper legitimately needs (allocate,
+reshape, copy) are allowed; anything that computes (aten::softmax, aten::add, aten::mm, ...) means
+torch did the work. The parent turns this evidence into the verdict."""
 
 from __future__ import annotations
 
@@ -35,13 +38,53 @@ def forbidden_ops(names: set[str]) -> list[str]:
     return bad
 
 
-def ops_called(function: Callable[[], object]) -> tuple[object, set[str]]:
-    """Run `function` under torch's profiler and return its result and every operator name seen."""
-    from torch.profiler import ProfilerActivity, profile
+def ops_called(function: Callable[[], object], kind: str = "triton") -> tuple[object, set[str]]:
+    """Run `function` and return its result and every operator name seen while it ran."""
+    if kind == "torch_op":
+        from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=False) as prof:
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=False) as prof:
+            result = function()
+        return result, {event.name for event in prof.events()}
+    recorder = _op_recorder()
+    with recorder:
         result = function()
-    return result, {event.name for event in prof.events()}
+    return result, recorder.names
+
+
+_TRITON_DIR = None
+
+
+def _called_from_triton() -> bool:
+    """Triton's own runtime (the autotuner's benchmarking, the interpreter) calls torch operators;
+    those are not the learner computing with torch."""
+    global _TRITON_DIR
+    if _TRITON_DIR is None:
+        import triton
+
+        _TRITON_DIR = os.path.dirname(os.path.abspath(triton.__file__)) + os.sep
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_filename.startswith(_TRITON_DIR):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _op_recorder():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class OpRecorder(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names: set[str] = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if not _called_from_triton():
+                self.names.add(func.name())
+            return func(*args, **(kwargs or {}))
+
+    return OpRecorder()
 
 
 class SolutionWatch:

@@ -1,32 +1,45 @@
-"""`kcourse list`: the plans, their weeks/days, exercises and the learner's status from the store."""
+"""`kcourse list`: a plan, its weeks/days, exercises and the learner's status from the store.
+
+One plan at a time (the default plan unless --plan), since the 100-day plan alone is hundreds of lines;
+--all prints every plan. A status is the learner's best grade, with the latest when it differs."""
 
 from __future__ import annotations
 
-from grader import store
 from grader.discovery import discover_exercises, pick_plan
 from grader.plans import Plan, load_plans
+from grader.progress import grade_statuses
 
 
-def status_of(grades: dict, exercise_id: str, lang: str | None) -> str:
-    keys = [k for k in grades if k.split(":")[0] == exercise_id and (lang is None or k.endswith(":" + lang))]
-    if not keys:
-        return "not graded"
-    return grades[keys[-1]]["status"]
+def status_of(statuses: dict[str, str], exercise_id: str, lang: str | None) -> str:
+    """The exercise's status; a plan entry with no language takes the last of its languages graded."""
+    keys = [k for k in statuses if k.split(":")[0] == exercise_id and (lang is None or k.endswith(":" + lang))]
+    return statuses[keys[-1]] if keys else "not graded"
 
 
-def format_plan(plan: Plan, grades: dict, exercises: dict) -> str:
+def format_plan(plan: Plan, statuses: dict[str, str], exercises: dict) -> str:
     lines = [f"{plan.id}: {plan.title}" + (" (default)" if plan.default else "")]
     for unit in plan.units:
         lines.append(f"  {unit.key:<7} {unit.title}")
         for item in unit.exercises:
             known = "" if item.id in exercises else "  (missing exercise folder!)"
-            lines.append(f"          - {item.id} [{item.lang or 'any'}]: {status_of(grades, item.id, item.lang)}{known}")
+            lines.append(f"          - {item.id} [{item.lang or 'any'}]: {status_of(statuses, item.id, item.lang)}{known}")
         for topic in unit.planned:
             lines.append(f"          · {topic} (planned)")
     return "\n".join(lines)
 
 
-def format_plans(plan_id: str | None = None) -> str:
-    plans, grades, exercises = load_plans(), store.latest_grades(), discover_exercises()
-    chosen = [pick_plan(plans, plan_id)] if plan_id else list(plans.values())
-    return "\n\n".join(format_plan(p, grades, exercises) for p in chosen)
+def other_plans_line(plans: dict[str, Plan], shown: Plan) -> str:
+    """Where the plans not shown are, and the command that shows them."""
+    others = [f"{p.id} ({p.title})" for p in plans.values() if p.id != shown.id]
+    if not others:
+        return ""
+    return (f"\n\nOther plans: {'; '.join(others)}.\n"
+            "Show one with `kcourse list --plan PLAN`, or all with `kcourse list --all`.")
+
+
+def format_plans(plan_id: str | None = None, show_all: bool = False) -> str:
+    plans, statuses, exercises = load_plans(), grade_statuses(), discover_exercises()
+    if show_all:
+        return "\n\n".join(format_plan(p, statuses, exercises) for p in plans.values())
+    plan = pick_plan(plans, plan_id)
+    return format_plan(plan, statuses, exercises) + other_plans_line(plans, plan)

@@ -62,8 +62,25 @@ def load(variant: Variant, source: Path, library: str | None, role: str) -> Call
 
 def _load_python(variant: Variant, source: Path, role: str) -> Callable:
     module_name = f"kcourse_{role}_{source.stem}"
-    sys.path.insert(0, str(source.parent))  # the learner's helper modules next to the stub
     spec = importlib.util.spec_from_file_location(module_name, source)
+    if spec is None or spec.loader is None:  # Python has no loader for this suffix: a .cu, .txt, ... file
+        from grader.discovery import discover_exercises
+
+        try:
+            owner = next((s for s in discover_exercises().values() if variant in s.variants.values()), None)
+        except Exception:  # a broken spec elsewhere must not hide this verdict
+            owner = None
+        if owner is None:
+            message = (f"{source.name} is not a Python file: this exercise's Triton version expects a .py file like "
+                       f"{variant.stub} (given with --file); a CUDA version, where the exercise has one, is picked with --lang cuda")
+        elif any(v.lang == "cuda" for v in owner.variants.values()):
+            message = (f"{source.name} is not a Python file: the Triton version of {owner.id} expects a .py file like "
+                       f"{variant.stub}; to grade a .cu file, pick the CUDA version with --lang cuda")
+        else:
+            message = (f"{source.name} is not a Python file, and {owner.id} has no CUDA version: give a .py file like "
+                       f"{variant.stub} with --file")
+        raise EntryError("wrong_language", message)
+    sys.path.insert(0, str(source.parent))  # the learner's helper modules next to the stub
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
     try:

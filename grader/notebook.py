@@ -4,6 +4,7 @@ X.ipynb` grades the code cells tagged `kcourse` as the learner's Triton file."""
 from __future__ import annotations
 
 import hashlib
+import math
 from pathlib import Path
 
 import nbformat
@@ -12,8 +13,10 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 from grader import exprs
 from grader.discovery import Target
 from grader.paths import state_dir
+from grader.spec import Case, ExerciseSpec, TensorSpec
 
 TAG = "kcourse"
+NO_GPU_TIMING = "no GPU: timing skipped (the Triton interpreter runs on the CPU; its speed says nothing about a GPU's)"
 
 
 class NotebookError(ValueError):
@@ -22,46 +25,83 @@ class NotebookError(ValueError):
 
 def replace_op_notebook(target: Target) -> nbformat.NotebookNode:
     spec, variant = target.spec, target.variant
-    stub = (spec.folder / variant.stub).read_text()
-    case = spec.performance.cases[-1] if spec.performance.cases else spec.cases[-1]
-    shapes = {t.name: [int(eval_dim(d, case.params)) for d in t.shape] for t in spec.inputs}
-    make = "\n".join(f"{name} = torch.randn({tuple(shape)}, device=device)" for name, shape in shapes.items())
-    inputs = ", ".join(shapes)
-    outs = "\n".join(f"{t.name} = torch.empty({tuple(int(eval_dim(d, case.params)) for d in t.shape)}, device=device)"
-                     for t in spec.outputs)
-    out_names = ", ".join(t.name for t in spec.outputs)
+    call = f"{variant.entry}({', '.join(a.name for a in variant.args)})"
     nb = new_notebook()
     nb.cells = [
         new_markdown_cell(f"# Day 4 — replace a PyTorch operator with Triton: `{spec.id}`\n\n"
                           f"{spec.title}. Write your kernel in the cell tagged `{TAG}` (keep the tag: the grader reads only "
                           f"tagged cells), run the check and the profiler, then grade from a terminal:\n\n"
-                          f"    kcourse grade {spec.id} --lang {variant.lang} --file replace_op.ipynb\n"),
-        new_code_cell("import torch\nimport triton\n\ndevice = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
-                      f"{make}\n\n# the PyTorch baseline you are replacing\n"
-                      f"import importlib.util, pathlib\nspec = importlib.util.spec_from_file_location('reference', "
-                      f"pathlib.Path({str(spec.folder / 'reference.py')!r}))\nreference = importlib.util.module_from_spec(spec)\n"
-                      f"spec.loader.exec_module(reference)\nexpected = reference.reference({inputs})\n"
-                      "if device == 'cuda':\n"
-                      f"    print('torch: %.4f ms' % triton.testing.do_bench(lambda: reference.reference({inputs})))"),
-        new_code_cell(stub, metadata={"tags": [TAG]}),
-        new_code_cell(f"{outs}\n{variant.entry}({', '.join(a.name for a in variant.args)})\n"
-                      f"torch.testing.assert_close({out_names}, expected.to({out_names}.dtype))\nprint('matches the baseline')\n"
-                      "if device == 'cuda':\n"
-                      f"    print('yours: %.4f ms' % triton.testing.do_bench(lambda: {variant.entry}({', '.join(a.name for a in variant.args)})))"),
-        new_code_cell("from torch.profiler import profile, ProfilerActivity\n"
-                      "activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == 'cuda' else [])\n"
-                      f"with profile(activities=activities) as prof:\n    for _ in range(5):\n"
-                      f"        {variant.entry}({', '.join(a.name for a in variant.args)})\n"
-                      "        reference.reference(" + inputs + ")\n"
-                      "print(prof.key_averages().table(sort_by='self_cuda_time_total' if device == 'cuda' else 'self_cpu_time_total', row_limit=12))\n"
-                      "prof.export_chrome_trace('replace_op_trace.json')"),
+                          f"    kcourse grade {spec.id} --lang {variant.lang} --file replace_op.ipynb\n\n"
+                          "Without a GPU the notebook runs your kernel under the Triton interpreter on the CPU, as the "
+                          "grader does: the check is real, the timings are skipped."),
+        new_code_cell(_setup_source(spec)),
+        new_code_cell((spec.folder / variant.stub).read_text(), metadata={"tags": [TAG]}),
+        new_code_cell(_check_source(spec, call)),
+        new_code_cell(_profile_source(spec, call)),
         new_markdown_cell("## Notes\n\nWhat did the profiler show? Then `kcourse profile " + spec.id + "` and `kcourse report day4`."),
     ]
     return nb
 
 
-def eval_dim(dim, params) -> int:
-    return exprs.evaluate_int(dim, params)
+def _setup_source(spec: ExerciseSpec) -> str:
+    """Device, the interpreter switch, inputs and the PyTorch baseline."""
+    inputs = ", ".join(t.name for t in spec.inputs)
+    sizes = {device: {t.name: _shape(t, case) for t in [*spec.inputs, *spec.outputs]}
+             for device, case in (("cuda", _gpu_case(spec)), ("cpu", _cpu_case(spec)))}
+    make = "\n".join(f"{t.name} = torch.randn(sizes[{t.name!r}], device=device)" for t in spec.inputs)
+    return (
+        "import importlib.util\nimport os\nimport pathlib\n\nimport torch\n\n"
+        "# Without a GPU, Triton runs kernels under its interpreter on the CPU, as the grader does there. The switch\n"
+        "# is set before triton is imported, so every @triton.jit below sees it.\n"
+        "device = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
+        "if device == 'cpu':\n    os.environ['TRITON_INTERPRET'] = '1'\n"
+        "import triton\n\n"
+        "# on a GPU the exercise's largest timed size; on the CPU one the interpreter runs in seconds\n"
+        f"sizes = {sizes!r}[device]\n{make}\n\n"
+        "# the PyTorch baseline you are replacing\n"
+        f"spec = importlib.util.spec_from_file_location('reference', pathlib.Path({str(spec.folder / 'reference.py')!r}))\n"
+        "reference = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(reference)\n"
+        f"expected = reference.reference({inputs})\n"
+        "if device == 'cuda':\n"
+        f"    print('torch: %.4f ms' % triton.testing.do_bench(lambda: reference.reference({inputs})))\n"
+        f"else:\n    print({NO_GPU_TIMING!r})\n"
+    )
+
+
+def _check_source(spec: ExerciseSpec, call: str) -> str:
+    outs = "\n".join(f"{t.name} = torch.empty(sizes[{t.name!r}], device=device)" for t in spec.outputs)
+    out_names = ", ".join(t.name for t in spec.outputs)
+    return (f"{outs}\n{call}\n"
+            f"torch.testing.assert_close({out_names}, expected.to({out_names}.dtype))\nprint('matches the baseline')\n"
+            "if device == 'cuda':\n"
+            f"    print('yours: %.4f ms' % triton.testing.do_bench(lambda: {call}))\n"
+            f"else:\n    print({NO_GPU_TIMING!r})\n")
+
+
+def _profile_source(spec: ExerciseSpec, call: str) -> str:
+    # labelled ranges: under the interpreter a kernel runs no torch operator, so it has no row of its own
+    inputs = ", ".join(t.name for t in spec.inputs)
+    return ("from torch.profiler import ProfilerActivity, profile, record_function\n\n"
+            "activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == 'cuda' else [])\n"
+            "with profile(activities=activities) as prof:\n    for _ in range(5):\n"
+            f"        with record_function('yours'):\n            {call}\n"
+            f"        with record_function('torch baseline'):\n            reference.reference({inputs})\n"
+            "print(prof.key_averages().table(sort_by='self_cuda_time_total' if device == 'cuda' else 'cpu_time_total', "
+            "row_limit=12))\nprof.export_chrome_trace('replace_op_trace.json')\n")
+
+
+def _gpu_case(spec: ExerciseSpec) -> Case:
+    return spec.performance.cases[-1] if spec.performance.cases else spec.cases[-1]
+
+
+def _cpu_case(spec: ExerciseSpec) -> Case:
+    """The largest float32 case the grader runs under the interpreter: big enough to mean something, quick there."""
+    cpu_cases = [c for c in spec.cases if not c.gpu_only and c.dtype == "float32"] or spec.cases[:1]
+    return max(cpu_cases, key=lambda c: math.prod(_shape(spec.inputs[0], c)))
+
+
+def _shape(tensor: TensorSpec, case: Case) -> tuple[int, ...]:
+    return tuple(exprs.evaluate_int(d, case.params) for d in tensor.shape)
 
 
 def write_notebook(target: Target, path: Path, force: bool = False) -> Path:

@@ -3,6 +3,7 @@ per exercise, achieved speed against problem size for the learner, the solution 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +16,10 @@ COLORS = {"learner": "#d62728", "solution": "#1f77b4", "torch": "#2ca02c", "roof
 
 
 def _ceilings(grades: list, env: dict | None) -> tuple[float | None, float | None]:
-    """(GB/s, TFLOP/s): from the env check, else from the device recorded with a grade."""
-    if env and env.get("gpu"):
-        return env["gpu"].get("copy_gbps"), env["gpu"].get("matmul_fp32_tflops")
+    """(GB/s, TFLOP/s): from the env check, else from the device recorded with a grade (an old env
+    record may name a GPU without its measured ceilings)."""
+    if env and env.get("gpu") and env["gpu"].get("copy_gbps"):
+        return env["gpu"]["copy_gbps"], env["gpu"].get("matmul_fp32_tflops")
     for g in grades:
         if g.device.get("copy_gbps"):
             return g.device["copy_gbps"], g.device.get("matmul_tflops")
@@ -25,7 +27,8 @@ def _ceilings(grades: list, env: dict | None) -> tuple[float | None, float | Non
 
 
 def roofline_chart(grades: list, env: dict | None, path: Path) -> Path | None:
-    points = [(g, t) for g in grades for t in g.timings[-1:] if t.intensity and t.learner_tflops]
+    # log axes: a point at zero or below (an old record's) cannot be drawn
+    points = [(g, t) for g in grades for t in g.timings[-1:] if (t.intensity or 0) > 0 and (t.learner_tflops or 0) > 0]
     bandwidth, peak = _ceilings(grades, env)
     if not points or not bandwidth or not peak:
         return None
@@ -75,6 +78,11 @@ def speed_vs_size(grade: Any, path: Path) -> Path | None:
     return path
 
 
+def _file_safe(name: str) -> str:
+    """A record's names go into file names: nothing in them may leave the reports folder."""
+    return re.sub(r"[^\w.-]", "_", name).lstrip(".") or "unnamed"
+
+
 def render_all(grades: list, env: dict | None, out_dir: Path) -> list[dict[str, str]]:
     """Write every plot the data allows; returns [{title, file}] for the report to link."""
     made = []
@@ -82,7 +90,7 @@ def render_all(grades: list, env: dict | None, out_dir: Path) -> list[dict[str, 
     if roof:
         made.append({"title": "Roofline", "file": roof.name})
     for g in grades:
-        plot = speed_vs_size(g, out_dir / f"speed_{g.exercise}_{g.lang}.png")
+        plot = speed_vs_size(g, out_dir / f"speed_{_file_safe(g.exercise)}_{_file_safe(g.lang)}.png")
         if plot:
             made.append({"title": f"{g.exercise} ({g.lang}) speed vs size", "file": plot.name})
     return made

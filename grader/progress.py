@@ -1,6 +1,12 @@
-"""`kcourse progress`: a plan as a checklist (day/week, topic, status) from the recorded results."""
+"""`kcourse progress`: a plan as a checklist (day/week, topic, status) from the recorded results.
+
+A status is the learner's best grade of the exercise (store.best_grades), so a failed scratch file does
+not undo a pass; the latest attempt is named beside it when it differs: "passed (latest: failed, try.py)"."""
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
 
 from grader import store
 from grader.console import table
@@ -8,6 +14,26 @@ from grader.discovery import pick_plan
 from grader.plans import Unit, load_plans
 
 MARK = {"done": "[x]", "in progress": "[~]", "to do": "[ ]", "planned": "[-]"}
+
+
+def attempt_name(record: dict[str, Any]) -> str:
+    """The graded file's name ("try.py", "reduction.cu"); old records may name only their source."""
+    name = Path(str(record.get("file") or record.get("source") or "")).name
+    return name if name and name not in store.INSTRUCTOR_SOURCES + ("learner",) else "your exercise file"
+
+
+def status_text(best: dict[str, Any], latest: dict[str, Any] | None) -> str:
+    """The best grade's status, and the latest attempt's when that is a different, worse grade."""
+    status = str(best.get("status") or "unknown")
+    if latest is None or latest == best:
+        return status
+    return f"{status} (latest: {latest.get('status') or 'unknown'}, {attempt_name(latest)})"
+
+
+def grade_statuses() -> dict[str, str]:
+    """exercise:lang -> status_text of the learner's own grades."""
+    best, latest = store.best_grades(), store.latest_grades()
+    return {key: status_text(record, latest.get(key)) for key, record in best.items()}
 
 
 def unit_status(unit: Unit, grades: dict, recorded: set[str]) -> str:
@@ -23,13 +49,12 @@ def unit_status(unit: Unit, grades: dict, recorded: set[str]) -> str:
 
 def progress_rows(plan_id: str | None = None) -> tuple[str, list[list[str]]]:
     plan = pick_plan(load_plans(), plan_id)
-    grades = store.latest_grades()
+    best, labels = store.best_grades(), grade_statuses()
     recorded = {r.get("kind") for r in store.read_all()}
     rows = []
     for unit in plan.units:
-        status = unit_status(unit, grades, recorded)
-        exercises = ", ".join(f"{e.id} ({e.lang}): {grades.get(f'{e.id}:{e.lang}', {}).get('status', 'not graded')}"
-                              for e in unit.exercises)
+        status = unit_status(unit, best, recorded)
+        exercises = ", ".join(f"{e.id} ({e.lang}): {labels.get(f'{e.id}:{e.lang}', 'not graded')}" for e in unit.exercises)
         rows.append([MARK[status], unit.key, unit.title, status, exercises or "; ".join(unit.planned)])
     return plan.title, rows
 

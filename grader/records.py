@@ -59,6 +59,7 @@ class GradeResult:
     file: str = ""  # the graded file, relative to the course root where possible
     scoring: dict[str, float] = field(default_factory=dict)  # points per check, from the spec
     extra: dict[str, Any] = field(default_factory=dict)  # profile / tune findings from the child
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per phase: start, build, load, numerics, ...
     started_at: float = field(default_factory=time.time)
     duration_s: float = 0.0
     kind: str = "grade"
@@ -104,7 +105,8 @@ def summary_verdict(checks: list[Check]) -> str:
 
 
 def grade_from_dict(data: dict[str, Any]) -> GradeResult:
-    data = dict(data)
+    known = set(GradeResult.__dataclass_fields__)
+    data = {k: v for k, v in data.items() if k in known}  # records of other kit versions
     data["checks"] = [Check(**c) for c in data.get("checks", [])]
     data["timings"] = [Timing(**t) for t in data.get("timings", [])]
     return GradeResult(**data)

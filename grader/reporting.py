@@ -1,16 +1,23 @@
 """`kcourse report dayN|weekN|final`: jinja2 templates in templates/ rendered from the results store.
 
-A week or day uses `templates/<key>_<name>.md.j2` when there is one (day1_env_check, day2_comparison,
-day4_replace_op, day5_tuning, week11_summary) and `unit_report.md.j2` otherwise. Sections between
-`<!-- notes:ID -->` and `<!-- /notes:ID -->` belong to the learner and survive re-rendering."""
+A week or day of the plans the README documents for report keys (the default plan's weeks, the 5-day
+plan's days) uses `templates/<key>_<name>.md.j2` when there is one (day1_env_check, day2_comparison,
+day4_replace_op, day5_tuning, week11_summary) and `unit_report.md.j2` otherwise; other plans' units use
+`unit_report.md.j2` and are written as `<plan>_<key>_report.md`, so day3 of two plans never share a file.
+Sections between `<!-- notes:ID -->` and `<!-- /notes:ID -->` belong to the learner and survive
+re-rendering.
+
+Records are normalised here, once, before rendering (see "Records as the templates expect them"): the
+store holds records written by every version of the kit, and a report must render from any of them."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import jinja2
 
@@ -18,10 +25,12 @@ from grader import store
 from grader.discovery import ResolveError, pick_plan, suggest
 from grader.paths import course_root, state_dir, templates_dir
 from grader.plans import Plan, Unit, default_plan, load_plans
-from grader.records import grade_from_dict
+from grader.progress import status_text
+from grader.records import Check, GradeResult, Timing
 
 NOTES = re.compile(r"<!-- notes:(?P<id>[\w-]+) -->\n(?P<body>.*?)<!-- /notes:(?P=id) -->", re.S)
-PLAN_SEARCH_ORDER = ("cuda-11-week", "triton-5-day", "transformer-ops", "challenge-100-day")
+# README: "`kcourse report dayN` for each day of the 5-day plan, `weekN` for each week of the 11-week plan".
+FIVE_DAY_PLAN = "triton-5-day"
 
 
 class ReportError(ValueError):
@@ -32,38 +41,185 @@ def reports_dir() -> Path:
     return state_dir() / "reports" if os.environ.get("KCOURSE_HOME") else course_root() / "reports"
 
 
+# --- Which plan a report key means -----------------------------------------------------------------
+
+def documented_plans(plans: dict[str, Plan]) -> list[str]:
+    """The plans a bare key resolves to first, in order: the default plan, then the 5-day plan."""
+    return [default_plan(plans).id, FIVE_DAY_PLAN] if plans else []
+
+
 def find_unit(key: str, plan_id: str | None) -> tuple[Plan, Unit]:
+    """With --plan, that plan's unit. Without: the documented plans' unit where they have the key, else
+    the one plan that has it; a key that several other plans share is a question, never a guess."""
     plans = load_plans()
     if plan_id:
-        candidates = [pick_plan(plans, plan_id)]
-    else:
-        candidates = [plans[p] for p in PLAN_SEARCH_ORDER if p in plans] + [p for p in plans.values() if p.id not in PLAN_SEARCH_ORDER]
-    for plan in candidates:
-        if plan.unit(key):
-            return plan, plan.unit(key)
-    keys = sorted({u.key for p in candidates for u in p.units} | {"final"})
-    raise ReportError(f"no week or day {key!r} in {'plan ' + plan_id if plan_id else 'any plan'}." + suggest(key, keys))
+        try:
+            plan = pick_plan(plans, plan_id)
+        except ResolveError as exc:
+            raise ReportError(str(exc)) from None
+        if plan.unit(key) is None:
+            raise ReportError(f"plan {plan.id!r} has no {key!r}." + suggest(key, [u.key for u in plan.units]))
+        return plan, plan.unit(key)
+    having = [p for p in plans.values() if p.unit(key)]
+    if not having:
+        keys = sorted({u.key for p in plans.values() for u in p.units} | {"final"})
+        raise ReportError(f"no week or day {key!r} in any plan." + suggest(key, keys))
+    documented = [plans[p] for p in documented_plans(plans) if p in plans and plans[p].unit(key)]
+    if documented or len(having) == 1:
+        plan = (documented or having)[0]
+        return plan, plan.unit(key)
+    commands = " or ".join(f"`kcourse report {key} --plan {p.id}`" for p in having)
+    raise ReportError(f"{key!r} is in several plans ({', '.join(p.id for p in having)}): say which, e.g. {commands}")
 
 
-def template_for(key: str) -> tuple[str, str]:
-    """(template name, output file name) for a report key."""
+def resolution_note(which: str, plan_id: str | None) -> str | None:
+    """"day9 → plan challenge-100-day (...)": which plan a unit key went to, and how to get another's."""
+    if which == "final":
+        return None
+    plan, _ = find_unit(which, plan_id)
+    note = f"{which} → plan {plan.id} ({plan.title})"
+    others = [p.id for p in load_plans().values() if p.id != plan.id and p.unit(which)]
+    if others and not plan_id:
+        note += "; for another plan's " + which + ": " + " or ".join(f"`kcourse report {which} --plan {o}`" for o in others)
+    return note
+
+
+def template_for(key: str, plan: Plan | None = None) -> tuple[str, str]:
+    """(template name, output file name) for a report key of `plan`."""
     if key == "final":
         return "final_report.md.j2", "final_report.md"
+    if plan is not None and plan.id not in documented_plans(load_plans()):
+        return "unit_report.md.j2", f"{plan.id}_{key}_report.md"
     special = sorted(templates_dir().glob(f"{key}_*.md.j2"))
     if special:
         return special[0].name, special[0].name.removesuffix(".j2")
     return "unit_report.md.j2", f"{key}_report.md"
 
 
+# --- Records as the templates expect them ----------------------------------------------------------
+# Old records lack fields, hold {} for a device, strings where numbers belong, statuses this version
+# does not know and keys it never wrote. Each record is shaped here into every field its template
+# reads, with a value of the type it expects; unknown keys ride along unused.
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def _text_or(fallback: str) -> Callable[[Any], str]:
+    return lambda value: _text(value) or fallback
+
+
+def _optional_text(value: Any) -> str | None:
+    return None if value in (None, "") else str(value)
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _integer(value: Any) -> int:
+    number = _number(value)
+    return int(number) if number is not None and number == number and abs(number) != float("inf") else 0
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return dict(value) if isinstance(value, dict) else {}
+
+
+def _optional_flag(value: Any) -> bool | None:
+    return None if value is None else bool(value)
+
+
+def _shaped(value: Any, schema: dict[str, Callable[[Any], Any]]) -> dict[str, Any]:
+    data = _mapping(value)
+    return {**data, **{key: coerce(data.get(key)) for key, coerce in schema.items()}}
+
+
+def _rows(schema: dict[str, Callable[[Any], Any]]) -> Callable[[Any], list[dict[str, Any]]]:
+    return lambda value: [_shaped(row, schema) for row in value if isinstance(row, dict)] if isinstance(value, list) else []
+
+
+def _optional(schema: dict[str, Callable[[Any], Any]]) -> Callable[[Any], dict[str, Any] | None]:
+    """An empty or missing sub-record (a GPU, a training run) stays None, so `{% if %}` reads it as absent."""
+    return lambda value: _shaped(value, schema) if isinstance(value, dict) and value else None
+
+
+def _device_name(value: Any) -> str:
+    name = value.get("name") if isinstance(value, dict) else value
+    return _text(name) or "unknown device"
+
+
+GPU = {"name": _text_or("unknown GPU"), "capability": _text_or("?"), "memory_gb": _text_or("?"),
+       "multiprocessors": _text_or("?"), "copy_gbps": _number, "matmul_fp32_tflops": _number}
+TRAINING_RUN = {"device": _text_or("?"), "seconds": _number, "per_epoch_s": _number, "final_loss": _number}
+TRAINING = {"description": _text, "epochs": _text_or("?"), "runs": _rows(TRAINING_RUN), "speedup": _number}
+ENV = {"python": _text_or("unknown"), "platform": _text_or("unknown"), "torch": _text_or("unknown"),
+       "torch_cuda": _optional_text, "triton": _optional_text, "triton_interpreter": bool, "nvcc": _optional_text,
+       "ninja": bool, "driver": _optional_text, "gpu": _optional(GPU), "ready": bool,
+       "can_do": lambda v: [_text(line) for line in v] if isinstance(v, list) else [], "training": _optional(TRAINING)}
+TUNE_ROW = {"config": _text_or("?"), "ms": _number, "rate": _number, "roofline_pct": _number,
+            "correct": _optional_flag, "error": _text, "resources": _text}
+TUNE = {"exercise": _text_or("?"), "lang": _text_or("?"), "device": _device_name, "case": _text, "unit": _text,
+        "rows": _rows(TUNE_ROW), "best": _optional({"config": _text_or("?"), "ms": _number}), "speedup": _number}
+PROFILE_ROW = {"name": _text_or("?"), "calls": _text, "device_us": _number, "cpu_us": _number}
+NCU_ROW = {"kernel": _text, "metric": _text, "value": _text, "unit": _text}
+PROFILE = {"exercise": _text_or("?"), "lang": _text_or("?"), "device": _device_name, "case": _text, "calls": _text,
+           "trace": _text_or("(no trace recorded)"), "top": _rows(PROFILE_ROW), "ncu": _rows(NCU_ROW)}
+
+# Grade records are dataclasses (records.py): coerce each field by its annotation, so a field added
+# there later is shaped without a change here.
+BY_ANNOTATION: dict[str, Callable[[Any], Any]] = {
+    "str": _text, "str | None": _optional_text, "int": _integer, "float": lambda v: _number(v) or 0.0,
+    "float | None": _number, "dict[str, Any]": _mapping, "dict[str, float]": _mapping,
+    "list[Check]": lambda v: [_dataclass(Check, c) for c in v if isinstance(c, dict)] if isinstance(v, list) else [],
+    "list[Timing]": lambda v: [_dataclass(Timing, t) for t in v if isinstance(t, dict)] if isinstance(v, list) else [],
+}
+
+
+def _dataclass(cls: type, data: dict[str, Any]) -> Any:
+    values = {}
+    for field in dataclasses.fields(cls):
+        required = field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
+        if field.name in data or required:
+            values[field.name] = BY_ANNOTATION.get(str(field.type), lambda v: v)(data.get(field.name))
+    return cls(**values)
+
+
+def grade_record(record: dict[str, Any]) -> GradeResult:
+    """A stored grade as the templates and plots expect it, whatever version of the kit wrote it."""
+    grade = _dataclass(GradeResult, record)
+    grade.lang = grade.lang or "unknown"  # the store's key for a record without one (store.exercise_key)
+    grade.status = grade.status or "unknown"
+    grade.verdict = grade.verdict or "(no verdict recorded)"
+    device = record.get("device")
+    grade.device = {**_mapping(device), "name": _text(device.get("name") if isinstance(device, dict) else device)}
+    return grade
+
+
+def env_record(record: dict[str, Any] | None) -> dict[str, Any] | None:
+    return None if record is None else _shaped(record, ENV)
+
+
+# --- Rendering ---------------------------------------------------------------------------------------
+
 def context(unit: Unit | None = None, plan: Plan | None = None) -> dict[str, Any]:
-    latest = {key: grade_from_dict(record) for key, record in store.latest_grades().items()}
-    grades = sorted(latest.values(), key=lambda g: (g.exercise, g.lang))
+    """Grades are the learner's best per exercise (store.best_grades: a pass is not hidden by a later
+    failed try); `statuses` adds the latest attempt where it differs."""
+    best, latest = store.best_grades(), store.latest_grades()
+    grades = sorted((grade_record(r) for r in best.values()), key=lambda g: (g.exercise, g.lang))
+    notebooks = store.best_per_exercise("grade", keep=lambda r: str(r.get("source", "")).endswith(".ipynb"))
     data: dict[str, Any] = {
-        "env": store.latest("env"), "grades": grades, "generated": dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
+        "env": env_record(store.latest("env")), "grades": grades, "generated": dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
         "unit": unit, "plan": plan, "default_plan": default_plan(load_plans()).id, "plots": [],
-        "tunes": _sorted_values(store.latest_per_exercise("tune")),
-        "profiles": _sorted_values(store.latest_per_exercise("profile")),
-        "notebook_grades": [g for g in grades if g.source.endswith(".ipynb")],
+        "statuses": {key: status_text(record, latest.get(key)) for key, record in best.items()},
+        "tunes": [_shaped(r, TUNE) for r in _sorted_values(store.latest_per_exercise("tune"))],
+        "profiles": [_shaped(r, PROFILE) for r in _sorted_values(store.latest_per_exercise("profile"))],
+        "notebook_grades": [grade_record(r) for r in _sorted_values(notebooks)],
     }
     if unit is not None:
         wanted = {(e.id, e.lang) for e in unit.exercises}
@@ -83,27 +239,34 @@ def keep_notes(new_text: str, old_text: str) -> str:
     return NOTES.sub(lambda m: f"<!-- notes:{m['id']} -->\n{old.get(m['id'], m['body'])}<!-- /notes:{m['id']} -->", new_text)
 
 
+def number_text(value: Any, fmt: str = "{:.3g}") -> str:
+    """The `num` filter: "—" for a figure not measured."""
+    if value is None:
+        return "—"
+    try:
+        return fmt.format(value)
+    except (TypeError, ValueError):
+        return str(value)
+
+
 def environment() -> jinja2.Environment:
+    # StrictUndefined stays: a template reading a field the normalisation above does not provide is a
+    # bug to catch in the tests, not a blank to ship to the learner.
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(templates_dir()), undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
-    env.filters["num"] = lambda v, fmt="{:.3g}": "—" if v is None else fmt.format(v)
+    env.filters["num"] = number_text
     return env
 
 
 def render(which: str, out_dir: Path | None = None, plan_id: str | None = None) -> Path:
-    plan = unit = None
-    if which != "final":
-        try:
-            plan, unit = find_unit(which, plan_id)
-        except ResolveError as exc:
-            raise ReportError(str(exc)) from None
-    template_name, file_name = template_for(which)
+    plan, unit = (None, None) if which == "final" else find_unit(which, plan_id)
+    template_name, file_name = template_for(which, plan)
     data = context(unit, plan)
     if template_name.startswith("day1") and data["env"] is None:
         raise ReportError("no environment check recorded yet: run `kcourse env-check` first")
     out_dir = out_dir or reports_dir()
     out_dir.mkdir(parents=True, exist_ok=True)
-    if which in ("final", "week11") and data["grades"]:
+    if template_name in ("final_report.md.j2", "week11_summary.md.j2") and data["grades"]:
         from grader import plots
 
         data["plots"] = plots.render_all(data["grades"], data["env"], out_dir)

@@ -1,18 +1,24 @@
-"""Running the worker in a child process with a time limit, and naming what went wrong if it dies.
+"""The child process that runs untrusted code, and how the parent talks to it.
 
-The child gets its own process group so a hang is killed with everything it started; its output
-(the learner's prints) is captured and trimmed; a missing result file plus the exit status and the
-last progress line become a verdict such as "crashed with SIGSEGV while checking n=1000003"."""
+The child is started before the job is known (`Child.start`): it imports torch, creates its CUDA
+context and says "ready", so that start-up overlaps the parent's build, or, in `kcourse watch`, the
+learner's typing. It then reads one job and its trials as JSON lines on stdin and answers with events
+on a pipe of its own (JSON lines). It gets its own process group so a hang is killed with everything
+it started; its output (the learner's prints) goes to a file and is trimmed; when it dies, its exit
+status and last step become a verdict such as "crashed with SIGSEGV while checking n=1000003"."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import select
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,17 +26,18 @@ from typing import Any
 from grader.paths import course_root
 
 OUTPUT_LIMIT = 4000
+START_LIMIT_S = 180.0  # importing torch and creating a CUDA context; ceilings are measured once per GPU
+SHM_MIN_FREE = 8 * 2**30  # trial files go to /dev/shm when it has room (no disk writes for 1 GB inputs)
 # torch's profiler (used to catch torch calls) logs lines like "USDT:2026-.. Sync...cpp:52] profiler_start"
 _PROFILER_NOISE = re.compile(r"^(USDT|INFO|WARNING|ERROR):\d{4}-\d\d-\d\d [^\]]*\.cpp:\d+\].*$\n?", re.M)
 
 
-@dataclass
-class Outcome:
-    result: dict[str, Any] | None
-    returncode: int | None
-    timed_out: bool
-    output: str
-    last_step: str
+class ChildGone(Exception):
+    """The child exited or closed its event pipe."""
+
+
+class ChildTimeout(Exception):
+    """The child ran past its deadline."""
 
 
 def trim(text: str, limit: int = OUTPUT_LIMIT) -> str:
@@ -38,56 +45,137 @@ def trim(text: str, limit: int = OUTPUT_LIMIT) -> str:
     return text if len(text) <= limit else "... (earlier output trimmed)\n" + text[-limit:]
 
 
-def run_worker(job: dict[str, Any], timeout_s: float, interpret_triton: bool = False,
-               extra_env: dict[str, str] | None = None, wrapper: list[str] | None = None) -> Outcome:
-    """Run the worker on `job` (optionally under a tool such as ncu: `wrapper` is its command prefix)."""
-    with tempfile.TemporaryDirectory(prefix="kcourse-") as tmp:
-        job = dict(job, result_path=str(Path(tmp) / "result.json"), progress_path=str(Path(tmp) / "progress.txt"))
-        job_path = Path(tmp) / "job.json"
-        job_path.write_text(json.dumps(job))
-        env = dict(os.environ, PYTHONUNBUFFERED="1", **(extra_env or {}))
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(course_root()), env.get("PYTHONPATH")]))
-        if interpret_triton:
-            env["TRITON_INTERPRET"] = "1"
-        command = [*(wrapper or []), sys.executable, "-m", "grader.worker", str(job_path)]
-        proc = subprocess.Popen(command, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=tmp,
-                                start_new_session=True)
-        timed_out = False
-        try:
-            output, _ = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _kill_group(proc)
-            output, _ = proc.communicate()
-        except BaseException:  # Ctrl-C: never leave the learner's process running
-            _kill_group(proc)
-            raise
-        result_file, progress_file = Path(job["result_path"]), Path(job["progress_path"])
-        result = json.loads(result_file.read_text()) if result_file.exists() else None
-        steps = progress_file.read_text().splitlines() if progress_file.exists() else []
-        return Outcome(result, proc.returncode, timed_out, trim(output.decode(errors="replace")),
-                       steps[-1] if steps else "starting")
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
+def _work_dir() -> Path:
+    shm = Path("/dev/shm")
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+        base = shm if shm.is_dir() and shutil.disk_usage(shm).free > SHM_MIN_FREE else None
+    except OSError:
+        base = None
+    return Path(tempfile.mkdtemp(prefix="kcourse-", dir=base))
 
 
-def death_message(outcome: Outcome, timeout_s: float) -> tuple[str, str]:
-    """(code, message) for a child that produced no result."""
-    where = f" while {outcome.last_step}"
-    if outcome.timed_out:
+def child_env(device: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ, PYTHONUNBUFFERED="1", KCOURSE_CHILD_DEVICE=device, **(extra or {}))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(course_root()), env.get("PYTHONPATH")]))
+    if device == "cpu":
+        env["TRITON_INTERPRET"] = "1"  # read by triton at import: set before the child starts
+    return env
+
+
+class Child:
+    """One worker process. `send` writes a JSON line to its stdin; `event` reads its next event."""
+
+    def __init__(self, device: str, extra_env: dict[str, str] | None = None, wrapper: list[str] | None = None):
+        self.device = device
+        self.dir = _work_dir()
+        self.last_step = "starting"
+        self.ready: dict[str, Any] | None = None
+        self.started = time.monotonic()
+        read_fd, write_fd = os.pipe()
+        self._output = open(self.dir / "output.txt", "wb")
+        command = [*(wrapper or []), sys.executable, "-m", "grader.worker", str(write_fd)]
+        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=self._output, stderr=subprocess.STDOUT,
+                                     env=child_env(device, extra_env), cwd=self.dir, pass_fds=(write_fd,),
+                                     start_new_session=True)
+        os.close(write_fd)
+        self._events = read_fd
+        self._buffer = b""
+
+    # --- talking ---------------------------------------------------------------------------------
+    def send(self, message: dict[str, Any]) -> None:
+        try:
+            self.proc.stdin.write((json.dumps(message) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, ValueError, OSError):
+            pass  # the child is gone: the event reader reports how it died
+
+    def event(self, deadline: float) -> dict[str, Any]:
+        """The next event (a dict with "event"); raises ChildTimeout past `deadline`, ChildGone at EOF."""
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ChildTimeout
+            ready, _, _ = select.select([self._events], [], [], left)
+            if not ready:
+                raise ChildTimeout
+            chunk = os.read(self._events, 1 << 16)
+            if not chunk:
+                raise ChildGone
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        try:
+            message = json.loads(line)
+        except ValueError:
+            message = None
+        if not isinstance(message, dict) or "event" not in message:
+            return {"event": "garbled", "text": line[:200].decode(errors="replace")}
+        if message["event"] == "step":
+            self.last_step = str(message.get("text", ""))[:200]
+        return message
+
+    def wait_ready(self, limit_s: float = START_LIMIT_S) -> dict[str, Any]:
+        if self.ready is None:
+            message = self.event(self.started + limit_s)
+            while message["event"] == "step":
+                message = self.event(self.started + limit_s)
+            if message["event"] != "ready":
+                raise ChildGone
+            self.ready = message
+        return self.ready
+
+    # --- ending ----------------------------------------------------------------------------------
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def finish(self, grace_s: float = 10.0) -> int | None:
+        """Close stdin, wait a little for a clean exit, then kill; returns the exit status."""
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            return self.proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return self.proc.wait()
+
+    def output(self) -> str:
+        self._output.flush()
+        try:
+            return trim((self.dir / "output.txt").read_bytes().decode(errors="replace"))
+        except OSError:
+            return ""
+
+    def close(self) -> None:
+        self.kill()
+        self.proc.wait()
+        self._output.close()
+        os.close(self._events)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@dataclass
+class Death:
+    timed_out: bool
+    returncode: int | None
+    last_step: str
+
+
+def death_message(death: Death, timeout_s: float) -> tuple[str, str]:
+    """(code, message) for a child that stopped answering."""
+    where = f" while {death.last_step}"
+    if death.timed_out:
         return "timeout", (f"your code ran past the {timeout_s:g} s limit{where} and was stopped — a loop that never "
                            "ends? (a loop bound that never changes, a barrier not every thread reaches, a spin-wait)")
-    code = outcome.returncode or 0
+    code = death.returncode or 0
     if code < 0:
         name = signal.Signals(-code).name
         hint = {"SIGSEGV": " — a bad pointer: a device pointer used on the host, or an index past an array?",
                 "SIGABRT": " — an assertion or a C++ exception in your code?",
                 "SIGFPE": " — an integer division by zero?"}.get(name, "")
         return "crash", f"your code crashed with {name}{where}{hint}"
-    return "crash", f"the grading process ended unexpectedly (exit status {code}){where}"
+    return "crash", (f"the grading process ended unexpectedly (exit status {code}){where} — does your code call "
+                     "exit() or close file descriptors? Look at your program's output below")

@@ -66,19 +66,46 @@ class Variant:
 class Case:
     params: dict[str, Any]
     gpu_only: bool = False
+    # per tensor: values (init, scale, offset, special) and layout (row_slice, transposed); see inputs.py
+    inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    trials: int | None = None  # None: the spec's `trials`
 
     @property
     def dtype(self) -> str:
         return self.params.get("dtype", DEFAULT_DTYPE)
 
     def label(self) -> str:
-        return " ".join(f"{k}={v}" for k, v in self.params.items())
+        text = " ".join(f"{k}={v}" for k, v in self.params.items())
+        notes = [f"{name} " + " ".join(f"{k}={v}" for k, v in options.items())
+                 for name, options in {**self.inputs, **self.outputs}.items()]
+        return text + (f" ({'; '.join(notes)})" if notes else "")
+
+
+# unit roundoff per dtype: the rounding of one operation, the step of accumulated error
+UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
 
 
 @dataclass
 class Tolerance:
+    """|got - expected| <= atol + rtol_for(case) * |expected|.
+
+    `accumulate` (an expression of the case, e.g. "n") is the number of values summed into one output
+    element: summed in any order in float32, the rounding error grows like sqrt(n) * u (a random walk of
+    n roundings of size u, the unit roundoff), so rtol grows with it: max(rtol, 2 sqrt(n) u). A fixed rtol
+    would fail an honest per-block-atomics sum at 2^28 elements and pass a sloppy one at 4097."""
+
     atol: float
     rtol: float
+    accumulate: str | None = None
+
+    def rtol_for(self, params: dict[str, Any], dtype: str) -> float:
+        if not self.accumulate:
+            return self.rtol
+        from grader import exprs
+
+        n = max(1.0, float(exprs.evaluate(self.accumulate, params)))
+        return max(self.rtol, 2 * n**0.5 * UNIT_ROUNDOFF.get(dtype, 2.0**-24))
 
 
 @dataclass
@@ -127,6 +154,14 @@ class ExerciseSpec:
             raise SpecError(f"{self.folder / 'spec.toml'}: no [tolerance.{dtype}] for a {dtype} case")
         return self.tolerance[dtype]
 
+    def tolerance_of(self, case: Case) -> Tolerance:
+        """The tolerance that applies to this case (rtol grown with the accumulation length)."""
+        tol = self.tolerance_for(case.dtype)
+        return Tolerance(tol.atol, tol.rtol_for(case.params, case.dtype))
+
+    def trials_for(self, case: Case) -> int:
+        return case.trials if case.trials is not None else self.trials
+
 
 def load_spec(folder: Path) -> ExerciseSpec:
     path = folder / "spec.toml"
@@ -168,7 +203,7 @@ def _parse(data: dict[str, Any], folder: Path) -> ExerciseSpec:
         inputs=inputs,
         outputs=outputs,
         cases=[_case(c) for c in data["cases"]],
-        tolerance={k: Tolerance(float(v["atol"]), float(v["rtol"])) for k, v in data["tolerance"].items()},
+        tolerance={k: Tolerance(float(v["atol"]), float(v["rtol"]), v.get("accumulate")) for k, v in data["tolerance"].items()},
         performance=Performance(
             cases=[_case(c) for c in perf.get("cases", [])],
             threshold=float(perf.get("threshold", 0.5)),
@@ -199,9 +234,30 @@ def _tensor(name: str, raw: dict[str, Any], path: Path) -> TensorSpec:
     return tensor
 
 
+CASE_KEYS = ("gpu_only", "inputs", "outputs", "trials")  # the rest of a [[cases]] entry are parameters
+LAYOUTS = ("contiguous", "row_slice", "transposed")
+SPECIALS = ("neg_inf_entries", "neg_inf_rows", "large")
+
+
 def _case(raw: dict[str, Any]) -> Case:
-    params = {k: v for k, v in raw.items() if k != "gpu_only"}
-    return Case(params=params, gpu_only=bool(raw.get("gpu_only", False)))
+    params = {k: v for k, v in raw.items() if k not in CASE_KEYS}
+    trials = raw.get("trials")
+    return Case(params=params, gpu_only=bool(raw.get("gpu_only", False)), inputs=dict(raw.get("inputs", {})),
+                outputs=dict(raw.get("outputs", {})), trials=int(trials) if trials is not None else None)
+
+
+def _validate_case_tensors(spec: "ExerciseSpec", case: Case, path: Path) -> None:
+    names = {"inputs": {t.name for t in spec.inputs}, "outputs": {t.name for t in spec.outputs}}
+    for kind, table in (("inputs", case.inputs), ("outputs", case.outputs)):
+        for name, options in table.items():
+            if name not in names[kind]:
+                raise SpecError(f"{path}: case {case.label()}: {kind}.{name} is not one of the spec's {kind}")
+            if options.get("layout", "contiguous") not in LAYOUTS:
+                raise SpecError(f"{path}: {kind}.{name}.layout = {options['layout']!r}; known: {', '.join(LAYOUTS)}")
+            if options.get("special") and options["special"] not in SPECIALS:
+                raise SpecError(f"{path}: {kind}.{name}.special = {options['special']!r}; known: {', '.join(SPECIALS)}")
+            if options.get("init") and options["init"] not in INITS:
+                raise SpecError(f"{path}: {kind}.{name}.init = {options['init']!r}; known: {', '.join(INITS)}")
 
 
 def _validate(spec: ExerciseSpec, path: Path) -> None:
@@ -217,3 +273,4 @@ def _validate(spec: ExerciseSpec, path: Path) -> None:
                 raise SpecError(f"{path}: argument {arg.name!r} of {variant.lang} is neither a tensor nor a case parameter")
     for case in spec.cases + spec.performance.cases:
         spec.tolerance_for(case.dtype)
+        _validate_case_tensors(spec, case, path)

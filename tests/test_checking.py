@@ -1,6 +1,7 @@
 import torch
 
-from grader.checking import compare, make_inputs, make_outputs
+from grader.checking import compare, looks_cached, make_inputs, make_outputs
+from grader.inputs import generate, make_outputs as outputs_in_layout, place, poison
 from grader.discovery import discover_exercises
 from grader.spec import Case, Tolerance
 
@@ -25,7 +26,7 @@ def test_outputs_start_poisoned_with_nan():
 def test_partly_written_output_names_the_count_and_first_index():
     ref = torch.ones(1000, dtype=torch.float64)
     out = torch.ones(1000)
-    out[990:] = float("nan")
+    poison(out[990:])
     result = compare("c", out, ref, TOL, "n=1000")
     assert not result.ok and result.code == "partial_write"
     assert "10 of 1000 elements of c never written (first at index 990)" in result.message
@@ -33,7 +34,7 @@ def test_partly_written_output_names_the_count_and_first_index():
 
 
 def test_nothing_written_reads_as_not_implemented():
-    result = compare("c", torch.full((4,), float("nan")), torch.ones(4, dtype=torch.float64), TOL, "n=4")
+    result = compare("c", poison(torch.empty(4)), torch.ones(4, dtype=torch.float64), TOL, "n=4")
     assert result.code == "not_written" and "not implemented yet" in result.message
 
 
@@ -57,3 +58,57 @@ def test_mismatch_reports_max_errors_and_the_first_bad_2d_index():
 def test_values_within_tolerance_pass():
     ref = torch.linspace(1, 2, 50, dtype=torch.float64)
     assert compare("y", (ref * (1 + 5e-6)).float(), ref, TOL, "n=50").ok
+
+
+def test_a_computed_nan_is_a_wrong_value_not_an_unwritten_one():
+    ref = torch.ones(8, dtype=torch.float64)
+    out = torch.ones(8)
+    out[3] = torch.tensor(float("inf")) - torch.tensor(float("inf"))  # an overflow's NaN, not the poison
+    result = compare("y", out, ref, TOL, "n=8")
+    assert result.code == "mismatch" and result.details["nan"] == 1 and "1 NAN" in result.message
+
+
+def test_inputs_are_the_same_however_many_threads_draw_them(monkeypatch):
+    spec = discover_exercises()["reduction"]
+    case = Case({"n": (1 << 22) * 2 + 5})
+    first = generate(spec, case, 7)["x"]
+    monkeypatch.setattr("os.cpu_count", lambda: 1)
+    assert torch.equal(first, generate(spec, case, 7)["x"])
+
+
+def test_a_case_can_shift_and_scale_inputs_to_break_unstable_code():
+    spec = discover_exercises()["softmax"]
+    plain = generate(spec, Case({"M": 4, "N": 64}), 3)["x"]
+    shifted = generate(spec, Case({"M": 4, "N": 64}, inputs={"x": {"offset": 1000.0, "scale": 10.0}}), 3)["x"]
+    assert torch.allclose(shifted, plain * 10 + 1000)
+
+
+def test_each_trial_moves_the_answer_far_from_the_previous_one():
+    spec = discover_exercises()["reduction"]
+    case = Case({"n": 1000})
+    assert torch.allclose(generate(spec, case, 5, trial=1)["x"], 1.5 * generate(spec, case, 5, trial=0)["x"])
+
+
+def test_row_slice_layout_has_a_row_stride_wider_than_the_row():
+    values = torch.randn(3, 5)
+    view = place(values, "row_slice", "cpu")
+    assert view.stride(0) > 5 and torch.equal(view, values)
+    spec = discover_exercises()["softmax"]
+    out = outputs_in_layout(spec, Case({"M": 3, "N": 5}, outputs={"out": {"layout": "row_slice"}}), "cpu")["out"]
+    assert out.stride(0) > 5 and torch.isnan(out).all()
+
+
+def test_float32_sum_tolerance_grows_with_the_square_root_of_its_length():
+    spec = discover_exercises()["reduction"]
+    small = spec.tolerance_of(Case({"n": 4097})).rtol
+    large = spec.tolerance_of(Case({"n": 268_435_459})).rtol
+    assert small == spec.tolerance_for("float32").rtol  # the floor: a short sum is held to rtol
+    assert 3e-5 < large < 3e-3  # an honest per-block-atomics sum at 2^28 (3e-5 off) passes
+
+
+def test_caching_is_named_only_when_the_previous_answer_is_far_from_this_one():
+    tol = Tolerance(0.0, 2e-5)
+    previous, now = torch.tensor([1.0000e8], dtype=torch.float64), torch.tensor([1.00005e8], dtype=torch.float64)
+    slightly_off = torch.tensor([1.0000e8])
+    assert not looks_cached(slightly_off, previous, now, tol)  # two sums 5e-5 apart: rounding, not caching
+    assert looks_cached(torch.tensor([1.0e8]), previous, previous * 1.5, tol)

@@ -1,11 +1,8 @@
-"""Instructors' side: swapping solutions in, releases without solutions, calibrated thresholds,
-exports for CI and course tools, and grading a class."""
+"""Instructors' side: swapping solutions in, calibrated thresholds, exports for CI and course tools, and
+grading a class (releases: test_release.py)."""
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -35,42 +32,6 @@ def test_validate_filters_by_plan_and_week_and_rejects_unknown_ones():
     assert "softmax" in result.output and "vector_add" in result.output and "reduction" not in result.output
     bad = CliRunner().invoke(main, ["validate", "--unit", "week99"])
     assert bad.exit_code == 2 and "week9" in bad.output
-
-
-# --- release ------------------------------------------------------------------------------------
-
-def test_release_has_no_solutions_and_grades_on_its_own(tmp_path):
-    kit = tmp_path / "kit"
-    assert run("release", str(kit)).exit_code == 0
-    assert not (kit / "solutions").exists() and not (kit / ".ci").exists()
-    assert (kit / "exercises" / "softmax" / "softmax.py").read_text() == (ROOT / "exercises/softmax/softmax.py").read_text()
-    env = dict(os.environ, KCOURSE_HOME=str(tmp_path / "home"), KCOURSE_DEVICE="cpu")
-    env.pop("KCOURSE_ROOT", None)
-    proc = subprocess.run([sys.executable, "-m", "grader", "grade", "week4", "vector_add"], cwd=kit, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 1 and "not implemented yet" in proc.stdout
-    proc = subprocess.run([sys.executable, "-m", "grader", "grade", "softmax", "--source", "solutions"], cwd=kit,
-                          env=env, capture_output=True, text=True, timeout=300)
-    assert "solutions/ is absent from a learner's kit" in proc.stdout
-
-
-def test_release_refuses_an_existing_folder_and_changes_nothing(tmp_path):
-    (tmp_path / "kit").mkdir()
-    (tmp_path / "kit" / "notes.txt").write_text("mine")
-    result = CliRunner().invoke(main, ["release", str(tmp_path / "kit")])
-    assert result.exit_code == 2 and "already exists" in result.output
-    assert [p.name for p in (tmp_path / "kit").iterdir()] == ["notes.txt"]
-
-
-def test_release_catches_a_solution_copied_over_a_stub(tmp_path):
-    course = tmp_path / "course"
-    shutil.copytree(ROOT, course, ignore=shutil.ignore_patterns(".git", ".venv", "__pycache__", ".kcourse", "reports"))
-    shutil.copy(course / "solutions/reduction/reduction.cu", course / "exercises/reduction/notes_backup.cu")
-    from grader.release import ReleaseError, release
-
-    with pytest.raises(ReleaseError, match=r"exercises/reduction/notes_backup.cu contains \d+ lines of reduction.cu"):
-        release(tmp_path / "kit", root=course)
-    assert not (tmp_path / "kit").exists() and not list(tmp_path.glob(".kit*"))
 
 
 # --- calibration --------------------------------------------------------------------------------

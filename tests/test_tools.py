@@ -1,6 +1,10 @@
 """Profile, tune, notebooks and progress on the CPU (Triton interpreter)."""
 
 import json
+import os
+import re
+import subprocess
+import sys
 
 import pytest
 from click.testing import CliRunner
@@ -70,14 +74,59 @@ def test_notebook_has_a_baseline_a_tagged_cell_and_profiling(tmp_path):
         write_notebook(resolve(("softmax",)), path)
 
 
-@pytest.mark.solutions
-def test_a_notebook_is_graded_by_its_tagged_cells(tmp_path):
-    path = write_notebook(resolve(("softmax",)), tmp_path / "replace_op.ipynb")
+def notebook_with_solution(path):
+    path = write_notebook(resolve(("softmax",)), path)
     nb = nbformat.read(str(path), as_version=4)
     for cell in nb.cells:
         if "kcourse" in cell.metadata.get("tags", []):
             cell.source = (ROOT / "solutions/softmax/softmax.py").read_text()
     nbformat.write(nb, str(path))
+    return path
+
+
+# Runs a notebook's code cells in order in one namespace, as Jupyter would; the cells' text goes to
+# linecache as IPython puts it there, because @triton.jit reads its function's source.
+RUN_CELLS = """
+import linecache, sys
+import nbformat
+namespace = {"__name__": "__main__"}
+for number, cell in enumerate(nbformat.read(sys.argv[1], as_version=4).cells, 1):
+    if cell.cell_type == "code":
+        name = f"<cell {number}>"
+        linecache.cache[name] = (len(cell.source), None, cell.source.splitlines(True), name)
+        exec(compile(cell.source, name, "exec"), namespace)
+"""
+
+
+def run_cells_without_a_gpu(path):
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")  # no GPU, even on a machine that has one
+    env.pop("TRITON_INTERPRET", None)  # the notebook must switch the interpreter on itself
+    return subprocess.run([sys.executable, "-c", RUN_CELLS, str(path)], cwd=path.parent, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.solutions
+@pytest.mark.slow
+def test_the_day4_notebook_runs_top_to_bottom_without_a_gpu_under_the_interpreter(tmp_path):
+    proc = run_cells_without_a_gpu(notebook_with_solution(tmp_path / "replace_op.ipynb"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "matches the baseline" in proc.stdout
+    assert proc.stdout.count("no GPU: timing skipped (the Triton interpreter runs on the CPU") == 2  # baseline and yours
+    assert re.search(r"^ *yours .* 5 *$", proc.stdout, re.M) and "torch baseline" in proc.stdout  # the profiler's table
+    assert (tmp_path / "replace_op_trace.json").exists()
+
+
+@pytest.mark.slow
+def test_the_day4_notebooks_stub_stops_at_the_learners_todo_not_at_a_missing_gpu(tmp_path):
+    proc = run_cells_without_a_gpu(write_notebook(resolve(("softmax",)), tmp_path / "replace_op.ipynb"))
+    assert "no GPU: timing skipped" in proc.stdout  # the baseline cell ran
+    assert proc.returncode == 1 and "0 active drivers" not in proc.stderr
+    assert proc.stderr.rstrip().endswith("NotImplementedError: write softmax_kernel and launch it in softmax()")
+
+
+@pytest.mark.solutions
+def test_a_notebook_is_graded_by_its_tagged_cells(tmp_path):
+    path = notebook_with_solution(tmp_path / "replace_op.ipynb")
     result = grade(resolve(("softmax",)), submission=path, seed=3)
     assert result.status == "passed" and result.source.endswith("replace_op.ipynb")
     stub_result = run("grade", "softmax", "--file", str(write_notebook(resolve(("softmax",)), tmp_path / "b.ipynb")))

@@ -1,0 +1,201 @@
+"""Test inputs: made by the grader (the trusted parent), handed to the learner's process as files.
+
+The parent draws every trial's inputs on the CPU from the seed, keeps them to compute the reference,
+and writes them raw to a file the child maps; the child only moves them to its device and lays them
+out as the case asks (a row slice of a wider tensor, a transposed view). So the values the learner's
+code saw are the values the verdict was computed from, and nothing the child does can change them.
+
+Inputs are never zeros (zeros hide unwritten outputs and wrong indexing). A case may ask for values
+that break the classic mistakes of its topic: `scale`/`offset` (softmax without max subtraction
+overflows at offset 100), `special` values (-inf entries or fully masked rows), a trial `scale` that
+moves every trial's answer far from the previous one (so a cached answer is told from rounding)."""
+
+from __future__ import annotations
+
+import math
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from grader import exprs
+from grader.spec import Case, ExerciseSpec, TensorSpec
+
+INT_POISON = -1234567  # an integer output nobody computes by accident
+# Outputs start as NaN with a payload no arithmetic produces (a computed NaN, 0/0 or inf-inf, has the
+# default payload), so "never written" is told from "computed NaN" (an overflow: a stability bug).
+POISON_BITS = {torch.float32: (torch.int32, 0x7FC5A5A5), torch.float64: (torch.int64, 0x7FF8A5A5A5A5A5A5),
+               torch.float16: (torch.int16, 0x7E5A), torch.bfloat16: (torch.int16, 0x7FC5)}
+CHUNK = 1 << 22  # elements drawn per generator: chunks are drawn in parallel, and the result does not
+#                  depend on how many threads drew them
+ROW_SLICE_PAD = 37  # a row slice of a tensor this many columns wider: its row stride is not its width
+TRIAL_SCALE = 0.5  # trial t multiplies float inputs by (1 + 0.5 t): answers of two trials are far apart
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    return getattr(torch, name)
+
+
+def element_size(dtype_name: str) -> int:
+    return torch.empty((), dtype=torch_dtype(dtype_name)).element_size()
+
+
+def shape_of(tensor: TensorSpec, case: Case) -> list[int]:
+    return [exprs.evaluate_int(dim, case.params) for dim in tensor.shape]
+
+
+def dtype_of(tensor: TensorSpec, case: Case) -> str:
+    return tensor.dtype or case.dtype
+
+
+# --- drawing values (parent side) ----------------------------------------------------------------
+def _draw(numel: int, seed: int, init: str) -> torch.Tensor:
+    """float32 values, chunk by chunk from per-chunk generators (deterministic, parallel)."""
+    out = torch.empty(numel, dtype=torch.float32)
+    chunks = [(start, min(numel, start + CHUNK)) for start in range(0, numel, CHUNK)]
+
+    def fill(index_range):
+        index, (start, stop) = index_range
+        gen = torch.Generator().manual_seed(seed * 7919 + index)
+        view = out[start:stop]
+        if init == "normal":
+            view.normal_(generator=gen)
+        else:
+            view.uniform_(generator=gen)
+            if init == "positive":
+                view += 0.5
+
+    if len(chunks) > 1:
+        with ThreadPoolExecutor(min(len(chunks), os.cpu_count() or 1)) as pool:
+            list(pool.map(fill, enumerate(chunks)))
+    elif chunks:
+        fill((0, chunks[0]))
+    return out
+
+
+def _apply_special(x: torch.Tensor, special: str, seed: int) -> None:
+    """Values the operator defines and naive code gets wrong (x is float32, flat view of the last dim)."""
+    rows = x.reshape(-1, x.shape[-1]) if x.dim() else x.reshape(1, 1)
+    gen = torch.Generator().manual_seed(seed ^ 0x5EED)
+    if special == "neg_inf_entries":  # masked positions: softmax gives them 0, the rest still sums to 1
+        mask = torch.rand(rows.shape, generator=gen) < 0.25
+        mask[:, 0] = False  # every row keeps a finite entry
+        rows[mask] = float("-inf")
+    elif special == "neg_inf_rows":  # fully masked rows, where the operator defines an answer
+        rows[:: max(1, rows.shape[0] // 3)] = float("-inf")
+    elif special == "large":  # the top of the dtype's range in a few places
+        index = torch.randint(0, rows.numel(), (max(1, rows.numel() // 64),), generator=gen)
+        rows.view(-1)[index] = 3e4
+    else:
+        raise ValueError(f"unknown special inputs {special!r}")
+
+
+def generate(spec: ExerciseSpec, case: Case, seed: int, trial: int = 0) -> dict[str, torch.Tensor]:
+    """The inputs of one trial, on the CPU, contiguous, in the case's dtype."""
+    made = {}
+    for index, t in enumerate(spec.inputs):
+        shape, dtype = shape_of(t, case), torch_dtype(dtype_of(t, case))
+        numel = math.prod(shape)
+        tensor_seed = seed * 31 + index
+        if not dtype.is_floating_point:
+            gen = torch.Generator().manual_seed(tensor_seed)
+            made[t.name] = torch.randint(1, 100, shape, generator=gen, dtype=dtype)
+            continue
+        options = case.inputs.get(t.name, {})
+        x = _draw(numel, tensor_seed, options.get("init", t.init)).reshape(shape)
+        scale = float(options.get("scale", 1.0)) * (1 + TRIAL_SCALE * trial)
+        if scale != 1.0:
+            x *= scale
+        if options.get("offset"):
+            x += float(options["offset"])
+        if options.get("special"):
+            _apply_special(x, options["special"], tensor_seed)
+        made[t.name] = x.to(dtype)
+    return made
+
+
+# --- laying tensors out on the child's device ----------------------------------------------------
+def place(values: torch.Tensor, layout: str | None, device: str) -> torch.Tensor:
+    """`values` on `device` in the case's layout: contiguous, a row slice of a wider tensor (row stride
+    != width), or a transposed view of a tensor stored the other way round (column-major)."""
+    if not layout or layout == "contiguous":
+        return values.to(device).contiguous()
+    if layout == "row_slice":
+        wide = torch.full((*values.shape[:-1], values.shape[-1] + ROW_SLICE_PAD), float("nan"),
+                          dtype=values.dtype, device=device)
+        view = wide[..., : values.shape[-1]]
+        view.copy_(values)
+        return view
+    if layout == "transposed":
+        return values.to(device).transpose(-1, -2).contiguous().transpose(-1, -2)
+    raise ValueError(f"unknown layout {layout!r}")
+
+
+def poison(tensor: torch.Tensor) -> torch.Tensor:
+    """Fill with the poison value (bit pattern) of its dtype; returns the tensor."""
+    if tensor.dtype in POISON_BITS:
+        int_dtype, bits = POISON_BITS[tensor.dtype]
+        tensor.view(int_dtype).fill_(bits)
+    elif tensor.is_floating_point():
+        tensor.fill_(float("nan"))
+    else:
+        tensor.fill_(INT_POISON)
+    return tensor
+
+
+def unwritten(tensor: torch.Tensor) -> torch.Tensor:
+    """Mask of elements still holding the poison: never written by the kernel."""
+    if tensor.dtype in POISON_BITS:
+        int_dtype, bits = POISON_BITS[tensor.dtype]
+        return tensor.contiguous().view(int_dtype) == bits
+    return tensor == INT_POISON if not tensor.is_floating_point() else torch.isnan(tensor)
+
+
+def make_outputs(spec: ExerciseSpec, case: Case, device: str) -> dict[str, torch.Tensor]:
+    """Poisoned outputs (see POISON_BITS) so elements the kernel never wrote show; in the case's
+    layout (a row slice: the row stride differs from the input's)."""
+    made = {}
+    for t in spec.outputs:
+        shape, dtype = shape_of(t, case), torch_dtype(dtype_of(t, case))
+        layout = case.outputs.get(t.name, {}).get("layout")
+        if layout == "row_slice":
+            wide = poison(torch.empty((*shape[:-1], shape[-1] + ROW_SLICE_PAD), dtype=dtype, device=device))
+            made[t.name] = wide[..., : shape[-1]]
+        elif layout == "transposed":
+            made[t.name] = poison(torch.empty((*shape[:-2], shape[-1], shape[-2]), dtype=dtype, device=device)).transpose(-1, -2)
+        else:
+            made[t.name] = poison(torch.empty(shape, dtype=dtype, device=device))
+    return made
+
+
+def make_inputs(spec: ExerciseSpec, case: Case, seed: int, device: str, trial: int = 0) -> dict[str, torch.Tensor]:
+    """Inputs generated and laid out in one process (profile and tune, which decide no verdict)."""
+    values = generate(spec, case, seed, trial)
+    return {name: place(v, case.inputs.get(name, {}).get("layout"), device) for name, v in values.items()}
+
+
+# --- raw tensor files between the processes -------------------------------------------------------
+def save_tensor(tensor: torch.Tensor, path: Path) -> dict[str, Any]:
+    """Raw bytes (no pickle: the parent never unpickles what the learner's process wrote)."""
+    flat = tensor.detach().contiguous().cpu()
+    raw = flat.view(torch.uint8) if flat.numel() else flat
+    raw.numpy().tofile(str(path))
+    return {"path": str(path), "shape": list(flat.shape), "dtype": str(flat.dtype).removeprefix("torch.")}
+
+
+def load_tensor(meta: dict[str, Any], expected_numel: int | None = None) -> torch.Tensor:
+    """A tensor written by save_tensor; refuses a file whose size does not match its header."""
+    dtype = torch_dtype(meta["dtype"])
+    shape = [int(s) for s in meta["shape"]]
+    numel = math.prod(shape)
+    if expected_numel is not None and numel != expected_numel:
+        raise ValueError(f"holds {numel} elements, expected {expected_numel}")
+    size = Path(meta["path"]).stat().st_size
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    if size != numel * itemsize:
+        raise ValueError(f"{meta['path']} has {size} bytes for {numel} × {itemsize}")
+    if numel == 0:
+        return torch.empty(shape, dtype=dtype)
+    return torch.from_file(meta["path"], shared=False, size=numel, dtype=dtype).reshape(shape)

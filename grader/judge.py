@@ -1,0 +1,271 @@
+"""The parent's side of one grade: it feeds the child trials and decides every verdict.
+
+The learner's code runs only in the child (sandbox.Child, worker.py). This process, which never runs
+it, draws each trial's inputs, computes the float64 reference from its own copy of them, compares the
+outputs the child hands back, turns the child's evidence (operators called, inputs changed, solution
+files opened) into integrity verdicts, and believes the child's timings only as far as its own clock
+agrees (speed.py). Inputs for the next trial are drawn while the child runs this one."""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from grader import integrity, speed
+from grader.checking import compare, load_reference, looks_cached, reference_outputs
+from grader.inputs import generate, load_tensor, save_tensor, shape_of
+from grader.records import ERROR, FAILED, PASSED, Check, GradeResult
+from grader.sandbox import Child, ChildGone, ChildTimeout, Death, death_message
+from grader.spec import Case, ExerciseSpec, Variant
+from grader.timing import BUDGET_S
+
+AHEAD = 2  # trials drawn ahead of the child: enough to hide drawing, little memory held
+
+
+class Finished(Exception):
+    """The grade has its verdict (a failure); stop talking to the child."""
+
+
+class Judge:
+    def __init__(self, spec: ExerciseSpec, variant: Variant, child: Child, result: GradeResult, seed: int,
+                 timeout_s: float, timing: bool, calibration: dict | None):
+        self.spec, self.variant, self.child, self.result = spec, variant, child, result
+        self.seed, self.timeout_s, self.timing, self.calibration = seed, timeout_s, timing, calibration
+        self.reference = load_reference(spec.folder / "reference.py")
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="kcourse-reference")
+        self.stop = threading.Event()
+        self.slots = threading.Semaphore(AHEAD)
+        self.refs: dict[Any, Future] = {}
+        self.phases: dict[str, float] = {}
+        self.deadline = float("inf")
+
+    # --- the whole grade -------------------------------------------------------------------------
+    def run(self, job: dict[str, Any]) -> None:
+        ready = self.child.wait_ready()
+        self.result.device = ready.get("device", {})
+        started = time.monotonic()
+        self.phases["start"] = round(started - self.child.started, 3)
+        self.deadline = started + self.timeout_s
+        self.child.send({**job, "work_dir": str(self.child.dir)})
+        try:
+            self._expect("loaded")
+            self._mark("load", started)
+            self.result.add(Check("load", PASSED, f"{Path(job['learner']).name}: `{self.variant.entry}` loaded"))
+            if self._numerics() and self.timing:
+                self._timing()
+            else:
+                self.child.send({"stop": True})
+        except Finished:
+            pass
+        except ChildTimeout:
+            self._died(timed_out=True)
+        except ChildGone:
+            self._died(timed_out=False)
+        except Exception as exc:  # a grader bug (or a broken reference): say so, never a traceback
+            self.child.kill()
+            self.result.add(Check("grader", ERROR, f"internal grader error: {type(exc).__name__}: {exc} — please report "
+                                  "it to your instructor with this output", {"traceback": traceback.format_exc()[-4000:]}))
+        finally:
+            self.stop.set()
+            for _ in range(AHEAD):
+                self.slots.release()  # a producer waiting for a slot sees `stop` and ends
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def _mark(self, phase: str, since: float) -> float:
+        now = time.monotonic()
+        self.phases[phase] = round(now - since, 3)
+        return now
+
+    def _died(self, timed_out: bool) -> None:
+        self.child.kill()
+        code = self.child.proc.wait()
+        kind, message = death_message(Death(timed_out, code, self.child.last_step), self.timeout_s)
+        self.result.add(Check("run", FAILED, message, {"code": kind}))
+
+    def _fail(self, name: str, message: str, **details: Any) -> None:
+        self.result.add(Check(name, FAILED, message, details))
+        self.stop.set()
+        self.child.kill()
+        raise Finished
+
+    def _expect(self, kind: str) -> dict[str, Any]:
+        """The child's next event of `kind`; a failure it reports (its own code's) ends the grade."""
+        while True:
+            event = self.child.event(self.deadline)
+            if event["event"] == kind:
+                return event
+            if event["event"] == "check":
+                self._child_failure(event["check"])
+            if event["event"] == "done":
+                raise ChildGone
+            if event["event"] == "garbled":
+                self._fail("integrity", f"the grading process sent an unreadable message ({event['text']!r}): does your "
+                           "code write to file descriptors it did not open?", code="garbled")
+
+    def _child_failure(self, check: dict) -> None:
+        """The child reports failures of the learner's code; a "passed" from it is a forgery."""
+        try:
+            reported = Check(**check)
+        except TypeError:
+            reported = Check("integrity", "passed", "")
+        if reported.status not in (FAILED, ERROR):
+            self._fail("integrity", f"the grading process reported its own verdict ({reported.name}: {reported.status}): "
+                       "verdicts are the grader's — does your code write to the grader's pipe?", code="forged_verdict")
+        self.result.add(reported)
+        self.child.kill()
+        raise Finished
+
+    # --- numerics ----------------------------------------------------------------------------------
+    def _trials(self) -> list[tuple[int, Case, int, int]]:
+        """(case index, case, trial, trial seed) for every trial this machine runs."""
+        gpu = self.child.device == "cuda"
+        return [(index, case, trial, self.seed + 1000 * index + trial)
+                for index, case in enumerate(self.spec.cases) if gpu or not case.gpu_only
+                for trial in range(self.spec.trials_for(case))]
+
+    def _numerics(self) -> bool:
+        started = time.monotonic()
+        trials = self._trials()
+        producer = threading.Thread(target=self._produce, args=(trials,), daemon=True)
+        producer.start()
+        for k, (index, case, trial, trial_seed) in enumerate(trials):
+            event = self._expect("trial")
+            self.slots.release()
+            self._judge_trial(event, case, trial, k, trials)
+        event = self._expect("trials_done")
+        self._mark("numerics", started)
+        if event.get("borrowed"):
+            self._fail("integrity", f"your code loaded the instructor's solution ({', '.join(event['borrowed'])}): "
+                       "the kernel must be your own", code="solution_loaded")
+        skipped = sum(1 for c in self.spec.cases if c.gpu_only) if self.child.device != "cuda" else 0
+        note = f"; {skipped} GPU-only case(s) skipped (no GPU)" if skipped else ""
+        ran = len({index for index, *_ in trials})
+        self.result.add(Check("numerics", PASSED, f"{ran} case(s), {len(trials)} trials matched the float64 reference"
+                              f"{note}", {"cases": ran, "trials": len(trials), "skipped_cases": skipped}))
+        self.result.add(Check("integrity", PASSED, "no torch compute operators called, inputs untouched, no cached results"))
+        return True
+
+    def _produce(self, trials) -> None:
+        try:
+            self._produce_all(trials)
+        except (RuntimeError, OSError):
+            if not self.stop.is_set():  # a grading that ended early stops the producer; anything else is a bug
+                raise
+
+    def _produce_all(self, trials) -> None:
+        """Draw, write and send each trial; its reference is computed on the reference thread."""
+        for k, (index, case, trial, trial_seed) in enumerate(trials):
+            self.slots.acquire()
+            if self.stop.is_set():
+                return
+            inputs = generate(self.spec, case, trial_seed, trial)
+            metas = {name: save_tensor(t, self.child.dir / f"in-{k}-{name}.bin") for name, t in inputs.items()}
+            self.refs[k] = self.pool.submit(reference_outputs, self.reference, self.spec, inputs)
+            self.child.send({"case": index, "k": k, "label": self._label(case, trial), "inputs": metas,
+                             "watch_ops": trial == 0})
+        self.child.send({"end_trials": True})
+
+    def _label(self, case: Case, trial: int) -> str:
+        return f"{case.label()}, trial {trial + 1}"
+
+    def _outputs(self, event: dict, case: Case) -> list:
+        got = []
+        for spec_out in self.spec.outputs:
+            meta = event.get("outputs", {}).get(spec_out.name)
+            try:
+                tensor = load_tensor(meta, expected_numel=_numel(shape_of(spec_out, case)))
+            except (TypeError, KeyError, ValueError, OSError) as exc:
+                self._fail("numerics", f"{case.label()}: output {spec_out.name} did not come back from your run ({exc})",
+                           code="bad_return")
+            got.append(tensor.reshape(shape_of(spec_out, case)) if self.variant.returns_outputs else tensor)
+            Path(meta["path"]).unlink(missing_ok=True)
+        return got
+
+    def _judge_trial(self, event: dict, case: Case, trial: int, k: int, trials) -> None:
+        label = self._label(case, trial)
+        bad_ops = integrity.forbidden_ops(set(event.get("ops", [])))
+        if bad_ops:
+            self._fail("integrity", f"{label}: your code called torch's {', '.join(bad_ops[:5])}: the result must come "
+                       "from your own kernel, not from PyTorch (allowed: allocation, views, copies)",
+                       code="torch_compute", ops=bad_ops)
+        if event.get("modified"):
+            self._fail("integrity", f"{label}: your code modified its input {', '.join(event['modified'])} in place; "
+                       "inputs are read-only — write only to the outputs", code="input_modified")
+        got = self._outputs(event, case)
+        refs = self.refs[k].result()
+        previous = self.refs[k - 1].result() if trial > 0 else None
+        tol = self.spec.tolerance_of(case)
+        for i, (spec_out, out, ref) in enumerate(zip(self.spec.outputs, got, refs)):
+            comparison = compare(spec_out.name, out, ref, tol, label)
+            if comparison.ok:
+                continue
+            if previous is not None and looks_cached(out, previous[i], ref, tol):
+                self._fail("integrity", f"{label}: {spec_out.name} equals the answer for the previous trial's inputs "
+                           "— is your code caching results between calls?", code="cached_result")
+            self._fail("numerics", comparison.message, code=comparison.code, case=case.params, trial=trial + 1,
+                       **comparison.details)
+
+    # --- timing -------------------------------------------------------------------------------------
+    def _timing(self) -> None:
+        started = time.monotonic()
+        cases = self.spec.performance.cases
+        messages = []
+        for index, case in enumerate(cases):
+            inputs = generate(self.spec, case, self.seed + 10**6 + index)
+            k = f"t{index}"
+            metas = {name: save_tensor(t, self.child.dir / f"in-{k}-{name}.bin") for name, t in inputs.items()}
+            self.refs[k] = self.pool.submit(reference_outputs, self.reference, self.spec, inputs)
+            last = index == len(cases) - 1
+            messages.append({"case": index, "k": k, "inputs": metas, "probe": last,
+                             "budget_s": BUDGET_S if last else BUDGET_S / 3})  # the verdict size gets most runs
+        self.deadline = max(self.deadline, time.monotonic() + self.timeout_s)
+        self.child.send({"time": messages})
+        records = [self._one_timed_case(index, case) for index, case in enumerate(cases)]
+        self.result.timings = records
+        check = speed.verdict(self.spec, self.variant, records[-1] if records else None, self.calibration,
+                              self.result.device)
+        if records and messages[-1]["probe"]:
+            self._cross_check_probe(records[-1])
+        self.result.add(check)
+        self._mark("timing", started)
+
+    def _one_timed_case(self, index: int, case: Case):
+        self._expect("timing_start")
+        begun = time.monotonic()
+        event = self._expect("timed")
+        wall = time.monotonic() - begun
+        measured = event.get("measured", {})
+        if "learner" not in measured:
+            self._fail("integrity", "the timing of your run came back without your kernel's figures", code="timing_forged")
+        claim = speed.implausible_claim(measured, wall)
+        if claim:
+            self._fail("integrity", claim + ": was the timer patched?", code="timing_forged")
+        got = self._outputs(event, case)
+        tol = self.spec.tolerance_of(case)
+        for spec_out, out, ref in zip(self.spec.outputs, got, self.refs[f"t{index}"].result()):
+            comparison = compare(spec_out.name, out, ref, tol, f"timed size {case.label()}")
+            if not comparison.ok:
+                self._fail("numerics", comparison.message + " (the output of your last timed run)", code=comparison.code)
+        return speed.timing_record(self.spec, self.variant, case, measured, self.result.device)
+
+    def _cross_check_probe(self, record) -> None:
+        probe: dict[str, dict[str, float]] = {}
+        for _ in range(3 if record.solution_source == "live solution" else 2):
+            start = self._expect("probe_start")
+            begun = time.monotonic()
+            self._expect("probe_end")
+            probe[str(start.get("who"))] = {"wall_s": time.monotonic() - begun, "runs": int(start.get("runs", 1))}
+        disagreement = speed.probe_disagrees(record, probe)
+        if disagreement:
+            self._fail("integrity", disagreement + ": was the timer patched?", code="timing_forged")
+
+
+def _numel(shape: list[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n

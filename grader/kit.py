@@ -1,0 +1,79 @@
+"""Is the kit as shipped? Checksums of the files that decide verdicts, before and after learner code runs.
+
+Learner code runs as the learner's user and could rewrite the grader, a reference, a spec or the
+results store to change a later verdict. Two checks, as nbgrader checksums its test cells:
+- a released kit carries kit-manifest.json (written by `kcourse release`): before each grade the
+  trusted files are compared with it, and a changed one is reported and the grade refused;
+- around every run of learner code the same files and the results store are hashed: a change made
+  while the learner's code ran fails that grade's integrity check, naming the file."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from grader.paths import course_root
+
+MANIFEST = "kit-manifest.json"
+TRUSTED = ("grader/*.py", "exercises/*/spec.toml", "exercises/*/reference.py", "calibration/*.json",
+           "plans/*.toml", "templates/*.j2", "pyproject.toml")
+
+
+def _digest(path: Path) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return "missing"
+
+
+def trusted_files(root: Path | None = None) -> list[Path]:
+    root = root or course_root()
+    return sorted({p for pattern in TRUSTED for p in root.glob(pattern) if p.is_file()})
+
+
+def snapshot(root: Path | None = None) -> dict[str, str]:
+    """Digest of each trusted file, by path relative to the kit's root."""
+    root = root or course_root()
+    return {str(p.relative_to(root)): _digest(p) for p in trusted_files(root)}
+
+
+def append_only_state(path: Path) -> tuple[int, str]:
+    """(size, digest of the content) of an append-only file such as the results store."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return 0, ""
+    return len(data), hashlib.sha256(data).hexdigest()
+
+
+def rewritten(path: Path, before: tuple[int, str]) -> bool:
+    """True when `path` no longer starts with what it held before (appends by other graders are fine)."""
+    size, digest = before
+    try:
+        with open(path, "rb") as f:
+            head = f.read(size)
+    except OSError:
+        return size > 0
+    return len(head) != size or hashlib.sha256(head).hexdigest() != digest
+
+
+def changed(before: dict[str, str], after: dict[str, str]) -> list[str]:
+    return sorted(name for name in set(before) | set(after) if before.get(name) != after.get(name))
+
+
+def write_manifest(root: Path) -> Path:
+    """Record the shipped digests in a released kit (run by `kcourse release` on the staged kit)."""
+    path = root / MANIFEST
+    path.write_text(json.dumps(snapshot(root), indent=1, sort_keys=True) + "\n")
+    return path
+
+
+def differs_from_shipped(root: Path | None = None) -> list[str]:
+    """Trusted files that differ from the kit's manifest ([] where there is none: an instructor's tree)."""
+    root = root or course_root()
+    try:
+        shipped = json.loads((root / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return []
+    return changed(shipped, snapshot(root))

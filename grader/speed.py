@@ -1,0 +1,122 @@
+"""The speed verdict, decided in the parent from the child's measurements, which it cross-checks.
+
+The child times the learner, the solution and torch alternately with CUDA events (timing.py). Those
+figures come from the learner's process, so the parent believes them only as far as its own clock
+agrees: the claimed runs must fit in the wall-clock time the timed phase took, and the claimed ratio
+must agree with a short back-to-back probe of each contestant timed by the parent's clock."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grader import exprs
+from grader.inputs import element_size
+from grader.records import FAILED, PASSED, SKIPPED, Check, Timing
+from grader.spec import Case, ExerciseSpec, Variant
+
+PROBE_AGREEMENT = 1.6  # claimed ratio may exceed the probe's by this factor (launch overhead, L2 warmth)
+LAUNCH_SLACK_S = 50e-6  # a probe run includes the host's launch latency, which events do not time
+WALL_SLACK = 1.10  # claimed device time may exceed the phase's wall clock by 10% (clock granularity)
+
+
+def work_and_ceiling(spec: ExerciseSpec, variant: Variant, case: Case, device: dict[str, Any]) -> tuple[float | None, float | None, str]:
+    """(work in the reported unit, this GPU's ceiling in that unit, unit) for one timed size."""
+    perf = spec.performance
+    names = {**case.params, "elem": element_size(case.dtype)}
+    host = variant.kind == "cuda_host"  # host transfers have no device roofline
+    if perf.is_compute_bound:
+        return exprs.evaluate(perf.flops, names) / 1e12, None if host else device.get("matmul_tflops"), "TFLOP/s"
+    if perf.bytes:
+        return exprs.evaluate(perf.bytes, names) / 1e9, None if host else device.get("copy_gbps"), "GB/s"
+    return None, None, ""
+
+
+def timing_record(spec: ExerciseSpec, variant: Variant, case: Case, measured: dict, device: dict) -> Timing:
+    record = Timing(case=case.label(), runs=int(measured["learner"]["runs"]))
+    for who in ("learner", "solution", "torch"):
+        if who in measured:
+            setattr(record, f"{who}_ms", float(measured[who]["median_ms"]))
+    record.learner_spread = measured["learner"].get("spread")
+    record.solution_spread = measured.get("solution", {}).get("spread")
+    work, ceiling, record.unit = work_and_ceiling(spec, variant, case, device)
+    for who in ("learner", "solution", "torch"):
+        ms = getattr(record, f"{who}_ms")
+        if work is not None and ms:
+            setattr(record, f"{who}_rate", work / (ms / 1000))
+    if ceiling and record.learner_rate:
+        record.roofline_pct = 100 * record.learner_rate / ceiling
+        if record.solution_rate:
+            record.solution_roofline_pct = 100 * record.solution_rate / ceiling
+    perf, names = spec.performance, {**case.params, "elem": element_size(case.dtype)}
+    if perf.flops and perf.bytes and record.learner_ms:
+        flops = exprs.evaluate(perf.flops, names)
+        record.intensity = flops / exprs.evaluate(perf.bytes, names)
+        record.learner_tflops = flops / 1e12 / (record.learner_ms / 1000)
+    if record.solution_ms and record.learner_ms:
+        record.ratio = record.solution_ms / record.learner_ms
+        record.solution_source = "live solution"
+    return record
+
+
+def implausible_claim(measured: dict, wall_s: float) -> str | None:
+    """Claimed device time that does not fit in the wall-clock time the phase took."""
+    claimed_s = sum(float(m["median_ms"]) * int(m["runs"]) for m in measured.values()) / 1000
+    if claimed_s > wall_s * WALL_SLACK + 0.05:
+        return (f"the timings your run reported add up to {claimed_s:.2f} s, but the timed phase took {wall_s:.2f} s "
+                "by the grader's clock")
+    return None
+
+
+def probe_disagrees(record: Timing, probe: dict[str, dict[str, float]]) -> str | None:
+    """The child's figures against the parent's own clock around back-to-back runs (each run: flush,
+    call, synchronise). The baseline (flush and synchronise only) is subtracted; what is left is the
+    kernel plus its launch latency, never less than the kernel: a claim far below it is not believed."""
+    if "learner" not in probe or "baseline" not in probe:
+        return None
+    base = probe["baseline"]["wall_s"] / max(1, probe["baseline"]["runs"])
+    per_run = {who: max(0.0, p["wall_s"] / max(1, p["runs"]) - base) for who, p in probe.items() if who != "baseline"}
+    claimed_s = (record.learner_ms or 0) / 1000
+    if claimed_s * PROBE_AGREEMENT + LAUNCH_SLACK_S < per_run["learner"]:
+        return (f"your run reported {1000 * claimed_s:.3g} ms per call, but the grader's own clock measured "
+                f"{1000 * per_run['learner']:.3g} ms")
+    if record.ratio is None or "solution" not in per_run or record.solution_source != "live solution":
+        return None
+    probe_ratio = (per_run["solution"] + LAUNCH_SLACK_S) / max(per_run["learner"], 1e-9)
+    if record.ratio > max(probe_ratio, 1.0) * PROBE_AGREEMENT:
+        return (f"your run reported {record.ratio:.2f}× the solution's speed, but the grader's own clock measured "
+                f"about {probe_ratio:.2f}× (you {1000 * per_run['learner']:.3g} ms, solution "
+                f"{1000 * per_run['solution']:.3g} ms per call)")
+    return None
+
+
+def apply_calibration(spec, variant, record: Timing, calibration: dict, device: dict) -> bool:
+    from grader.calibration import solution_bar
+
+    case = next(c for c in spec.performance.cases if c.label() == record.case)
+    work, ceiling, _ = work_and_ceiling(spec, variant, case, device)
+    bar = solution_bar(calibration or {}, record.case, device.get("name", ""), work, ceiling)
+    if bar is None:
+        return False
+    record.solution_ms, record.solution_source = bar
+    record.ratio = record.solution_ms / record.learner_ms
+    if work:
+        record.solution_rate = work / (record.solution_ms / 1000)
+    return True
+
+
+def verdict(spec, variant, record: Timing | None, calibration: dict | None, device: dict) -> Check:
+    threshold = spec.performance.threshold
+    if record is None:
+        return Check("speed", SKIPPED, "this exercise has no timed sizes", {"code": "no_timed_sizes"})
+    if record.solution_ms is None and not apply_calibration(spec, variant, record, calibration or {}, device):
+        return Check("speed", SKIPPED, f"no solution here to time against (you: {record.learner_ms:.4g} ms) and no "
+                     "calibration for this exercise: ask your instructor for calibration/calibration.json",
+                     {"code": "no_solution"})
+    rate = f", {record.learner_rate:.4g} {record.unit}" if record.learner_rate else ""
+    roof = f" ({record.roofline_pct:.0f}% of this GPU's measured roofline)" if record.roofline_pct else ""
+    text = (f"{record.case}: {record.learner_ms:.4g} ms{rate}{roof}; solution {record.solution_ms:.4g} ms "
+            f"[{record.solution_source}]; your speed is {record.ratio:.2f}× the solution's (needed: {threshold:.2f}×)")
+    status = PASSED if record.ratio >= threshold else FAILED
+    hint = "" if status == PASSED else " — see the exercise README's ladder for the next step"
+    return Check("speed", status, text + hint, {"ratio": record.ratio, "threshold": threshold, "bar": record.solution_source,
+                                                "roofline_pct": record.roofline_pct, "code": "ok" if status == PASSED else "slow"})

@@ -1,0 +1,56 @@
+"""`kcourse watch EXERCISE`: the learner's loop — re-grade whenever the file is saved.
+
+Start-up is paid before the save, not after it: this process imports torch once, and the worker for
+the next grade (a fresh child: it imports torch and creates its CUDA context) is started as soon as
+the previous grade ends, so it is waiting, warm, when the learner saves. Every grade still runs in a
+fresh child of its own: a crash or a hang costs only that grade."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable
+
+from grader import sandbox
+from grader.discovery import Target
+from grader.grade import cuda_available, grade, learner_file
+
+POLL_S = 0.2
+
+
+def _fresh_child(target: Target) -> sandbox.Child | None:
+    gpu = cuda_available()
+    if not gpu and target.variant.kind != "triton":
+        return None  # compile-only here: no child runs
+    return sandbox.Child("cuda" if gpu else "cpu")
+
+
+def _stamp(path: Path) -> tuple[float, int] | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_mtime, stat.st_size
+
+
+def watch(target: Target, source: str, submission: Path | None, show: Callable, quick: bool = False,
+          max_grades: int | None = None) -> None:
+    """Grade now and after every save of the learner's file, until Ctrl-C (or `max_grades`, for tests)."""
+    path = learner_file(target, source, submission)
+    child = _fresh_child(target)
+    seen, graded = None, 0
+    try:
+        while max_grades is None or graded < max_grades:
+            stamp = _stamp(path)
+            if stamp is None or stamp == seen:
+                time.sleep(POLL_S)
+                continue
+            time.sleep(POLL_S)  # let an editor finish writing the file
+            seen = _stamp(path)
+            result = grade(target, source=source, submission=submission, quick=quick, child=child)
+            child = _fresh_child(target)  # warms up while the learner reads the verdict
+            graded += 1
+            show(result)
+    finally:
+        if child is not None:
+            child.close()

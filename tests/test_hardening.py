@@ -1,0 +1,89 @@
+"""Wrong kernels that used to pass, and learner code that tries to change its own verdict (issue 7):
+each must fail, with the verdict and message the learner reads. The learner's code runs in a child;
+the reference, the comparison and every verdict are the parent's."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, submission
+from grader import kit
+from grader.discovery import resolve
+from grader.grade import grade
+
+SOFTMAX, VECTOR_ADD, REDUCTION = ("softmax",), ("vector_add",), ("reduction",)
+
+
+def grade_file(words, name, lang=None, **kwargs):
+    return grade(resolve(words, lang=lang), submission=submission(name), seed=5, **kwargs)
+
+
+def failing(result):
+    return next(c for c in result.checks if c.status in ("failed", "error"))
+
+
+def test_softmax_without_the_max_subtraction_fails_on_large_logits():
+    check = failing(grade_file(SOFTMAX, "softmax_no_max.py"))
+    assert check.name == "numerics" and check.details["code"] == "mismatch"
+    assert "offset=100.0" in check.message and "NAN" in check.message
+
+
+def test_softmax_that_uses_the_row_length_as_its_stride_fails_on_a_row_slice():
+    check = failing(grade_file(SOFTMAX, "softmax_ncols_stride.py"))
+    assert check.name == "numerics" and "layout=row_slice" in check.message
+
+
+def test_patching_the_comparison_in_the_child_changes_nothing():
+    check = failing(grade_file(SOFTMAX, "softmax_patches_compare.py"))
+    assert check.name == "numerics" and check.details["code"] == "mismatch"
+
+
+def test_a_verdict_written_into_the_grader_pipe_is_a_forgery():
+    result = grade_file(SOFTMAX, "softmax_forges_verdict.py")
+    assert result.status == "failed"
+    assert failing(result).details["code"] == "forged_verdict"
+    assert not any(c.status == "passed" and c.name == "numerics" for c in result.checks)
+
+
+@pytest.fixture
+def kit_copy(tmp_path, monkeypatch):
+    """A copy of the kit to tamper with (KCOURSE_ROOT points the grader and the child at it)."""
+    root = tmp_path / "kit"
+    for folder in ("exercises", "plans", "templates", "calibration", "grader"):
+        shutil.copytree(ROOT / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", root)
+    monkeypatch.setenv("KCOURSE_ROOT", str(root))
+    return root
+
+
+def test_learner_code_that_rewrites_a_reference_fails_and_the_next_grade_is_refused(kit_copy):
+    kit.write_manifest(kit_copy)  # as `kcourse release` does
+    first = grade_file(VECTOR_ADD, "vector_add_edits_reference.py", lang="triton")
+    touched = [c for c in first.checks if c.details.get("code") == "kit_modified"]
+    assert first.status == "failed" and touched
+    assert "exercises/vector_add/reference.py" in touched[0].message
+    second = grade(resolve(VECTOR_ADD, lang="triton"), source="solutions", seed=5)
+    assert second.status == "error" and second.checks[0].name == "kit"
+    assert "exercises/vector_add/reference.py" in second.checks[0].message and "Restore" in second.checks[0].message
+
+
+def test_an_untouched_released_kit_grades_as_usual(kit_copy):
+    kit.write_manifest(kit_copy)
+    assert kit.differs_from_shipped(kit_copy) == []
+
+
+@pytest.mark.nvcc
+def test_a_missing_cuda_entry_point_fails_without_a_gpu_too():
+    check = failing(grade_file(REDUCTION, "reduction_renamed_entry.cu"))
+    assert check.name == "load" and check.details["code"] == "missing_entry"
+    assert "does not export `reduction`" in check.message
+
+
+@pytest.mark.gpu
+def test_a_patched_timer_cannot_claim_a_speed_the_kernel_did_not_reach():
+    result = grade_file(SOFTMAX, "softmax_patches_timer.py", source="learner")
+    check = failing(result)
+    assert check.name == "integrity" and check.details["code"] == "timing_forged", result.verdict
