@@ -113,7 +113,7 @@ def build_shared_library(source: Path, arch: str | None = None, nvcc: str | None
             result.library = str(library)
         else:
             by_hand = [nvcc, *flags, "-o", f"/tmp/{source.stem}.so", str(source.resolve())]
-            result.log = format_compiler_errors(log, source) or silent_compiler_hint(by_hand)
+            result.log = format_compiler_errors(log, source, fallback=False) or silent_compiler_hint(by_hand)
     return result
 
 
@@ -148,16 +148,17 @@ _NVCC_COMMAND_MARKER = " -Xptxas -v -shared "  # ninja echoes the failing comman
 _NVCC_LOCATION = re.compile(r"^(?P<path>[^\s:()]+\.(?:cu|cuh|h|cpp))\((?P<line>\d+)\): ", re.M)
 
 
-def format_compiler_errors(log: str, source: Path) -> str:
+def format_compiler_errors(log: str, source: Path, fallback: bool = True) -> str:
     """nvcc writes `/abs/x.cu(42): error: ...`; show `x.cu:42: error: ...` and drop ninja's noise.
-    Empty when the compiler itself said nothing (only ninja's lines, or no output at all)."""
+    When the compiler itself said nothing (only ninja's lines, or no output at all): the raw log's end,
+    or "" with fallback=False (the caller then says how to run nvcc by hand)."""
     text = _NVCC_LOCATION.sub(lambda m: f"{Path(m['path']).name}:{m['line']}: ", log)
     keep = [
         line for line in text.splitlines()
         if line.strip() and not line.startswith(("ninja:", "[", "FAILED:", "ptxas info", "    0 bytes stack"))
         and _NVCC_COMMAND_MARKER not in line
     ]
-    return "\n".join(keep[:60])
+    return "\n".join(keep[:60]) or (text.strip()[-3000:] if fallback else "")
 
 
 def silent_compiler_hint(command: list[str]) -> str:
@@ -269,7 +270,7 @@ def compile_check_torch_op(source: Path, arch: str | None = None) -> BuildResult
         report.write_text(log)
     else:
         by_hand = [nvcc, *flags, "-o", f"/tmp/{source.stem}.o", str(source.resolve())]
-        result.log = format_compiler_errors(log, source) or silent_compiler_hint(by_hand)
+        result.log = format_compiler_errors(log, source, fallback=False) or silent_compiler_hint(by_hand)
     return result
 
 

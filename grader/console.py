@@ -28,7 +28,7 @@ def format_grade(result: GradeResult) -> str:
         lines.extend(f"    | {line}" for line in result.output.strip().splitlines()[-30:])
     lines.append(f"=> {result.status.upper()}: {result.verdict}")
     if result.status == "failed" and any(c.name == "numerics" for c in result.checks):
-        lines.append(f"   reproduce with: --seed {result.seed}")
+        lines.append(f"   reproduce with: {reproduce_command(result)}")
     return "\n".join(lines)
 
 
@@ -61,3 +61,18 @@ def format_phases(result: GradeResult) -> str:
     """Seconds per phase of a grade (start = the child's imports and CUDA context, overlapped with build)."""
     phases = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in result.phases.items())
     return f"phases: {phases or 'none recorded'}; total {result.duration_s:.2f} s"
+
+
+def reproduce_command(result: GradeResult) -> str:
+    """The exact command that grades the same file on the same inputs (the one seed a failure names)."""
+    from grader.discovery import discover_exercises
+
+    words = ["kcourse", "grade", result.exercise]
+    spec = discover_exercises().get(result.exercise)
+    if spec is None or len(spec.variants) > 1:  # an id in both languages needs --lang
+        words += ["--lang", result.lang]
+    if result.source not in ("learner", "stubs", "solutions"):
+        words += ["--file", result.source]
+    elif result.source == "solutions":
+        words += ["--source", "solutions"]
+    return " ".join(words + ["--seed", str(result.seed)])

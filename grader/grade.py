@@ -10,7 +10,7 @@ import random
 import time
 from pathlib import Path
 
-from grader import build, calibration, kit, sandbox, store
+from grader import build, calibration, hints, kit, sandbox, store
 from grader.judge import Judge
 from grader.paths import course_root, solutions_dir
 from grader.discovery import Target, solution_file, stub_file
@@ -61,6 +61,7 @@ def grade(target: Target, source: str = "learner", submission: Path | None = Non
     else:
         job = {"mode": mode, **(job_extra or {})}
         _grade_file(target, path, result, seed, timeout_s, child_env or {}, job, quick, child)
+    hints.annotate(result, target.spec)
     result.finish()
     if record:
         started = time.monotonic()
@@ -204,7 +205,7 @@ def _build_raw_cuda(path: Path, solution: Path | None, job: dict, result: GradeR
     if not built.ok:
         code = "no_nvcc" if built.log == build.NVCC_HINT else "build_error"
         result.add(Check("build", ERROR if code == "no_nvcc" else FAILED,
-                         f"{path.name} did not compile:\n{built.log}" if code == "build_error" else built.log, {"code": code}))
+                         build.failure_message(path, built.log) if code == "build_error" else built.log, {"code": code}))
         return False
     timing = "cached" if built.cached else f"{built.seconds:.2f} s"
     report = build.format_resources(built.resources)
@@ -239,7 +240,7 @@ def _compile_check_torch_op(path: Path, result: GradeResult) -> None:
         result.add(Check("numerics", SKIPPED, "no GPU found: the operator was not run", {"code": "no_gpu"}))
         return
     if not built.ok:
-        result.add(Check("build", FAILED, f"{path.name} did not compile:\n{built.log}", {"code": "build_error"}))
+        result.add(Check("build", FAILED, build.failure_message(path, built.log), {"code": "build_error"}))
         return
     result.add(Check("build", PASSED, f"compiled against torch's headers for {built.arch} (compile only)\n"
                      + build.format_resources(built.resources), {"resources": built.resources}))

@@ -149,16 +149,30 @@ def hint_for(check: Check, context: Context) -> str | None:
 
 def _wrong_values(check: Check, context: Context) -> str | None:
     d = check.details
+    tail = _tail(check, context, d.get("wrong"), d.get("last_wrong"))
+    if tail and tail.startswith("the last rows"):  # checked first: a row read from the wrong place may be NaN
+        return _row_stride(tail, check, context)
     if _has_nan_or_inf(d):
         return _nan_or_inf(d, context)
     if _other_trial_passed(d):
         return _flaky(d, context)
-    tail = _tail(check, context, d.get("wrong"), d.get("last_wrong"))
     if tail:
         return (f"only {tail} are wrong: the end of the data is handled differently from the rest — check the last "
                 f"block's bounds ({_bounds(context)}) and any separate tail loop (a float4 main loop leaves n % 4 "
                 "elements to a scalar loop)")
     return _plain_mismatch(d, context)
+
+
+def _row_stride(tail: str, check: Check, context: Context) -> str:
+    row = int(re.search(r"from row (\d+)", tail)[1])
+    right = "row 0 is right" if row == 1 else f"rows 0 to {row - 1} are right"
+    seen = f"{right} and every row from {row} on is wrong"
+    layout = " (this case passes x as a slice of a wider tensor: its row stride is not N)" if "row_slice" in check.message else ""
+    if context.cuda:
+        return (f"{seen}: the step from one row to the next is off — element (row, col) of a row-major array is at "
+                f"row * row_length + col, with each array's own row length{layout}")
+    return (f"{seen}: a row is found with N where it takes the row stride — x_ptr + row * x.stride(0) and "
+            f"out_ptr + row * out.stride(0), passed separately since they can differ{layout}")
 
 
 def _has_nan_or_inf(d: dict[str, Any]) -> bool:
@@ -352,8 +366,8 @@ def _crash(check: Check, context: Context) -> str:
     if context.cuda:
         return ("a host function that dereferences a device pointer (or a kernel given a host pointer), or a write "
                 "past an array: run compute-sanitizer on it")
-    return ("under the Triton interpreter a tl.load or tl.store without a mask reads or writes past the tensor: mask "
-            "every access with offsets < n")
+    return ("a tl.load or tl.store without a mask reads or writes past the tensor (under the Triton interpreter "
+            "that is a segfault): mask every access with offsets < n")
 
 
 # --- load and build ------------------------------------------------------------------------------
@@ -458,7 +472,7 @@ def _speed(check: Check, context: Context) -> str | None:
     steps = next_steps(read_ladder(context.spec, context.result.lang), achieved)
     if len(steps) == 1:
         step = steps[0]
-        advice = f"next on the README's ladder ({context.readme}), step {step.number}: {step.text}"
+        advice = f"next on the README's ladder ({context.readme}), step {step.number}: {step.text.rstrip('.')}"
     elif steps:
         listed = "; ".join(f"{s.number}. {s.title}" for s in steps)
         advice = f"the README's ladder after a correct kernel: {listed} — take the first you have not done yet ({context.readme})"

@@ -234,6 +234,7 @@ class Judge:
         self._mark("timing", started)
 
     def _one_timed_case(self, index: int, case: Case):
+        self.child.send({"go": True})  # the child waits for it: events are read as they happen, not buffered
         self._expect("timing_start")
         begun = time.monotonic()
         event = self._expect("timed")
@@ -254,6 +255,7 @@ class Judge:
 
     def _cross_check_probe(self, record) -> None:
         probe: dict[str, dict[str, float]] = {}
+        self.child.send({"go": True})
         for _ in range(3 if record.solution_source == "live solution" else 2):
             start = self._expect("probe_start")
             begun = time.monotonic()

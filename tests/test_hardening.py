@@ -87,3 +87,13 @@ def test_a_patched_timer_cannot_claim_a_speed_the_kernel_did_not_reach():
     result = grade_file(SOFTMAX, "softmax_patches_timer.py", source="learner")
     check = failing(result)
     assert check.name == "integrity" and check.details["code"] == "timing_forged", result.verdict
+
+
+def test_a_failure_prints_one_seed_and_the_command_that_reproduces_it():
+    from grader.console import format_grade
+
+    result = grade_file(VECTOR_ADD, "vector_add_wrong.py", lang="triton")
+    text = format_grade(result)
+    command = f"kcourse grade vector_add --lang triton --file {submission('vector_add_wrong.py')} --seed 5"
+    assert f"reproduce with: {command}" in text
+    assert "seed 5" in text.splitlines()[0] and "trial 1" in failing(result).message

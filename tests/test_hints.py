@@ -127,6 +127,17 @@ def test_wrong_values_only_at_the_tail_are_called_a_bounds_problem():
     assert hint.startswith("only the last 3 elements (from index 1000000") and "if (i < n)" in hint and "n % 4" in hint
 
 
+def test_rows_after_the_first_wrong_point_at_the_row_stride():
+    rows, cols = 37, 781
+    check = Check("numerics", "failed", "M=37 N=781 (x layout=row_slice), trial 1: 28116 of 28897 elements of out wrong; 28116 NaN",
+                  {"code": "mismatch", "wrong": (rows - 1) * cols, "first_index": cols, "last_wrong": rows * cols - 1,
+                   "total": rows * cols, "nan": (rows - 1) * cols, "got": float("nan"), "expected": 0.0003,
+                   "case": {"M": rows, "N": cols}, "trial": 1})
+    hint = hint_for("softmax", "triton", check)
+    assert hint.startswith("row 0 is right and every row from 1 on is wrong: a row is found with N where it takes the row stride")
+    assert "x.stride(0)" in hint and "out.stride(0)" in hint and "its row stride is not N" in hint
+
+
 def test_nan_in_the_output_is_a_stability_hint():
     check = Check("numerics", "failed", "M=3 N=5: 15 of 15 elements of out wrong; 15 NaN",
                   {"code": "mismatch", "wrong": 15, "first_index": 0, "total": 15, "nan": 15, "got": float("nan"),
@@ -212,6 +223,16 @@ def test_a_real_grade_of_a_dropped_tail_shows_the_mask_hint():
     assert check.details["code"] == "partial_write"
     assert check.details["hint"].startswith("the last 232 elements (from index 768 = 3 × 256")
     assert "         hint: the last 232 elements" in console.format_grade(result)
+
+
+@pytest.mark.parametrize("exercise, name, start", [
+    ("softmax", "softmax_no_max.py", "NaN where the reference is finite: a numerical-stability problem"),
+    ("softmax", "softmax_ncols_stride.py", "row 0 is right and every row from 1 on is wrong"),
+])
+def test_real_grades_of_softmax_mistakes_get_their_own_hints(exercise, name, start):
+    result = hints_grade(resolve((exercise,)), name)
+    check = next(c for c in result.checks if c.status == "failed")
+    assert start in check.details["hint"]
 
 
 def hints_grade(target, name):

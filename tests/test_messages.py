@@ -73,7 +73,6 @@ def test_a_real_compile_error_gives_its_first_error_in_the_one_line_message():
 
 
 @pytest.mark.nvcc
-@pytest.mark.xfail(strict=True, reason="grade.py still writes `did not compile:\\n{log}`; use build.failure_message(path, built.log), then drop this mark")
 def test_the_verdict_of_a_compile_failure_names_the_error():
     from grader.grade import grade
 

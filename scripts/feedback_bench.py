@@ -1,0 +1,79 @@
+"""How fast a learner hears back, on this machine (issue 7): the import floor, one-shot grades, and
+`kcourse watch` re-grades (save -> verdict, the next worker already warm). Not a test: run it on a GPU
+machine and read the figures.   Usage: python scripts/feedback_bench.py"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+EXERCISES = [(("reduction",), None, "reduction/reduction.cu"), (("softmax",), None, "softmax/softmax.py"),
+             (("vector_add",), "triton", "vector_add/vector_add.py"), (("matmul",), None, "matmul/matmul.cu")]
+
+
+def seconds(command: list[str]) -> float:
+    started = time.perf_counter()
+    subprocess.run(command, capture_output=True, cwd=ROOT)
+    return time.perf_counter() - started
+
+
+def import_floor() -> float:
+    return seconds([sys.executable, "-c", "import torch; torch.zeros(1, device='cuda')"])
+
+
+def one_shot(words, lang, solution: str) -> float:
+    lang_args = ["--lang", lang] if lang else []
+    return seconds([sys.executable, "-m", "grader", "grade", *words, *lang_args, "--file", str(ROOT / "solutions" / solution)])
+
+
+def watch_latencies(words, lang, solution: str, saves: int = 3, quick: bool = False) -> list[tuple[float, str]]:
+    """Save the file `saves` times; each figure is save -> verdict printed, with the status."""
+    from grader.discovery import resolve
+    from grader.watch import watch
+
+    folder = Path(tempfile.mkdtemp())
+    path = folder / Path(solution).name
+    shutil.copy(ROOT / "solutions" / solution, path)
+    done = threading.Event()
+    seen: list[tuple[float, str]] = []
+
+    def show(result):
+        seen.append((time.perf_counter(), result.status))
+        done.set()
+
+    thread = threading.Thread(target=watch, args=(resolve(words, lang=lang), "learner", path, show, quick, saves + 1),
+                              daemon=True)
+    thread.start()
+    done.wait(300)
+    figures = []
+    for i in range(saves):
+        time.sleep(8)  # the learner reads the verdict; the next worker warms up meanwhile
+        done.clear()
+        with open(path, "a") as f:
+            f.write(f"\n{'#' if path.suffix == '.py' else '//'} save {i}\n")
+        saved = time.perf_counter()
+        done.wait(300)
+        figures.append((seen[-1][0] - saved, seen[-1][1]))
+    thread.join(60)
+    return figures
+
+
+def main() -> None:
+    print(f"import floor (python -c 'import torch; torch.zeros(1, device=\"cuda\")'): {import_floor():.2f} s")
+    for words, lang, solution in EXERCISES:
+        print(f"{' '.join(words)}: one-shot grade {one_shot(words, lang, solution):.2f} s")
+        for quick in (False, True):
+            figures = ", ".join(f"{s:.2f} s ({status})" for s, status in watch_latencies(words, lang, solution, quick=quick))
+            print(f"  watch{' --quick' if quick else ''}: save -> verdict {figures}")
+
+
+if __name__ == "__main__":
+    main()
