@@ -3,6 +3,7 @@ inputs, per-case tolerances, NaN never passes. Messages say which size, how wron
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -26,10 +27,21 @@ def load_reference(path) -> Callable:
     return module.reference
 
 
-def reference_outputs(reference: Callable, spec: ExerciseSpec, inputs: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+def reference_keywords(reference: Callable, params: dict[str, Any], device: str = "cpu") -> dict[str, Any]:
+    """The keyword-only parameters the reference declares, filled from the case's parameters and the
+    `device` to build its answer on: how an exercise with no inputs (one that writes its thread indices)
+    tells the reference its sizes, `def reference(*, n, device="cpu")`."""
+    known = {**params, "device": device}
+    declared = inspect.signature(reference).parameters.values()
+    return {p.name: known[p.name] for p in declared if p.kind is p.KEYWORD_ONLY and p.name in known}
+
+
+def reference_outputs(reference: Callable, spec: ExerciseSpec, inputs: dict[str, torch.Tensor],
+                      params: dict[str, Any] | None = None) -> list[torch.Tensor]:
     """The reference on float64 copies of the inputs: the higher-precision truth to compare against."""
     upcast = [x.double() if x.is_floating_point() else x for x in inputs.values()]
-    result = reference(*upcast)
+    device = str(upcast[0].device) if upcast else "cpu"
+    result = reference(*upcast, **reference_keywords(reference, params or {}, device))
     outs = list(result) if isinstance(result, (tuple, list)) else [result]
     if len(outs) != len(spec.outputs):
         raise ValueError(f"reference returned {len(outs)} outputs; spec lists {len(spec.outputs)}")

@@ -56,12 +56,19 @@ def main() -> None:
 @click.option("--gradescope", type=click.Path(dir_okay=False, path_type=Path), help="Also write Gradescope results.json here.")
 @click.option("--quick", is_flag=True, help="Numerics and integrity only: no timing (for when speed is not the question).")
 @click.option("--verbose", "-v", is_flag=True, help="Also print the seconds spent in each phase.")
-def grade(words, lang, plan_id, source, submission, seed, timeout, as_json, strict, junit, gradescope, quick, verbose) -> None:
+@click.option("--no-sanitize", is_flag=True, help="Skip compute-sanitizer's race and memory checks (cached per file anyway).")
+def grade(words, lang, plan_id, source, submission, seed, timeout, as_json, strict, junit, gradescope, quick, verbose,
+          no_sanitize) -> None:
     """Grade one exercise: `kcourse grade week2 reduction` or `kcourse grade reduction`."""
-    from grader.grade import grade as run_grade
+    from grader.sandbox import early_child
 
     target = _resolve(words, lang, plan_id)
-    result = run_grade(target, source=source, submission=submission, seed=seed, timeout_s=timeout, quick=quick)
+    child = early_child()  # before the import below: the worker's start-up overlaps the grader's
+
+    from grader.grade import grade as run_grade
+
+    result = run_grade(target, source=source, submission=submission, seed=seed, timeout_s=timeout, quick=quick,
+                       sanitize_code=not no_sanitize, child=child)
     click.echo(json.dumps(result.to_dict(), indent=2) if as_json else console.format_grade(result))
     if verbose and not as_json:
         click.echo(console.format_phases(result))
@@ -72,7 +79,8 @@ def grade(words, lang, plan_id, source, submission, seed, timeout, as_json, stri
 @main.command()
 @learner_code_options
 @click.option("--quick", is_flag=True, help="Numerics and integrity only: no timing.")
-def watch(words, lang, plan_id, source, submission, quick) -> None:
+@click.option("--no-sanitize", is_flag=True, help="Skip compute-sanitizer's race and memory checks.")
+def watch(words, lang, plan_id, source, submission, quick, no_sanitize) -> None:
     """Re-grade your file every time you save it (Ctrl-C to stop): `kcourse watch softmax`."""
     from grader.watch import watch as run_watch
 
@@ -84,7 +92,7 @@ def watch(words, lang, plan_id, source, submission, quick) -> None:
         click.echo("watching for changes (Ctrl-C to stop) ...")
 
     try:
-        run_watch(target, source, submission, show, quick=quick)
+        run_watch(target, source, submission, show, quick=quick, sanitize_code=not no_sanitize)
     except KeyboardInterrupt:
         click.echo("stopped watching")
 
@@ -180,8 +188,13 @@ def calibrate(only) -> None:
     targets = [t for t in all_targets() if (not only or t.spec.id in only) and solution_file(t.spec, t.variant).exists()]
     if not targets:
         raise click.UsageError("no solutions found to calibrate (is solutions/ present?)")
-    entries, rows = calibration.calibrate(targets, lambda t: run_grade(t, source="solutions", record=False))
-    path = calibration.merge(entries)
+    rows, path = [], None
+    for target in targets:  # merged one by one: an interrupted run keeps what it measured
+        entries, target_rows = calibration.calibrate(
+            [target], lambda t: run_grade(t, source="solutions", record=False, sanitize_code=False))
+        path = calibration.merge(entries)
+        rows += target_rows
+        click.echo(f"  {target.key}: {target_rows[0]['status']}", err=True)
     table_rows = [[r["exercise"], r["lang"], r["status"], r["case"], console.num(r["ms"]), console.num(r["roofline_pct"], "{:.0f}%")]
                   for r in rows]
     click.echo(console.table(table_rows, ["exercise", "lang", "status", "timed size", "solution ms", "% roofline"]))
@@ -302,6 +315,33 @@ def tune(words, lang, plan_id, source, submission) -> None:
         sys.exit(1)
     click.echo(tools.format_tune(record))
     sys.exit(0 if any(row["correct"] for row in record["rows"]) else 1)
+
+
+@main.command("compare")
+@click.argument("exercise")
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--lang", type=click.Choice(["cuda", "triton"]), help="Pick the language where an exercise has both "
+              "(default: the files' suffix).")
+@click.option("--seed", type=int, help="Seed for the inputs, the same for every file.")
+@click.option("--timeout", type=float, help="Seconds each file's code may run (default: the exercise's).")
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison record as one JSON document.")
+@click.option("--no-sanitize", is_flag=True, help="Skip compute-sanitizer's race and memory checks.")
+def compare_command(exercise, files, lang, seed, timeout, as_json, no_sanitize) -> None:
+    """Grade several versions of one exercise side by side: `kcourse compare reduction v1.cu v2.cu v3.cu`.
+
+    Each file is graded as with `kcourse grade EXERCISE --file FILE` (same inputs for all) and recorded;
+    the table (numerics, ms, GB/s or TFLOP/s, % of roofline, speed vs the solution) goes to the week's report."""
+    from grader import compare
+
+    try:
+        entries = compare.entries_for_files(exercise, list(files), lang)
+    except (ResolveError, SpecError) as exc:
+        raise click.UsageError(str(exc)) from None
+    echo = (lambda entry, result: None) if as_json else (
+        lambda entry, result: click.echo(f"graded {entry.label}: {result.status.upper()}: {result.verdict.splitlines()[0]}"))
+    record, results = compare.compare(exercise, entries, seed, timeout, on_graded=echo, sanitize_code=not no_sanitize)
+    click.echo(json.dumps(record, indent=2) if as_json else compare.format_comparison(record))
+    sys.exit(exit_code([c.status for r in results for c in r.checks], strict=False))
 
 
 @main.command()

@@ -44,6 +44,12 @@ def format_timing(t) -> str:
     if t.torch_ms:
         parts.append(f"torch {t.torch_ms:.4g} ms{rate(t.torch_rate)}")
     parts.append(f"{t.runs} runs, spread {100 * (t.learner_spread or 0):.1f}%")
+    if getattr(t, "learner_extra_bytes", None) is not None:  # peak GPU memory beyond inputs and outputs
+        from grader.memory import size_text
+
+        limit = f" (limit {size_text(t.extra_bytes_limit)})" if t.extra_bytes_limit is not None else ""
+        torch_extra = f", torch {size_text(t.torch_extra_bytes)}" if t.torch_extra_bytes is not None else ""
+        parts.append(f"extra memory: you {size_text(t.learner_extra_bytes)}{limit}{torch_extra}")
     return ", ".join(parts)
 
 

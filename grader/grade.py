@@ -10,7 +10,7 @@ import random
 import time
 from pathlib import Path
 
-from grader import build, calibration, hints, kit, sandbox, store
+from grader import build, calibration, hints, kit, sandbox, sanitize, store
 from grader.judge import Judge
 from grader.paths import course_root, solutions_dir
 from grader.discovery import Target, solution_file, stub_file
@@ -40,9 +40,10 @@ def learner_file(target: Target, source: str, submission: Path | None) -> Path:
 def grade(target: Target, source: str = "learner", submission: Path | None = None, seed: int | None = None,
           timeout_s: float | None = None, record: bool = True, child_env: dict[str, str] | None = None,
           mode: str = "grade", job_extra: dict | None = None, quick: bool = False,
-          child: sandbox.Child | None = None) -> GradeResult:
+          child: sandbox.Child | None = None, sanitize_code: bool = True) -> GradeResult:
     """Grade one exercise (mode "grade"), or run the learner's code for "profile" / "tune" in the same
-    sandbox. `quick`: numerics and integrity only. `child`: a worker already started (kcourse watch)."""
+    sandbox. `quick`: numerics and integrity only. `child`: a worker already started (kcourse watch).
+    `sanitize_code`: run compute-sanitizer on a small case (sanitize.py)."""
     seed = seed if seed is not None else random.randrange(1, 2**31)
     result = GradeResult(exercise=target.spec.id, lang=target.variant.lang, source=str(submission or source),
                          seed=seed, unit=target.unit, plan=target.plan, threshold=target.spec.performance.threshold)
@@ -59,8 +60,11 @@ def grade(target: Target, source: str = "learner", submission: Path | None = Non
         result.add(Check("load", ERROR, f"{path} does not exist{hint}: check the path, or run `kcourse list` "
                          "for the exercises and their files", {"code": "missing_file"}))
     else:
-        job = {"mode": mode, **(job_extra or {})}
+        job = {"mode": mode, "sanitize": sanitize_code, **(job_extra or {})}
         _grade_file(target, path, result, seed, timeout_s, child_env or {}, job, quick, child)
+        child = None  # _grade_file closed it
+    if child is not None:  # started early for a grade that never ran
+        child.close()
     hints.annotate(result, target.spec)
     result.finish()
     if record:
@@ -97,6 +101,9 @@ def _grade_file(target: Target, path: Path, result: GradeResult, seed: int, time
         return
     variant, gpu = target.variant, cuda_available()
     compile_only = not gpu and variant.kind in ("cuda", "cuda_host", "torch_op")
+    if child is not None and (compile_only or child.device != ("cuda" if gpu else "cpu")):
+        child.close()  # started early on a guess this machine turned out not to fit (e.g. torch without CUDA)
+        child = None
     if child is None and not compile_only:  # it imports torch and starts CUDA while we build
         child = sandbox.Child("cuda" if gpu else "cpu", child_env, job.pop("wrapper", None))
     job.pop("wrapper", None)
@@ -134,13 +141,53 @@ def _build_and_run(target, path, result, seed, timeout_s, job, quick, gpu, child
         return
     before = kit.snapshot(), kit.append_only_state(store.results_path())
     judge = Judge(target.spec, variant, child, result, seed, timeout, timing, calibration_data)
+    memory_safety = _MemorySafety(target, path, job, gpu, result)
+    if variant.kind != "torch_op":  # raw CUDA and Triton: the tools overlap the child's start and numerics
+        memory_safety.start()
+    judge.before_timing = memory_safety.finish
     judge.run(job)
+    memory_safety.start()  # a torch operator: after the child built it (one build at a time in its folder)
+    memory_safety.finish()
     result.phases.update(judge.phases)
     _check_kit_untouched(before, result)
     if calibration_error:  # numerics still count; only the speed bar is unknown
         result.checks = [c for c in result.checks if c.name != "speed"]
         result.add(Check("speed", ERROR, calibration_error, {"code": "corrupt_calibration"}))
     _add_skipped_speed(result, gpu, quick, variant)
+
+
+class _MemorySafety:
+    """When the sanitizer runs within a grade: started once, its check added once, before timing."""
+
+    def __init__(self, target: Target, path: Path, job: dict, gpu: bool, result: GradeResult):
+        self.target, self.path, self.job, self.gpu, self.result = target, path, job, gpu, result
+        self.running: sanitize.Sanitizer | Check | None = None
+        self.done = False
+
+    def start(self) -> None:
+        if self.running is not None or self.done:
+            return
+        if not self.job.get("sanitize", True):
+            self.running = Check("sanitizer", SKIPPED, "--no-sanitize: memory safety not checked; grade without it "
+                                 "before you hand in", {"code": "no_sanitize"})
+        elif not self.gpu:
+            self.running = Check("sanitizer", SKIPPED, "no GPU found: compute-sanitizer needs one; run `kcourse grade` "
+                                 "on a machine with an NVIDIA GPU to check races and out-of-bounds accesses",
+                                 {"code": "no_gpu"})
+        else:
+            self.running = sanitize.start(self.target.spec, self.target.variant, self.path,
+                                          self.job.get("learner_library"))
+
+    def finish(self) -> None:
+        if self.done or self.running is None:
+            return
+        self.done = True
+        if isinstance(self.running, Check):
+            self.result.add(self.running)
+            return
+        started = time.monotonic()
+        self.result.add(self.running.collect())
+        self.result.phases["sanitizer"] = round(time.monotonic() - started, 3)  # the wait, not the tools' time
 
 
 def _add_skipped_speed(result: GradeResult, gpu: bool, quick: bool, variant) -> None:

@@ -455,6 +455,8 @@ _SANITIZER = {
              "count differs per thread): move the barrier out of the branch and keep the condition inside it"),
     "memcheck": ("an access outside an allocation: guard global loads and stores with the bounds check (i < n) and "
                  "keep shared-memory indices below the array's size; the line named above is where it happened"),
+    "leak": ("device memory your host code allocated and never freed: every cudaMalloc needs its cudaFree "
+             "before the function returns, on every path"),
     "initcheck": ("a read of device memory nothing wrote: the output holds garbage when you are called, so set "
                   "accumulators to 0 first (cudaMemsetAsync, or a first kernel), and read nothing past n"),
 }

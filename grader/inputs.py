@@ -8,20 +8,25 @@ code saw are the values the verdict was computed from, and nothing the child doe
 Inputs are never zeros (zeros hide unwritten outputs and wrong indexing). A case may ask for values
 that break the classic mistakes of its topic: `scale`/`offset` (softmax without max subtraction
 overflows at offset 100), `special` values (-inf entries or fully masked rows), a trial `scale` that
-moves every trial's answer far from the previous one (so a cached answer is told from rounding)."""
+moves every trial's answer far from the previous one (so a cached answer is told from rounding). A
+tensor's `transform` names a function of the exercise's reference.py that the drawn values pass through
+(in float64, before the cast to the dtype): the way to hand an operator inputs only some values make
+realistic, such as a softmax output whose rows are positive and sum to 1."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from grader import exprs
-from grader.spec import Case, ExerciseSpec, TensorSpec
+from grader.spec import Case, ExerciseSpec, SpecError, TensorSpec
 
 INT_POISON = -1234567  # an integer output nobody computes by accident
 # Outputs start as NaN with a payload no arithmetic produces (a computed NaN, 0/0 or inf-inf, has the
@@ -31,6 +36,8 @@ POISON_BITS = {torch.float32: (torch.int32, 0x7FC5A5A5), torch.float64: (torch.i
 CHUNK = 1 << 22  # elements drawn per generator: chunks are drawn in parallel, and the result does not
 #                  depend on how many threads drew them
 ROW_SLICE_PAD = 37  # a row slice of a tensor this many columns wider: its row stride is not its width
+GUARD = 1 << 16  # poisoned elements after each contiguous output: a store past its end (a missing bounds
+#                  check writes index n first) changes them, see written_outside
 TRIAL_SCALE = 0.5  # trial t multiplies float inputs by (1 + 0.5 t): answers of two trials are far apart
 
 
@@ -92,6 +99,24 @@ def _apply_special(x: torch.Tensor, special: str, seed: int) -> None:
         raise ValueError(f"unknown special inputs {special!r}")
 
 
+@lru_cache(maxsize=None)
+def _reference_module(path: Path):
+    """The exercise's reference.py, loaded once per process (trusted: it ships with the grader)."""
+    module_spec = importlib.util.spec_from_file_location(f"kcourse_transforms_{path.parent.name}", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module
+
+
+def transform_function(spec: ExerciseSpec, name: str):
+    """reference.py's function `name`, which a spec.toml `transform` names."""
+    function = getattr(_reference_module(spec.folder / "reference.py"), name, None)
+    if not callable(function):
+        raise SpecError(f"{spec.folder / 'spec.toml'}: transform {name!r} is not a function of "
+                        f"{spec.folder / 'reference.py'}: define `def {name}(x)` there")
+    return function
+
+
 def generate(spec: ExerciseSpec, case: Case, seed: int, trial: int = 0) -> dict[str, torch.Tensor]:
     """The inputs of one trial, on the CPU, contiguous, in the case's dtype."""
     made = {}
@@ -112,6 +137,8 @@ def generate(spec: ExerciseSpec, case: Case, seed: int, trial: int = 0) -> dict[
             x += float(options["offset"])
         if options.get("special"):
             _apply_special(x, options["special"], tensor_seed)
+        if t.transform:
+            x = transform_function(spec, t.transform)(x.double())
         made[t.name] = x.to(dtype)
     return made
 
@@ -154,8 +181,9 @@ def unwritten(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def make_outputs(spec: ExerciseSpec, case: Case, device: str) -> dict[str, torch.Tensor]:
-    """Poisoned outputs (see POISON_BITS) so elements the kernel never wrote show; in the case's
-    layout (a row slice: the row stride differs from the input's)."""
+    """Poisoned outputs (see POISON_BITS) so elements the kernel never wrote show, each followed by a
+    poisoned guard (GUARD) so stores past its end show too; in the case's layout (a row slice: the row
+    stride differs from the input's)."""
     made = {}
     for t in spec.outputs:
         shape, dtype = shape_of(t, case), torch_dtype(dtype_of(t, case))
@@ -166,8 +194,20 @@ def make_outputs(spec: ExerciseSpec, case: Case, device: str) -> dict[str, torch
         elif layout == "transposed":
             made[t.name] = poison(torch.empty((*shape[:-2], shape[-1], shape[-2]), dtype=dtype, device=device)).transpose(-1, -2)
         else:
-            made[t.name] = poison(torch.empty(shape, dtype=dtype, device=device))
+            guarded = poison(torch.empty(math.prod(shape) + GUARD, dtype=dtype, device=device))
+            made[t.name] = guarded[: math.prod(shape)].view(shape)
     return made
+
+
+def written_outside(tensor: torch.Tensor) -> bool:
+    """Whether a store landed in the output's allocation outside the output itself (the guard after a
+    contiguous output, the padding of a row slice): those elements were poisoned and nothing may write them."""
+    whole = tensor.new_empty(0).set_(tensor.untyped_storage())  # the allocation, flat
+    if whole.numel() == tensor.numel():
+        return False
+    outside = torch.ones(whole.numel(), dtype=torch.bool, device=tensor.device)
+    outside.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset()).fill_(False)
+    return bool((outside & ~unwritten(whole)).any())
 
 
 def make_inputs(spec: ExerciseSpec, case: Case, seed: int, device: str, trial: int = 0) -> dict[str, torch.Tensor]:

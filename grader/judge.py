@@ -13,11 +13,11 @@ import time
 import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from grader import integrity, speed
+from grader import integrity, memory, speed
 from grader.checking import compare, load_reference, looks_cached, reference_outputs
-from grader.inputs import generate, load_tensor, save_tensor, shape_of
+from grader.inputs import element_size, generate, load_tensor, save_tensor, shape_of
 from grader.records import ERROR, FAILED, PASSED, Check, GradeResult
 from grader.sandbox import Child, ChildGone, ChildTimeout, Death, death_message
 from grader.spec import Case, ExerciseSpec, Variant
@@ -42,6 +42,7 @@ class Judge:
         self.refs: dict[Any, Future] = {}
         self.phases: dict[str, float] = {}
         self.deadline = float("inf")
+        self.before_timing: Callable[[], None] = lambda: None
 
     # --- the whole grade -------------------------------------------------------------------------
     def run(self, job: dict[str, Any]) -> None:
@@ -56,9 +57,11 @@ class Judge:
             self._mark("load", started)
             self.result.add(Check("load", PASSED, f"{Path(job['learner']).name}: `{self.variant.entry}` loaded"))
             if self._numerics() and self.timing:
+                self.before_timing()  # e.g. the sanitizer's processes end: nothing else on the GPU while timing
                 self._timing()
             else:
                 self.child.send({"stop": True})
+                self._add_if(memory.not_measured(self.spec, on_gpu=self.child.device == "cuda"))
         except Finished:
             pass
         except ChildTimeout:
@@ -164,7 +167,7 @@ class Judge:
                 return
             inputs = generate(self.spec, case, trial_seed, trial)
             metas = {name: save_tensor(t, self.child.dir / f"in-{k}-{name}.bin") for name, t in inputs.items()}
-            self.refs[k] = self.pool.submit(reference_outputs, self.reference, self.spec, inputs)
+            self.refs[k] = self.pool.submit(reference_outputs, self.reference, self.spec, inputs, case.params)
             self.child.send({"case": index, "k": k, "label": self._label(case, trial), "inputs": metas,
                              "watch_ops": trial == 0})
         self.child.send({"end_trials": True})
@@ -195,6 +198,11 @@ class Judge:
         if event.get("modified"):
             self._fail("integrity", f"{label}: your code modified its input {', '.join(event['modified'])} in place; "
                        "inputs are read-only — write only to the outputs", code="input_modified")
+        if event.get("outside"):
+            self._fail("numerics", f"{label}: your code wrote past the end of {', '.join(event['outside'])} (into the "
+                       "poisoned guard after it): threads past the last element stored anyway — check the index "
+                       "before every store (if (i < n); in 2-D if (row < rows && col < cols); in Triton mask= on "
+                       "tl.store)", code="out_of_bounds", case=case.params, trial=trial + 1, outputs=event["outside"])
         got = self._outputs(event, case)
         refs = self.refs[k].result()
         previous = self.refs[k - 1].result() if trial > 0 else None
@@ -218,7 +226,7 @@ class Judge:
             inputs = generate(self.spec, case, self.seed + 10**6 + index)
             k = f"t{index}"
             metas = {name: save_tensor(t, self.child.dir / f"in-{k}-{name}.bin") for name, t in inputs.items()}
-            self.refs[k] = self.pool.submit(reference_outputs, self.reference, self.spec, inputs)
+            self.refs[k] = self.pool.submit(reference_outputs, self.reference, self.spec, inputs, case.params)
             last = index == len(cases) - 1
             messages.append({"case": index, "k": k, "inputs": metas, "probe": last,
                              "budget_s": BUDGET_S if last else BUDGET_S / 3})  # the verdict size gets most runs
@@ -231,7 +239,12 @@ class Judge:
         if records and messages[-1]["probe"]:
             self._cross_check_probe(records[-1])
         self.result.add(check)
+        self._add_if(memory.verdict(self.spec, records))
         self._mark("timing", started)
+
+    def _add_if(self, check: Check | None) -> None:
+        if check is not None:
+            self.result.add(check)
 
     def _one_timed_case(self, index: int, case: Case):
         self.child.send({"go": True})  # the child waits for it: events are read as they happen, not buffered
@@ -251,7 +264,8 @@ class Judge:
             comparison = compare(spec_out.name, out, ref, tol, f"timed size {case.label()}")
             if not comparison.ok:
                 self._fail("numerics", comparison.message + " (the output of your last timed run)", code=comparison.code)
-        return speed.timing_record(self.spec, self.variant, case, measured, self.result.device)
+        record = speed.timing_record(self.spec, self.variant, case, measured, self.result.device)
+        return memory.annotate(record, self.spec, case, event.get("memory"), element_size(case.dtype))
 
     def _cross_check_probe(self, record) -> None:
         probe: dict[str, dict[str, float]] = {}

@@ -22,7 +22,8 @@ def format_plan(plan: Plan, statuses: dict[str, str], exercises: dict) -> str:
         lines.append(f"  {unit.key:<7} {unit.title}")
         for item in unit.exercises:
             known = "" if item.id in exercises else "  (missing exercise folder!)"
-            lines.append(f"          - {item.id} [{item.lang or 'any'}]: {status_of(statuses, item.id, item.lang)}{known}")
+            extra = " (extra)" if item.extra else ""
+            lines.append(f"          - {item.id} [{item.lang or 'any'}]{extra}: {status_of(statuses, item.id, item.lang)}{known}")
         for topic in unit.planned:
             lines.append(f"          · {topic} (planned)")
     return "\n".join(lines)

@@ -1,4 +1,8 @@
-"""Learning plans (plans/*.toml): weeks or days mapped to exercise ids, with topics still planned."""
+"""Learning plans (plans/*.toml): weeks or days mapped to exercise ids, with topics still planned.
+
+A unit may also carry what its source document lists besides exercises: the learning content (`topics`),
+questions to answer in the unit's report (`prompts`: each becomes a notes section of that report) and
+reading. An exercise marked `extra = true` is listed and gradable in the unit but not needed to finish it."""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from grader.spec import tomllib
 class PlanExercise:
     id: str
     lang: str | None = None
+    extra: bool = False  # offered in the unit, not needed for "done" (kcourse progress)
 
 
 @dataclass
@@ -22,7 +27,14 @@ class Unit:
     exercises: list[PlanExercise] = field(default_factory=list)
     planned: list[str] = field(default_factory=list)  # topics whose exercises do not exist yet
     deliverable: str = ""
-    requires: list[str] = field(default_factory=list)  # record kinds that complete it: env, profile, tune
+    requires: list[str] = field(default_factory=list)  # record kinds that complete it: env, profile, tune, compare
+    topics: list[str] = field(default_factory=list)  # what the unit covers, in its document's words
+    prompts: list[str] = field(default_factory=list)  # questions for the learner's notes in the unit's report
+    reading: list[str] = field(default_factory=list)
+
+    @property
+    def required_exercises(self) -> list[PlanExercise]:
+        return [e for e in self.exercises if not e.extra]
 
 
 @dataclass
@@ -47,10 +59,13 @@ def load_plans(folder: Path | None = None) -> dict[str, Plan]:
             Unit(
                 key=u["key"],
                 title=u.get("title", ""),
-                exercises=[PlanExercise(e["id"], e.get("lang")) for e in u.get("exercises", [])],
+                exercises=[PlanExercise(e["id"], e.get("lang"), bool(e.get("extra", False))) for e in u.get("exercises", [])],
                 planned=list(u.get("planned", [])),
                 deliverable=u.get("deliverable", ""),
                 requires=list(u.get("requires", [])),
+                topics=list(u.get("topics", [])),
+                prompts=list(u.get("prompts", [])),
+                reading=list(u.get("reading", [])),
             )
             for u in data.get("units", [])
         ]

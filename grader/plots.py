@@ -1,5 +1,6 @@
 """PNG plots for the reports (matplotlib, headless): a roofline chart of the learner's kernels and,
-per exercise, achieved speed against problem size for the learner, the solution and torch."""
+per exercise, achieved speed against problem size for the learner, the solution and torch; for
+`kcourse compare`, a bar per version."""
 
 from __future__ import annotations
 
@@ -94,3 +95,38 @@ def render_all(grades: list, env: dict | None, out_dir: Path) -> list[dict[str, 
         if plot:
             made.append({"title": f"{g.exercise} ({g.lang}) speed vs size", "file": plot.name})
     return made
+
+
+def comparison_chart(comparison: dict, path: Path) -> Path | None:
+    """`kcourse compare`: one bar per version at the largest timed size (GB/s or TFLOP/s, else ms), the
+    solution's and torch's figures as dashed lines; a version whose numerics failed is drawn grey."""
+    key = "rate" if any(r["rate"] for r in comparison["rows"]) else "ms"
+    rows = [r for r in comparison["rows"] if r[key]]
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 1.2 + 0.45 * len(rows)), dpi=110)
+    colors = [COLORS["learner"] if r["numerics"] == "passed" else "#999999" for r in rows]
+    ax.barh([r["label"] for r in rows], [r[key] for r in rows], color=colors)
+    for who in ("solution", "torch"):
+        value = next((r[f"{who}_{key}"] for r in rows if r[f"{who}_{key}"]), None)
+        if value:
+            ax.axvline(value, color=COLORS[who], ls="--", lw=1.5, label=f"{who}: {value:.4g}")
+    ax.invert_yaxis()  # the versions top to bottom in the order compared
+    ax.set_xlabel((comparison["unit"] or rows[0]["unit"] or "rate") if key == "rate" else "time (ms), lower is better")
+    ax.set_title(f"{comparison['exercise']} ({comparison['lang']}): versions compared"
+                 + (f" at {comparison['case']}" if comparison["case"] else ""), fontsize=10)
+    ax.grid(True, axis="x", alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:  # beside the bars, never over them
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    plt.setp(ax.get_yticklabels(), fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def comparison_file(comparison: dict, out_dir: Path) -> str:
+    """The chart's file name next to the report, or "" when nothing was timed (no GPU)."""
+    name = f"compare_{_file_safe(comparison['exercise'])}_{_file_safe(comparison['lang'])}.png"
+    made = comparison_chart(comparison, out_dir / name)
+    return made.name if made else ""

@@ -37,8 +37,9 @@ def grade_statuses() -> dict[str, str]:
 
 
 def unit_status(unit: Unit, grades: dict, recorded: set[str]) -> str:
-    """done: every exercise passed and every required record (env check, profile, tuning) exists."""
-    statuses = [grades.get(f"{e.id}:{e.lang}", {}).get("status") for e in unit.exercises]
+    """done: every exercise passed (extras aside) and every required record (env check, profile, tuning,
+    comparison) exists."""
+    statuses = [grades.get(f"{e.id}:{e.lang}", {}).get("status") for e in unit.required_exercises]
     statuses += ["passed" if kind in recorded else None for kind in unit.requires]
     if not statuses:
         return "planned"
@@ -54,7 +55,8 @@ def progress_rows(plan_id: str | None = None) -> tuple[str, list[list[str]]]:
     rows = []
     for unit in plan.units:
         status = unit_status(unit, best, recorded)
-        exercises = ", ".join(f"{e.id} ({e.lang}): {labels.get(f'{e.id}:{e.lang}', 'not graded')}" for e in unit.exercises)
+        exercises = ", ".join(f"{e.id} ({e.lang}{', extra' if e.extra else ''}): {labels.get(f'{e.id}:{e.lang}', 'not graded')}"
+                              for e in unit.exercises)
         rows.append([MARK[status], unit.key, unit.title, status, exercises or "; ".join(unit.planned)])
     return plan.title, rows
 

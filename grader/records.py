@@ -38,6 +38,15 @@ class Timing:
     intensity: float | None = None  # FLOP per byte, for the roofline chart
     learner_tflops: float | None = None
     solution_source: str = ""  # "live solution", "calibration for <GPU>", or "ESTIMATE: ..."
+    # Peak GPU memory each one allocated beyond what was live before its run (inputs, outputs; for entry
+    # points that return their outputs, beyond those too), in bytes, from one untimed run (memory.py)
+    learner_extra_bytes: float | None = None
+    solution_extra_bytes: float | None = None
+    torch_extra_bytes: float | None = None
+    extra_bytes_limit: float | None = None  # the spec's performance.max_extra_bytes at this size
+    # the learner's own entry point run with the spec's performance.baseline_args ("n_streams=1"), timed beside it
+    baseline_ms: float | None = None
+    baseline_args: str = ""
 
 
 @dataclass
@@ -108,5 +117,6 @@ def grade_from_dict(data: dict[str, Any]) -> GradeResult:
     known = set(GradeResult.__dataclass_fields__)
     data = {k: v for k, v in data.items() if k in known}  # records of other kit versions
     data["checks"] = [Check(**c) for c in data.get("checks", [])]
-    data["timings"] = [Timing(**t) for t in data.get("timings", [])]
+    timing_fields = set(Timing.__dataclass_fields__)
+    data["timings"] = [Timing(**{k: v for k, v in t.items() if k in timing_fields}) for t in data.get("timings", [])]
     return GradeResult(**data)

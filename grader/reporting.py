@@ -5,7 +5,8 @@ plan's days) uses `templates/<key>_<name>.md.j2` when there is one (day1_env_che
 day4_replace_op, day5_tuning, week11_summary) and `unit_report.md.j2` otherwise; other plans' units use
 `unit_report.md.j2` and are written as `<plan>_<key>_report.md`, so day3 of two plans never share a file.
 Sections between `<!-- notes:ID -->` and `<!-- /notes:ID -->` belong to the learner and survive
-re-rendering.
+re-rendering; a unit's plan `prompts` each get one. A unit's report and the final report also show the
+latest `kcourse compare` of each of its exercises (a table and a bar chart).
 
 Records are normalised here, once, before rendering (see "Records as the templates expect them"): the
 store holds records written by every version of the kit, and a report must render from any of them."""
@@ -22,6 +23,7 @@ from typing import Any, Callable
 import jinja2
 
 from grader import store
+from grader.compare import speed_cell
 from grader.discovery import ResolveError, pick_plan, suggest
 from grader.paths import course_root, state_dir, templates_dir
 from grader.plans import Plan, Unit, default_plan, load_plans
@@ -31,6 +33,8 @@ from grader.records import Check, GradeResult, Timing
 NOTES = re.compile(r"<!-- notes:(?P<id>[\w-]+) -->\n(?P<body>.*?)<!-- /notes:(?P=id) -->", re.S)
 # README: "`kcourse report dayN` for each day of the 5-day plan, `weekN` for each week of the 11-week plan".
 FIVE_DAY_PLAN = "triton-5-day"
+# The templates that show `kcourse compare` tables (with a bar chart each): a unit's report, and the final one.
+COMPARISON_TEMPLATES = ("unit_report.md.j2", "final_report.md.j2")
 
 
 class ReportError(ValueError):
@@ -170,6 +174,12 @@ PROFILE_ROW = {"name": _text_or("?"), "calls": _text, "device_us": _number, "cpu
 NCU_ROW = {"kernel": _text, "metric": _text, "value": _text, "unit": _text}
 PROFILE = {"exercise": _text_or("?"), "lang": _text_or("?"), "device": _device_name, "case": _text, "calls": _text,
            "trace": _text_or("(no trace recorded)"), "top": _rows(PROFILE_ROW), "ncu": _rows(NCU_ROW)}
+COMPARE_ROW = {"label": _text_or("?"), "file": _text, "exercise": _text, "lang": _text, "status": _text_or("unknown"),
+               "verdict": _text, "numerics": _text_or("?"), "speed": _text_or("not run"), "case": _text, "unit": _text,
+               "ms": _number, "rate": _number, "roofline_pct": _number, "ratio": _number, "solution_ms": _number,
+               "solution_rate": _number, "torch_ms": _number, "torch_rate": _number, "extra_bytes": _number}
+COMPARE = {"exercise": _text_or("?"), "lang": _text_or("?"), "device": _device_name, "seed": _text_or("?"), "case": _text,
+           "unit": _text, "rows": _rows(COMPARE_ROW), "at": lambda v: _when(_number(v)), "plot": _text}
 
 # Grade records are dataclasses (records.py): coerce each field by its annotation, so a field added
 # there later is shaped without a change here.
@@ -201,6 +211,13 @@ def grade_record(record: dict[str, Any]) -> GradeResult:
     return grade
 
 
+def _when(timestamp: float | None) -> str:
+    try:
+        return dt.datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M") if timestamp else ""
+    except (OverflowError, OSError, ValueError):
+        return ""
+
+
 def env_record(record: dict[str, Any] | None) -> dict[str, Any] | None:
     return None if record is None else _shaped(record, ENV)
 
@@ -221,12 +238,22 @@ def context(unit: Unit | None = None, plan: Plan | None = None) -> dict[str, Any
         "profiles": [_shaped(r, PROFILE) for r in _sorted_values(store.latest_per_exercise("profile"))],
         "notebook_grades": [grade_record(r) for r in _sorted_values(notebooks)],
     }
+    data["comparisons"] = comparisons(unit)
     if unit is not None:
         wanted = {(e.id, e.lang) for e in unit.exercises}
         data["unit_grades"] = [g for g in grades if (g.exercise, g.lang) in wanted or (g.exercise, None) in wanted]
         graded = {(g.exercise, g.lang) for g in data["unit_grades"]}
         data["ungraded"] = [e for e in unit.exercises if (e.id, e.lang) not in graded]
     return data
+
+
+def comparisons(unit: Unit | None) -> list[dict[str, Any]]:
+    """The latest `kcourse compare` of each exercise the unit holds (every one for the final report)."""
+    found = [_shaped(r, COMPARE) for r in _sorted_values(store.latest_per_exercise("compare"))]
+    if unit is None:
+        return found
+    wanted = {(e.id, e.lang) for e in unit.exercises}
+    return [c for c in found if any((c["exercise"], lang) in wanted for lang in c["lang"].split("+"))]
 
 
 def _sorted_values(by_key: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -255,6 +282,7 @@ def environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(templates_dir()), undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     env.filters["num"] = number_text
+    env.filters["speed_cell"] = speed_cell  # a comparison's figure, or "skipped" where timing could not run
     return env
 
 
@@ -270,6 +298,11 @@ def render(which: str, out_dir: Path | None = None, plan_id: str | None = None) 
         from grader import plots
 
         data["plots"] = plots.render_all(data["grades"], data["env"], out_dir)
+    if template_name in COMPARISON_TEMPLATES:
+        from grader import plots
+
+        for item in data["comparisons"]:
+            item["plot"] = plots.comparison_file(item, out_dir)
     text = environment().get_template(template_name).render(**data)
     path = out_dir / file_name
     if path.exists():

@@ -150,11 +150,25 @@ class Child:
             return ""
 
     def close(self) -> None:
+        if self._events is None:
+            return  # closed already
         self.kill()
         self.proc.wait()
         self._output.close()
         os.close(self._events)
+        self._events = None
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def early_child() -> Child | None:
+    """A GPU worker started before the grader imports torch, so that the two start-ups overlap (a one-shot
+    `kcourse grade` pays them once, not one after the other). None without a GPU (grade() starts the
+    child it needs) or with KCOURSE_DEVICE=cpu."""
+    if os.environ.get("KCOURSE_DEVICE", "").lower() == "cpu":
+        return None
+    from grader.build import gpu_arch
+
+    return Child("cuda") if gpu_arch() else None
 
 
 @dataclass

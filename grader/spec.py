@@ -27,6 +27,7 @@ KINDS = {
 LANG_OF_KIND = {"triton": "triton", "cuda": "cuda", "cuda_host": "cuda", "torch_op": "cuda"}
 DTYPES = ("float64", "float32", "float16", "bfloat16", "int32", "int64")
 INITS = ("normal", "uniform", "positive")
+HOST_MEMORY = ("pageable", "pinned")
 DEFAULT_DTYPE = "float32"
 
 
@@ -40,6 +41,9 @@ class TensorSpec:
     shape: list[str | int]
     dtype: str | None = None  # None: the case's dtype
     init: str = "normal"  # normal: N(0,1); uniform: U[0,1); positive: U[0.5,1.5)
+    # a function of the exercise's reference.py the drawn values pass through, so an input can be what the
+    # operator really receives (y = softmax(logits) for a softmax backward); see inputs.generate
+    transform: str | None = None
 
 
 @dataclass
@@ -56,6 +60,9 @@ class Variant:
     entry: str
     args: list[Argument]
     timeout_s: float = 60.0
+    # cuda_host only: "pinned" hands the entry point page-locked host arrays, without which
+    # cudaMemcpyAsync is staged by the driver and overlaps nothing (a streams exercise needs them)
+    host_memory: str = "pageable"
 
     @property
     def returns_outputs(self) -> bool:
@@ -70,6 +77,7 @@ class Case:
     inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
     outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
     trials: int | None = None  # None: the spec's `trials`
+    sanitize: bool = False  # the case compute-sanitizer runs on (default: sanitize.small_case picks one)
 
     @property
     def dtype(self) -> str:
@@ -115,6 +123,13 @@ class Performance:
     bytes: str | None = None
     flops: str | None = None
     bound: str = ""  # "memory" (report GB/s against copy bandwidth) or "compute" (TFLOP/s against matmul peak)
+    # Peak GPU memory the entry point may allocate beyond its inputs and outputs, an expression of the
+    # case like `bytes` ("4 * B * H * N * d"); checked at every timed size (grader/memory.py).
+    max_extra_bytes: str | None = None
+    memory_hint: str = ""  # what the limit means, for the failure message ("O(N): do not materialise ...")
+    # Case parameters that turn the learner's own entry point into a baseline timed beside it (a streams
+    # exercise: { n_streams = 1 }, the same work done serially); reported as a speedup, never a verdict.
+    baseline_args: dict[str, Any] = field(default_factory=dict)
 
     @property
     def is_compute_bound(self) -> bool:
@@ -191,6 +206,7 @@ def _parse(data: dict[str, Any], folder: Path) -> ExerciseSpec:
             entry=raw["entry"],
             args=[_argument(a) for a in raw["args"]],
             timeout_s=float(raw.get("timeout_s", 60)),
+            host_memory=raw.get("host_memory", "pageable"),
         )
     inputs = [_tensor(name, raw, path) for name, raw in data.get("inputs", {}).items()]
     outputs = [_tensor(name, raw, path) for name, raw in data["outputs"].items()]
@@ -210,6 +226,9 @@ def _parse(data: dict[str, Any], folder: Path) -> ExerciseSpec:
             bytes=perf.get("bytes"),
             flops=perf.get("flops"),
             bound=perf.get("bound", ""),
+            max_extra_bytes=perf.get("max_extra_bytes"),
+            memory_hint=perf.get("memory_hint", ""),
+            baseline_args=dict(perf.get("baseline_args", {})),
         ),
         tuning={lang: dict(params) for lang, params in data.get("tuning", {}).items()},
         trials=int(data.get("trials", 2)),
@@ -226,15 +245,18 @@ def _argument(text: str) -> Argument:
 
 
 def _tensor(name: str, raw: dict[str, Any], path: Path) -> TensorSpec:
-    tensor = TensorSpec(name=name, shape=list(raw["shape"]), dtype=raw.get("dtype"), init=raw.get("init", "normal"))
+    tensor = TensorSpec(name=name, shape=list(raw["shape"]), dtype=raw.get("dtype"), init=raw.get("init", "normal"),
+                        transform=raw.get("transform"))
     if tensor.dtype is not None and tensor.dtype not in DTYPES:
         raise SpecError(f"{path}: {name}.dtype = {tensor.dtype!r}; known: {', '.join(DTYPES)}")
     if tensor.init not in INITS:
         raise SpecError(f"{path}: {name}.init = {tensor.init!r}; known: {', '.join(INITS)}")
+    if tensor.transform is not None and not str(tensor.transform).isidentifier():
+        raise SpecError(f"{path}: {name}.transform = {tensor.transform!r}: name a function defined in reference.py")
     return tensor
 
 
-CASE_KEYS = ("gpu_only", "inputs", "outputs", "trials")  # the rest of a [[cases]] entry are parameters
+CASE_KEYS = ("gpu_only", "inputs", "outputs", "trials", "sanitize")  # the rest of a [[cases]] entry are parameters
 LAYOUTS = ("contiguous", "row_slice", "transposed")
 SPECIALS = ("neg_inf_entries", "neg_inf_rows", "large")
 
@@ -243,7 +265,8 @@ def _case(raw: dict[str, Any]) -> Case:
     params = {k: v for k, v in raw.items() if k not in CASE_KEYS}
     trials = raw.get("trials")
     return Case(params=params, gpu_only=bool(raw.get("gpu_only", False)), inputs=dict(raw.get("inputs", {})),
-                outputs=dict(raw.get("outputs", {})), trials=int(trials) if trials is not None else None)
+                outputs=dict(raw.get("outputs", {})), trials=int(trials) if trials is not None else None,
+                sanitize=bool(raw.get("sanitize", False)))
 
 
 def _validate_case_tensors(spec: "ExerciseSpec", case: Case, path: Path) -> None:
@@ -274,3 +297,35 @@ def _validate(spec: ExerciseSpec, path: Path) -> None:
     for case in spec.cases + spec.performance.cases:
         spec.tolerance_for(case.dtype)
         _validate_case_tensors(spec, case, path)
+    _validate_memory_limit(spec, path)
+    _validate_host_options(spec, path)
+
+
+def _validate_memory_limit(spec: ExerciseSpec, path: Path) -> None:
+    """A limit that names no case dimension would only fail when the GPU grades it: say so at load."""
+    limit = spec.performance.max_extra_bytes
+    if limit is None:
+        return
+    from grader import exprs
+
+    if not spec.performance.cases:
+        raise SpecError(f"{path}: performance.max_extra_bytes needs [[performance.cases]]: memory is measured at the timed sizes")
+    for case in spec.performance.cases:
+        try:
+            exprs.evaluate(limit, {**case.params, "elem": 1})
+        except (ValueError, SyntaxError) as exc:
+            raise SpecError(f"{path}: performance.max_extra_bytes = {limit!r}: {exc}") from None
+
+
+def _validate_host_options(spec: ExerciseSpec, path: Path) -> None:
+    """host_memory and baseline_args: wrong ones would only show when a GPU grades the exercise."""
+    for variant in spec.variants.values():
+        if variant.host_memory not in HOST_MEMORY:
+            raise SpecError(f"{path}: variants.{variant.lang}.host_memory = {variant.host_memory!r}; known: {', '.join(HOST_MEMORY)}")
+        if variant.host_memory != "pageable" and variant.kind != "cuda_host":
+            raise SpecError(f"{path}: variants.{variant.lang}.host_memory applies to kind \"cuda_host\" only (the other "
+                            "kinds get device arrays): remove it from this variant")
+    unknown = [k for k in spec.performance.baseline_args if any(k not in c.params for c in spec.performance.cases)]
+    if unknown:
+        raise SpecError(f"{path}: performance.baseline_args names {', '.join(unknown)}, which is not a parameter of every "
+                        "[[performance.cases]] entry: add it to each, or remove it from baseline_args")

@@ -25,10 +25,18 @@ def work_and_ceiling(spec: ExerciseSpec, variant: Variant, case: Case, device: d
     names = {**case.params, "elem": element_size(case.dtype)}
     host = variant.kind == "cuda_host"  # host transfers have no device roofline
     if perf.is_compute_bound:
-        return exprs.evaluate(perf.flops, names) / 1e12, None if host else device.get("matmul_tflops"), "TFLOP/s"
+        return exprs.evaluate(perf.flops, names) / 1e12, None if host else device.get(_matmul_ceiling(case.dtype)), "TFLOP/s"
     if perf.bytes:
         return exprs.evaluate(perf.bytes, names) / 1e9, None if host else device.get("copy_gbps"), "GB/s"
     return None, None, ""
+
+
+def _matmul_ceiling(dtype: str) -> str:
+    """The device figure a compute-bound case is measured against: float32 cuBLAS for float32 work; half
+    precision runs on tensor cores, far above it, and has its own figure, cuBLAS in that dtype
+    (timing.CEILINGS). A device record without it (an old one) gives no "% of roofline" rather than a
+    percentage of the wrong ceiling."""
+    return f"matmul_tflops_{dtype}" if dtype in ("float16", "bfloat16") else "matmul_tflops"
 
 
 def timing_record(spec: ExerciseSpec, variant: Variant, case: Case, measured: dict, device: dict) -> Timing:
@@ -37,6 +45,9 @@ def timing_record(spec: ExerciseSpec, variant: Variant, case: Case, measured: di
         if who in measured:
             setattr(record, f"{who}_ms", float(measured[who]["median_ms"]))
     record.learner_spread = measured["learner"].get("spread")
+    if "learner_baseline" in measured:  # spec performance.baseline_args: the learner's own code, e.g. on one stream
+        record.baseline_ms = float(measured["learner_baseline"]["median_ms"])
+        record.baseline_args = " ".join(f"{k}={v}" for k, v in spec.performance.baseline_args.items())
     record.solution_spread = measured.get("solution", {}).get("spread")
     work, ceiling, record.unit = work_and_ceiling(spec, variant, case, device)
     for who in ("learner", "solution", "torch"):
@@ -104,6 +115,11 @@ def apply_calibration(spec, variant, record: Timing, calibration: dict, device: 
     return True
 
 
+def baseline_speedup(record: Timing) -> float | None:
+    """How much faster the learner's code is than itself run with the spec's baseline_args (one stream)."""
+    return record.baseline_ms / record.learner_ms if record.baseline_ms and record.learner_ms else None
+
+
 def verdict(spec, variant, record: Timing | None, calibration: dict | None, device: dict) -> Check:
     threshold = spec.performance.threshold
     if record is None:
@@ -114,9 +130,13 @@ def verdict(spec, variant, record: Timing | None, calibration: dict | None, devi
                      {"code": "no_solution"})
     rate = f", {record.learner_rate:.4g} {record.unit}" if record.learner_rate else ""
     roof = f" ({record.roofline_pct:.0f}% of this GPU's measured roofline)" if record.roofline_pct else ""
-    text = (f"{record.case}: {record.learner_ms:.4g} ms{rate}{roof}; solution {record.solution_ms:.4g} ms "
+    speedup = baseline_speedup(record)
+    own = (f" — {speedup:.2f}× the speed of your own code with {record.baseline_args} ({record.baseline_ms:.4g} ms)"
+           if speedup else "")
+    text = (f"{record.case}: {record.learner_ms:.4g} ms{rate}{roof}{own}; solution {record.solution_ms:.4g} ms "
             f"[{record.solution_source}]; your speed is {record.ratio:.2f}× the solution's (needed: {threshold:.2f}×)")
     status = PASSED if record.ratio >= threshold else FAILED
     hint = "" if status == PASSED else " — see the exercise README's ladder for the next step"
     return Check("speed", status, text + hint, {"ratio": record.ratio, "threshold": threshold, "bar": record.solution_source,
-                                                "roofline_pct": record.roofline_pct, "code": "ok" if status == PASSED else "slow"})
+                                                "roofline_pct": record.roofline_pct, "baseline_speedup": speedup,
+                                                "code": "ok" if status == PASSED else "slow"})

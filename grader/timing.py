@@ -126,3 +126,17 @@ def measure_matmul_peak(device: str = "cuda", size: int = 8192, dtype: torch.dty
     finally:
         torch.backends.cuda.matmul.allow_tf32 = previous
     return 2 * size**3 / (result["mm"]["median_ms"] / 1000) / 1e12
+
+
+# The ceilings a grade reports "% of roofline" against (grader/speed.py reads these keys): copy
+# bandwidth for memory-bound work, and cuBLAS's rate for compute-bound work in the timed case's dtype:
+# float32 without TF32 for float32 work, the tensor cores' rate for float16 and bfloat16 inputs.
+MATMUL_CEILINGS = {"matmul_tflops": torch.float32, "matmul_tflops_float16": torch.float16,
+                   "matmul_tflops_bfloat16": torch.bfloat16}
+CEILINGS = ("copy_gbps", *MATMUL_CEILINGS)
+
+
+def measure_ceilings(names=CEILINGS) -> dict[str, float]:
+    """The named ceilings of this GPU, measured now (about a second each)."""
+    return {name: round(measure_copy_bandwidth(), 1) if name == "copy_gbps"
+            else round(measure_matmul_peak(dtype=MATMUL_CEILINGS[name]), 2) for name in names}

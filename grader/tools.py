@@ -82,6 +82,9 @@ def format_profile(record: dict[str, Any]) -> str:
     text = (f"{record['exercise']} ({record['lang']}) at {record['case']}, {record['calls']} calls on {record['device']}\n"
             + table(rows, ["kernel / operator", "calls", "device µs", "host µs"])
             + f"\ntrace (open in chrome://tracing or ui.perfetto.dev): {record['trace']}")
+    if record.get("streams"):  # from the trace: did copies and kernels run at the same time?
+        text += (f"\nGPU work on {record['streams']} stream(s) over the {record['calls']} calls; at most "
+                 f"{record['most_at_once']} operations at once; two or more at once {record['overlap_pct']:.0f}% of the busy time")
     if record.get("ncu"):
         text += "\nNsight Compute:\n" + table([[m["kernel"], m["metric"], f"{m['value']} {m['unit']}"] for m in record["ncu"]],
                                              ["kernel", "metric", "value"])

@@ -34,7 +34,7 @@ def _stamp(path: Path) -> tuple[float, int] | None:
 
 
 def watch(target: Target, source: str, submission: Path | None, show: Callable, quick: bool = False,
-          max_grades: int | None = None) -> None:
+          max_grades: int | None = None, sanitize_code: bool = True) -> None:
     """Grade now and after every save of the learner's file, until Ctrl-C (or `max_grades`, for tests)."""
     path = learner_file(target, source, submission)
     child = _fresh_child(target)
@@ -47,7 +47,8 @@ def watch(target: Target, source: str, submission: Path | None, show: Callable, 
                 continue
             time.sleep(POLL_S)  # let an editor finish writing the file
             seen = _stamp(path)
-            result = grade(target, source=source, submission=submission, quick=quick, child=child)
+            result = grade(target, source=source, submission=submission, quick=quick, child=child,
+                           sanitize_code=sanitize_code)
             child = _fresh_child(target)  # warms up while the learner reads the verdict
             graded += 1
             show(result)

@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
-from grader import integrity, loading
-from grader.inputs import load_tensor, make_outputs, place, save_tensor
+from grader import integrity, loading, memory  # memory binds torch's allocator statistics before learner code loads
+from grader.inputs import load_tensor, make_outputs, place, save_tensor, written_outside
 from grader.records import FAILED, PASSED, Check
 from grader.spec import Case, ExerciseSpec, load_spec
 
@@ -56,6 +56,7 @@ class Worker:
         self.device = job["device"]
         # host-pointer exercises get CPU tensors: the learner's own code copies them to the GPU
         self.tensor_device = "cpu" if self.variant.kind == "cuda_host" else self.device
+        self.pinned = self.variant.kind == "cuda_host" and self.variant.host_memory == "pinned"
         self.learner_path = Path(job["learner"])
         self.device_info = device_info
         self.out: dict[str, Any] = {"device": device_info}  # what profile/tune helpers read
@@ -155,7 +156,11 @@ class Worker:
             values = load_tensor(meta)
             os.unlink(meta["path"])
             inputs[name] = place(values, case.inputs.get(name, {}).get("layout"), self.tensor_device)
-        return inputs, make_outputs(self.spec, case, self.tensor_device)
+        return self.host_memory(inputs), self.host_memory(make_outputs(self.spec, case, self.tensor_device))
+
+    def host_memory(self, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The tensors in page-locked memory where the spec asks for it (host_memory = "pinned")."""
+        return {name: pinned(t) for name, t in tensors.items()} if self.pinned else tensors
 
     def _one_trial(self, learner, case: Case, message: dict, watch_ops: bool) -> dict[str, Any]:
         inputs, outputs = self._tensors(case, message)
@@ -172,7 +177,9 @@ class Worker:
         got = self._outputs_from(result, outputs, label)
         files = {spec_out.name: save_tensor(out, self._out_path(message["k"], spec_out.name))
                  for spec_out, out in zip(self.spec.outputs, got)}
-        return {"outputs": files, "ops": sorted(ops), "modified": integrity.inputs_modified(originals, inputs)}
+        outside = [] if self.variant.returns_outputs else [n for n, t in outputs.items() if written_outside(t)]
+        return {"outputs": files, "ops": sorted(ops), "modified": integrity.inputs_modified(originals, inputs),
+                "outside": outside}
 
     def _out_path(self, k: Any, name: str) -> Path:
         return Path(self.job["work_dir"]) / f"out-{k}-{name}.bin"
@@ -190,6 +197,7 @@ class Worker:
     # --- timing --------------------------------------------------------------------------------
     def time_cases(self, learner: loading.Caller, cases: list[dict]) -> None:
         from grader import timing
+        from grader.checking import reference_keywords
 
         solution = None
         if self.job.get("solution"):
@@ -199,28 +207,49 @@ class Worker:
             case = self.spec.performance.cases[message["case"]]
             self.progress(f"timing {case.label()}")
             inputs, mine = self._tensors(case, message)
-            theirs = make_outputs(self.spec, case, self.tensor_device)
+            theirs = self.host_memory(make_outputs(self.spec, case, self.tensor_device))
             last: dict[str, Any] = {}
 
             def run_learner():
                 last["result"] = learner({**inputs, **mine}, case.params)
+                return last["result"]
 
             functions = {"learner": run_learner}
             if solution is not None:
                 functions["solution"] = lambda: solution({**inputs, **theirs}, case.params)
+            functions.update(self._baseline(learner, inputs, case))
             if self.variant.kind != "cuda_host":
-                functions["torch"] = lambda: self.reference(*inputs.values())
+                keywords = reference_keywords(self.reference, case.params, self.tensor_device)
+                functions["torch"] = lambda: self.reference(*inputs.values(), **keywords)
             self.events.send("timing_start", k=message["k"])
             host = self.variant.kind == "cuda_host"
             measured = (timing.time_host_alternating(functions, budget_s=message["budget_s"]) if host
                         else timing.time_alternating(functions, budget_s=message["budget_s"]))
             self.sync()
+            peaks = self._peak_memory(functions) if self.device == "cuda" and not host else {}
             got = self._outputs_from(last.get("result"), mine, case.label())
             files = {s.name: save_tensor(out, self._out_path(message["k"], s.name)) for s, out in zip(self.spec.outputs, got)}
-            self.events.send("timed", k=message["k"], measured=measured, outputs=files)
+            self.events.send("timed", k=message["k"], measured=measured, outputs=files, memory=peaks)
             if message.get("probe"):
                 self.read_message()
                 self._probe(functions, host)
+
+    def _peak_memory(self, functions: dict) -> dict[str, int]:
+        """Bytes each contestant allocates beyond what is live before its run, over one untimed run after
+        the timed ones (compiling and autotuning are done by then). The learner's run is the one whose
+        outputs the parent checks next. Returned outputs (torch's, a torch operator's) are not scratch."""
+        own = self.variant.returns_outputs
+        return {who: memory.peak_extra_bytes(fn, returns_outputs=own or who == "torch")[0] for who, fn in functions.items()}
+
+    def _baseline(self, learner: loading.Caller, inputs: dict[str, torch.Tensor], case: Case) -> dict:
+        """The learner's own entry point with the spec's baseline_args (n_streams = 1: the same work done
+        serially), timed beside it for the speedup it reports; its outputs go to buffers of their own."""
+        args = self.spec.performance.baseline_args
+        if not args:
+            return {}
+        outputs = self.host_memory(make_outputs(self.spec, case, self.tensor_device))
+        params = {**case.params, **args}
+        return {"learner_baseline": lambda: learner({**inputs, **outputs}, params)}
 
     def _probe(self, functions: dict, host: bool) -> None:
         """Back-to-back runs of each contestant between two events the parent timestamps with its own
@@ -242,6 +271,15 @@ class Worker:
                 functions[who]()
                 self.sync()
             self.events.send("probe_end", who=who)
+
+
+def pinned(tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor` in page-locked host memory, same values, shape and strides. A view keeps its whole
+    allocation (the poisoned guard after an output, a row slice's padding), so checks of those still work."""
+    base = tensor if tensor._base is None else tensor._base
+    whole = base.pin_memory()
+    offset = whole.storage_offset() + tensor.storage_offset() - base.storage_offset()
+    return whole.as_strided(tensor.shape, tensor.stride(), offset)
 
 
 def poison_free_memory(outputs: dict[str, torch.Tensor]) -> None:
@@ -267,8 +305,9 @@ def describe_device(device: str) -> dict[str, Any]:
 
 
 def device_ceilings(name: str) -> dict[str, float]:
-    """This GPU's measured copy bandwidth and float32 matmul rate, measured once per GPU model and kept
-    in the state folder (env-check measures afresh and replaces them)."""
+    """This GPU's measured copy bandwidth and matmul rates (float32, float16, bfloat16: timing.CEILINGS),
+    measured once per GPU model and kept in the state folder; a ceiling a saved entry lacks (one written
+    before it existed) is measured and added (env-check measures all afresh and replaces them)."""
     from grader import timing
     from grader.paths import state_dir
 
@@ -277,9 +316,9 @@ def device_ceilings(name: str) -> dict[str, float]:
         known = json.loads(path.read_text())
     except (OSError, ValueError):
         known = {}
-    if name not in known:
-        known[name] = {"copy_gbps": round(timing.measure_copy_bandwidth(), 1),
-                       "matmul_tflops": round(timing.measure_matmul_peak(), 2)}
+    missing = [c for c in timing.CEILINGS if c not in known.get(name, {})]
+    if missing:
+        known[name] = {**known.get(name, {}), **timing.measure_ceilings(missing)}
         write_result(str(path), known)
     return known[name]
 

@@ -4,6 +4,7 @@ Worker's loading, inputs and checks, and run in the same sandbox (learner code i
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from grader.spec import Case
 
 PROFILE_CALLS = 5
 TOP_ROWS = 12
+GPU_WORK = ("kernel", "gpu_memcpy", "gpu_memset")  # trace categories of work on the device
 
 
 def profiling_case(worker) -> Case:
@@ -37,7 +39,7 @@ def profile(worker, learner) -> dict[str, Any]:
 
     case = profiling_case(worker)
     inputs = make_inputs(worker.spec, case, worker.job["seed"], worker.tensor_device)
-    tensors = {**inputs, **make_outputs(worker.spec, case, worker.tensor_device)}
+    tensors = worker.host_memory({**inputs, **make_outputs(worker.spec, case, worker.tensor_device)})
     for _ in range(2):  # warm-up: compilation stays out of the profile
         worker.call(learner, tensors, case, f"profiling {case.label()}")
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if worker.device == "cuda" else [])
@@ -53,7 +55,33 @@ def profile(worker, learner) -> dict[str, Any]:
                      "cpu_us": _event_time(event, "self_cpu_time_total")})
     key = "device_us" if worker.device == "cuda" else "cpu_us"
     rows.sort(key=lambda r: r[key], reverse=True)
-    return {"case": case.label(), "calls": PROFILE_CALLS, "trace": str(trace), "top": rows[:TOP_ROWS]}
+    return {"case": case.label(), "calls": PROFILE_CALLS, "trace": str(trace), "top": rows[:TOP_ROWS],
+            **device_concurrency(trace)}
+
+
+def device_concurrency(trace: Path) -> dict[str, Any]:
+    """What the trace shows running at once on the GPU (kernels, copies, memsets): the streams that
+    carried work, the most operations at one time, and the share of the GPU's busy time with two or
+    more — about 0 for copy-compute-copy on one stream, most of it when streams overlap copies with compute."""
+    try:
+        events = json.loads(trace.read_text()).get("traceEvents", [])
+    except (OSError, ValueError, AttributeError):
+        return {}
+    spans = [(float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)), (e.get("args") or {}).get("stream"))
+             for e in events if isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") in GPU_WORK]
+    if not spans:
+        return {}
+    edges = sorted([(start, 1) for start, _, _ in spans] + [(end, -1) for _, end, _ in spans])  # ends first at a tie
+    busy = overlapped = 0.0
+    active = most = 0
+    last = edges[0][0]
+    for at, step in edges:
+        busy += (at - last) if active >= 1 else 0.0
+        overlapped += (at - last) if active >= 2 else 0.0
+        active, last = active + step, at
+        most = max(most, active)
+    return {"streams": len({stream for _, _, stream in spans}), "most_at_once": most,
+            "overlap_pct": round(100 * overlapped / busy, 1) if busy else 0.0}
 
 
 def configurations(spec, lang: str) -> list[dict[str, Any]]:
@@ -100,7 +128,7 @@ def tune(worker, learner) -> dict[str, Any]:
         row["correct"] = not row["error"]
         if row["correct"] and worker.device == "cuda" and time_case is not None:
             inputs = make_inputs(worker.spec, time_case, worker.job["seed"], worker.tensor_device)
-            tensors = {**inputs, **make_outputs(worker.spec, time_case, worker.tensor_device)}
+            tensors = worker.host_memory({**inputs, **make_outputs(worker.spec, time_case, worker.tensor_device)})
             measured = timing.time_alternating({"c": lambda: call(tensors, time_case.params)}, budget_s=1.0)
             row["ms"] = measured["c"]["median_ms"]
             if work:
@@ -114,9 +142,9 @@ def tune(worker, learner) -> dict[str, Any]:
 
 
 def _check_config(worker, call, case: Case, seed: int) -> str:
-    inputs = make_inputs(worker.spec, case, seed, worker.tensor_device)
-    outputs = make_outputs(worker.spec, case, worker.tensor_device)
-    refs = reference_outputs(worker.reference, worker.spec, inputs)
+    inputs = worker.host_memory(make_inputs(worker.spec, case, seed, worker.tensor_device))
+    outputs = worker.host_memory(make_outputs(worker.spec, case, worker.tensor_device))
+    refs = reference_outputs(worker.reference, worker.spec, inputs, case.params)
     try:
         call({**inputs, **outputs}, case.params)
         worker.sync()

@@ -23,6 +23,7 @@ def grade(status, file, learner_ms=None, exercise="vector_add", source="learner"
 
 
 def test_a_failed_scratch_file_does_not_undo_a_pass_in_progress():
+    grade("passed", "exercises/hello_cuda/hello_cuda.cu", exercise="hello_cuda")  # week1's other exercise
     grade("passed", "exercises/vector_add/vector_add.cu")
     grade("failed", "/home/me/try.py", source="/home/me/try.py")
     output = run("progress")

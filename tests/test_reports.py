@@ -83,8 +83,8 @@ def test_every_day_and_week_of_the_plans_renders(recorded):
         text = path.read_text()
         assert unit.key in path.name and "<!-- notes:" in text
     week2 = (recorded / "week2_report.md").read_text()
-    assert "Memory hierarchy" in week2 and "reduction (cuda) | n=268435456 | 1 | 0.8 | 0.9" in week2
-    assert "transpose (coalescing, bank conflicts)" in week2  # planned topics are listed
+    assert "Advanced CUDA concepts" in week2 and "reduction (cuda) | n=268435456 | 1 | 0.8 | 0.9" in week2
+    assert "- parallel patterns: reduction, scan, sort" in week2  # the week's topics are listed
     week11 = (recorded / "week11_summary.md").read_text()
     assert "matmul (cuda)" in week11 and "roofline.png" in week11
 

@@ -48,7 +48,7 @@ def test_report_dayN_keeps_the_5_day_plan_and_names_the_other_plan_that_has_it(i
     assert result.exit_code == 0, result.output
     assert "day3 → plan triton-5-day (5 days of Triton, a deliverable a day)" in result.output
     assert "for another plan's day3: `kcourse report day3 --plan challenge-100-day`" in result.output
-    assert "A matmul and notes" in (isolated_state / "reports" / "day3_report.md").read_text()
+    assert "Triton in depth (matrix multiply)" in (isolated_state / "reports" / "day3_report.md").read_text()
 
 
 def test_report_weekN_is_the_11_week_plans_without_a_question(isolated_state):
