@@ -12,15 +12,7 @@ def format_grade(result: GradeResult) -> str:
     lines = [f"{where}{result.exercise} ({result.lang}) — source: {result.source}, seed {result.seed}"]
     if result.device.get("name"):
         lines.append(f"device: {result.device['name']}")
-    for check in result.checks:
-        first, *rest = check.message.splitlines() or [""]
-        lines.append(f"  [{MARKS.get(check.status, check.status)}] {check.name}: {first}")
-        lines.extend(f"         {line}" for line in rest)
-        hint = check.details.get("hint") if check.status in ("failed", "error") else None
-        if hint:
-            first_hint, *more = str(hint).splitlines()
-            lines.append(f"         hint: {first_hint}")
-            lines.extend(f"               {line}" for line in more)
+    lines.extend(format_check(check) for check in result.checks)
     for t in result.timings:
         lines.append("  " + format_timing(t))
     if result.output.strip() and result.status != "passed":
@@ -29,6 +21,18 @@ def format_grade(result: GradeResult) -> str:
     lines.append(f"=> {result.status.upper()}: {result.verdict}")
     if result.status == "failed" and any(c.name == "numerics" for c in result.checks):
         lines.append(f"   reproduce with: {reproduce_command(result)}")
+    return "\n".join(lines)
+
+
+def format_check(check) -> str:
+    first, *rest = check.message.splitlines() or [""]
+    lines = [f"  [{MARKS.get(check.status, check.status)}] {check.name}: {first}"]
+    lines.extend(f"         {line}" for line in rest)
+    hint = check.details.get("hint") if check.status in ("failed", "error") else None
+    if hint:
+        first_hint, *more = str(hint).splitlines()
+        lines.append(f"         hint: {first_hint}")
+        lines.extend(f"               {line}" for line in more)
     return "\n".join(lines)
 
 

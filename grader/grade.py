@@ -9,6 +9,7 @@ import os
 import random
 import time
 from pathlib import Path
+from typing import Callable
 
 from grader import build, calibration, hints, kit, sandbox, sanitize, store
 from grader.judge import Judge
@@ -16,6 +17,8 @@ from grader.paths import course_root, solutions_dir
 from grader.discovery import Target, solution_file, stub_file
 from grader.records import ERROR, FAILED, PASSED, SKIPPED, Check, GradeResult, Timing
 
+BACKGROUND = "background"  # sanitize_code=BACKGROUND: the verdict does not wait for compute-sanitizer
+PENDING = "sanitizer_pending"
 INTERPRETER_TIMEOUT_FACTOR = 3  # the Triton interpreter is far slower than a GPU
 
 
@@ -142,12 +145,17 @@ def _build_and_run(target, path, result, seed, timeout_s, job, quick, gpu, child
     before = kit.snapshot(), kit.append_only_state(store.results_path())
     judge = Judge(target.spec, variant, child, result, seed, timeout, timing, calibration_data)
     memory_safety = _MemorySafety(target, path, job, gpu, result)
-    if variant.kind != "torch_op":  # raw CUDA and Triton: the tools overlap the child's start and numerics
+    background = job.get("sanitize") == BACKGROUND
+    if variant.kind != "torch_op" and not background:  # raw CUDA and Triton: the tools overlap the child's start and numerics
         memory_safety.start()
-    judge.before_timing = memory_safety.finish
+    if not background:
+        judge.before_timing = memory_safety.finish
     judge.run(job)
     memory_safety.start()  # a torch operator: after the child built it (one build at a time in its folder)
-    memory_safety.finish()
+    if background:  # after timing, so the tools never share the GPU with it; watch settles it
+        memory_safety.leave_running()
+    else:
+        memory_safety.finish()
     result.phases.update(judge.phases)
     _check_kit_untouched(before, result)
     if calibration_error:  # numerics still count; only the speed bar is unknown
@@ -178,6 +186,16 @@ class _MemorySafety:
             self.running = sanitize.start(self.target.spec, self.target.variant, self.path,
                                           self.job.get("learner_library"))
 
+    def leave_running(self) -> None:
+        """The verdict goes out now; the tools' verdict follows (settle_sanitizer), unless it is already known."""
+        if isinstance(self.running, sanitize.Sanitizer):
+            self.done = True
+            self.result.add(Check("sanitizer", SKIPPED, "compute-sanitizer is still running: its verdict follows",
+                                  {"code": PENDING}))
+            self.result.pending_sanitizer = self.running
+        else:
+            self.finish()
+
     def finish(self) -> None:
         if self.done or self.running is None:
             return
@@ -188,6 +206,32 @@ class _MemorySafety:
         started = time.monotonic()
         self.result.add(self.running.collect())
         self.result.phases["sanitizer"] = round(time.monotonic() - started, 3)  # the wait, not the tools' time
+
+
+def settle_sanitizer(result: GradeResult, spec, superseded: Callable[[], bool]) -> bool:
+    """For a grade with sanitize_code=BACKGROUND (kcourse watch): wait for the tools left running after
+    the verdict and put their verdict in place of the pending check; stop them if `superseded()` (the
+    learner saved again). True when the verdict changed and the result was finished again."""
+    pending = getattr(result, "pending_sanitizer", None)
+    if pending is None:
+        return False
+    result.pending_sanitizer = None
+    while not pending.finished():
+        if superseded():
+            pending.stop()
+            _replace_pending(result, Check("sanitizer", SKIPPED, "stopped: you saved again before compute-sanitizer "
+                                           "finished; the next grade checks the new file", {"code": "sanitizer_superseded"}))
+            return True
+        time.sleep(0.1)
+    _replace_pending(result, pending.collect())
+    hints.annotate(result, spec)
+    return True
+
+
+def _replace_pending(result: GradeResult, check: Check) -> None:
+    result.checks = [c for c in result.checks if c.details.get("code") != PENDING] + [check]
+    result.verdict = ""
+    result.finish()
 
 
 def _add_skipped_speed(result: GradeResult, gpu: bool, quick: bool, variant) -> None:

@@ -160,15 +160,21 @@ class Child:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def early_child() -> Child | None:
+def early_child(kind: str = "") -> Child | None:
     """A GPU worker started before the grader imports torch, so that the two start-ups overlap (a one-shot
     `kcourse grade` pays them once, not one after the other). None without a GPU (grade() starts the
-    child it needs) or with KCOURSE_DEVICE=cpu."""
+    child it needs) or with KCOURSE_DEVICE=cpu. `kind`: the exercise's, for what the worker pre-warms."""
     if os.environ.get("KCOURSE_DEVICE", "").lower() == "cpu":
         return None
     from grader.build import gpu_arch
 
-    return Child("cuda") if gpu_arch() else None
+    return Child("cuda", prewarm_env(kind)) if gpu_arch() else None
+
+
+def prewarm_env(kind: str) -> dict[str, str]:
+    """A torch operator's integrity check runs under torch's profiler, whose first use costs seconds:
+    the worker pays it while it waits for the job (worker.warm_up reads this)."""
+    return {"KCOURSE_CHILD_PREWARM": "profiler"} if kind == "torch_op" else {}
 
 
 @dataclass

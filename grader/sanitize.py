@@ -54,17 +54,18 @@ def executable() -> str | None:
     return None
 
 
-def small_case(spec: ExerciseSpec) -> Case | None:
+def small_case(spec: ExerciseSpec, variant: Variant | None = None) -> Case | None:
     """The case a spec marks `sanitize = true`, else its largest plain case under SMALL_ELEMENTS
-    (plain: contiguous tensors, values of any kind)."""
-    marked = [c for c in spec.cases if c.sanitize]
+    (plain: contiguous tensors, values of any kind); only cases `variant` takes (its dtypes)."""
+    cases = [c for c in spec.cases if variant is None or variant.accepts(c)]
+    marked = [c for c in cases if c.sanitize]
     if marked:
         return marked[0]
 
     def size(case: Case) -> int:
         return sum(math.prod(shape_of(t, case)) for t in spec.inputs + spec.outputs)
 
-    plain = [c for c in spec.cases if not c.gpu_only and not _has_layout(c) and size(c) <= SMALL_ELEMENTS]
+    plain = [c for c in cases if not c.gpu_only and not _has_layout(c) and size(c) <= SMALL_ELEMENTS]
     return max(plain, key=size, default=None)
 
 
@@ -82,6 +83,14 @@ class Sanitizer:
     folder: Path
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
+
+    def finished(self) -> bool:
+        return all(p.poll() is not None for p in self.processes.values()) or time.monotonic() > self.started + LIMIT_S
+
+    def stop(self) -> None:
+        for process in self.processes.values():
+            _kill(process)
+        shutil.rmtree(self.folder, ignore_errors=True)
 
     def collect(self, limit_s: float = LIMIT_S) -> Check:
         findings, unfinished = [], []
@@ -126,7 +135,7 @@ class Sanitizer:
 def start(spec: ExerciseSpec, variant: Variant, source: Path, library: str | None) -> Sanitizer | Check:
     """Starts the tools on the learner's code, or returns the check at once (cached, or skipped and why)."""
     tool_path = executable()
-    case = small_case(spec)
+    case = small_case(spec, variant)
     if tool_path is None:
         return Check("sanitizer", SKIPPED, "compute-sanitizer not found (it comes with the CUDA toolkit: put its bin/ "
                      "on PATH or set CUDA_HOME); memory safety was not checked", {"code": "no_sanitizer"})
@@ -189,7 +198,10 @@ def _raw_arguments(spec, variant, case, tensors, folder) -> list[dict]:
     args = []
     outputs = {t.name: t for t in spec.outputs}
     for arg in variant.args:
-        if arg.name in tensors:
+        if arg.stride_of is not None:  # the sanitized case is contiguous: the stride follows from the shape
+            shape = shape_of(next(t for t in spec.inputs + spec.outputs if t.name == arg.stride_of), case)
+            args.append({"kind": "scalar", "ctype": arg.ctype or "int32", "value": math.prod(shape[arg.stride_dim:][1:])})
+        elif arg.name in tensors:
             args.append({"kind": "tensor", "path": tensors[arg.name]["path"]})
         elif arg.name in outputs:
             t = outputs[arg.name]

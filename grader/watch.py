@@ -13,7 +13,8 @@ from typing import Callable
 
 from grader import sandbox
 from grader.discovery import Target
-from grader.grade import cuda_available, grade, learner_file
+from grader import store
+from grader.grade import BACKGROUND, cuda_available, grade, learner_file, settle_sanitizer
 
 POLL_S = 0.2
 
@@ -22,7 +23,16 @@ def _fresh_child(target: Target) -> sandbox.Child | None:
     gpu = cuda_available()
     if not gpu and target.variant.kind != "triton":
         return None  # compile-only here: no child runs
-    return sandbox.Child("cuda" if gpu else "cpu")
+    return sandbox.Child("cuda" if gpu else "cpu", sandbox.prewarm_env(target.variant.kind) if gpu else None)
+
+
+def _settle(result, target: Target, superseded: Callable[[], bool], show_later: Callable | None) -> None:
+    """Record the grade once its sanitizer verdict is in (or stopped by a new save, or by Ctrl-C)."""
+    try:
+        if settle_sanitizer(result, target.spec, superseded) and show_later is not None:
+            show_later(result)
+    finally:
+        store.append(result.to_dict())
 
 
 def _stamp(path: Path) -> tuple[float, int] | None:
@@ -34,8 +44,10 @@ def _stamp(path: Path) -> tuple[float, int] | None:
 
 
 def watch(target: Target, source: str, submission: Path | None, show: Callable, quick: bool = False,
-          max_grades: int | None = None, sanitize_code: bool = True) -> None:
-    """Grade now and after every save of the learner's file, until Ctrl-C (or `max_grades`, for tests)."""
+          max_grades: int | None = None, sanitize_code: bool = True, show_later: Callable | None = None) -> None:
+    """Grade now and after every save of the learner's file, until Ctrl-C (or `max_grades`, for tests).
+    The verdict is shown without waiting for compute-sanitizer, which runs after timing; its verdict
+    is passed to `show_later` when it comes, and the grade is recorded then (with it)."""
     path = learner_file(target, source, submission)
     child = _fresh_child(target)
     seen, graded = None, 0
@@ -48,10 +60,11 @@ def watch(target: Target, source: str, submission: Path | None, show: Callable, 
             time.sleep(POLL_S)  # let an editor finish writing the file
             seen = _stamp(path)
             result = grade(target, source=source, submission=submission, quick=quick, child=child,
-                           sanitize_code=sanitize_code)
+                           sanitize_code=BACKGROUND if sanitize_code else False, record=False)
             child = _fresh_child(target)  # warms up while the learner reads the verdict
             graded += 1
             show(result)
+            _settle(result, target, lambda: _stamp(path) != seen, show_later)
     finally:
         if child is not None:
             child.close()

@@ -1,0 +1,97 @@
+"""kcourse watch: a grade per save, recorded once, and compute-sanitizer's verdict after the rest
+(it runs once timing is done, so the learner reads the numerics and speed verdict without waiting)."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+
+import pytest
+
+from conftest import ROOT
+from grader import store
+from grader.discovery import resolve
+from grader.grade import PENDING, settle_sanitizer
+from grader.records import FAILED, PASSED, SKIPPED, Check, GradeResult
+from grader.watch import watch
+
+
+class FakeSanitizer:
+    """Stands in for sanitize.Sanitizer: finishes after `polls` polls with `verdict`."""
+
+    def __init__(self, verdict: Check, polls: int = 2):
+        self.verdict, self.polls, self.stopped = verdict, polls, False
+
+    def finished(self) -> bool:
+        self.polls -= 1
+        return self.polls < 0
+
+    def stop(self) -> None:
+        self.stopped = True
+
+    def collect(self) -> Check:
+        return self.verdict
+
+
+def _pending_result(fake) -> GradeResult:
+    result = GradeResult(exercise="reduction", lang="cuda", source="learner", seed=1)
+    result.add(Check("numerics", PASSED, "all cases"))
+    result.add(Check("sanitizer", SKIPPED, "still running", {"code": PENDING}))
+    result.pending_sanitizer = fake
+    return result.finish()
+
+
+def test_a_race_found_after_the_verdict_turns_the_grade_into_a_failure_with_its_hint():
+    spec = resolve(["reduction"]).spec
+    race = Check("sanitizer", FAILED, "racecheck: Race reported in kernel `k` at r.cu:13", {"code": "race"})
+    result = _pending_result(FakeSanitizer(race))
+    assert result.status == PASSED  # what the learner saw first
+    assert settle_sanitizer(result, spec, superseded=lambda: False)
+    assert result.status == FAILED and "racecheck" in result.verdict
+    assert [c.name for c in result.checks] == ["numerics", "sanitizer"]
+    assert result.checks[-1].details.get("hint")
+
+
+def test_a_new_save_stops_the_tools_and_says_so():
+    fake = FakeSanitizer(Check("sanitizer", PASSED, "clean"), polls=1000)
+    result = _pending_result(fake)
+    assert settle_sanitizer(result, resolve(["reduction"]).spec, superseded=lambda: True)
+    assert fake.stopped
+    assert result.checks[-1].details["code"] == "sanitizer_superseded" and result.status == PASSED
+
+
+def test_nothing_pending_changes_nothing():
+    result = GradeResult(exercise="reduction", lang="cuda", source="learner", seed=1)
+    assert not settle_sanitizer(result, resolve(["reduction"]).spec, superseded=lambda: False)
+
+
+@pytest.mark.solutions
+def test_watch_grades_each_save_once_and_records_each_grade(tmp_path):
+    target = resolve(["vector_add"], lang="triton")
+    path = tmp_path / "vector_add.py"
+    shutil.copy(ROOT / "solutions" / "vector_add" / "vector_add.py", path)
+    seen = []
+    thread = threading.Thread(target=watch, args=(target, "learner", path, seen.append),
+                              kwargs={"quick": True, "max_grades": 2}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 120
+    while not seen and time.monotonic() < deadline:
+        time.sleep(0.1)
+    with open(path, "a") as f:
+        f.write("\n# saved again\n")
+    thread.join(120)
+    assert [r.status for r in seen] == [PASSED, PASSED], [r.verdict for r in seen]
+    assert len([r for r in store.read_all() if r.get("exercise") == "vector_add"]) == 2
+
+
+def test_a_torch_operator_worker_pays_the_profilers_start_up_before_its_job(monkeypatch):
+    from grader import sandbox, worker
+
+    assert sandbox.prewarm_env("torch_op") == {"KCOURSE_CHILD_PREWARM": "profiler"}
+    assert sandbox.prewarm_env("cuda") == {} and sandbox.prewarm_env("triton") == {}
+    seen = []
+    monkeypatch.setenv("KCOURSE_CHILD_PREWARM", "profiler")
+    monkeypatch.setattr(worker.integrity, "ops_called", lambda fn, kind: seen.append(kind) or (fn(), set()))
+    worker.warm_up("cpu")
+    assert seen == ["torch_op"]
