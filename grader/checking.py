@@ -73,14 +73,23 @@ def _within(got: torch.Tensor, want: torch.Tensor, tol: Tolerance) -> torch.Tens
     return ok | (got == want) | (torch.isnan(got) & torch.isnan(want))
 
 
-def compare(name: str, out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, label: str) -> Comparison:
+def _never_written(poisoned: torch.Tensor, out: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """The poisoned elements that are evidence of a missing store. Only a byte's poison is an ordinary value
+    (inputs.BYTE_POISON): a pixel holding it where the answer is that value may have been written."""
+    if out.dtype != torch.uint8:
+        return poisoned  # NaN payloads and INT_POISON differ from every answer
+    return poisoned & (out.detach().cpu().flatten().double() != ref.detach().cpu().flatten().double())
+
+
+def _shape_or_unwritten(name: str, out: torch.Tensor, ref: torch.Tensor, label: str) -> Comparison | None:
+    """The failures told before any value is looked at: a wrong shape, elements never written."""
     if tuple(out.shape) != tuple(ref.shape):
         return Comparison(False, "mismatch", f"{label}: {name} has shape {tuple(out.shape)}, expected {tuple(ref.shape)}")
-    never = unwritten(out.detach().cpu()).flatten()
-    got, want = out.detach().double().cpu().flatten(), ref.detach().double().cpu().flatten()
-    total = got.numel()
+    poisoned = unwritten(out.detach().cpu()).flatten()
+    never = _never_written(poisoned, out, ref)
+    total = never.numel()
     n_unwritten = int(never.sum())
-    if n_unwritten == total and total > 0:
+    if total > 0 and bool(poisoned.all()) and n_unwritten:
         return Comparison(False, "not_written", f"{label}: no element of {name} was written — not implemented yet? "
                           "(or a launch that covers no block at this size)", {"unwritten": n_unwritten})
     if n_unwritten:
@@ -90,6 +99,15 @@ def compare(name: str, out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, lab
             f"{label}: {n_unwritten} of {total} elements of {name} never written (first at index "
             f"{_index(first, tuple(out.shape))}) — does your last block handle the tail?",
             {"unwritten": n_unwritten, "first_index": first, "last_unwritten": last, "total": total})
+    return None
+
+
+def compare(name: str, out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, label: str) -> Comparison:
+    early = _shape_or_unwritten(name, out, ref, label)
+    if early is not None:
+        return early
+    got, want = out.detach().double().cpu().flatten(), ref.detach().double().cpu().flatten()
+    total = got.numel()
     bad = ~_within(got, want, tol)
     err = (got - want).abs()
     finite = torch.where(torch.isfinite(err), err, torch.zeros_like(err))
@@ -131,3 +149,41 @@ def looks_cached(out: torch.Tensor, previous_ref: torch.Tensor, ref: torch.Tenso
         return False
     wide = Tolerance(tol.atol * CACHE_EVIDENCE, tol.rtol * CACHE_EVIDENCE)
     return not matches(previous_ref, ref, wide)
+
+
+# --- outputs whose right answer is not unique: the exercise's own property check -------------------------
+
+def check_function(spec: ExerciseSpec, name: str) -> Callable:
+    """reference.py's function `name`, which an output's `check = "name"` in spec.toml names."""
+    from grader.inputs import _reference_module  # reference.py, loaded once per process
+    from grader.spec import SpecError
+
+    function = getattr(_reference_module(spec.folder / "reference.py"), name, None)
+    if not callable(function):
+        raise SpecError(f"{spec.folder / 'spec.toml'}: check {name!r} is not a function of "
+                        f"{spec.folder / 'reference.py'}: define `def {name}(got, *, params, device)` there")
+    return function
+
+
+def judge_output(spec: ExerciseSpec, spec_out, out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, label: str, *,
+                 inputs: dict[str, torch.Tensor] | None = None, params: dict[str, Any] | None = None,
+                 device: dict[str, Any] | None = None) -> Comparison:
+    """One output's verdict: compared with the reference elementwise, or, for an output whose right answer
+    is not unique (the SM a block ran on: spec.toml `check = "name"`), checked for the properties every
+    right answer has by that function of reference.py. It is called as name(got, **keywords) with the
+    keyword-only parameters it declares among `expected` (the reference's output), `inputs`, `params` (the
+    case's) and `device` (the GPU's description, e.g. "multiprocessors"), and returns None when right, else
+    what is wrong and what to do. Elements never written fail first, as in compare."""
+    if spec_out.check is None:
+        return compare(spec_out.name, out, ref, tol, label)
+    early = _shape_or_unwritten(spec_out.name, out, ref, label)
+    if early is not None:
+        return early
+    function = check_function(spec, spec_out.check)
+    known = {"expected": ref, "inputs": inputs or {}, "params": params or {}, "device": device or {}}
+    declared = inspect.signature(function).parameters.values()
+    keywords = {p.name: known[p.name] for p in declared if p.kind is p.KEYWORD_ONLY and p.name in known}
+    problem = function(out.detach().cpu(), **keywords)
+    if problem is None:
+        return Comparison(True)
+    return Comparison(False, "property", f"{label}: {spec_out.name}: {problem}", {"check": spec_out.check})

@@ -3,8 +3,8 @@
 Each file goes through the ordinary pipeline (grade.grade, the same seed for all, so every version sees the
 same inputs) and is recorded as a normal grade, labelled with its file name; one `compare` record then
 holds the table (numerics, ms, GB/s or TFLOP/s, % of roofline, speed vs the solution), which the reports
-render and chart. A comparison is a list of entries, each a (label, target, file): comparing several
-exercises at once (`kcourse compare attention`, a later issue) only needs another way to build the list."""
+render and chart. `kcourse compare attention` (several exercises over sequence lengths, not one size) is
+compare_attention.py."""
 
 from __future__ import annotations
 
@@ -36,7 +36,8 @@ class Entry:
 def entries_for_files(exercise_id: str, files: list[Path], lang: str | None = None) -> list[Entry]:
     """One exercise, one language, several files; the language from --lang or the files' suffix."""
     if len(files) < 1:
-        raise ResolveError(f"name the files to compare: kcourse compare {exercise_id} a.cu b.cu ...")
+        raise ResolveError(f"name the files to compare: kcourse compare {exercise_id} a.cu b.cu ... (or `kcourse compare "
+                           "attention` for every attention implementation you graded, over sequence lengths)")
     paths = [Path(f).resolve() for f in files]
     if len(set(paths)) < len(paths):
         raise ResolveError("the same file is named twice: compare different files")

@@ -11,11 +11,14 @@ overflows at offset 100), `special` values (-inf entries or fully masked rows), 
 moves every trial's answer far from the previous one (so a cached answer is told from rounding). A
 tensor's `transform` names a function of the exercise's reference.py that the drawn values pass through
 (in float64, before the cast to the dtype): the way to hand an operator inputs only some values make
-realistic, such as a softmax output whose rows are positive and sum to 1."""
+realistic, such as a softmax output whose rows are positive and sum to 1. A case may name its own; an
+integer tensor with one is drawn through it too (a histogram's bins); and a transform's keyword-only
+parameters get the case's sizes and the inputs drawn before it (a CSR matrix: see `transformed`)."""
 
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import math
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +32,9 @@ from grader import exprs
 from grader.spec import Case, ExerciseSpec, SpecError, TensorSpec
 
 INT_POISON = -1234567  # an integer output nobody computes by accident
+# A uint8 output (a pixel) can hold no value that is not also an answer, so its poison is an ordinary byte:
+# checking.py counts an element holding it as never written only where the answer is another value.
+BYTE_POISON = 0xA5
 # Outputs start as NaN with a payload no arithmetic produces (a computed NaN, 0/0 or inf-inf, has the
 # default payload), so "never written" is told from "computed NaN" (an overflow: a stability bug).
 POISON_BITS = {torch.float32: (torch.int32, 0x7FC5A5A5), torch.float64: (torch.int64, 0x7FF8A5A5A5A5A5A5),
@@ -117,18 +123,26 @@ def transform_function(spec: ExerciseSpec, name: str):
     return function
 
 
+def integer_range(dtype: torch.dtype) -> tuple[int, int]:
+    """[low, high) of drawn integer inputs: small positive ints (never 0), except bytes (pixels), drawn over
+    all 256 values: a byte read as a signed char goes negative above 127, and bytes summed in 8 bits overflow."""
+    return (0, 256) if dtype == torch.uint8 else (1, 100)
+
+
 def generate(spec: ExerciseSpec, case: Case, seed: int, trial: int = 0) -> dict[str, torch.Tensor]:
     """The inputs of one trial, on the CPU, contiguous, in the case's dtype."""
     made = {}
+    shared: dict[str, dict[str, torch.Tensor]] = {}  # transforms that make several inputs at once (see own_entry)
     for index, t in enumerate(spec.inputs):
         shape, dtype = shape_of(t, case), torch_dtype(dtype_of(t, case))
         numel = math.prod(shape)
         tensor_seed = seed * 31 + index
-        if not dtype.is_floating_point:
-            gen = torch.Generator().manual_seed(tensor_seed)
-            made[t.name] = torch.randint(1, 100, shape, generator=gen, dtype=dtype)
-            continue
         options = case.inputs.get(t.name, {})
+        transform = options.get("transform", t.transform)  # a case may name its own (histogram: all in one bin)
+        if not dtype.is_floating_point and not transform:
+            gen = torch.Generator().manual_seed(tensor_seed)
+            made[t.name] = torch.randint(*integer_range(dtype), shape, generator=gen, dtype=dtype)
+            continue
         x = _draw(numel, tensor_seed, options.get("init", t.init)).reshape(shape)
         scale = float(options.get("scale", 1.0)) * (1 + TRIAL_SCALE * trial)
         if scale != 1.0:
@@ -137,10 +151,38 @@ def generate(spec: ExerciseSpec, case: Case, seed: int, trial: int = 0) -> dict[
             x += float(options["offset"])
         if options.get("special"):
             _apply_special(x, options["special"], tensor_seed)
-        if t.transform:
-            x = transform_function(spec, t.transform)(x.double())
+        if transform:
+            if transform not in shared:
+                x = transformed(spec, transform, x, case, made)
+                if isinstance(x, dict):
+                    shared[transform] = x
+            if transform in shared:
+                x = own_entry(spec, transform, t.name, shared)
         made[t.name] = x.to(dtype)
     return made
+
+
+def transformed(spec: ExerciseSpec, name: str, x: torch.Tensor, case: Case, made: dict[str, torch.Tensor]) -> torch.Tensor:
+    """x (in float64) through reference.py's function `name`. Keyword-only parameters it declares are filled
+    from the case's parameters and the inputs drawn before this one, by name: how one input follows another
+    (a CSR matrix's column indices follow its row pointers, `def csr_col_idx(x, *, row_ptr, K)`). An integer
+    input with a transform is drawn like a float one (init, scale, the trial's scale) and the transform's
+    whole numbers are cast to its dtype: a histogram's bins, a CSR matrix's row pointers."""
+    function = transform_function(spec, name)
+    known = {**case.params, **made}
+    declared = inspect.signature(function).parameters.values()
+    keywords = {p.name: known[p.name] for p in declared if p.kind is p.KEYWORD_ONLY and p.name in known}
+    return function(x.double(), **keywords)
+
+
+def own_entry(spec: ExerciseSpec, name: str, tensor: str, shared: dict[str, dict[str, torch.Tensor]]) -> torch.Tensor:
+    """A transform may return a dict of several inputs, computed together once per trial (an attention
+    backward's out and lse, from q, k and v: `def attention_forward(x, *, q, k, v, causal)` returning
+    {"out": ..., "lse": ...}); each input naming it takes the entry under its own name."""
+    if tensor not in shared[name]:
+        raise SpecError(f"{spec.folder / 'reference.py'}: transform {name!r} returned entries {sorted(shared[name])}, "
+                        f"none named {tensor!r}: return one for each input whose spec names it")
+    return shared[name][tensor]
 
 
 # --- laying tensors out on the child's device ----------------------------------------------------
@@ -168,7 +210,7 @@ def poison(tensor: torch.Tensor) -> torch.Tensor:
     elif tensor.is_floating_point():
         tensor.fill_(float("nan"))
     else:
-        tensor.fill_(INT_POISON)
+        tensor.fill_(BYTE_POISON if tensor.dtype == torch.uint8 else INT_POISON)
     return tensor
 
 
@@ -177,6 +219,8 @@ def unwritten(tensor: torch.Tensor) -> torch.Tensor:
     if tensor.dtype in POISON_BITS:
         int_dtype, bits = POISON_BITS[tensor.dtype]
         return tensor.contiguous().view(int_dtype) == bits
+    if tensor.dtype == torch.uint8:
+        return tensor == BYTE_POISON
     return tensor == INT_POISON if not tensor.is_floating_point() else torch.isnan(tensor)
 
 

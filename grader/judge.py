@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from grader import integrity, memory, speed
-from grader.checking import compare, load_reference, looks_cached, reference_outputs
+from grader.checking import judge_output, load_reference, looks_cached, reference_outputs
 from grader.inputs import element_size, generate, load_tensor, save_tensor, shape_of
 from grader.records import ERROR, FAILED, PASSED, Check, GradeResult
 from grader.sandbox import Child, ChildGone, ChildTimeout, Death, death_message
@@ -40,6 +40,9 @@ class Judge:
         self.stop = threading.Event()
         self.slots = threading.Semaphore(AHEAD)
         self.refs: dict[Any, Future] = {}
+        # a trial's inputs, kept until it is judged only where an output is judged by a property check
+        self.checked_inputs: dict[Any, dict] = {}
+        self.keep_inputs = any(t.check for t in spec.outputs)
         self.phases: dict[str, float] = {}
         self.deadline = float("inf")
         self.before_timing: Callable[[], None] = lambda: None
@@ -127,7 +130,8 @@ class Judge:
         """(case index, case, trial, trial seed) for every trial this machine runs."""
         gpu = self.child.device == "cuda"
         return [(index, case, trial, self.seed + 1000 * index + trial)
-                for index, case in enumerate(self.spec.cases) if gpu or not case.gpu_only
+                for index, case in enumerate(self.spec.cases)
+                if (gpu or not case.gpu_only) and self.variant.accepts(case)
                 for trial in range(self.spec.trials_for(case))]
 
     def _numerics(self) -> bool:
@@ -144,8 +148,9 @@ class Judge:
         if event.get("borrowed"):
             self._fail("integrity", f"your code loaded the instructor's solution ({', '.join(event['borrowed'])}): "
                        "the kernel must be your own", code="solution_loaded")
-        skipped = sum(1 for c in self.spec.cases if c.gpu_only) if self.child.device != "cuda" else 0
+        skipped = sum(1 for c in self.spec.cases if c.gpu_only and self.variant.accepts(c)) if self.child.device != "cuda" else 0
         note = f"; {skipped} GPU-only case(s) skipped (no GPU)" if skipped else ""
+        note += _other_dtypes_note(self.spec, self.variant)
         ran = len({index for index, *_ in trials})
         self.result.add(Check("numerics", PASSED, f"{ran} case(s), {len(trials)} trials matched the float64 reference"
                               f"{note}", {"cases": ran, "trials": len(trials), "skipped_cases": skipped}))
@@ -168,6 +173,8 @@ class Judge:
             inputs = generate(self.spec, case, trial_seed, trial)
             metas = {name: save_tensor(t, self.child.dir / f"in-{k}-{name}.bin") for name, t in inputs.items()}
             self.refs[k] = self.pool.submit(reference_outputs, self.reference, self.spec, inputs, case.params)
+            if self.keep_inputs:
+                self.checked_inputs[k] = inputs
             self.child.send({"case": index, "k": k, "label": self._label(case, trial), "inputs": metas,
                              "watch_ops": trial == 0})
         self.child.send({"end_trials": True})
@@ -187,6 +194,11 @@ class Judge:
             got.append(tensor.reshape(shape_of(spec_out, case)) if self.variant.returns_outputs else tensor)
             Path(meta["path"]).unlink(missing_ok=True)
         return got
+
+    def _judge_output(self, spec_out, out, ref, tol, label: str, k: Any, case: Case):
+        """compare(), or the exercise's property check for an output whose answer is not unique."""
+        return judge_output(self.spec, spec_out, out, ref, tol, label, inputs=self.checked_inputs.get(k),
+                            params=case.params, device=self.result.device)
 
     def _judge_trial(self, event: dict, case: Case, trial: int, k: int, trials) -> None:
         label = self._label(case, trial)
@@ -208,14 +220,15 @@ class Judge:
         previous = self.refs[k - 1].result() if trial > 0 else None
         tol = self.spec.tolerance_of(case)
         for i, (spec_out, out, ref) in enumerate(zip(self.spec.outputs, got, refs)):
-            comparison = compare(spec_out.name, out, ref, tol, label)
+            comparison = self._judge_output(spec_out, out, ref, tol, label, k, case)
             if comparison.ok:
                 continue
-            if previous is not None and looks_cached(out, previous[i], ref, tol):
+            if previous is not None and spec_out.check is None and looks_cached(out, previous[i], ref, tol):
                 self._fail("integrity", f"{label}: {spec_out.name} equals the answer for the previous trial's inputs "
                            "— is your code caching results between calls?", code="cached_result")
             self._fail("numerics", comparison.message, code=comparison.code, case=case.params, trial=trial + 1,
                        **comparison.details)
+        self.checked_inputs.pop(k, None)
 
     # --- timing -------------------------------------------------------------------------------------
     def _timing(self) -> None:
@@ -227,6 +240,8 @@ class Judge:
             k = f"t{index}"
             metas = {name: save_tensor(t, self.child.dir / f"in-{k}-{name}.bin") for name, t in inputs.items()}
             self.refs[k] = self.pool.submit(reference_outputs, self.reference, self.spec, inputs, case.params)
+            if self.keep_inputs:
+                self.checked_inputs[k] = inputs
             last = index == len(cases) - 1
             messages.append({"case": index, "k": k, "inputs": metas, "probe": last,
                              "budget_s": BUDGET_S if last else BUDGET_S / 3})  # the verdict size gets most runs
@@ -261,9 +276,10 @@ class Judge:
         got = self._outputs(event, case)
         tol = self.spec.tolerance_of(case)
         for spec_out, out, ref in zip(self.spec.outputs, got, self.refs[f"t{index}"].result()):
-            comparison = compare(spec_out.name, out, ref, tol, f"timed size {case.label()}")
+            comparison = self._judge_output(spec_out, out, ref, tol, f"timed size {case.label()}", f"t{index}", case)
             if not comparison.ok:
                 self._fail("numerics", comparison.message + " (the output of your last timed run)", code=comparison.code)
+        self.checked_inputs.pop(f"t{index}", None)
         record = speed.timing_record(self.spec, self.variant, case, measured, self.result.device)
         return memory.annotate(record, self.spec, case, event.get("memory"), element_size(case.dtype))
 
@@ -278,6 +294,15 @@ class Judge:
         disagreement = speed.probe_disagrees(record, probe)
         if disagreement:
             self._fail("integrity", disagreement + ": was the timer patched?", code="timing_forged")
+
+
+def _other_dtypes_note(spec: ExerciseSpec, variant: Variant) -> str:
+    """The cases this version does not take (their dtype is another version's), said rather than hidden."""
+    others = sorted({c.dtype for c in spec.cases if not variant.accepts(c)})
+    if not others:
+        return ""
+    count = sum(1 for c in spec.cases if not variant.accepts(c))
+    return f"; {count} {'/'.join(others)} case(s) are for the other version(s), this one takes {'/'.join(variant.dtypes)}"
 
 
 def _numel(shape: list[int]) -> int:

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import torch
 
-from grader.spec import Variant
+from grader.spec import Argument, Variant
 
 _CTYPES = {"int32": ctypes.c_int, "int64": ctypes.c_int64, "float32": ctypes.c_float, "float64": ctypes.c_double}
 
@@ -36,7 +36,7 @@ class Caller:
     def arguments(self, tensors: dict[str, torch.Tensor], params: dict[str, Any]) -> list[Any]:
         args = []
         for arg in self.variant.args:
-            value = tensors.get(arg.name, params.get(arg.name))
+            value = argument_value(arg, tensors, params)
             if self.variant.kind in ("cuda", "cuda_host"):
                 if isinstance(value, torch.Tensor):
                     value = ctypes.c_void_p(value.data_ptr())
@@ -48,6 +48,13 @@ class Caller:
 
     def __call__(self, tensors: dict[str, torch.Tensor], params: dict[str, Any], **tunables: Any) -> Any:
         return self.function(*self.arguments(tensors, params), **tunables)
+
+
+def argument_value(arg: Argument, tensors: dict[str, torch.Tensor], params: dict[str, Any]) -> Any:
+    """A tensor, a case parameter, or a tensor's stride ("x.stride(0)": x as laid out for this case)."""
+    if arg.stride_of is not None:
+        return tensors[arg.stride_of].stride(arg.stride_dim)
+    return tensors.get(arg.name, params.get(arg.name))
 
 
 def load(variant: Variant, source: Path, library: str | None, role: str) -> Caller:

@@ -2,7 +2,13 @@
 
 A unit may also carry what its source document lists besides exercises: the learning content (`topics`),
 questions to answer in the unit's report (`prompts`: each becomes a notes section of that report) and
-reading. An exercise marked `extra = true` is listed and gradable in the unit but not needed to finish it."""
+reading. An exercise marked `extra = true` is listed and gradable in the unit but not needed to finish it.
+
+`requires` names what else finishes a unit, for units whose topic is not a kernel (an install, profiling
+practice, a review): a record kind (`env`, `profile`, `tune`, `compare`, `compare_attention`: any such record),
+the middle three narrowed to one exercise and language with `KIND:EXERCISE[:LANG]` ("profile:transpose",
+"compare:softmax:cuda"), or
+`report`: the unit's own report written with every notes section answered (grader/progress.py checks)."""
 
 from __future__ import annotations
 
@@ -11,6 +17,34 @@ from pathlib import Path
 
 from grader.paths import plans_dir
 from grader.spec import tomllib
+
+# What env-check, profile, tune, compare and `compare attention` record (store kinds).
+RECORD_KINDS = ("env", "profile", "tune", "compare", "compare_attention")
+REQUIREMENT_KINDS = RECORD_KINDS + ("report",)
+UNQUALIFIED_KINDS = ("env", "compare_attention", "report")  # records of no one exercise: nothing to narrow
+
+
+class PlanError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One `requires` entry: a kind of record, of any exercise or of one (and one language), or the report."""
+    kind: str
+    exercise: str | None = None
+    lang: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Requirement:
+        parts = str(text).split(":")
+        kind, exercise, lang = (parts + [None, None])[:3]
+        if kind not in REQUIREMENT_KINDS or len(parts) > 3 or "" in parts or (kind in UNQUALIFIED_KINDS and len(parts) > 1):
+            raise PlanError(f"requirement {text!r}: write one of {', '.join(REQUIREMENT_KINDS)}, or KIND:EXERCISE[:LANG] "
+                            "for profile, tune or compare (e.g. \"profile:transpose\", \"compare:softmax:cuda\")")
+        if lang not in (None, "cuda", "triton"):
+            raise PlanError(f"requirement {text!r}: the language is cuda or triton")
+        return cls(kind, exercise, lang)
 
 
 @dataclass
@@ -27,7 +61,7 @@ class Unit:
     exercises: list[PlanExercise] = field(default_factory=list)
     planned: list[str] = field(default_factory=list)  # topics whose exercises do not exist yet
     deliverable: str = ""
-    requires: list[str] = field(default_factory=list)  # record kinds that complete it: env, profile, tune, compare
+    requires: list[str] = field(default_factory=list)  # what else completes it: Requirement.parse reads each
     topics: list[str] = field(default_factory=list)  # what the unit covers, in its document's words
     prompts: list[str] = field(default_factory=list)  # questions for the learner's notes in the unit's report
     reading: list[str] = field(default_factory=list)
@@ -35,6 +69,10 @@ class Unit:
     @property
     def required_exercises(self) -> list[PlanExercise]:
         return [e for e in self.exercises if not e.extra]
+
+    @property
+    def requirements(self) -> list[Requirement]:
+        return [Requirement.parse(text) for text in self.requires]
 
 
 @dataclass
@@ -50,11 +88,24 @@ class Plan:
         return next((u for u in self.units if u.key == key), None)
 
 
+_PARSED: dict[tuple[str, int, int], dict] = {}
+
+
+def _parsed(path: Path) -> dict:
+    """The file's TOML, parsed once per version of the file: progress and reports look plans up per unit,
+    and the 100-day plan alone takes a noticeable time to parse. Plans are built afresh from it each call."""
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    if key not in _PARSED:
+        _PARSED[key] = tomllib.loads(path.read_text())
+    return _PARSED[key]
+
+
 def load_plans(folder: Path | None = None) -> dict[str, Plan]:
     folder = folder or plans_dir()
     plans = {}
     for path in sorted(folder.glob("*.toml")):
-        data = tomllib.loads(path.read_text())
+        data = _parsed(path)
         units = [
             Unit(
                 key=u["key"],
@@ -69,6 +120,8 @@ def load_plans(folder: Path | None = None) -> dict[str, Plan]:
             )
             for u in data.get("units", [])
         ]
+        for unit in units:
+            _check_requirements(path, unit)
         plans[data["id"]] = Plan(
             id=data["id"],
             title=data.get("title", data["id"]),
@@ -78,6 +131,13 @@ def load_plans(folder: Path | None = None) -> dict[str, Plan]:
             description=data.get("description", ""),
         )
     return plans
+
+
+def _check_requirements(path: Path, unit: Unit) -> None:
+    try:
+        unit.requirements
+    except PlanError as exc:
+        raise PlanError(f"{path}: {unit.key}: {exc}") from None
 
 
 def default_plan(plans: dict[str, Plan]) -> Plan:

@@ -12,6 +12,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # no display needed
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import ScalarFormatter  # noqa: E402
 
 COLORS = {"learner": "#d62728", "solution": "#1f77b4", "torch": "#2ca02c", "roof": "#444444"}
 
@@ -130,3 +131,67 @@ def comparison_file(comparison: dict, out_dir: Path) -> str:
     name = f"compare_{_file_safe(comparison['exercise'])}_{_file_safe(comparison['lang'])}.png"
     made = comparison_chart(comparison, out_dir / name)
     return made.name if made else ""
+
+
+# `kcourse compare attention`: each implementation against sequence length, torch's SDPA dashed.
+IMPLEMENTATION_COLORS = ("#d62728", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
+ATTENTION_CHARTS = {  # key -> (file, title, y label, y scale)
+    "ms": ("attention_time.png", "time per call", "time (ms), lower is better", "log"),
+    "tflops": ("attention_tflops.png", "throughput", "TFLOP/s (4·B·H·N²·d / time)", "linear"),
+    "extra_bytes": ("attention_memory.png", "peak extra GPU memory", "MB beyond inputs and outputs", "symlog"),
+}
+
+
+def _attention_lines(sweep: dict, key: str) -> list[tuple[str, list, list, list, str, str]]:
+    """(label, lengths, values, answers far from SDPA's, color, style) per implementation that has figures."""
+    scale = 1e-6 if key == "extra_bytes" else 1.0
+    lines = []
+    series = [(r["label"], r["points"], False) for r in sweep["implementations"] if r["points"]]
+    for index, (label, points, sdpa) in enumerate(series + [("torch SDPA", sweep["sdpa"], True)]):
+        drawn = [p for p in points if p.get(key) is not None and not p.get("error")]
+        if not drawn:
+            continue
+        color = COLORS["torch"] if sdpa else IMPLEMENTATION_COLORS[index % len(IMPLEMENTATION_COLORS)]
+        lines.append((label, [p["N"] for p in drawn], [p[key] * scale for p in drawn],
+                      [p.get("agrees") is False for p in drawn], color, "--" if sdpa else "-"))
+    return lines
+
+
+def attention_chart(sweep: dict, key: str, path: Path) -> Path | None:
+    lines = _attention_lines(sweep, key)
+    if not lines:
+        return None
+    _, title, ylabel, yscale = ATTENTION_CHARTS[key]
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
+    for label, lengths, values, far, color, style in lines:
+        ax.plot(lengths, values, marker="o", ls=style, color=color, label=label)
+        stray = [(n, v) for n, v, bad in zip(lengths, values, far) if bad]
+        if stray:  # an answer far from SDPA's: ringed, so a fast wrong point is not read as fast
+            ax.scatter(*zip(*stray), s=160, facecolors="none", edgecolors="black", zorder=4)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sweep["lengths"] or sorted({n for line in lines for n in line[1]}))
+    ax.get_xaxis().set_major_formatter(ScalarFormatter())
+    if yscale == "symlog":  # zero (a kernel that allocates nothing) stays drawable beside gigabytes
+        ax.set_yscale("symlog", linthresh=1.0)
+        ax.set_ylim(0, max(max(line[2]) for line in lines) * 3 + 2)
+    else:
+        ax.set_yscale(yscale)
+    ax.set_xlabel("sequence length N")
+    ax.set_ylabel(ylabel)
+    ax.set_title(f"attention: {title} (B={sweep['B']} H={sweep['H']} d={sweep['d']} {sweep['dtype']})", fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    fig.savefig(path, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def attention_charts(sweep: dict, out_dir: Path) -> list[dict[str, str]]:
+    """The sweep's charts next to the report: [{title, file}] for those with anything to draw."""
+    made = []
+    for key, (name, title, _, _) in ATTENTION_CHARTS.items():
+        chart = attention_chart(sweep, key, out_dir / name)
+        if chart:
+            made.append({"title": f"attention: {title} against sequence length", "file": chart.name})
+    return made

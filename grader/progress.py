@@ -1,7 +1,10 @@
 """`kcourse progress`: a plan as a checklist (day/week, topic, status) from the recorded results.
 
 A status is the learner's best grade of the exercise (store.best_grades), so a failed scratch file does
-not undo a pass; the latest attempt is named beside it when it differs: "passed (latest: failed, try.py)"."""
+not undo a pass; the latest attempt is named beside it when it differs: "passed (latest: failed, try.py)".
+A unit's other requirements (plans.Requirement: an env check; a profile, tuning or comparison record; an
+attention comparison; the unit's report with its notes written) are listed on its line too, each with the
+command that meets it, so the line always says what counts for the unit."""
 
 from __future__ import annotations
 
@@ -11,9 +14,11 @@ from typing import Any
 from grader import store
 from grader.console import table
 from grader.discovery import pick_plan
-from grader.plans import Unit, load_plans
+from grader.plans import Plan, Requirement, Unit, load_plans
 
 MARK = {"done": "[x]", "in progress": "[~]", "to do": "[ ]", "planned": "[-]"}
+# A file of each language for `kcourse compare`'s example command.
+SUFFIX = {"cuda": ".cu", "triton": ".py"}
 
 
 def attempt_name(record: dict[str, Any]) -> str:
@@ -36,11 +41,95 @@ def grade_statuses() -> dict[str, str]:
     return {key: status_text(record, latest.get(key)) for key, record in best.items()}
 
 
-def unit_status(unit: Unit, grades: dict, recorded: set[str]) -> str:
-    """done: every exercise passed (extras aside) and every required record (env check, profile, tuning,
-    comparison) exists."""
+# --- A unit's requirements besides exercises ----------------------------------------------------------
+
+def record_matches(requirement: Requirement, record: dict[str, Any]) -> bool:
+    """A record of the required kind, of the named exercise and language where the plan names them (a
+    comparison's lang is "cuda" or "cuda+triton": one of its languages is enough)."""
+    if record.get("kind") != requirement.kind:
+        return False
+    if requirement.exercise and record.get("exercise") != requirement.exercise:
+        return False
+    return not requirement.lang or requirement.lang in str(record.get("lang") or "").split("+")
+
+
+def report_command(plan: Plan, unit: Unit) -> str:
+    from grader.reporting import documented_plans  # reporting imports this module
+
+    where = "" if plan.id in documented_plans(load_plans()) else f" --plan {plan.id}"
+    return f"kcourse report {unit.key}{where}"
+
+
+def report_notes(plan: Plan, unit: Unit) -> tuple[int, int]:
+    """(notes sections written, sections) in the unit's report file; (0, 0) where it was never written.
+    A section counts as written once it holds text besides the template's italic placeholder."""
+    from grader.reporting import NOTES, reports_dir, template_for
+
+    path = reports_dir() / template_for(unit.key, plan)[1]
+    if not path.exists():
+        return 0, 0
+    bodies = [m["body"] for m in NOTES.finditer(path.read_text())]
+    written = [b for b in bodies if any(line.strip() and "(this part is yours" not in line for line in b.splitlines())]
+    return len(written), len(bodies)
+
+
+def requirement_state(requirement: Requirement, records: list[dict[str, Any]], plan: Plan, unit: Unit) -> str | None:
+    """"met"; "started" for a report with some of its notes written; None."""
+    if requirement.kind == "report":
+        written, sections = report_notes(plan, unit)
+        return "met" if sections and written == sections else "started" if written else None
+    return "met" if any(record_matches(requirement, r) for r in records) else None
+
+
+def requirement_name(requirement: Requirement) -> str:
+    """"env check", "profile of transpose (cuda)", "comparison (any exercise)", "your notes in the report"."""
+    if requirement.kind == "env":
+        return "env check"
+    if requirement.kind == "report":
+        return "your notes in the report"
+    if requirement.kind == "compare_attention":
+        return "attention comparison"
+    name = {"profile": "profile", "tune": "tuning", "compare": "comparison"}[requirement.kind]
+    if not requirement.exercise:
+        return f"{name} (any exercise)"
+    return f"{name} of {requirement.exercise}" + (f" ({requirement.lang})" if requirement.lang else "")
+
+
+def requirement_command(requirement: Requirement, plan: Plan, unit: Unit) -> str:
+    """The command that records what the requirement asks for."""
+    exercise = requirement.exercise or "EXERCISE"
+    lang = f" --lang {requirement.lang}" if requirement.lang else ""
+    if requirement.kind == "env":
+        return "kcourse env-check"
+    if requirement.kind == "report":
+        return report_command(plan, unit)
+    if requirement.kind == "compare_attention":
+        return "kcourse compare attention"
+    if requirement.kind == "compare":
+        suffix = SUFFIX.get(requirement.lang or "", ".cu")  # the files' suffix picks the language
+        return f"kcourse compare {exercise} v1{suffix} v2{suffix}"
+    return f"kcourse {requirement.kind} {exercise}{lang}"
+
+
+def requirement_text(requirement: Requirement, state: str | None, plan: Plan, unit: Unit) -> str:
+    """"profile of transpose (cuda): recorded", or what is missing and the command that records it."""
+    name = requirement_name(requirement)
+    if requirement.kind == "report":
+        written, sections = report_notes(plan, unit)
+        done = f"{written} of {sections} notes written" if sections else "not written"
+        return f"{name}: {done}" + ("" if state == "met" else f" (`{report_command(plan, unit)}`, then answer in the file)")
+    if state == "met":
+        return f"{name}: recorded"
+    return f"{name}: not yet (`{requirement_command(requirement, plan, unit)}`)"
+
+
+# --- The checklist ------------------------------------------------------------------------------------
+
+def unit_status(unit: Unit, grades: dict, states: list[str | None]) -> str:
+    """done: every exercise passed (extras aside) and every requirement is met (`states`, one per
+    unit.requirements: requirement_state); planned: nothing in the kit counts for the unit yet."""
     statuses = [grades.get(f"{e.id}:{e.lang}", {}).get("status") for e in unit.required_exercises]
-    statuses += ["passed" if kind in recorded else None for kind in unit.requires]
+    statuses += ["passed" if state == "met" else state for state in states]
     if not statuses:
         return "planned"
     if all(s == "passed" for s in statuses):
@@ -48,20 +137,31 @@ def unit_status(unit: Unit, grades: dict, recorded: set[str]) -> str:
     return "in progress" if any(statuses) else "to do"
 
 
+def what_counts(unit: Unit, labels: dict[str, str], texts: list[str]) -> str:
+    """The exercises with their status, then the other requirements; the planned topics first where nothing
+    counts yet (a planned unit may still offer an extra exercise)."""
+    exercises = [f"{e.id} ({e.lang}{', extra' if e.extra else ''}): {labels.get(f'{e.id}:{e.lang}', 'not graded')}"
+                 for e in unit.exercises]
+    listed = ", ".join(exercises + texts)
+    if unit.planned and not unit.required_exercises and not texts:
+        return "; ".join(unit.planned) + (f" (gradable meanwhile: {listed})" if listed else "")
+    return listed
+
+
 def progress_rows(plan_id: str | None = None) -> tuple[str, list[list[str]]]:
     plan = pick_plan(load_plans(), plan_id)
     best, labels = store.best_grades(), grade_statuses()
-    recorded = {r.get("kind") for r in store.read_all()}
+    records = list(store.read_all())
     rows = []
     for unit in plan.units:
-        status = unit_status(unit, best, recorded)
-        exercises = ", ".join(f"{e.id} ({e.lang}{', extra' if e.extra else ''}): {labels.get(f'{e.id}:{e.lang}', 'not graded')}"
-                              for e in unit.exercises)
-        rows.append([MARK[status], unit.key, unit.title, status, exercises or "; ".join(unit.planned)])
+        states = [requirement_state(r, records, plan, unit) for r in unit.requirements]
+        status = unit_status(unit, best, states)
+        texts = [requirement_text(r, state, plan, unit) for r, state in zip(unit.requirements, states)]
+        rows.append([MARK[status], unit.key, unit.title, status, what_counts(unit, labels, texts)])
     return plan.title, rows
 
 
 def format_progress(plan_id: str | None = None) -> str:
     title, rows = progress_rows(plan_id)
     done = sum(r[3] == "done" for r in rows)
-    return f"{title}: {done} of {len(rows)} done\n" + table(rows, ["", "unit", "topic", "status", "exercises"])
+    return f"{title}: {done} of {len(rows)} done\n" + table(rows, ["", "unit", "topic", "status", "what counts"])

@@ -6,7 +6,10 @@ day4_replace_op, day5_tuning, week11_summary) and `unit_report.md.j2` otherwise;
 `unit_report.md.j2` and are written as `<plan>_<key>_report.md`, so day3 of two plans never share a file.
 Sections between `<!-- notes:ID -->` and `<!-- /notes:ID -->` belong to the learner and survive
 re-rendering; a unit's plan `prompts` each get one. A unit's report and the final report also show the
-latest `kcourse compare` of each of its exercises (a table and a bar chart).
+latest `kcourse compare` of each of its exercises (a table and a bar chart); the summaries (week11_summary,
+final) show every exercise's. The latest `kcourse compare attention` (tables of ms, TFLOP/s and extra
+memory over sequence lengths, and their plots) is shown by week10_attention, the summaries, and any unit
+whose plan requires it (`requires = ["compare_attention"]`).
 
 Records are normalised here, once, before rendering (see "Records as the templates expect them"): the
 store holds records written by every version of the kit, and a report must render from any of them."""
@@ -24,6 +27,7 @@ import jinja2
 
 from grader import store
 from grader.compare import speed_cell
+from grader.compare_attention import KIND as ATTENTION_KIND, markdown_table, notes as attention_notes
 from grader.discovery import ResolveError, pick_plan, suggest
 from grader.paths import course_root, state_dir, templates_dir
 from grader.plans import Plan, Unit, default_plan, load_plans
@@ -33,8 +37,12 @@ from grader.records import Check, GradeResult, Timing
 NOTES = re.compile(r"<!-- notes:(?P<id>[\w-]+) -->\n(?P<body>.*?)<!-- /notes:(?P=id) -->", re.S)
 # README: "`kcourse report dayN` for each day of the 5-day plan, `weekN` for each week of the 11-week plan".
 FIVE_DAY_PLAN = "triton-5-day"
-# The templates that show `kcourse compare` tables (with a bar chart each): a unit's report, and the final one.
-COMPARISON_TEMPLATES = ("unit_report.md.j2", "final_report.md.j2")
+# The templates that show `kcourse compare` tables (with a bar chart each): a unit's report (week 10's extends
+# it), the week-11 summary and the final report; the summaries show every exercise's, not one unit's.
+COMPARISON_TEMPLATES = ("unit_report.md.j2", "week10_attention.md.j2", "week11_summary.md.j2", "final_report.md.j2")
+SUMMARY_TEMPLATES = ("week11_summary.md.j2", "final_report.md.j2")
+# The templates that always show `kcourse compare attention` (unit_report shows it where the unit requires it).
+ATTENTION_TEMPLATES = ("week10_attention.md.j2", "week11_summary.md.j2", "final_report.md.j2")
 
 
 class ReportError(ValueError):
@@ -180,6 +188,15 @@ COMPARE_ROW = {"label": _text_or("?"), "file": _text, "exercise": _text, "lang":
                "solution_rate": _number, "torch_ms": _number, "torch_rate": _number, "extra_bytes": _number}
 COMPARE = {"exercise": _text_or("?"), "lang": _text_or("?"), "device": _device_name, "seed": _text_or("?"), "case": _text,
            "unit": _text, "rows": _rows(COMPARE_ROW), "at": lambda v: _when(_number(v)), "plot": _text}
+ATTENTION_POINT = {"N": _integer, "ms": _number, "tflops": _number, "extra_bytes": _number, "vs_sdpa": _number,
+                   "max_abs_diff": _number, "agrees": _optional_flag, "error": _text}
+ATTENTION_ROW = {"label": _text_or("?"), "exercise": _text, "lang": _text, "file": _text, "status": _text_or("unknown"),
+                 "reason": _text, "points": _rows(ATTENTION_POINT)}
+ATTENTION = {"device": _device_name, "seed": _text_or("?"), "source": _text, "B": _text_or("?"), "H": _text_or("?"),
+             "d": _text_or("?"), "dtype": _text_or("?"), "matmul_tflops": _number, "at": lambda v: _when(_number(v)),
+             "lengths": lambda v: [_integer(n) for n in v] if isinstance(v, list) else [],
+             "implementations": _rows(ATTENTION_ROW), "sdpa": _rows(ATTENTION_POINT),
+             "plots": lambda v: [_shaped(p, {"title": _text, "file": _text}) for p in v] if isinstance(v, list) else []}
 
 # Grade records are dataclasses (records.py): coerce each field by its annotation, so a field added
 # there later is shaped without a change here.
@@ -222,6 +239,26 @@ def env_record(record: dict[str, Any] | None) -> dict[str, Any] | None:
     return None if record is None else _shaped(record, ENV)
 
 
+def _placed(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A sweep's points that name a length (one without has no column to go in)."""
+    return [p for p in points if p["N"] > 0]
+
+
+def attention_record(record: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The latest `kcourse compare attention`, shaped; its lengths from its points where it names none."""
+    if record is None:
+        return None
+    shaped = _shaped(record, ATTENTION)
+    for row in shaped["implementations"]:
+        row["points"] = _placed(row["points"])
+    shaped["sdpa"] = _placed(shaped["sdpa"])
+    shaped["lengths"] = [n for n in shaped["lengths"] if n > 0]
+    if not shaped["lengths"]:
+        points = [p for r in shaped["implementations"] for p in r["points"]] + shaped["sdpa"]
+        shaped["lengths"] = sorted({p["N"] for p in points})
+    return shaped
+
+
 # --- Rendering ---------------------------------------------------------------------------------------
 
 def context(unit: Unit | None = None, plan: Plan | None = None) -> dict[str, Any]:
@@ -239,6 +276,8 @@ def context(unit: Unit | None = None, plan: Plan | None = None) -> dict[str, Any
         "notebook_grades": [grade_record(r) for r in _sorted_values(notebooks)],
     }
     data["comparisons"] = comparisons(unit)
+    data["attention"] = attention_record(store.latest(ATTENTION_KIND))
+    data["not_graded"] = _not_graded(best)
     if unit is not None:
         wanted = {(e.id, e.lang) for e in unit.exercises}
         data["unit_grades"] = [g for g in grades if (g.exercise, g.lang) in wanted or (g.exercise, None) in wanted]
@@ -254,6 +293,22 @@ def comparisons(unit: Unit | None) -> list[dict[str, Any]]:
         return found
     wanted = {(e.id, e.lang) for e in unit.exercises}
     return [c for c in found if any((c["exercise"], lang) in wanted for lang in c["lang"].split("+"))]
+
+
+def _not_graded(best: dict[str, dict[str, Any]]) -> list[str]:
+    """Every exercise version of the kit without a grade of the learner's ("softmax (triton)")."""
+    from grader.discovery import all_targets
+    from grader.spec import SpecError
+
+    try:
+        targets = all_targets()
+    except SpecError:  # a broken spec is `kcourse validate`'s to report, not a reason to lose the report
+        return []
+    return sorted(f"{t.spec.id} ({t.variant.lang})" for t in targets if t.key not in best)
+
+
+def shows_attention(template_name: str, unit: Unit | None) -> bool:
+    return template_name in ATTENTION_TEMPLATES or (unit is not None and ATTENTION_KIND in unit.requires)
 
 
 def _sorted_values(by_key: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -283,6 +338,8 @@ def environment() -> jinja2.Environment:
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     env.filters["num"] = number_text
     env.filters["speed_cell"] = speed_cell  # a comparison's figure, or "skipped" where timing could not run
+    env.filters["attention_table"] = markdown_table  # one metric of `kcourse compare attention` over the lengths
+    env.filters["attention_notes"] = attention_notes  # what was skipped, stopped early or strayed from SDPA
     return env
 
 
@@ -298,11 +355,18 @@ def render(which: str, out_dir: Path | None = None, plan_id: str | None = None) 
         from grader import plots
 
         data["plots"] = plots.render_all(data["grades"], data["env"], out_dir)
+    if template_name in SUMMARY_TEMPLATES:
+        data["comparisons"] = comparisons(None)
     if template_name in COMPARISON_TEMPLATES:
         from grader import plots
 
         for item in data["comparisons"]:
             item["plot"] = plots.comparison_file(item, out_dir)
+    data["show_attention"] = shows_attention(template_name, unit)
+    if data["show_attention"] and data["attention"]:
+        from grader import plots
+
+        data["attention"]["plots"] = plots.attention_charts(data["attention"], out_dir)
     text = environment().get_template(template_name).render(**data)
     path = out_dir / file_name
     if path.exists():

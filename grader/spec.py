@@ -7,6 +7,7 @@ Adding an exercise means adding a folder; no grader code changes.
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +26,7 @@ KINDS = {
     "torch_op": "a PyTorch operator registered with TORCH_LIBRARY, built with torch's extension builder",
 }
 LANG_OF_KIND = {"triton": "triton", "cuda": "cuda", "cuda_host": "cuda", "torch_op": "cuda"}
-DTYPES = ("float64", "float32", "float16", "bfloat16", "int32", "int64")
+DTYPES = ("float64", "float32", "float16", "bfloat16", "int32", "int64", "uint8")
 INITS = ("normal", "uniform", "positive")
 HOST_MEMORY = ("pageable", "pinned")
 DEFAULT_DTYPE = "float32"
@@ -44,12 +45,19 @@ class TensorSpec:
     # a function of the exercise's reference.py the drawn values pass through, so an input can be what the
     # operator really receives (y = softmax(logits) for a softmax backward); see inputs.generate
     transform: str | None = None
+    # outputs only: a function of reference.py that judges this output by its properties instead of
+    # comparing it with the reference elementwise, for answers that are not unique (see checking.judge_output)
+    check: str | None = None
 
 
 @dataclass
 class Argument:
     name: str
     ctype: str | None = None  # for scalars passed to C: int32, int64, float32
+    # "x.stride(0)": the stride (in elements) of tensor x along dimension 0, for C entry points that take
+    # strided views (a row slice of a wider tensor); Python entry points read x.stride(0) themselves
+    stride_of: str | None = None
+    stride_dim: int = 0
 
 
 @dataclass
@@ -63,10 +71,17 @@ class Variant:
     # cuda_host only: "pinned" hands the entry point page-locked host arrays, without which
     # cudaMemcpyAsync is staged by the driver and overlaps nothing (a streams exercise needs them)
     host_memory: str = "pageable"
+    # the case dtypes this version takes (None: all): a CUDA entry point taking float* runs the float32
+    # cases, while the Triton version of the same exercise also runs the float16 ones
+    dtypes: list[str] | None = None
 
     @property
     def returns_outputs(self) -> bool:
         return self.kind == "torch_op"
+
+    def accepts(self, case: "Case") -> bool:
+        """Whether this version runs `case` (its dtype is one the version takes)."""
+        return self.dtypes is None or case.dtype in self.dtypes
 
 
 @dataclass
@@ -151,11 +166,14 @@ class ExerciseSpec:
     tuning: dict[str, dict[str, list]] = field(default_factory=dict)  # per language: keyword -> values to try
     scoring: dict[str, float] = field(default_factory=lambda: {"numerics": 7.0, "speed": 3.0})
     topic: str = ""
+    default_lang: str | None = None  # the version `kcourse grade <id>` picks without --lang (None: ask)
 
     def variant(self, lang: str | None) -> Variant:
         if lang is None:
             if len(self.variants) == 1:
                 return next(iter(self.variants.values()))
+            if self.default_lang is not None:
+                return self.variants[self.default_lang]
             raise SpecError(
                 f"{self.id} exists in {' and '.join(sorted(self.variants))}: add --lang "
                 + "|".join(sorted(self.variants))
@@ -207,9 +225,10 @@ def _parse(data: dict[str, Any], folder: Path) -> ExerciseSpec:
             args=[_argument(a) for a in raw["args"]],
             timeout_s=float(raw.get("timeout_s", 60)),
             host_memory=raw.get("host_memory", "pageable"),
+            dtypes=list(raw["dtypes"]) if "dtypes" in raw else None,
         )
     inputs = [_tensor(name, raw, path) for name, raw in data.get("inputs", {}).items()]
-    outputs = [_tensor(name, raw, path) for name, raw in data["outputs"].items()]
+    outputs = [_tensor(name, raw, path, output=True) for name, raw in data["outputs"].items()]
     perf = data.get("performance", {})
     spec = ExerciseSpec(
         id=data["id"],
@@ -234,25 +253,35 @@ def _parse(data: dict[str, Any], folder: Path) -> ExerciseSpec:
         trials=int(data.get("trials", 2)),
         scoring={k: float(v) for k, v in data.get("scoring", {"numerics": 7, "speed": 3}).items()},
         topic=data.get("topic", ""),
+        default_lang=data.get("default_lang"),
     )
     _validate(spec, path)
     return spec
 
 
+_STRIDE_ARGUMENT = re.compile(r"^(?P<tensor>\w+)\.stride\((?P<dim>-?\d+)\)$")
+
+
 def _argument(text: str) -> Argument:
     name, _, ctype = text.partition(":")
+    stride = _STRIDE_ARGUMENT.match(name)
+    if stride:
+        return Argument(name=name, ctype=ctype or None, stride_of=stride["tensor"], stride_dim=int(stride["dim"]))
     return Argument(name=name, ctype=ctype or None)
 
 
-def _tensor(name: str, raw: dict[str, Any], path: Path) -> TensorSpec:
+def _tensor(name: str, raw: dict[str, Any], path: Path, output: bool = False) -> TensorSpec:
     tensor = TensorSpec(name=name, shape=list(raw["shape"]), dtype=raw.get("dtype"), init=raw.get("init", "normal"),
-                        transform=raw.get("transform"))
+                        transform=raw.get("transform"), check=raw.get("check"))
     if tensor.dtype is not None and tensor.dtype not in DTYPES:
         raise SpecError(f"{path}: {name}.dtype = {tensor.dtype!r}; known: {', '.join(DTYPES)}")
     if tensor.init not in INITS:
         raise SpecError(f"{path}: {name}.init = {tensor.init!r}; known: {', '.join(INITS)}")
     if tensor.transform is not None and not str(tensor.transform).isidentifier():
         raise SpecError(f"{path}: {name}.transform = {tensor.transform!r}: name a function defined in reference.py")
+    if tensor.check is not None and not (output and str(tensor.check).isidentifier()):
+        raise SpecError(f"{path}: {name}.check = {tensor.check!r}: an output's check names a function defined in "
+                        "reference.py" + ("" if output else "; inputs have no check: remove it"))
     return tensor
 
 
@@ -281,6 +310,9 @@ def _validate_case_tensors(spec: "ExerciseSpec", case: Case, path: Path) -> None
                 raise SpecError(f"{path}: {kind}.{name}.special = {options['special']!r}; known: {', '.join(SPECIALS)}")
             if options.get("init") and options["init"] not in INITS:
                 raise SpecError(f"{path}: {kind}.{name}.init = {options['init']!r}; known: {', '.join(INITS)}")
+            if "transform" in options and not (kind == "inputs" and str(options["transform"]).isidentifier()):
+                raise SpecError(f"{path}: {kind}.{name}.transform = {options['transform']!r}: an input's transform names a "
+                                "function defined in reference.py" + ("" if kind == "inputs" else "; outputs have none"))
 
 
 def _validate(spec: ExerciseSpec, path: Path) -> None:
@@ -288,17 +320,49 @@ def _validate(spec: ExerciseSpec, path: Path) -> None:
         raise SpecError(f"{path}: at least one [[cases]] entry is needed")
     if spec.id != spec.folder.name:
         raise SpecError(f"{path}: id {spec.id!r} differs from its folder name {spec.folder.name!r}")
-    tensors = {t.name for t in spec.inputs + spec.outputs}
+    tensors = {t.name: t for t in spec.inputs + spec.outputs}
     for variant in spec.variants.values():
         for arg in variant.args:
+            if arg.stride_of is not None:
+                _validate_stride_argument(arg, tensors, variant, path)
+                continue
             is_param = all(arg.name in c.params for c in spec.cases)
             if arg.name not in tensors and not is_param:
                 raise SpecError(f"{path}: argument {arg.name!r} of {variant.lang} is neither a tensor nor a case parameter")
+        _validate_variant_dtypes(spec, variant, path)
+    if spec.default_lang is not None and spec.default_lang not in spec.variants:
+        raise SpecError(f"{path}: default_lang = {spec.default_lang!r} is not one of its variants "
+                        f"({', '.join(sorted(spec.variants))}): name one of them, or remove default_lang")
     for case in spec.cases + spec.performance.cases:
         spec.tolerance_for(case.dtype)
         _validate_case_tensors(spec, case, path)
     _validate_memory_limit(spec, path)
     _validate_host_options(spec, path)
+
+
+def _validate_stride_argument(arg: Argument, tensors: dict[str, TensorSpec], variant: Variant, path: Path) -> None:
+    tensor = tensors.get(arg.stride_of)
+    if tensor is None:
+        raise SpecError(f"{path}: argument {arg.name!r} of {variant.lang}: {arg.stride_of!r} is not a tensor of the spec")
+    if not -len(tensor.shape) <= arg.stride_dim < len(tensor.shape):
+        raise SpecError(f"{path}: argument {arg.name!r} of {variant.lang}: {arg.stride_of} has {len(tensor.shape)} "
+                        f"dimension(s); give a dimension from 0 to {len(tensor.shape) - 1}")
+
+
+def _validate_variant_dtypes(spec: ExerciseSpec, variant: Variant, path: Path) -> None:
+    """A version's dtypes must be known, leave it some case, and take every timed size (the speed verdict)."""
+    if variant.dtypes is None:
+        return
+    unknown = [d for d in variant.dtypes if d not in DTYPES]
+    if unknown:
+        raise SpecError(f"{path}: variants.{variant.lang}.dtypes has {', '.join(unknown)}; known: {', '.join(DTYPES)}")
+    if not any(variant.accepts(c) for c in spec.cases):
+        raise SpecError(f"{path}: variants.{variant.lang}.dtypes = {variant.dtypes} leaves it no [[cases]] entry: "
+                        "add a case in one of those dtypes")
+    untimed = [c.label() for c in spec.performance.cases if not variant.accepts(c)]
+    if untimed:
+        raise SpecError(f"{path}: variants.{variant.lang}.dtypes = {variant.dtypes} excludes the timed size(s) "
+                        f"{', '.join(untimed)}: every version is timed at every [[performance.cases]] entry")
 
 
 def _validate_memory_limit(spec: ExerciseSpec, path: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from grader import loading
-from grader.checking import compare, make_inputs, make_outputs, reference_outputs
+from grader.checking import judge_output, make_inputs, make_outputs, reference_outputs
 from grader.spec import Case
 
 PROFILE_CALLS = 5
@@ -21,7 +21,7 @@ def profiling_case(worker) -> Case:
     """The largest timed size on a GPU; on the CPU the largest case the interpreter can take."""
     if worker.device == "cuda" and worker.spec.performance.cases:
         return worker.spec.performance.cases[-1]
-    return [c for c in worker.spec.cases if not c.gpu_only][-1]
+    return [c for c in worker.spec.cases if not c.gpu_only and worker.variant.accepts(c)][-1]
 
 
 def _event_time(event: Any, *names: str) -> float:
@@ -114,7 +114,7 @@ def tune(worker, learner) -> dict[str, Any]:
     """Every configuration: checked on a ragged size with fresh inputs, then timed at the largest size."""
     from grader import timing
 
-    check_case = [c for c in worker.spec.cases if not c.gpu_only][-1]
+    check_case = [c for c in worker.spec.cases if not c.gpu_only and worker.variant.accepts(c)][-1]
     time_case = worker.spec.performance.cases[-1] if worker.spec.performance.cases else None
     work, ceiling, unit = worker.work_and_ceiling(time_case) if time_case else (None, None, "")
     rows = []
@@ -153,7 +153,15 @@ def _check_config(worker, call, case: Case, seed: int) -> str:
     except Exception as exc:  # a configuration the kernel cannot take (too many registers, ...)
         return f"{type(exc).__name__}: {str(exc).splitlines()[0][:150] if str(exc) else ''}"
     for spec_out, ref in zip(worker.spec.outputs, refs):
-        result = compare(spec_out.name, outputs[spec_out.name], ref, worker.spec.tolerance_for(case.dtype), case.label())
+        result = judge_output(worker.spec, spec_out, outputs[spec_out.name], ref, worker.spec.tolerance_for(case.dtype),
+                              case.label(), inputs=inputs, params=case.params, device=worker.device_info)
         if not result.ok:
             return result.message[:200]
     return ""
+
+
+def attention_sweep(worker, learner) -> dict[str, Any]:
+    """`kcourse compare attention`: this implementation over the sweep's lengths beside torch's SDPA."""
+    from grader.worker_attention import attention_sweep as sweep
+
+    return sweep(worker, learner)

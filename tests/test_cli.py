@@ -48,7 +48,7 @@ def test_list_shows_plans_units_exercises_and_status():
     output = run("list", "--plan", "cuda-11-week").output
     assert "week2" in output and "reduction [cuda]: not graded" in output
     assert "vector_add [triton]: failed" in output
-    assert "flash_attention_v2 backward (Triton) (planned)" in output
+    assert "flash_attention_v2_backward [triton]: not graded" in output
 
 
 def test_env_check_records_and_day1_report_renders_it(isolated_state):

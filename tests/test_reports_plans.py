@@ -61,8 +61,8 @@ def test_the_same_day_of_two_plans_goes_to_two_files_with_their_own_notes(isolat
     hundred = reporting.render("day2", plan_id="challenge-100-day")
     assert five_day != hundred and five_day.name == "day2_comparison.md"
     text = hundred.read_text()
-    assert "Vector addition in Triton" in text and "`kcourse report day2 --plan challenge-100-day`" in text
-    assert "kcourse grade day2 vector_add --plan challenge-100-day" in text
+    assert "Device functions" in text and "`kcourse report day2 --plan challenge-100-day`" in text
+    assert "kcourse grade day2 matrix_transform --plan challenge-100-day" in text
 
 
 def test_a_key_several_plans_share_without_a_documented_default_asks_which(monkeypatch):

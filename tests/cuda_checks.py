@@ -1,0 +1,39 @@
+"""What the tests of raw CUDA exercises share: building the stub and the solution for sm_90, compiling
+the mistake and ladder fixtures, and printing a grade's figures beside torch's."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from conftest import submission
+from grader import build
+
+
+def build_without_spills(sources: list[Path]) -> None:
+    """Each source builds for sm_90 (the session's build cache is shared with test_grading_cpu); the last
+    one, the solution, spills nothing."""
+    for source in sources:
+        result = build.build_shared_library(source, "sm_90")
+        assert result.ok, f"{source.name}: {result.log}"
+    assert result.resources and not any(r["spill_stores"] for r in result.resources), result.resources
+
+
+def compile_fixtures(names: list[str]) -> None:
+    """Device code only (-cubin), all at once: the GPU tests grade them, this catches a typo without one."""
+    nvcc = build.find_nvcc()
+    jobs = [subprocess.Popen([nvcc, "-std=c++17", "-arch=sm_90", "-cubin", "-o", os.devnull, str(submission(name))],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for name in names]
+    for name, job in zip(names, jobs):
+        assert job.wait() == 0, f"{name}: {job.stdout.read()}"
+
+
+def numerics(result):
+    """The numerics check (compute-sanitizer's may also fail on a racy kernel, and comes apart from it)."""
+    return next(c for c in result.checks if c.name == "numerics")
+
+
+def figures(result) -> str:
+    return "; ".join(f"{t.case}: you {t.learner_rate or 0:.0f} {t.unit} ({t.roofline_pct or 0:.0f}%), solution "
+                     f"{t.solution_rate or 0:.0f}, torch {t.torch_rate or 0:.0f} {t.unit}" for t in result.timings)

@@ -1,0 +1,321 @@
+"""flash_attention_v2 (forward: out and lse) and flash_attention_v2_backward (dq, dk, dv).
+
+CPU: the specs; the backward's out and lse are the forward of its q, k, v (a transform returning several
+inputs at once, which the grader grew for it); its reference is autograd's gradient when handed the exact
+out; an honest half-precision backward, emulated in float64 with the roundings a kernel makes, passes
+every CPU case with margin while each classic backward mistake, emulated the same way, fails; the forward's
+classic mistakes (one line of tests/fixtures/submissions/flash_attention_v2_plain.py changed) fail grading
+under the Triton interpreter; the stubs fail.
+GPU (`python -m pytest -m gpu -s tests/test_flash_attention_v2.py`): both solutions pass with their
+figures beside torch's, the stubs and the mistakes fail there too, and the issue's bars at
+4 x 32 x 4096 x 128 bfloat16: forward >= 80% of SDPA's speed, backward >= 60% of SDPA's backward."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+
+import pytest
+import torch
+
+from conftest import ROOT, submission
+from grader.checking import load_reference, reference_outputs
+from grader.discovery import discover_exercises, resolve
+from grader.grade import grade
+from grader.inputs import generate
+from grader.spec import Case, SpecError, load_spec
+
+FWD, BWD = "flash_attention_v2", "flash_attention_v2_backward"
+
+
+def spec_of(exercise):
+    return discover_exercises()[exercise]
+
+
+def failing(result):
+    return next(c for c in result.checks if c.status in ("failed", "error"))
+
+
+# --- the specs -------------------------------------------------------------------------------------
+def test_both_exercises_load_with_causal_lse_and_the_timed_sizes_of_the_issue():
+    forward, backward = spec_of(FWD), spec_of(BWD)
+    assert [a.name for a in forward.variants["triton"].args] == ["q", "k", "v", "out", "lse", "causal"]
+    assert [a.name for a in backward.variants["triton"].args] == ["q", "k", "v", "out", "lse", "dout", "dq", "dk",
+                                                                   "dv", "causal"]
+    assert next(t for t in forward.outputs if t.name == "lse").dtype == "float32"
+    assert {t.name: t.transform for t in backward.inputs if t.transform} == {"out": "attention_forward",
+                                                                             "lse": "attention_forward"}
+    for spec in (forward, backward):
+        assert {c.params["causal"] for c in spec.cases} == {True, False}
+        assert {c.params["d"] for c in spec.cases} == {64, 128}
+        assert all(c.gpu_only for c in spec.cases if c.dtype == "bfloat16")  # the interpreter's bf16 tl.dot is wrong
+        assert any(c.params["N"] == 1 for c in spec.cases) and any(c.params["N"] == 17 for c in spec.cases)
+        timed = {(c.params["B"], c.params["H"], c.params["N"], c.params["d"], c.dtype, c.params["causal"])
+                 for c in spec.performance.cases}
+        assert {(4, 32, 4096, 128, "bfloat16", True), (4, 32, 4096, 128, "bfloat16", False)} <= timed
+        assert spec.performance.max_extra_bytes == "4 * B * H * N * (d + 2) + 2**20"
+    assert backward.performance.flops == "2.5 * " + forward.performance.flops  # 5 matmuls to the forward's 2
+
+
+# --- the backward's inputs: what the forward saved --------------------------------------------------
+def test_out_and_lse_are_the_forward_of_the_same_q_k_v_rounded_as_a_kernel_writes_them():
+    forward, backward = spec_of(FWD), spec_of(BWD)
+    case = Case({"B": 2, "H": 3, "N": 17, "d": 64, "dtype": "float16", "causal": True})
+    made = generate(backward, case, 5, trial=1)
+    assert made["out"].dtype == torch.float16 and made["lse"].dtype == torch.float32
+    want_out, want_lse = reference_outputs(load_reference(forward.folder / "reference.py"), forward,
+                                           {n: made[n] for n in ("q", "k", "v")}, case.params)
+    assert torch.equal(made["out"], want_out.half()) and torch.equal(made["lse"], want_lse.float())
+    first_score = (made["q"][..., 0, :].double() * made["k"][..., 0, :].double()).sum(-1) / 8
+    assert torch.allclose(made["lse"][..., 0].double(), first_score, rtol=1e-6)  # causal row 0 sees key 0 alone
+
+
+def write_exercise(folder, transform_body):
+    folder.mkdir()
+    (folder / "reference.py").write_text(
+        "def both(x, *, a):\n" + transform_body + "\ndef reference(a, b, c):\n    return a\n")
+    (folder / "spec.toml").write_text(
+        'id = "ex"\n[variants.triton]\nstub = "e.py"\nentry = "f"\nargs = ["a", "b", "c", "y"]\n'
+        '[inputs.a]\nshape = ["n"]\n[inputs.b]\nshape = ["n"]\ntransform = "both"\n'
+        '[inputs.c]\nshape = ["n"]\ntransform = "both"\n[outputs.y]\nshape = ["n"]\n[[cases]]\nn = 4\n'
+        "[tolerance.float32]\natol = 0\nrtol = 0\n")
+    return load_spec(folder)
+
+
+def test_a_transform_returning_a_dict_runs_once_and_fills_each_input_by_name(tmp_path):
+    spec = write_exercise(tmp_path / "ex", '    both.calls = getattr(both, "calls", 0) + 1\n'
+                                           '    return {"b": a * 2, "c": a + 1, "calls": a * 0 + both.calls}\n')
+    made = generate(spec, spec.cases[0], 3)
+    assert torch.equal(made["b"], made["a"] * 2) and torch.equal(made["c"], made["a"] + 1)
+    from grader.inputs import _reference_module
+    assert _reference_module(spec.folder / "reference.py").both.calls == 1
+
+
+def test_a_dict_transform_without_an_entry_for_an_input_names_the_fix(tmp_path):
+    spec = write_exercise(tmp_path / "ex", '    return {"b": a}\n')
+    with pytest.raises(SpecError, match=r"transform 'both' returned entries \['b'\], none named 'c': return one"):
+        generate(spec, spec.cases[0], 3)
+
+
+def test_the_reference_with_the_exact_out_is_autograds_gradient_of_plain_attention():
+    module = importlib.util.module_from_spec(importlib.util.spec_from_file_location(
+        "fa2_backward_reference", spec_of(BWD).folder / "reference.py"))
+    module.__spec__.loader.exec_module(module)
+    for causal in (False, True):
+        q, k, v, dout = (torch.randn(2, 3, 37, 16, dtype=torch.float64) for _ in range(4))
+        out = module.attention_forward(None, q=q, k=k, v=v, causal=causal)["out"]
+        for ours, autograd in zip(module.flash_gradients(q, k, v, out, dout, causal),
+                                  module.attention_gradients(q, k, v, dout, causal)):
+            assert torch.allclose(ours, autograd, atol=1e-12, rtol=0)
+
+
+# --- the backward's tolerances, against an emulated kernel --------------------------------------------
+def emulated_backward(q, k, v, out, lse, dout, causal, mistake=None):
+    """A flash backward in float64 with the roundings a correct kernel makes (P and dS to the dtype before
+    their matmuls, the outputs to the dtype); `mistake` changes one step as a classic bug does."""
+    dtype = q.dtype
+    rounded = lambda x: x.to(dtype).double()  # noqa: E731
+    q, k, v, out, dout, lse = (t.double() for t in (q, k, v, out, dout, lse))
+    scale = 1 / math.sqrt(q.shape[-1])
+    s = q @ k.transpose(-1, -2) * scale
+    if mistake == "scores_in_half":  # tl.dot(q, k.T).to(q.dtype): a score of 100 keeps 3 significant digits
+        s = rounded(s)
+    if causal:
+        above = torch.ones(s.shape[-1], s.shape[-1], dtype=torch.bool).triu(0 if mistake == "diagonal_masked" else 1)
+        s = s.masked_fill(above, float("-inf"))
+    p = torch.exp2(s * math.log2(math.e) - lse[..., None]) if mistake == "lse_not_in_log2" else torch.exp(s - lse[..., None])
+    delta = half_sum((dout * out).to(dtype)) if mistake == "delta_in_half" else (dout * out).sum(-1, keepdim=True)
+    if mistake == "no_delta":
+        delta = torch.zeros_like(delta)
+    ds = p * (dout @ v.transpose(-1, -2) - delta)
+    dq = rounded(ds) @ k * (1 if mistake == "dq_unscaled" else scale)
+    dk = rounded(ds).transpose(-1, -2) @ q * scale
+    return rounded(dq), rounded(dk), rounded(rounded(p).transpose(-1, -2) @ dout)
+
+
+def half_sum(x: torch.Tensor) -> torch.Tensor:
+    """Row sums as tl.sum takes them in x's dtype: a tree of pairwise additions, each rounded."""
+    dtype, x = x.dtype, x.double()
+    while x.shape[-1] > 1:
+        x = (x[..., 0::2] + x[..., 1::2]).to(dtype).double()
+    return x
+
+
+@pytest.fixture(scope="module")
+def backward_trials():
+    """(case, inputs, reference outputs) for every trial of the backward's CPU cases, one seed."""
+    spec = spec_of(BWD)
+    reference = load_reference(spec.folder / "reference.py")
+    trials = []
+    for case in [c for c in spec.cases if not c.gpu_only]:
+        for trial in range(spec.trials_for(case)):
+            inputs = generate(spec, case, 11, trial)
+            trials.append((case, inputs, reference_outputs(reference, spec, inputs, case.params)))
+    return trials
+
+
+def worst_error(case, inputs, refs, mistake=None) -> float:
+    """The largest |error| / (atol + rtol |expected|) over dq, dk, dv: the grader fails above 1."""
+    tol = spec_of(BWD).tolerance_of(case)
+    got = emulated_backward(*inputs.values(), case.params["causal"], mistake)
+    return max(((g - r).abs() / (tol.atol + tol.rtol * r.abs())).nan_to_num(1e9).max().item() for g, r in zip(got, refs))
+
+
+def test_an_honest_half_precision_backward_passes_every_cpu_case_with_room(backward_trials):
+    worst = {case.label(): worst_error(case, inputs, refs) for case, inputs, refs in backward_trials}
+    assert max(worst.values()) < 0.5, worst  # about 0.4 at most over eight seeds, on the sharp (scale 5.5) case
+
+
+@pytest.mark.parametrize("mistake, case, fails_by", [
+    ("dq_unscaled", "N=17", 50), ("no_delta", "N=17", 10), ("lse_not_in_log2", "N=100", 10),
+    ("diagonal_masked", "N=17", 10), ("scores_in_half", "scale=5.5", 10), ("delta_in_half", "scale=5.5", 3)])
+def test_each_classic_backward_mistake_misses_the_tolerance_on_its_case(backward_trials, mistake, case, fails_by):
+    worst = max(worst_error(c, inputs, refs, mistake) for c, inputs, refs in backward_trials if case in c.label())
+    assert worst > fails_by, f"{mistake}: worst error only {worst:.2f}x the tolerance on {case}"
+
+
+# --- the forward's classic mistakes, graded under the interpreter ---------------------------------
+FORWARD_MISTAKES = {
+    # the accumulator not rescaled when the max grows: right while one key block holds the whole row
+    "no_rescale": ("        acc = acc * alpha[:, None]\n", "", "N=100"),
+    # lse left in log2 units of the scaled scores
+    "lse_in_log2": ("lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453", "lse = m_i + tl.math.log2(l_i)", "N=1 "),
+    # the log of the sum without the row max it was taken under
+    "lse_without_max": ("lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453", "lse = tl.log(l_i)", "N=1 "),
+    # the causal diagonal masked too: row 0 sees no key at all
+    "diagonal_masked": ("keep & (offs_m[:, None] >= cols[None, :])", "keep & (offs_m[:, None] > cols[None, :])", "N=17"),
+    # whole key blocks only: the ragged tail (and, at N = 1, every key) is skipped
+    "no_ragged_tail": ("range(0, end, BLOCK_N)", "range(0, (end // BLOCK_N) * BLOCK_N, BLOCK_N)", "N=1 "),
+    # lse assumed contiguous: right until its head stride is not N
+    "lse_contiguous": ("Lse + off_b * stride_lb + off_h * stride_lh + offs_m * stride_ln", "Lse + off_bh * n_ctx + offs_m",
+                       "lse layout=row_slice"),
+}
+
+
+def forward_mistake(name):
+    plain = submission("flash_attention_v2_plain.py").read_text()
+    old, new, _ = FORWARD_MISTAKES[name]
+    assert old in plain, f"{name}: the line to change is not in the plain kernel"
+    return plain.replace(old, new)
+
+
+@pytest.mark.parametrize("name", list(FORWARD_MISTAKES))
+def test_a_classic_forward_mistake_fails_on_its_case(tmp_path, name):
+    path = tmp_path / "flash_attention_v2.py"
+    path.write_text(forward_mistake(name))
+    check = failing(grade(resolve((FWD,)), submission=path, seed=5))
+    assert check.name == "numerics", check.message
+    assert FORWARD_MISTAKES[name][2] in check.message, check.message
+
+
+@pytest.mark.parametrize("exercise", [FWD, BWD])
+def test_the_stub_imports_and_fails_as_not_implemented(exercise):
+    check = failing(grade(resolve((exercise,)), seed=5))
+    assert check.name == "numerics" and check.details["code"] == "not_implemented", check.message
+
+
+# --- GPU ----------------------------------------------------------------------------------------------
+def load_module(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # Triton's JIT reads the kernels' source through the module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.gpu
+@pytest.mark.solutions
+@pytest.mark.parametrize("exercise", [FWD, BWD])
+def test_the_solution_passes_with_its_figures_beside_torch(exercise):
+    from grader import memory
+
+    result = grade(resolve((exercise,)), source="solutions", seed=3)
+    assert result.status == "passed", result.verdict
+    for t in result.timings:
+        print(f"\n{exercise} {t.case}: you {t.learner_ms:.4g} ms {t.learner_rate:.4g} TFLOP/s, torch {t.torch_ms:.4g} ms "
+              f"{t.torch_rate:.4g} TFLOP/s; extra memory {memory.size_text(t.learner_extra_bytes)} "
+              f"(limit {memory.size_text(t.extra_bytes_limit)})")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("exercise, fixture", [(FWD, "flash_attention_v2_plain.py"),
+                                               (BWD, "flash_attention_v2_backward_plain.py")])
+def test_the_plain_fixture_passes_numerics_and_the_stub_fails_on_a_gpu(exercise, fixture):
+    checks = {c.name: c for c in grade(resolve((exercise,)), submission=submission(fixture), seed=3).checks}
+    assert checks["numerics"].status == "passed", checks["numerics"].message
+    assert failing(grade(resolve((exercise,)), seed=3)).details["code"] == "not_implemented"
+
+
+BACKWARD_MISTAKES = {
+    "dq_unscaled": ("    dq = dq * sm_scale\n", ""),
+    "no_delta": ("ds = p * (dp - delta[:, None])", "ds = p * dp"),
+    "lse_not_in_log2": ("other=float(\"inf\")) * 1.4426950408889634\n    qk_scale", "other=float(\"inf\"))\n    qk_scale"),
+    "diagonal_masked": ("rows[None, :] >= offs_n[:, None]", "rows[None, :] > offs_n[:, None]"),
+    "lse_contiguous": ("Lse + off_b * stride_lb + off_h * stride_lh + rows * stride_ln", "Lse + off_bh * n_ctx + rows"),
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(BACKWARD_MISTAKES) + ["forward:" + n for n in FORWARD_MISTAKES])
+def test_each_classic_mistake_fails_on_a_gpu(tmp_path, name):
+    if name.startswith("forward:"):
+        exercise, text = FWD, forward_mistake(name.split(":")[1])
+    else:
+        exercise, (old, new) = BWD, BACKWARD_MISTAKES[name]
+        plain = submission("flash_attention_v2_backward_plain.py").read_text()
+        assert old in plain, name
+        text = plain.replace(old, new)
+    path = tmp_path / f"{exercise}.py"
+    path.write_text(text)
+    check = failing(grade(resolve((exercise,)), submission=path, seed=3))
+    assert check.name == "numerics", check.message
+    print(f"\n{name}: {check.message[:200]}")
+
+
+def sdpa_figures(causal):
+    """(q, k, v, dout, SDPA forward ms, SDPA backward ms) at the issue's size, the backward timed alone
+    on a retained graph as the Triton tutorial's benchmark does."""
+    import torch.nn.functional as F
+    import triton
+
+    q, k, v, dout = (torch.randn(4, 32, 4096, 128, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+    forward_ms = triton.testing.do_bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    out = F.scaled_dot_product_attention(*leaves, is_causal=causal)
+    backward_ms = triton.testing.do_bench(lambda: torch.autograd.grad(out, leaves, dout, retain_graph=True))
+    return q, k, v, dout, forward_ms, backward_ms
+
+
+@pytest.mark.gpu
+@pytest.mark.solutions
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_solutions_against_sdpa_at_4x32x4096x128_bf16(causal):
+    """The issue's bars: forward >= 80% of SDPA's speed (594 / 525 TFLOP/s measured on an H100), backward
+    >= 60% of SDPA's backward (513 / 447). Prints both paths of the forward (TMA and pointer loads)."""
+    import triton
+
+    forward = load_module(ROOT / "solutions" / FWD / f"{FWD}.py", "fa2_forward_solution")
+    backward = load_module(ROOT / "solutions" / BWD / f"{BWD}.py", "fa2_backward_solution")
+    q, k, v, dout, sdpa_fwd, sdpa_bwd = sdpa_figures(causal)
+    out, lse = torch.empty_like(q), torch.empty(q.shape[:-1], device="cuda", dtype=torch.float32)
+    dq, dk, dv = (torch.empty_like(q) for _ in range(3))
+    flops = 4 * 4 * 32 * 4096 * 4096 * 128 * (0.5 if causal else 1.0)
+    figures = {}
+    for tma in (False, True):
+        forward.USE_TMA = tma
+        figures[f"forward ({'TMA' if tma else 'pointer loads'})"] = triton.testing.do_bench(
+            lambda: forward.flash_attention_v2(q, k, v, out, lse, causal))
+    figures["backward"] = triton.testing.do_bench(
+        lambda: backward.flash_attention_v2_backward(q, k, v, out, lse, dout, dq, dk, dv, causal))
+    print(f"\ncausal={causal}: SDPA forward {sdpa_fwd:.3f} ms {flops / sdpa_fwd / 1e9:.0f} TFLOP/s, "
+          f"SDPA backward {sdpa_bwd:.3f} ms {2.5 * flops / sdpa_bwd / 1e9:.0f} TFLOP/s")
+    for name, ms in figures.items():
+        rate = (2.5 if name == "backward" else 1) * flops / ms / 1e9
+        print(f"  solution {name}: {ms:.3f} ms {rate:.0f} TFLOP/s, {(sdpa_bwd if name == 'backward' else sdpa_fwd) / ms:.0%} of SDPA's speed")
+    reference = load_module(spec_of(BWD).folder / "reference.py", "fa2_backward_reference_gpu")
+    want = reference.attention_gradients(*(t[:1, :2].double().cpu() for t in (q, k, v, dout)), causal)
+    for got, expected in zip((dq, dk, dv), want):
+        torch.testing.assert_close(got[:1, :2].double().cpu(), expected, atol=3e-2, rtol=3e-2)
+    assert sdpa_fwd / min(figures["forward (TMA)"], figures["forward (pointer loads)"]) >= 0.8
+    assert sdpa_bwd / figures["backward"] >= 0.6
