@@ -62,7 +62,7 @@ def grade(words, lang, plan_id, source, submission, seed, timeout, as_json, stri
     """Grade one exercise: `kcourse grade week2 reduction` or `kcourse grade reduction`."""
     from grader.sandbox import early_child
 
-    target = _resolve(words, lang, plan_id)
+    target = _resolve(words, lang, plan_id, submission)
     child = early_child(target.variant.kind)  # before the import below: the worker's start-up overlaps the grader's
 
     from grader.grade import grade as run_grade
@@ -84,7 +84,7 @@ def watch(words, lang, plan_id, source, submission, quick, no_sanitize) -> None:
     """Re-grade your file every time you save it (Ctrl-C to stop): `kcourse watch softmax`."""
     from grader.watch import watch as run_watch
 
-    target = _resolve(words, lang, plan_id)
+    target = _resolve(words, lang, plan_id, submission)
 
     def show(result):
         click.echo(console.format_grade(result))
@@ -111,8 +111,16 @@ def _export(results, junit, gradescope, annotate: bool = True) -> None:
             click.echo(line)
 
 
-def _resolve(words, lang, plan_id):
+def _resolve(words, lang, plan_id, submission: Path | None = None):
+    """What was typed -> a target. Without --lang, a --file's suffix picks the version where the exercise
+    has several (`kcourse grade softmax --file mine.cu` is the CUDA one)."""
+    guessed = {".cu": "cuda", ".py": "triton"}.get(submission.suffix) if submission and not lang else None
     try:
+        if guessed:
+            try:
+                return resolve(tuple(words), lang=guessed, plan_id=plan_id)
+            except (ResolveError, SpecError):
+                pass  # no such version: resolved as typed, and the load check says what the file should be
         return resolve(tuple(words), lang=lang, plan_id=plan_id)
     except (ResolveError, SpecError) as exc:
         raise click.UsageError(str(exc)) from None

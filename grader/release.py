@@ -26,6 +26,7 @@ INSTRUCTOR_ONLY = ("solutions", "tests/fixtures", ".ci", ".github", "learner")
 LEARNER_SCRIPTS = ("scripts/setup.sh",)
 LEARNER_OVERLAY = "learner"
 MIN_DISTINCTIVE_LENGTH = 24  # shorter lines (braces, imports, signatures) are shared with stubs anyway
+SCAFFOLD_FRACTION = 0.3  # a stub may give up to this share of its solution's long lines (host code, bindings)
 LEAK_LINES = 5  # this many of a solution's long lines in one released file is a leak (stubs share 2 or 3)
 
 
@@ -109,12 +110,22 @@ def _notebook_sources(path: Path) -> list[str] | None:
 
 
 def solution_lines(root: Path) -> dict[Path, set[str]]:
-    """Per solution file, its lines long enough to be telling (short ones are braces and imports)."""
-    return {
-        path: {line for line in _lines(path) if len(line) >= MIN_DISTINCTIVE_LENGTH}
-        for path in sorted((root / "solutions").rglob("*"))
-        if path.is_file() and path.suffix in (".py", ".cu", ".cuh", ".cpp", ".h")
-    }
+    """Per solution file, its lines long enough to be telling (short ones are braces and imports), less
+    the scaffolding its own stub gives the learner (a torch operator's input checks and bindings)."""
+    telling = {}
+    for path in sorted((root / "solutions").rglob("*")):
+        if path.is_file() and path.suffix in (".py", ".cu", ".cuh", ".cpp", ".h"):
+            lines = {line for line in _lines(path) if len(line) >= MIN_DISTINCTIVE_LENGTH}
+            telling[path] = lines - _given(root, path, lines)
+    return telling
+
+
+def _given(root: Path, solution: Path, lines: set[str]) -> set[str]:
+    """Lines the exercise's stub (same name, exercises/<id>/) shares with its solution: given code, unless
+    the stub holds most of the solution (a stub overwritten with it), which is a leak, not scaffolding."""
+    stub = root / "exercises" / solution.relative_to(root / "solutions")
+    shared = lines & _lines(stub) if stub.is_file() else set()
+    return shared if len(shared) <= SCAFFOLD_FRACTION * len(lines) else set()
 
 
 def find_leaks(kit: Path, solutions: dict[Path, set[str]]) -> list[str]:

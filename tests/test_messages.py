@@ -22,9 +22,10 @@ def test_an_exercise_without_a_cuda_version_says_so(tmp_path):
     source = tmp_path / "mine.cu"
     source.write_text("")
     with pytest.raises(loading.EntryError) as raised:
-        loading.load(resolve(("softmax",)).variant, source, None, "learner")
+        loading.load(resolve(("softmax_backward",)).variant, source, None, "learner")
     assert raised.value.code == "wrong_language"
-    assert str(raised.value) == "mine.cu is not a Python file, and softmax has no CUDA version: give a .py file like softmax.py with --file"
+    assert str(raised.value) == ("mine.cu is not a Python file, and softmax_backward has no CUDA version: give a .py "
+                                 "file like softmax_backward.py with --file")
 
 
 def test_grading_a_cu_file_as_triton_is_a_load_verdict_not_a_traceback(tmp_path):
@@ -32,10 +33,19 @@ def test_grading_a_cu_file_as_triton_is_a_load_verdict_not_a_traceback(tmp_path)
 
     source = tmp_path / "x.cu"
     source.write_text("x = 1\n")
-    result = grade(resolve(("softmax",)), submission=source, seed=3)
+    result = grade(resolve(("softmax_backward",)), submission=source, seed=3)
     check = next(c for c in result.checks if c.status == "failed")
     assert check.name == "load" and check.details["code"] == "wrong_language"
-    assert "give a .py file like softmax.py" in result.verdict and "AttributeError" not in result.verdict
+    assert "give a .py file like softmax_backward.py" in result.verdict and "AttributeError" not in result.verdict
+
+
+def test_a_cu_file_picks_the_cuda_version_of_an_exercise_that_has_both(tmp_path):
+    from grader.cli import _resolve
+
+    assert _resolve(("softmax",), None, None, tmp_path / "mine.cu").variant.lang == "cuda"
+    assert _resolve(("softmax",), None, None, tmp_path / "mine.py").variant.lang == "triton"
+    assert _resolve(("softmax",), None, None).variant.lang == "triton"  # the spec's default_lang
+    assert _resolve(("softmax_backward",), None, None, tmp_path / "mine.cu").variant.lang == "triton"
 
 
 def test_a_compile_failure_message_names_the_first_error_on_its_first_line(tmp_path):

@@ -156,3 +156,14 @@ def test_the_kits_tests_that_need_the_instructors_files_skip_there_saying_why(co
     assert "failed" not in proc.stdout
     assert "tests/fixtures/submissions/ is absent (a learner's kit)" in proc.stdout
     assert "solutions/ is absent (a learner's kit)" in proc.stdout
+
+
+def test_scaffolding_a_stub_gives_is_not_a_leak_but_a_stub_overwritten_with_its_solution_is(course, tmp_path):
+    from grader.release import solution_lines
+
+    telling = solution_lines(course)[course / "solutions/flash_attention_v1/flash_attention_v1.cu"]
+    assert "const c10::DeviceGuard guard(q.device());" not in telling  # the operator's host code, given in the stub
+    shutil.copy(course / "solutions/reduction/reduction.cu", course / "exercises/reduction/reduction.cu")
+    git(course, "add", "-A")
+    with pytest.raises(ReleaseError, match=r"exercises/reduction/reduction.cu contains \d+ lines of reduction.cu"):
+        release(tmp_path / "kit", root=course)
