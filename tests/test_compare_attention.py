@@ -268,6 +268,7 @@ def test_on_a_machine_without_a_gpu_it_says_it_needs_one_and_records_nothing(mon
     assert store.latest("compare_attention") is None
 
 
+@pytest.mark.solutions
 def test_the_command_passes_the_sweeps_options_and_prints_the_tables(fake_child):
     calls, _ = fake_child
     result = run("compare", "attention", "--source", "solutions", "--lengths", "256,1024", "--heads", "4",

@@ -129,6 +129,7 @@ def test_timed_bytes_count_x_out_and_the_taps():
 
 
 @pytest.mark.nvcc
+@pytest.mark.solutions
 def test_the_solution_compiles_every_radius_without_spills():
     result = build.build_shared_library(ROOT / "solutions" / "conv1d" / "conv1d.cu")
     assert result.ok, result.log

@@ -135,6 +135,7 @@ def test_float32_accumulation_passes_every_case(name):
 
 
 @pytest.mark.nvcc
+@pytest.mark.solutions
 def test_the_solution_compiles_without_spills_within_its_launch_bounds():
     result = build.build_shared_library(ROOT / "solutions" / "conv2d" / "conv2d.cu")
     assert result.ok, result.log

@@ -246,6 +246,7 @@ def test_honest_blurs_pass_every_case(name):
 
 
 @pytest.mark.nvcc
+@pytest.mark.solutions
 @pytest.mark.parametrize("exercise_id", ["rgb_to_gray", "blur"])
 def test_the_solutions_compile_without_spills_or_local_arrays(exercise_id):
     spec = exercise(exercise_id)

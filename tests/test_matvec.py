@@ -108,6 +108,7 @@ def test_honest_kernels_pass_every_case(name):
 
 
 @pytest.mark.nvcc
+@pytest.mark.solutions
 def test_the_solution_compiles_without_spills():
     result = build.build_shared_library(ROOT / "solutions" / "matvec" / "matvec.cu")
     assert result.ok, result.log
