@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from grader.discovery import discover_exercises, pick_plan
 from grader.plans import Plan, load_plans
-from grader.progress import grade_statuses
+from grader.progress import grade_statuses, requirement_command, requirement_name
 
 
 def status_of(statuses: dict[str, str], exercise_id: str, lang: str | None) -> str:
@@ -24,6 +24,8 @@ def format_plan(plan: Plan, statuses: dict[str, str], exercises: dict) -> str:
             known = "" if item.id in exercises else "  (missing exercise folder!)"
             extra = " (extra)" if item.extra else ""
             lines.append(f"          - {item.id} [{item.lang or 'any'}]{extra}: {status_of(statuses, item.id, item.lang)}{known}")
+        for requirement in unit.requirements:  # records, not grades: `kcourse progress` says whether they exist
+            lines.append(f"          + {requirement_name(requirement)}: `{requirement_command(requirement, plan, unit)}`")
         for topic in unit.planned:
             lines.append(f"          · {topic} (planned)")
     return "\n".join(lines)

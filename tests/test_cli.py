@@ -49,6 +49,7 @@ def test_list_shows_plans_units_exercises_and_status():
     assert "week2" in output and "reduction [cuda]: not graded" in output
     assert "vector_add [triton]: failed" in output
     assert "flash_attention_v2_backward [triton]: not graded" in output
+    assert "+ attention comparison: `kcourse compare attention`" in output  # a record the week needs, and how
 
 
 def test_env_check_records_and_day1_report_renders_it(isolated_state):
