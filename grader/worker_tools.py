@@ -21,6 +21,11 @@ def profiling_case(worker) -> Case:
     """The largest timed size on a GPU; on the CPU the largest case the interpreter can take."""
     if worker.device == "cuda" and worker.spec.performance.cases:
         return worker.spec.performance.cases[-1]
+    return last_cpu_case(worker)
+
+
+def last_cpu_case(worker) -> Case:
+    """The largest case every machine runs (listed last) that this version of the exercise takes."""
     return [c for c in worker.spec.cases if not c.gpu_only and worker.variant.accepts(c)][-1]
 
 
@@ -114,7 +119,7 @@ def tune(worker, learner) -> dict[str, Any]:
     """Every configuration: checked on a ragged size with fresh inputs, then timed at the largest size."""
     from grader import timing
 
-    check_case = [c for c in worker.spec.cases if not c.gpu_only and worker.variant.accepts(c)][-1]
+    check_case = last_cpu_case(worker)
     time_case = worker.spec.performance.cases[-1] if worker.spec.performance.cases else None
     work, ceiling, unit = worker.work_and_ceiling(time_case) if time_case else (None, None, "")
     rows = []
