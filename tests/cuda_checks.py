@@ -37,3 +37,16 @@ def numerics(result):
 def figures(result) -> str:
     return "; ".join(f"{t.case}: you {t.learner_rate or 0:.0f} {t.unit} ({t.roofline_pct or 0:.0f}%), solution "
                      f"{t.solution_rate or 0:.0f}, torch {t.torch_rate or 0:.0f} {t.unit}" for t in result.timings)
+
+
+def mutant(base: str, mistake: str, edits: list[tuple[str, str]], folder: Path) -> Path:
+    """A correct fixture with one classic mistake edited in, written to `folder` as `<base stem>_<mistake>.cu`:
+    a mistake is its few changed lines, not another copy of the whole kernel. Each `old` text must occur in
+    the base exactly once, so an edit of the base that moves it fails here, loudly, not by testing nothing."""
+    source = submission(base).read_text()
+    for old, new in edits:
+        assert source.count(old) == 1, f"{base}: {old!r} occurs {source.count(old)} times; update the edit"
+        source = source.replace(old, new)
+    path = folder / f"{Path(base).stem.removesuffix('_minimal')}_{mistake}{Path(base).suffix}"
+    path.write_text(f"// Mistake {mistake}: {base} with {len(edits)} edit(s)\n" + source)
+    return path

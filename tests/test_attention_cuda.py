@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from conftest import HAS_GPU, ROOT, _session_cache, submission
+from cuda_checks import mutant
 from grader import memory
 from grader.build import compile_check_torch_op
 from grader.checking import compare, load_reference, reference_outputs
@@ -34,7 +35,22 @@ STUB = SPEC.folder / "flash_attention_v1.cu"
 SOLUTION = ROOT / "solutions" / "flash_attention_v1" / "flash_attention_v1.cu"
 KERNELS = {f"void flash_fwd_kernel<{t}, {d}, {c}>(Params)" for t in ("__half", "__nv_bfloat16") for d in (64, 128)
            for c in ("false", "true")}
-MISTAKES = ["no_rescale", "no_max", "unmasked_tail", "causal_off_by_one", "ignores_strides"]
+# The classic mistakes of the ladder's first kernel, each an edit of tests/fixtures/submissions/flash_attention_v1_minimal.cu.
+MISTAKES = {
+    "no_rescale": [("acc[c] = acc[c] * alpha + p_j", "acc[c] = acc[c] + p_j")],  # l is rescaled, acc is not
+    "no_max": [("const float m_new = fmaxf(m, s);", "const float m_new = 0.f;"),  # exp(s) overflows past 88
+               ("const float alpha = expf(m - m_new);", "const float alpha = 1.f;"),
+               ("const float p_j = expf(s - m_new);", "const float p_j = expf(s);")],
+    "unmasked_tail": [("if (key >= n_ctx || (CAUSAL && key > row)) break;", "if (CAUSAL && key > row) break;")],
+    "causal_off_by_one": [("(CAUSAL && key > row)", "(CAUSAL && key >= row)")],  # row 0 sees no key
+    "ignores_strides": [("q[row * p.q.row + c * p.q.col]", "q[row * D + c]"),   # rows assumed d apart
+                        ("k[key * p.k.row + c * p.k.col]", "k[key * D + c]"),
+                        ("v[key * p.v.row + c * p.v.col]", "v[key * D + c]")],
+}
+
+
+def mistake_file(mistake: str, folder) -> "Path":
+    return mutant("flash_attention_v1_minimal.cu", mistake, MISTAKES[mistake], folder)
 
 
 def checks_by_name(result):
@@ -177,11 +193,11 @@ def test_the_played_minimal_kernel_passes_every_case():
     ("causal_off_by_one", "causal=True"),  # row 0 sees no key: 0 / 0
     ("ignores_strides", "layout=row_slice"),
 ])
-def test_each_classic_mistake_fails_a_case_of_the_spec(mistake, fails_on):
+def test_each_classic_mistake_fails_a_case_of_the_spec(mistake, fails_on, tmp_path):
     found = verdicts(mistake)
     failed = [label for label, code in found.items() if code != "ok"]
     assert any(fails_on in label for label in failed), (mistake, found)
-    assert submission(f"flash_attention_v1_{mistake}.cu").exists()  # the GPU tests grade it (skips in a learner's kit)
+    assert mistake_file(mistake, tmp_path).exists()  # the GPU tests grade it: its edits still apply
 
 
 # --- GPU: the real operators ---------------------------------------------------------------------------
@@ -231,9 +247,9 @@ def test_the_ladders_first_kernel_passes_numerics_and_is_timed():
 
 @pytest.mark.gpu
 @pytest.mark.solutions
-@pytest.mark.parametrize("mistake", MISTAKES)
-def test_each_classic_mistake_fails_on_the_gpu(mistake):
-    result = grade(resolve(("flash_attention_v1",), lang="cuda"), submission=submission(f"flash_attention_v1_{mistake}.cu"),
+@pytest.mark.parametrize("mistake", list(MISTAKES))
+def test_each_classic_mistake_fails_on_the_gpu(mistake, tmp_path):
+    result = grade(resolve(("flash_attention_v1",), lang="cuda"), submission=mistake_file(mistake, tmp_path),
                    seed=5, quick=True)
     numerics = checks_by_name(result)["numerics"]
     assert numerics.status == FAILED, numerics.message
