@@ -88,9 +88,10 @@ def _source_key(sources: list[Path], flags: list[str], compiler: str) -> str:
 
 
 def build_shared_library(source: Path, arch: str | None = None, nvcc: str | None = None,
-                         defines: dict[str, object] | None = None) -> BuildResult:
+                         defines: dict[str, object] | None = None, link: list[str] | None = None) -> BuildResult:
     """Compile one .cu file to a shared library for `arch` (default: sm_90), reusing a cached build.
-    `defines` become -DNAME=VALUE (how `kcourse tune` tries a CUDA exercise's compile-time block sizes)."""
+    `defines` become -DNAME=VALUE (how `kcourse tune` tries a CUDA exercise's compile-time block sizes);
+    `link` names CUDA libraries to link (a spec's `link = ["cublas"]`, see link_flags)."""
     started = time.perf_counter()
     nvcc = nvcc or find_nvcc()
     arch = arch or DEFAULT_ARCH
@@ -98,6 +99,10 @@ def build_shared_library(source: Path, arch: str | None = None, nvcc: str | None
         return BuildResult(ok=False, seconds=0.0, arch=arch, log=NVCC_HINT)
     flags = ["-O3", "-std=c++17", f"-arch={arch}", "-lineinfo", "-Xptxas", "-v", "-shared", "-Xcompiler", "-fPIC"]
     flags += [f"-D{name}={value}" for name, value in sorted((defines or {}).items())]
+    library_flags, missing = link_flags(link or [], nvcc)
+    if missing:
+        return BuildResult(ok=False, seconds=0.0, arch=arch, skipped=True, log=missing_library_message(missing))
+    flags += library_flags
     out_dir = build_cache_dir() / _source_key([source], flags, nvcc_version(nvcc) + nvcc)
     library, report = out_dir / "lib.so", out_dir / "ptxas.txt"
     if library.exists():
@@ -106,7 +111,7 @@ def build_shared_library(source: Path, arch: str | None = None, nvcc: str | None
     out_dir.mkdir(parents=True, exist_ok=True)
     with _locked(out_dir):  # several graders (grade-batch) may build the same source at once
         if library.exists():
-            return build_shared_library(source, arch, nvcc, defines)
+            return build_shared_library(source, arch, nvcc, defines, link)
         ok, log = _run_ninja(out_dir, nvcc, flags, source)
         result = BuildResult(ok=ok, seconds=time.perf_counter() - started, arch=arch, resources=parse_resources(log))
         if ok:
@@ -117,6 +122,43 @@ def build_shared_library(source: Path, arch: str | None = None, nvcc: str | None
             by_hand = [nvcc, *flags, "-o", f"/tmp/{source.stem}.so", str(source.resolve())]
             result.log = format_compiler_errors(log, source, fallback=False) or silent_compiler_hint(by_hand)
     return result
+
+
+def cuda_library_dirs(nvcc: str) -> list[Path]:
+    """Folders that may hold a CUDA library: the toolkit's (beside nvcc, CUDA_HOME, /usr/local/cuda), then
+    NVIDIA's pip wheels on sys.path (nvidia/cu13/lib, nvidia/cublas/lib: the cuBLAS a CUDA torch installs)."""
+    roots = [Path(nvcc).resolve().parent.parent] + [Path(os.environ[e]) for e in ("CUDA_HOME", "CUDA_PATH")
+                                                    if os.environ.get(e)] + [Path("/usr/local/cuda")]
+    dirs = [d for root in roots for d in (root / "lib64", root / "lib", *sorted(root.glob("targets/*/lib")))]
+    dirs += [d for entry in sys.path if entry and Path(entry).is_dir() for d in sorted(Path(entry).glob("nvidia/*/lib"))]
+    return list(dict.fromkeys(d for d in dirs if d.is_dir()))
+
+
+def link_flags(names: list[str], nvcc: str) -> tuple[list[str], list[str]]:
+    """nvcc flags linking each library of `names` (-L, -l, an rpath so the grader's child finds it at load
+    time, and the include/ beside it for the headers), and the names found nowhere. A pip wheel ships only
+    the versioned file (libcublas.so.13): that one is linked by its file name."""
+    flags, missing = [], []
+    for name in names:
+        found = next(((d, f) for d in cuda_library_dirs(nvcc)
+                      for f in [d / f"lib{name}.so", *sorted(d.glob(f"lib{name}.so.*"))] if f.exists()), None)
+        if found is None:
+            missing.append(name)
+            continue
+        folder, file = found
+        include = folder.parent / "include"
+        flags += [f"-I{include}"] if include.is_dir() else []
+        flags += [f"-L{folder}", "-Xlinker", f"-rpath={folder}",
+                  f"-l{name}" if file.name == f"lib{name}.so" else f"-l:{file.name}"]
+    return flags, missing
+
+
+def missing_library_message(names: list[str]) -> str:
+    """The machine, not the learner, lacks a library the exercise links: say what to install."""
+    listed = ", ".join(f"lib{n}" for n in names)
+    return (f"this machine has no {listed} (the exercise's spec links it): the CUDA Toolkit here lacks it. Install the "
+            f"full CUDA Toolkit, or NVIDIA's wheel (`pip install nvidia-{names[0]}` for CUDA 13, nvidia-{names[0]}-cu12 for "
+            "CUDA 12), then grade again")
 
 
 @contextlib.contextmanager

@@ -15,6 +15,7 @@ from grader.discovery import ResolveError, resolve
 from grader.spec import SpecError
 
 SOURCES = click.Choice(["learner", "stubs", "solutions"])
+LANGS = "cuda|triton|VERSION"  # a version's name; the spec checks it and lists the ones an exercise has
 SOURCE_HELP = ("learner/stubs: the files in exercises/; solutions: the hidden solutions in the learner's place "
                "(env KCOURSE_SOURCE does the same, for CI systems that set variables).")
 
@@ -23,7 +24,8 @@ def learner_code_options(command):
     """What names the code to run: `week2 reduction` or `reduction`, --lang, --plan, --source, --file."""
     for option in reversed([
         click.argument("words", nargs=-1, required=True),
-        click.option("--lang", type=click.Choice(["cuda", "triton"]), help="Pick the language where an exercise has both."),
+        click.option("--lang", type=str, metavar=LANGS, help="Pick the version where an exercise has several: its "
+                     "language, or the name its spec gives it (add2 --lang setup)."),
         click.option("--plan", "plan_id", help="Resolve the week/day in this plan (default: the 11-week plan)."),
         click.option("--source", type=SOURCES, default="learner", show_default=True, envvar="KCOURSE_SOURCE", help=SOURCE_HELP),
         click.option("--file", "submission", type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -156,7 +158,7 @@ def list_command(plan_id, show_all) -> None:
 @click.option("--source", type=SOURCES, default="solutions", show_default=True, envvar="KCOURSE_SOURCE",
               help="solutions: every solution must pass; stubs: every stub must fail (env KCOURSE_SOURCE).")
 @click.option("--only", "only", multiple=True, help="Only this exercise id (repeatable).")
-@click.option("--lang", type=click.Choice(["cuda", "triton"]), help="Only this language.")
+@click.option("--lang", type=str, metavar=LANGS, help="Only this language (or version name).")
 @click.option("--plan", "plan_id", help="Only the exercises of this plan.")
 @click.option("--unit", help="Only the exercises of this week/day of the plan (e.g. week2).")
 @click.option("--seed", type=int)
@@ -185,7 +187,7 @@ def validate(source, only, lang, plan_id, unit, seed, as_json, strict, junit, gr
 
 
 @main.command()
-@click.option("--only", "only", multiple=True, help="Only this exercise id (repeatable).")
+@click.option("--only", "only", multiple=True, help="Only this exercise id, or id:lang for one variant (repeatable).")
 def calibrate(only) -> None:
     """Instructors, on a GPU: time every solution and record it in calibration/calibration.json."""
     from grader import calibration
@@ -198,7 +200,8 @@ def calibrate(only) -> None:
         calibration.load()  # refuse before measuring if the file is corrupt: nothing is changed
     except calibration.CalibrationError as exc:
         raise click.UsageError(str(exc)) from None
-    targets = [t for t in all_targets() if (not only or t.spec.id in only) and solution_file(t.spec, t.variant).exists()]
+    targets = [t for t in all_targets() if (not only or t.spec.id in only or t.key in only)
+               and solution_file(t.spec, t.variant).exists()]
     if not targets:
         raise click.UsageError("no solutions found to calibrate (is solutions/ present?)")
     rows, path = [], None
@@ -260,7 +263,7 @@ def release(target_dir) -> None:
 @main.command("grade-batch")
 @click.argument("submissions", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--only", "only", multiple=True, help="Only this exercise id (repeatable).")
-@click.option("--lang", type=click.Choice(["cuda", "triton"]))
+@click.option("--lang", type=str, metavar=LANGS)
 @click.option("--plan", "plan_id", help="Only the exercises of this plan.")
 @click.option("--unit", help="Only the exercises of this week/day.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("gradebook"),
@@ -346,7 +349,7 @@ def _lengths(ctx, param, value):
 @main.command("compare")
 @click.argument("exercise")
 @click.argument("files", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--lang", type=click.Choice(["cuda", "triton"]), help="Pick the language where an exercise has both "
+@click.option("--lang", type=str, metavar=LANGS, help="Pick the language where an exercise has both "
               "(default: the files' suffix).")
 @click.option("--seed", type=int, help="Seed for the inputs, the same for every file.")
 @click.option("--timeout", type=float, help="Seconds each file's code may run (default: the exercise's).")

@@ -75,7 +75,8 @@ def resolve(words: tuple[str, ...], lang: str | None = None, plan_id: str | None
         raise ResolveError(f"{unit_key} of {plan.id!r} has no exercise {exercise_id!r}{planned}." + suggest(exercise_id, names))
     langs = {e.lang for e in listed}
     if len(langs) > 1 and lang is None:
-        raise ResolveError(f"{unit_key} has {exercise_id} in {' and '.join(sorted(map(str, langs)))}: add --lang cuda|triton")
+        raise ResolveError(f"{unit_key} has {exercise_id} in {' and '.join(sorted(map(str, langs)))}: add --lang "
+                           + "|".join(sorted(map(str, langs))))
     target = _by_id(exercises, exercise_id, lang or listed[0].lang)
     target.unit, target.plan = unit_key, plan.id
     return target

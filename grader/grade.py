@@ -11,11 +11,12 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from grader import build, calibration, hints, kit, sandbox, sanitize, store
+from grader import build, calibration, hints, kit, occupancy, op_build, sandbox, sanitize, store
 from grader.judge import Judge
 from grader.paths import course_root, solutions_dir
 from grader.discovery import Target, solution_file, stub_file
 from grader.records import ERROR, FAILED, PASSED, SKIPPED, Check, GradeResult, Timing
+from grader.spec import BUILDS
 
 BACKGROUND = "background"  # sanitize_code=BACKGROUND: the verdict does not wait for compute-sanitizer
 PENDING = "sanitizer_pending"
@@ -132,8 +133,11 @@ def _build_and_run(target, path, result, seed, timeout_s, job, quick, gpu, child
         result.phases["build"] = round(time.monotonic() - started, 3)
         if not ok:
             return
+    elif variant.kind == "torch_op" and gpu and op_build.missing_tool(variant):  # cmake, say: the machine's lack
+        result.add(Check("build", ERROR, op_build.missing_tool(variant), {"code": "no_build_tool"}))
+        return
     elif variant.kind == "torch_op" and not gpu:
-        _compile_check_torch_op(path, result)
+        _compile_check_torch_op(path, result, variant)
         return
     calibration_data, calibration_error = None, None
     if timing and job["solution"] is None:
@@ -291,16 +295,21 @@ def _calibration(target: Target) -> tuple[dict | None, str | None]:
 
 def _build_raw_cuda(path: Path, solution: Path | None, job: dict, result: GradeResult, gpu: bool, variant) -> bool:
     arch = build.gpu_arch() if gpu else None
-    built = build.build_shared_library(path, arch)
+    built = build.build_shared_library(path, arch, link=variant.link)
     result.build = built.to_dict()
+    if built.skipped:  # the machine lacks a library the spec links (cuBLAS): nothing the learner can fix
+        result.add(Check("build", SKIPPED, built.log, {"code": "library_missing"}))
+        result.add(Check("numerics", SKIPPED, "not built: " + built.log.split(":")[0], {"code": "library_missing"}))
+        return False
     if not built.ok:
         code = "no_nvcc" if built.log == build.NVCC_HINT else "build_error"
         result.add(Check("build", ERROR if code == "no_nvcc" else FAILED,
                          build.failure_message(path, built.log) if code == "build_error" else built.log, {"code": code}))
         return False
     timing = "cached" if built.cached else f"{built.seconds:.2f} s"
-    report = build.format_resources(built.resources)
-    result.add(Check("build", PASSED, f"compiled for {built.arch} ({timing})\n{report}", {"resources": built.resources}))
+    report, occupied = _resource_report(built, path, variant, gpu)
+    result.add(Check("build", PASSED, f"compiled for {built.arch} ({timing})\n{report}",
+                     {"resources": built.resources, "occupancy": occupied}))
     entry_problem = build.check_entry_point(Path(built.library), path, variant.entry, len(variant.args))
     if entry_problem:
         code, message = entry_problem
@@ -313,15 +322,15 @@ def _build_raw_cuda(path: Path, solution: Path | None, job: dict, result: GradeR
         return False
     job["learner_library"] = built.library
     if solution is not None:
-        solution_build = build.build_shared_library(solution, arch)
+        solution_build = build.build_shared_library(solution, arch, link=variant.link)
         job["solution_library"] = solution_build.library if solution_build.ok else None
         if not solution_build.ok:
             job["solution"] = None
     return True
 
 
-def _compile_check_torch_op(path: Path, result: GradeResult) -> None:
-    built = build.compile_check_torch_op(path)
+def _compile_check_torch_op(path: Path, result: GradeResult, variant=None) -> None:
+    built = build.compile_check_torch_op(_project_file(path, variant))
     result.build = built.to_dict()
     if built.log == build.NVCC_HINT:
         result.add(Check("build", ERROR, built.log, {"code": "no_nvcc"}))
@@ -333,7 +342,25 @@ def _compile_check_torch_op(path: Path, result: GradeResult) -> None:
     if not built.ok:
         result.add(Check("build", FAILED, build.failure_message(path, built.log), {"code": "build_error"}))
         return
-    result.add(Check("build", PASSED, f"compiled against torch's headers for {built.arch} (compile only)\n"
-                     + build.format_resources(built.resources), {"resources": built.resources}))
+    later = f"; {BUILDS[variant.build]} builds the operator on a GPU" if variant is not None and variant.build != "jit" else ""
+    report, occupied = _resource_report(built, path, variant, False)
+    result.add(Check("build", PASSED, f"compiled against torch's headers for {built.arch} (compile only{later})\n"
+                     + report, {"resources": built.resources, "occupancy": occupied}))
     result.add(Check("numerics", SKIPPED, "no GPU found: the operator was compiled, not run", {"code": "no_gpu"}))
     result.add(Check("speed", SKIPPED, "no GPU found: timing skipped", {"code": "no_gpu"}))
+
+
+def _resource_report(built: build.BuildResult, path: Path, variant, gpu: bool) -> tuple[str, list[dict]]:
+    """nvcc's report per kernel, then the theoretical occupancy of each kernel that declares __launch_bounds__."""
+    lines, figures = occupancy.describe(built.resources, path.read_text(errors="replace"), built.arch, gpu)
+    return build.format_resources(built.resources) + lines, figures
+
+
+def _project_file(path: Path, variant) -> Path:
+    """The learner's file where its project's given headers are beside it (a copy with the spec's `files`)."""
+    if variant is None or not variant.files:
+        return path
+    from grader.paths import build_cache_dir
+
+    folder = build_cache_dir() / ("check-" + op_build.extension_name(variant, path))
+    return op_build.stage(variant, path, folder) / variant.stub

@@ -129,8 +129,9 @@ def integer_range(dtype: torch.dtype) -> tuple[int, int]:
     return (0, 256) if dtype == torch.uint8 else (1, 100)
 
 
-def generate(spec: ExerciseSpec, case: Case, seed: int, trial: int = 0) -> dict[str, torch.Tensor]:
-    """The inputs of one trial, on the CPU, contiguous, in the case's dtype."""
+def generate(spec: ExerciseSpec, case: Case, seed: int, trial: int = 0, device: str = "cpu") -> dict[str, torch.Tensor]:
+    """The inputs of one trial, on the CPU, contiguous, in the case's dtype. Draws are always made on the CPU
+    (the same values everywhere); `device` is where transforms compute (heavy.py: "cuda")."""
     made = {}
     shared: dict[str, dict[str, torch.Tensor]] = {}  # transforms that make several inputs at once (see own_entry)
     for index, t in enumerate(spec.inputs):
@@ -153,7 +154,7 @@ def generate(spec: ExerciseSpec, case: Case, seed: int, trial: int = 0) -> dict[
             _apply_special(x, options["special"], tensor_seed)
         if transform:
             if transform not in shared:
-                x = transformed(spec, transform, x, case, made)
+                x = transformed(spec, transform, x, case, made, device)
                 if isinstance(x, dict):
                     shared[transform] = x
             if transform in shared:
@@ -162,7 +163,8 @@ def generate(spec: ExerciseSpec, case: Case, seed: int, trial: int = 0) -> dict[
     return made
 
 
-def transformed(spec: ExerciseSpec, name: str, x: torch.Tensor, case: Case, made: dict[str, torch.Tensor]) -> torch.Tensor:
+def transformed(spec: ExerciseSpec, name: str, x: torch.Tensor, case: Case, made: dict[str, torch.Tensor],
+                device: str = "cpu") -> torch.Tensor | dict[str, torch.Tensor]:
     """x (in float64) through reference.py's function `name`. Keyword-only parameters it declares are filled
     from the case's parameters and the inputs drawn before this one, by name: how one input follows another
     (a CSR matrix's column indices follow its row pointers, `def csr_col_idx(x, *, row_ptr, K)`). An integer
@@ -171,8 +173,15 @@ def transformed(spec: ExerciseSpec, name: str, x: torch.Tensor, case: Case, made
     function = transform_function(spec, name)
     known = {**case.params, **made}
     declared = inspect.signature(function).parameters.values()
-    keywords = {p.name: known[p.name] for p in declared if p.kind is p.KEYWORD_ONLY and p.name in known}
-    return function(x.double(), **keywords)
+    keywords = {p.name: _on(known[p.name], device) for p in declared if p.kind is p.KEYWORD_ONLY and p.name in known}
+    result = function(x.double().to(device), **keywords)
+    if isinstance(result, dict):
+        return {key: value.cpu() for key, value in result.items()}
+    return result.cpu()
+
+
+def _on(value, device: str):
+    return value.to(device) if isinstance(value, torch.Tensor) else value
 
 
 def own_entry(spec: ExerciseSpec, name: str, tensor: str, shared: dict[str, dict[str, torch.Tensor]]) -> torch.Tensor:
@@ -224,10 +233,12 @@ def unwritten(tensor: torch.Tensor) -> torch.Tensor:
     return tensor == INT_POISON if not tensor.is_floating_point() else torch.isnan(tensor)
 
 
-def make_outputs(spec: ExerciseSpec, case: Case, device: str) -> dict[str, torch.Tensor]:
+def make_outputs(spec: ExerciseSpec, case: Case, device: str,
+                 inputs: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
     """Poisoned outputs (see POISON_BITS) so elements the kernel never wrote show, each followed by a
     poisoned guard (GUARD) so stores past its end show too; in the case's layout (a row slice: the row
-    stride differs from the input's)."""
+    stride differs from the input's). Given the trial's `inputs`, an output updated in place (see
+    in_place_names) starts as a copy of its input's values instead."""
     made = {}
     for t in spec.outputs:
         shape, dtype = shape_of(t, case), torch_dtype(dtype_of(t, case))
@@ -240,7 +251,25 @@ def make_outputs(spec: ExerciseSpec, case: Case, device: str) -> dict[str, torch
         else:
             guarded = poison(torch.empty(math.prod(shape) + GUARD, dtype=dtype, device=device))
             made[t.name] = guarded[: math.prod(shape)].view(shape)
+    if inputs is not None:
+        start_in_place(made, inputs)
     return made
+
+
+def in_place_names(spec: ExerciseSpec) -> list[str]:
+    """The outputs that are also inputs (the same name under [inputs] and [outputs]): tensors the entry point
+    updates in place, like an optimizer step's parameters and moments. The reference takes the input and
+    returns its updated value; the kernel is handed the output, which starts as a copy of the input (the
+    input itself stays untouched, and is checked as such); the guard after it still catches stores past its end."""
+    inputs = {t.name for t in spec.inputs}
+    return [t.name for t in spec.outputs if t.name in inputs]
+
+
+def start_in_place(outputs: dict[str, torch.Tensor], inputs: dict[str, torch.Tensor]) -> None:
+    """Each output updated in place set to its input's values (through its own layout)."""
+    for name, out in outputs.items():
+        if name in inputs:
+            out.copy_(inputs[name])
 
 
 def written_outside(tensor: torch.Tensor) -> bool:

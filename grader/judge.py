@@ -15,7 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
-from grader import integrity, memory, speed
+from grader import heavy, integrity, memory, speed
 from grader.checking import judge_output, load_reference, looks_cached, reference_outputs
 from grader.inputs import element_size, generate, load_tensor, save_tensor, shape_of
 from grader.records import ERROR, FAILED, PASSED, Check, GradeResult
@@ -37,6 +37,7 @@ class Judge:
         self.seed, self.timeout_s, self.timing, self.calibration = seed, timeout_s, timing, calibration
         self.reference = load_reference(spec.folder / "reference.py")
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="kcourse-reference")
+        self.gpu = heavy.GpuCompute(spec) if heavy.wanted(spec) else None  # float64 references on the GPU
         self.stop = threading.Event()
         self.slots = threading.Semaphore(AHEAD)
         self.refs: dict[Any, Future] = {}
@@ -80,6 +81,8 @@ class Judge:
             for _ in range(AHEAD):
                 self.slots.release()  # a producer waiting for a slot sees `stop` and ends
             self.pool.shutdown(wait=True, cancel_futures=True)
+            if self.gpu is not None:
+                self.gpu.shutdown()
 
     def _mark(self, phase: str, since: float) -> float:
         now = time.monotonic()
@@ -170,14 +173,24 @@ class Judge:
             self.slots.acquire()
             if self.stop.is_set():
                 return
-            inputs = generate(self.spec, case, trial_seed, trial)
+            inputs = self._generate(case, trial_seed, trial)
             metas = {name: save_tensor(t, self.child.dir / f"in-{k}-{name}.bin") for name, t in inputs.items()}
-            self.refs[k] = self.pool.submit(reference_outputs, self.reference, self.spec, inputs, case.params)
+            self.refs[k] = self._reference_of(inputs, case)
             if self.keep_inputs:
                 self.checked_inputs[k] = inputs
             self.child.send({"case": index, "k": k, "label": self._label(case, trial), "inputs": metas,
                              "watch_ops": trial == 0})
         self.child.send({"end_trials": True})
+
+    def _generate(self, case: Case, seed: int, trial: int = 0) -> dict:
+        if self.gpu is not None:
+            return self.gpu.generate(case, seed, trial)
+        return generate(self.spec, case, seed, trial)
+
+    def _reference_of(self, inputs: dict, case: Case) -> Future:
+        if self.gpu is not None:
+            return self.gpu.reference(inputs, case.params)
+        return self.pool.submit(reference_outputs, self.reference, self.spec, inputs, case.params)
 
     def _label(self, case: Case, trial: int) -> str:
         return f"{case.label()}, trial {trial + 1}"
@@ -236,16 +249,19 @@ class Judge:
         cases = self.spec.performance.cases
         messages = []
         for index, case in enumerate(cases):
-            inputs = generate(self.spec, case, self.seed + 10**6 + index)
+            inputs = self._generate(case, self.seed + 10**6 + index)
             k = f"t{index}"
             metas = {name: save_tensor(t, self.child.dir / f"in-{k}-{name}.bin") for name, t in inputs.items()}
-            self.refs[k] = self.pool.submit(reference_outputs, self.reference, self.spec, inputs, case.params)
+            self.refs[k] = self._reference_of(inputs, case)
             if self.keep_inputs:
                 self.checked_inputs[k] = inputs
             last = index == len(cases) - 1
             messages.append({"case": index, "k": k, "inputs": metas, "probe": last,
                              "budget_s": BUDGET_S if last else BUDGET_S / 3})  # the verdict size gets most runs
         self.deadline = max(self.deadline, time.monotonic() + self.timeout_s)
+        if self.gpu is not None:  # nothing of ours on the GPU while the child times
+            for index in range(len(cases)):
+                self.refs[f"t{index}"].result()
         self.child.send({"time": messages})
         records = [self._one_timed_case(index, case) for index, case in enumerate(cases)]
         self.result.timings = records

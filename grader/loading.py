@@ -6,7 +6,6 @@ entry point the way that kind expects (Python call, ctypes call, torch operator)
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import importlib.util
 import inspect
 import re
@@ -141,22 +140,23 @@ def c_parameter_count(source_text: str, entry: str) -> int | None:
 
 
 def _load_torch_op(variant: Variant, source: Path, role: str) -> Callable:
-    """Build with torch's extension builder (ninja); the op lives at torch.ops.<extension name>."""
-    from torch.utils.cpp_extension import load as load_extension
-
+    """Build the way the version says (op_build.py: torch's JIT loader, setup.py or CMake); the op lives at
+    torch.ops.<extension name>."""
+    from grader import op_build
     from grader.paths import build_cache_dir
 
     # Named by content: the same file graded as learner and as solution is built and loaded once,
     # two different files get two names, so their operators never clash in one process.
-    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:12]
-    name = f"kcourse_{source.stem}_{digest}"
+    name = op_build.extension_name(variant, source)
     build_dir = build_cache_dir() / name
     build_dir.mkdir(parents=True, exist_ok=True)
     try:
-        load_extension(name=name, sources=[str(source)], build_directory=str(build_dir), is_python_module=False,
-                       extra_cuda_cflags=["-O3", "-lineinfo"], verbose=False)
-    except RuntimeError as exc:
-        raise EntryError("build_error", f"building {source.name} failed:\n{_compiler_lines(str(exc), source)}") from None
+        library = op_build.build(variant, source, name, build_dir)
+    except op_build.BuildFailed as exc:
+        how = "" if variant.build == "jit" else f" with {op_build.BUILDS[variant.build]}"
+        raise EntryError("build_error", f"building {source.name}{how} failed:\n{exc}") from None
+    if library is not None:
+        torch.ops.load_library(str(library))
     namespace = getattr(torch.ops, name)
     try:
         return getattr(namespace, variant.entry)
@@ -167,8 +167,3 @@ def _load_torch_op(variant: Variant, source: Path, role: str) -> Callable:
             f"and implement it in TORCH_LIBRARY_IMPL(TORCH_EXTENSION_NAME, CUDA, m)",
         ) from None
 
-
-def _compiler_lines(text: str, source: Path) -> str:
-    from grader.build import format_compiler_errors
-
-    return format_compiler_errors(text, source)

@@ -42,8 +42,9 @@ class Requirement:
         if kind not in REQUIREMENT_KINDS or len(parts) > 3 or "" in parts or (kind in UNQUALIFIED_KINDS and len(parts) > 1):
             raise PlanError(f"requirement {text!r}: write one of {', '.join(REQUIREMENT_KINDS)}, or KIND:EXERCISE[:LANG] "
                             "for profile, tune or compare (e.g. \"profile:transpose\", \"compare:softmax:cuda\")")
-        if lang not in (None, "cuda", "triton"):
-            raise PlanError(f"requirement {text!r}: the language is cuda or triton")
+        if lang is not None and not lang.isidentifier():
+            raise PlanError(f"requirement {text!r}: the last part names a version of the exercise (cuda, triton, "
+                            "or the exercise's own version name, e.g. add2's setup)")
         return cls(kind, exercise, lang)
 
 

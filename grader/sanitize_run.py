@@ -87,7 +87,7 @@ def run_torch(job: dict) -> None:
     variant = spec.variant(job["lang"])
     case = Case(params=job["params"])
     tensors = {name: load_tensor(meta).cuda() for name, meta in job["inputs"].items()}
-    tensors.update(make_outputs(spec, case, "cuda"))
+    tensors.update(make_outputs(spec, case, "cuda", tensors))
     caller = load(variant, Path(job["source"]), None, "learner")
     caller(tensors, case.params)
     torch.cuda.synchronize()

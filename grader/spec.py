@@ -62,6 +62,8 @@ class Argument:
 
 @dataclass
 class Variant:
+    # the version's name: its key in spec.toml ([variants.cuda] -> "cuda"), what --lang picks and results are
+    # keyed by; usually its language, but a version may be named for what differs (add2's "jit", "setup", "cmake")
     lang: str
     kind: str
     stub: str  # file name inside exercises/<id>/ (and solutions/<id>/)
@@ -74,6 +76,20 @@ class Variant:
     # the case dtypes this version takes (None: all): a CUDA entry point taking float* runs the float32
     # cases, while the Triton version of the same exercise also runs the float16 ones
     dtypes: list[str] | None = None
+    # libraries of the CUDA Toolkit the compiled file links (["cublas"]: -lcublas), found in the toolkit or
+    # in NVIDIA's pip wheels (build.link_flags); raw CUDA kinds only
+    link: list[str] = field(default_factory=list)
+    # torch_op only: how the operator is built (op_build.py): "jit" through torch.utils.cpp_extension.load,
+    # "setup" with the exercise's setup.py (build_ext --inplace), "cmake" with its CMakeLists.txt
+    build: str = "jit"
+    # files of the exercise folder the build needs beside the learner's (sources, headers, setup.py,
+    # CMakeLists.txt), given complete: copied next to the learner's file in the build folder (torch_op)
+    files: list[Path] = field(default_factory=list)
+
+    @property
+    def language(self) -> str:
+        """cuda or triton, whatever the version's name."""
+        return LANG_OF_KIND[self.kind]
 
     @property
     def returns_outputs(self) -> bool:
@@ -167,6 +183,7 @@ class ExerciseSpec:
     scoring: dict[str, float] = field(default_factory=lambda: {"numerics": 7.0, "speed": 3.0})
     topic: str = ""
     default_lang: str | None = None  # the version `kcourse grade <id>` picks without --lang (None: ask)
+    reference_device: str = "cpu"  # "cuda": float64 references and transforms on the GPU where one is (heavy.py)
 
     def variant(self, lang: str | None) -> Variant:
         if lang is None:
@@ -179,8 +196,20 @@ class ExerciseSpec:
                 + "|".join(sorted(self.variants))
             )
         if lang not in self.variants:
-            raise SpecError(f"{self.id} has no {lang} version; it has: {', '.join(sorted(self.variants))}")
+            return self._variant_in_language(lang)
         return self.variants[lang]
+
+    def _variant_in_language(self, language: str) -> Variant:
+        """`--lang cuda` (or a .cu file) for an exercise whose versions are named otherwise (add2's jit, setup,
+        cmake): its default version if that one is in the language, else its only version in it."""
+        same = [v for v in self.variants.values() if v.language == language]
+        default = self.variants.get(self.default_lang or "")
+        if default is not None and default.language == language:
+            return default
+        if len(same) == 1:
+            return same[0]
+        raise SpecError(f"{self.id} has no {language} version; it has: {', '.join(sorted(self.variants))}"
+                        + (" (pick one with --lang)" if same else ""))
 
     def tolerance_for(self, dtype: str) -> Tolerance:
         if dtype not in self.tolerance:
@@ -218,7 +247,7 @@ def _parse(data: dict[str, Any], folder: Path) -> ExerciseSpec:
         if kind not in KINDS:
             raise SpecError(f"{path}: variants.{lang}.kind = {kind!r}; known kinds: {', '.join(KINDS)}")
         variants[lang] = Variant(
-            lang=LANG_OF_KIND[kind],
+            lang=_variant_name(lang, kind, path),
             kind=kind,
             stub=raw["stub"],
             entry=raw["entry"],
@@ -226,6 +255,9 @@ def _parse(data: dict[str, Any], folder: Path) -> ExerciseSpec:
             timeout_s=float(raw.get("timeout_s", 60)),
             host_memory=raw.get("host_memory", "pageable"),
             dtypes=list(raw["dtypes"]) if "dtypes" in raw else None,
+            link=_libraries(raw.get("link", []), kind, f"{path}: variants.{lang}.link"),
+            build=raw.get("build", "jit"),
+            files=[folder / name for name in raw.get("files", [])],
         )
     inputs = [_tensor(name, raw, path) for name, raw in data.get("inputs", {}).items()]
     outputs = [_tensor(name, raw, path, output=True) for name, raw in data["outputs"].items()]
@@ -254,9 +286,33 @@ def _parse(data: dict[str, Any], folder: Path) -> ExerciseSpec:
         scoring={k: float(v) for k, v in data.get("scoring", {"numerics": 7, "speed": 3}).items()},
         topic=data.get("topic", ""),
         default_lang=data.get("default_lang"),
+        reference_device=data.get("reference_device", "cpu"),
     )
     _validate(spec, path)
     return spec
+
+
+_LIBRARY_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_+.-]*$")  # as -l takes it: "cublas", not "-lcublas"
+
+
+def _libraries(names: Any, kind: str, where: str) -> list[str]:
+    """`link = ["cublas"]`: names as `-l` takes them (no `lib` prefix, no `.so`), for nvcc-built kinds."""
+    if not isinstance(names, list) or not all(isinstance(n, str) and _LIBRARY_NAME.match(n) for n in names):
+        raise SpecError(f"{where} = {names!r}: give a list of library names as -l takes them, e.g. [\"cublas\"]")
+    if names and kind not in ("cuda", "cuda_host"):
+        raise SpecError(f"{where}: only kinds \"cuda\" and \"cuda_host\" link libraries (a torch_op is built by "
+                        "torch's extension builder, which links torch's own): remove it")
+    return list(names)
+
+
+def _variant_name(name: str, kind: str, path: Path) -> str:
+    """A version's key names it; a key that is a language must be that version's language."""
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+        raise SpecError(f"{path}: [variants.{name}]: name a version in lower case letters, digits and _ (cuda, triton, jit)")
+    if name in LANG_OF_KIND.values() and name != LANG_OF_KIND[kind]:
+        raise SpecError(f"{path}: [variants.{name}] has kind {kind!r}, a {LANG_OF_KIND[kind]} kind: name it "
+                        f"{LANG_OF_KIND[kind]}, or give it a name that is not a language")
+    return name
 
 
 _STRIDE_ARGUMENT = re.compile(r"^(?P<tensor>\w+)\.stride\((?P<dim>-?\d+)\)$")
@@ -330,6 +386,9 @@ def _validate(spec: ExerciseSpec, path: Path) -> None:
             if arg.name not in tensors and not is_param:
                 raise SpecError(f"{path}: argument {arg.name!r} of {variant.lang} is neither a tensor nor a case parameter")
         _validate_variant_dtypes(spec, variant, path)
+    if spec.reference_device not in ("cpu", "cuda"):
+        raise SpecError(f"{path}: reference_device = {spec.reference_device!r}: use \"cpu\" (the default) or \"cuda\" "
+                        "(float64 references on the GPU where one is, for references too slow on the CPU)")
     if spec.default_lang is not None and spec.default_lang not in spec.variants:
         raise SpecError(f"{path}: default_lang = {spec.default_lang!r} is not one of its variants "
                         f"({', '.join(sorted(spec.variants))}): name one of them, or remove default_lang")
@@ -338,6 +397,9 @@ def _validate(spec: ExerciseSpec, path: Path) -> None:
         _validate_case_tensors(spec, case, path)
     _validate_memory_limit(spec, path)
     _validate_host_options(spec, path)
+    _validate_in_place(spec, path)
+    for variant in spec.variants.values():
+        _validate_build_options(variant, path)
 
 
 def _validate_stride_argument(arg: Argument, tensors: dict[str, TensorSpec], variant: Variant, path: Path) -> None:
@@ -393,3 +455,36 @@ def _validate_host_options(spec: ExerciseSpec, path: Path) -> None:
     if unknown:
         raise SpecError(f"{path}: performance.baseline_args names {', '.join(unknown)}, which is not a parameter of every "
                         "[[performance.cases]] entry: add it to each, or remove it from baseline_args")
+
+
+BUILDS = {"jit": None, "setup": "setup.py", "cmake": "CMakeLists.txt"}  # how a torch_op is built, the file it needs
+
+
+def _validate_build_options(variant: Variant, path: Path) -> None:
+    """build and files: mistakes here would only show when a GPU grades the exercise."""
+    where = f"{path}: variants.{variant.lang}"
+    if variant.build not in BUILDS:
+        raise SpecError(f"{where}.build = {variant.build!r}; known: {', '.join(BUILDS)}")
+    if (variant.build != "jit" or variant.files) and variant.kind != "torch_op":
+        raise SpecError(f"{where}: build and files apply to kind \"torch_op\" (a raw CUDA file is built alone): remove them")
+    missing = [f.name for f in variant.files if not f.is_file()]
+    if missing:
+        raise SpecError(f"{where}.files: {', '.join(missing)} not found in {path.parent}: add the file(s) or fix the names")
+    if any(f.name == variant.stub for f in variant.files):
+        raise SpecError(f"{where}.files lists the stub {variant.stub}: files are the given ones beside it; remove it")
+    needed = BUILDS[variant.build]
+    if needed and needed not in {f.name for f in variant.files}:
+        raise SpecError(f"{where}: build = {variant.build!r} needs {needed} in files")
+
+
+def _validate_in_place(spec: ExerciseSpec, path: Path) -> None:
+    """An output named like an input is that input updated in place (inputs.in_place_names): the same tensor,
+    so the same shape and dtype."""
+    inputs = {t.name: t for t in spec.inputs}
+    for out in spec.outputs:
+        source = inputs.get(out.name)
+        if source is not None and (source.shape != out.shape or source.dtype != out.dtype):
+            raise SpecError(f"{path}: outputs.{out.name} has the name of an input, so it is that input updated in "
+                            f"place, but its shape/dtype ({out.shape}, {out.dtype or 'the case dtype'}) differ from "
+                            f"inputs.{out.name}'s ({source.shape}, {source.dtype or 'the case dtype'}): make them the "
+                            "same, or rename the output")

@@ -33,7 +33,8 @@ def select(only: set[str] | None = None, lang: str | None = None, plan_id: str |
     for exercise_id in only or ():
         if exercise_id not in known:
             raise ResolveError(f"unknown exercise {exercise_id!r}." + suggest(exercise_id, sorted(known)))
-    return [t for t in targets if (not only or t.spec.id in only) and (not lang or t.variant.lang == lang)]
+    return [t for t in targets if (not only or t.spec.id in only)
+            and (not lang or lang in (t.variant.lang, t.variant.language))]  # add2 --lang cuda: jit, setup, cmake
 
 
 def validate(targets: list[Target], source: str = "solutions", seed: int | None = None) -> tuple[dict, list[GradeResult]]:

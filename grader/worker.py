@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from grader import integrity, loading, memory  # memory binds torch's allocator statistics before learner code loads
-from grader.inputs import load_tensor, make_outputs, place, save_tensor, written_outside
+from grader.inputs import in_place_names, load_tensor, make_outputs, place, save_tensor, start_in_place, written_outside
 from grader.records import FAILED, PASSED, Check
 from grader.spec import Case, ExerciseSpec, load_spec
 
@@ -156,7 +156,7 @@ class Worker:
             values = load_tensor(meta)
             os.unlink(meta["path"])
             inputs[name] = place(values, case.inputs.get(name, {}).get("layout"), self.tensor_device)
-        return self.host_memory(inputs), self.host_memory(make_outputs(self.spec, case, self.tensor_device))
+        return self.host_memory(inputs), self.host_memory(make_outputs(self.spec, case, self.tensor_device, inputs))
 
     def host_memory(self, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The tensors in page-locked memory where the spec asks for it (host_memory = "pinned")."""
@@ -207,7 +207,10 @@ class Worker:
             case = self.spec.performance.cases[message["case"]]
             self.progress(f"timing {case.label()}")
             inputs, mine = self._tensors(case, message)
-            theirs = self.host_memory(make_outputs(self.spec, case, self.tensor_device))
+            theirs = self.host_memory(make_outputs(self.spec, case, self.tensor_device, inputs))
+            # tensors updated in place as they were before any timed run (torch's own in-place step, timed
+            # as the "torch" figure, updates the inputs themselves)
+            start = {name: inputs[name].clone() for name in in_place_names(self.spec)}
             last: dict[str, Any] = {}
 
             def run_learner():
@@ -227,6 +230,10 @@ class Worker:
                         else timing.time_alternating(functions, budget_s=message["budget_s"]))
             self.sync()
             peaks = self._peak_memory(functions) if self.device == "cuda" and not host else {}
+            if start:  # every timed run stepped the outputs again: the parent checks one step from the start
+                start_in_place(mine, start)
+                run_learner()
+                self.sync()
             got = self._outputs_from(last.get("result"), mine, case.label())
             files = {s.name: save_tensor(out, self._out_path(message["k"], s.name)) for s, out in zip(self.spec.outputs, got)}
             self.events.send("timed", k=message["k"], measured=measured, outputs=files, memory=peaks)
@@ -247,7 +254,7 @@ class Worker:
         args = self.spec.performance.baseline_args
         if not args:
             return {}
-        outputs = self.host_memory(make_outputs(self.spec, case, self.tensor_device))
+        outputs = self.host_memory(make_outputs(self.spec, case, self.tensor_device, inputs))
         params = {**case.params, **args}
         return {"learner_baseline": lambda: learner({**inputs, **outputs}, params)}
 

@@ -44,7 +44,7 @@ def profile(worker, learner) -> dict[str, Any]:
 
     case = profiling_case(worker)
     inputs = make_inputs(worker.spec, case, worker.job["seed"], worker.tensor_device)
-    tensors = worker.host_memory({**inputs, **make_outputs(worker.spec, case, worker.tensor_device)})
+    tensors = worker.host_memory({**inputs, **make_outputs(worker.spec, case, worker.tensor_device, inputs)})
     for _ in range(2):  # warm-up: compilation stays out of the profile
         worker.call(learner, tensors, case, f"profiling {case.label()}")
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if worker.device == "cuda" else [])
@@ -133,7 +133,7 @@ def tune(worker, learner) -> dict[str, Any]:
         row["correct"] = not row["error"]
         if row["correct"] and worker.device == "cuda" and time_case is not None:
             inputs = make_inputs(worker.spec, time_case, worker.job["seed"], worker.tensor_device)
-            tensors = worker.host_memory({**inputs, **make_outputs(worker.spec, time_case, worker.tensor_device)})
+            tensors = worker.host_memory({**inputs, **make_outputs(worker.spec, time_case, worker.tensor_device, inputs)})
             measured = timing.time_alternating({"c": lambda: call(tensors, time_case.params)}, budget_s=1.0)
             row["ms"] = measured["c"]["median_ms"]
             if work:
@@ -148,7 +148,7 @@ def tune(worker, learner) -> dict[str, Any]:
 
 def _check_config(worker, call, case: Case, seed: int) -> str:
     inputs = worker.host_memory(make_inputs(worker.spec, case, seed, worker.tensor_device))
-    outputs = worker.host_memory(make_outputs(worker.spec, case, worker.tensor_device))
+    outputs = worker.host_memory(make_outputs(worker.spec, case, worker.tensor_device, inputs))
     refs = reference_outputs(worker.reference, worker.spec, inputs, case.params)
     try:
         call({**inputs, **outputs}, case.params)

@@ -51,7 +51,7 @@ def watch_latencies(words, lang, solution: str, saves: int = 3, quick: bool = Fa
     seen: list[tuple[float, str]] = []
 
     def show(result):
-        seen.append((time.perf_counter(), result.status))
+        seen.append((time.perf_counter(), result.status, result.phases))
         done.set()
 
     def show_later(result):  # compute-sanitizer's verdict, after the rest
@@ -72,7 +72,8 @@ def watch_latencies(words, lang, solution: str, saves: int = 3, quick: bool = Fa
         done.wait(300)
         time.sleep(0.5) if not later or later[-1] < saved else None
         sanitizer = f", sanitizer +{later[-1] - seen[-1][0]:.1f} s" if later and later[-1] > saved else ""
-        figures.append((seen[-1][0] - saved, seen[-1][1] + sanitizer))
+        phases = ", ".join(f"{k} {v:.2f}" for k, v in seen[-1][2].items())
+        figures.append((seen[-1][0] - saved, f"{seen[-1][1]}{sanitizer}; {phases}"))
     thread.join(60)
     return figures
 

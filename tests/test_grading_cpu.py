@@ -46,8 +46,12 @@ def test_triton_stub_reports_not_implemented(target):
 def test_cuda_exercise_without_gpu_is_compiled_and_reported_skipped_never_passed(target, source):
     result = grade(target, source=source, seed=7)
     checks = checks_by_name(result)
+    if checks["build"].details.get("code") == "library_missing":  # a library the spec links (cuBLAS) is not here
+        assert result.status == "skipped" and checks["numerics"].status == "skipped"
+        pytest.skip(checks["build"].message)
     assert checks["build"].status == "passed", checks["build"].message
-    assert "registers" in checks["build"].message  # nvcc's resource report
+    assert any(w in checks["build"].message for w in ("registers", "no kernels"))  # nvcc's resource report (a file
+    #                                                                                  of library calls has no kernel)
     assert checks["numerics"].status == "skipped" and "no GPU" in checks["numerics"].message
     assert result.status == "skipped"
 

@@ -1,0 +1,66 @@
+"""Inputs and references too heavy for the CPU, made on the GPU in a trusted process of their own.
+
+A float64 attention backward at its timed sizes is about 3 TFLOP: minutes on the CPU, a fraction of a
+second on an H100's float64 units. The grader itself never opens CUDA (the learner's child owns the GPU,
+and a context in the parent would outlive its crashes), so an exercise whose spec says
+`reference_device = "cuda"` gets this one more process, running only kit code: it applies the inputs'
+transforms (an attention forward) and computes the float64 references there. The random draws stay on
+the CPU, so the values are the same on every machine; only the float64 arithmetic moves. The judge waits
+for the timed sizes' references before timing starts: nothing of ours runs on the GPU while it is timed.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from concurrent.futures import Future, ProcessPoolExecutor
+from typing import Any
+
+import torch
+import torch.multiprocessing  # noqa: F401  (registers the reductions that pass tensors through shared memory)
+
+from grader.spec import Case, ExerciseSpec
+
+_references: dict[str, Any] = {}  # per process: reference.py loaded once
+
+
+class GpuCompute:
+    """One spawned process (CUDA cannot be forked) that draws transformed inputs and computes references."""
+
+    def __init__(self, spec: ExerciseSpec):
+        self.spec = spec
+        self.executor = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+
+    def generate(self, case: Case, seed: int, trial: int = 0) -> dict[str, torch.Tensor]:
+        return self.executor.submit(_generate, self.spec, case, seed, trial).result()
+
+    def reference(self, inputs: dict[str, torch.Tensor], params: dict[str, Any]) -> Future:
+        return self.executor.submit(_reference, self.spec, inputs, params)
+
+    def shutdown(self) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+def wanted(spec: ExerciseSpec) -> bool:
+    """A GPU for this exercise's references: asked for by the spec, and one is here (seen by nvidia-smi)."""
+    from grader.build import gpu_arch
+
+    return spec.reference_device == "cuda" and gpu_arch() is not None
+
+
+def _generate(spec: ExerciseSpec, case: Case, seed: int, trial: int) -> dict[str, torch.Tensor]:
+    from grader.inputs import generate
+
+    return generate(spec, case, seed, trial, device="cuda")
+
+
+def _reference(spec: ExerciseSpec, inputs: dict[str, torch.Tensor], params: dict[str, Any]) -> list[torch.Tensor]:
+    from grader.checking import load_reference, reference_outputs
+
+    key = str(spec.folder)
+    if key not in _references:
+        _references[key] = load_reference(spec.folder / "reference.py")
+    on_gpu = {name: t.to("cuda") for name, t in inputs.items()}
+    outs = [o.cpu() for o in reference_outputs(_references[key], spec, on_gpu, params)]
+    del on_gpu
+    torch.cuda.empty_cache()  # hand the memory back before the learner's code is timed
+    return outs

@@ -1,0 +1,60 @@
+"""References on the GPU (grader/heavy.py): asked for by the spec, used only where a GPU is, and the same
+inputs and answers as the CPU path."""
+
+import shutil
+
+import pytest
+import torch
+
+from grader import heavy
+from grader.discovery import resolve
+from grader.inputs import generate
+from grader.spec import SpecError, load_spec
+
+
+def _backward():
+    return resolve(("flash_attention_v2_backward",))
+
+
+def test_the_attention_backward_asks_for_its_references_on_the_gpu():
+    assert _backward().spec.reference_device == "cuda"
+
+
+def test_without_a_gpu_the_references_stay_on_the_cpu(monkeypatch):
+    monkeypatch.setattr("grader.build.gpu_arch", lambda: None)
+    assert not heavy.wanted(_backward().spec)
+
+
+def test_an_unknown_reference_device_is_refused_with_what_to_write(tmp_path):
+    folder = tmp_path / "softmax"
+    shutil.copytree(resolve(("softmax",)).spec.folder, folder)
+    text = (folder / "spec.toml").read_text().replace("trials", 'reference_device = "tpu"\ntrials', 1)
+    (folder / "spec.toml").write_text(text)
+    with pytest.raises(SpecError, match='use "cpu"'):
+        load_spec(folder)
+
+
+def test_transforms_give_the_same_inputs_whatever_device_computes_them():
+    target = _backward()
+    case = target.spec.cases[1]
+    on_cpu = generate(target.spec, case, seed=3)
+    again = generate(target.spec, case, seed=3, device="cpu")
+    assert all(torch.equal(on_cpu[name], again[name]) for name in on_cpu)
+
+
+@pytest.mark.gpu
+def test_gpu_references_equal_the_cpu_ones():
+    from grader.checking import load_reference, reference_outputs
+
+    target = _backward()
+    case = target.spec.cases[2]
+    compute = heavy.GpuCompute(target.spec)
+    try:
+        inputs = compute.generate(case, seed=5)
+        on_gpu = compute.reference(inputs, case.params).result()
+    finally:
+        compute.shutdown()
+    cpu_inputs = generate(target.spec, case, seed=5)
+    assert all(torch.allclose(inputs[n].double(), cpu_inputs[n].double(), rtol=0, atol=1e-3) for n in inputs)
+    on_cpu = reference_outputs(load_reference(target.spec.folder / "reference.py"), target.spec, inputs, case.params)
+    assert all(torch.allclose(a, b, rtol=1e-9, atol=1e-9) for a, b in zip(on_gpu, on_cpu))
