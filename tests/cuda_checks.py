@@ -20,11 +20,13 @@ def build_without_spills(sources: list[Path]) -> None:
     assert result.resources and not any(r["spill_stores"] for r in result.resources), result.resources
 
 
-def compile_fixtures(names: list[str]) -> None:
-    """Device code only (-cubin), all at once: the GPU tests grade them, this catches a typo without one."""
+def compile_fixtures(names: list[str | Path]) -> None:
+    """Device code only (-cubin), all at once: the GPU tests grade them, this catches a typo without one. A name
+    is a fixture's; a Path (a `mutant`) is compiled where it is."""
     nvcc = build.find_nvcc()
-    jobs = [subprocess.Popen([nvcc, "-std=c++17", "-arch=sm_90", "-cubin", "-o", os.devnull, str(submission(name))],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for name in names]
+    sources = [name if isinstance(name, Path) else submission(name) for name in names]
+    jobs = [subprocess.Popen([nvcc, "-std=c++17", "-arch=sm_90", "-cubin", "-o", os.devnull, str(source)],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for source in sources]
     for name, job in zip(names, jobs):
         assert job.wait() == 0, f"{name}: {job.stdout.read()}"
 
@@ -39,11 +41,34 @@ def figures(result) -> str:
                      f"{t.solution_rate or 0:.0f}, torch {t.torch_rate or 0:.0f} {t.unit}" for t in result.timings)
 
 
-def mutant(base: str, mistake: str, edits: list[tuple[str, str]], folder: Path) -> Path:
+def fixture_fails(exercise_id: str, source: str | Path, codes) -> None:
+    """A fixture (a name, or a Path: a `mutant`), graded, fails its first failing check with one of `codes`."""
+    from simulated_kernels import first_failure, grade_fixture
+
+    result = grade_fixture(exercise_id, source)
+    assert first_failure(result).details.get("code") in codes, result.verdict
+
+
+def fixture_passes_numerics(exercise_id: str, source: str | Path, label: str):
+    """A correct fixture, graded, passes numerics; its figure is printed under `label`. Returns the grade."""
+    from simulated_kernels import figure_line, grade_fixture
+
+    result = grade_fixture(exercise_id, source)
+    assert numerics(result).status == "passed", result.verdict
+    if result.timings:
+        print("\n" + figure_line(label, result))
+    return result
+
+
+def mutant(base: str | Path, mistake: str, edits: list[tuple[str, str]], folder: Path) -> Path:
     """A correct fixture with one classic mistake edited in, written to `folder` as `<base stem>_<mistake>.cu`:
     a mistake is its few changed lines, not another copy of the whole kernel. Each `old` text must occur in
-    the base exactly once, so an edit of the base that moves it fails here, loudly, not by testing nothing."""
-    source = submission(base).read_text()
+    the base exactly once, so an edit of the base that moves it fails here, loudly, not by testing nothing.
+    `base` is a fixture's name, or a Path to another correct source (a solution: the caller skips where the
+    kit has none)."""
+    source = (base if isinstance(base, Path) else submission(base)).read_text()
+    if isinstance(base, Path):
+        base = base.name
     for old, new in edits:
         assert source.count(old) == 1, f"{base}: {old!r} occurs {source.count(old)} times; update the edit"
         source = source.replace(old, new)

@@ -10,6 +10,7 @@ the real kernels (fixtures in tests/fixtures/submissions/)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -85,8 +86,10 @@ def store(out: torch.Tensor, values: torch.Tensor) -> None:
 
 # --- on a GPU ------------------------------------------------------------------------------------------
 
-def grade_fixture(exercise_id: str, name: str, seed: int = 11):
-    return grade(resolve((exercise_id,)), submission=submission(name), seed=seed, record=False)
+def grade_fixture(exercise_id: str, name: str | Path, seed: int = 11):
+    """Grades a fixture by name, or a file made elsewhere (a Path: a cuda_checks.mutant)."""
+    source = name if isinstance(name, Path) else submission(name)
+    return grade(resolve((exercise_id,)), submission=source, seed=seed, record=False)
 
 
 def first_failure(result):

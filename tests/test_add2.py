@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT
+from conftest import ROOT, submission
+from cuda_checks import mutant
 from grader import build, op_build
 from grader.discovery import resolve
 from grader.grade import grade
@@ -153,14 +154,11 @@ def test_the_given_setup_py_names_its_extension_from_torch_extension_name(tmp_pa
 @pytest.mark.nvcc
 def test_the_fixtures_compile(tmp_path):
     nvcc = build.find_nvcc()
-    names = ["add2_grid_floor.cu", "add2_no_bounds_check.cu", "add2_no_tail.cu", "add2_2d.cu"]
-    fixtures = ROOT / "tests" / "fixtures" / "submissions"
-    if not fixtures.is_dir():
-        pytest.skip("tests/fixtures/submissions/ is absent (a learner's kit)")
-    jobs = [subprocess.Popen([nvcc, "-std=c++17", "-arch=sm_90", "-cubin", f"-I{FOLDER}", "-o", os.devnull, str(fixtures / n)],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for n in names]
-    for name, job in zip(names, jobs):
-        assert job.wait() == 0, f"{name}: {job.stdout.read()}"
+    sources = [mistake_file(name, tmp_path) for name in GPU_MISTAKES] + [submission("add2_2d.cu")]
+    jobs = [subprocess.Popen([nvcc, "-std=c++17", "-arch=sm_90", "-cubin", f"-I{FOLDER}", "-o", os.devnull, str(source)],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for source in sources]
+    for source, job in zip(sources, jobs):
+        assert job.wait() == 0, f"{source.name}: {job.stdout.read()}"
 
 
 # --- on the CPU: the mistakes played against the spec's cases ---------------------------------------------
@@ -226,19 +224,41 @@ def test_the_stub_fails_on_the_gpu():
     assert first_failure(result).details.get("code") in ("not_written", "mismatch"), result.verdict
 
 
-GPU_MISTAKES = {  # fixture -> the verdict codes it may get (n = 1 launches no block: a CUDA error)
-    "add2_grid_floor.cu": ("cuda_error", "not_written", "mismatch"),
-    "add2_no_tail.cu": ("not_written", "mismatch"),
+GPU_MISTAKES = {  # mistake -> the verdict codes it may get (n = 1 launches no block: a CUDA error)
+    "grid_floor": ("cuda_error", "not_written", "mismatch"),
+    "no_tail": ("not_written", "mismatch"),
     # the values land in the next row, right; the last row's stores past c do not (memcheck), and may spoil a
     # neighbouring tensor
-    "add2_no_bounds_check.cu": ("memcheck", "input_modified", "mismatch"),
+    "no_bounds_check": ("memcheck", "input_modified", "mismatch"),
 }
+# Mistakes that are edits of tests/fixtures/submissions/add2_2d.cu (the ladder's step 1); no_tail, another
+# kernel (float4 over the flat array), is a fixture of its own.
+MISTAKE_EDITS = {
+    # The document's launch, as written: grid(n / block.x, n / block.y) rounds down, so the last n % 16 rows and
+    # columns are never written, and n < 16 launches no block at all (a launch error).
+    "grid_floor": [("dim3 grid((n + block.x - 1) / block.x, (n + block.y - 1) / block.y);",
+                    "dim3 grid(n / block.x, n / block.y);")],
+    # The grid rounded up but no bounds check: the threads the rounding adds store outside c (the last row's
+    # spill lands past its end; compute-sanitizer's memcheck names the line).
+    "no_bounds_check": [("if (i < n && j < n) c[idx] = a[idx] + b[idx];", "c[idx] = a[idx] + b[idx];")],
+}
+
+
+def mistake_file(name: str, folder: Path) -> Path:
+    if name not in MISTAKE_EDITS:
+        return submission(f"add2_{name}.cu")
+    return mutant("add2_2d.cu", name, MISTAKE_EDITS[name], folder)
+
+
+@pytest.mark.parametrize("name", list(MISTAKE_EDITS))
+def test_each_fixture_mistakes_edits_still_apply(name, tmp_path):
+    assert mistake_file(name, tmp_path).exists()  # the GPU test grades this file
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", list(GPU_MISTAKES))
-def test_each_fixture_mistake_fails_on_the_gpu(name):
-    result = grade_fixture("add2", name)
+def test_each_fixture_mistake_fails_on_the_gpu(name, tmp_path):
+    result = grade_fixture("add2", mistake_file(name, tmp_path))
     assert first_failure(result).details.get("code") in GPU_MISTAKES[name], result.verdict
 
 

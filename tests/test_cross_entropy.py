@@ -16,11 +16,12 @@ import torch
 import torch.nn.functional as F
 
 from conftest import ROOT, submission
-from cuda_checks import build_without_spills, compile_fixtures
+from cuda_checks import build_without_spills, compile_fixtures, mutant
 from cuda_rows import cuda_cases, misaligned_rows, rows_at_stride_n, verdict
 from grader.checking import load_reference
 from grader.discovery import discover_exercises, resolve
 from grader.grade import grade
+from simulated_kernels import first_failure
 
 SPEC = discover_exercises()["cross_entropy"]
 REFERENCE = load_reference(SPEC.folder / "reference.py")
@@ -156,19 +157,45 @@ def test_each_classic_mistake_fails_on_the_case_built_for_it(name):
 
 @pytest.mark.nvcc
 @pytest.mark.solutions
-def test_the_stub_the_solution_and_the_fixtures_build_for_sm_90():
+def test_the_stub_the_solution_and_the_fixtures_build_for_sm_90(tmp_path):
     build_without_spills([STUB, SOLUTION])
-    compile_fixtures(["cross_entropy_plain.cu"] + [f"cross_entropy_{name}.cu" for name in GPU_MISTAKES])
+    compile_fixtures(["cross_entropy_plain.cu"] + [mistake_file(name, tmp_path) for name in GPU_MISTAKES])
 
 
 # --- on a GPU --------------------------------------------------------------------------------------------
 
 GPU_MISTAKES = {"no_max": ("mismatch",), "ignore_index_unhandled": ("mismatch", "cuda_error"),
                 "wrong_mean": ("mismatch",)}
+# The GPU's mistakes, each an edit of tests/fixtures/submissions/cross_entropy_plain.cu (the ladder's first step).
+MISTAKE_EDITS = {
+    # lse = log(sum exp(x)) as written: exp(1000) overflows float32 to inf (loss inf, gradient NaN), exp(-1000)
+    # underflows to 0 (log 0 = -inf). Fails the cases with logits offset by +1000 and -1000.
+    "no_max": [("    const float row_max = block_reduce(local, partial, true);",
+                "    const float row_max = 0.f;  // forgotten: exp(x) as it stands\n"
+                "    block_reduce(local, partial, true);")],
+    # A target of -100 is used as a class (x[-100] reads before the row), the row gets a loss and a gradient, and
+    # it is counted in the mean. Fails every case with an ignored row (every third row of most cases).
+    "ignore_index_unhandled": [
+        ("count += targets[i] != IGNORE_INDEX;", "count += 1;  // every row counted"),
+        ("    if (target == IGNORE_INDEX) {\n"
+         "        for (int j = threadIdx.x; j < V; j += blockDim.x) d[j] = __float2bfloat16(0.f);\n"
+         "        if (threadIdx.x == 0) losses[blockIdx.x] = 0.f;\n"
+         "        return;\n"
+         "    }\n", "")],
+    # The mean over all M rows: ignored rows get loss 0 and gradient 0, but the gradient is divided by M, not by
+    # the number of rows that count: 2/3 of the right size where every third row is ignored.
+    "wrong_mean": [("const float scale = 1.f / valid_rows;",
+                    "const float scale = 1.f / gridDim.x;  // M: ignored rows counted too")],
+}
 
 
-def _first_failure(result):
-    return next(c for c in result.checks if c.status in ("failed", "error"))
+def mistake_file(name: str, folder):
+    return mutant("cross_entropy_plain.cu", name, MISTAKE_EDITS[name], folder)
+
+
+@pytest.mark.parametrize("name", list(GPU_MISTAKES))
+def test_each_fixture_mistakes_edits_still_apply(name, tmp_path):
+    assert mistake_file(name, tmp_path).exists()  # the GPU test grades this file
 
 
 @pytest.mark.gpu
@@ -187,16 +214,16 @@ def test_the_solution_passes_near_copy_bandwidth_and_prints_torch_beside_it():
 @pytest.mark.gpu
 def test_the_stub_fails_with_nothing_written():
     result = grade(resolve(("cross_entropy",)), source="stubs", seed=5, record=False, quick=True)
-    check = _first_failure(result)
+    check = first_failure(result)
     assert check.name == "numerics" and check.details.get("code") == "not_written", result.verdict
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", list(GPU_MISTAKES))
-def test_each_fixture_mistake_fails_on_the_gpu(name):
-    result = grade(resolve(("cross_entropy",)), submission=submission(f"cross_entropy_{name}.cu"), seed=5,
+def test_each_fixture_mistake_fails_on_the_gpu(name, tmp_path):
+    result = grade(resolve(("cross_entropy",)), submission=mistake_file(name, tmp_path), seed=5,
                    record=False, quick=True)
-    check = _first_failure(result)
+    check = first_failure(result)
     assert check.name == "numerics" and check.details.get("code") in GPU_MISTAKES[name], result.verdict
 
 

@@ -15,18 +15,20 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 import torch
 
 from conftest import ROOT, submission
+from cuda_checks import fixture_fails, fixture_passes_numerics, mutant
 from grader import build
 from grader.checking import judge_output
 from grader.discovery import resolve
 from grader.grade import grade
 from grader.inputs import make_outputs, place
 from grader.spec import SpecError, load_spec
-from simulated_kernels import cpu_cases, exercise, figure_line, first_failure, grade_fixture, store, trial_data
+from simulated_kernels import cpu_cases, exercise, figure_line, first_failure, store, trial_data
 
 BLAS1, GEMM = exercise("cublas_blas1"), exercise("cublas_gemm")
 NVCC = build.find_nvcc()
@@ -130,16 +132,74 @@ def test_the_stub_and_the_solution_build_for_sm_90(exercise_id):
         assert not any(k["spill_stores"] for k in result.resources)
 
 
-CUBLAS_FIXTURES = ["cublas_blas1_one_based.cu", "cublas_blas1_axpy_in_place.cu", "cublas_blas1_handle_per_call.cu",
-                   "cublas_gemm_column_major.cu", "cublas_gemm_ignores_ld.cu", "cublas_gemm_handle_per_call.cu"]
+# Mistakes (and the slow handle per call) that are a solution with an edit, (exercise, mistake): edits. A learner's
+# kit has no solutions/: their tests are marked solutions, and skip there. The others are fixtures
+# <exercise>_<mistake>.cu.
+SOLUTION_EDITS = {
+    # cuBLAS's 1-based indices handed back as they are (no -1).
+    ("cublas_blas1", "one_based"): [("    to_zero_based<<<1, 1>>>(amax, amin);\n", "")],
+    # Slow: a cuBLAS handle created and destroyed on every call (numerics right).
+    ("cublas_blas1", "handle_per_call"): [
+        ("static cublasHandle_t the_handle() {\n    static cublasHandle_t handle = [] {\n        cublasHandle_t created;\n"
+         "        CUBLAS_OK(cublasCreate(&created));\n        return created;\n"
+         "    }();  // a function-local static: created once, on the first call, thread-safely\n"
+         "    return handle;\n}\n\n", ""),
+        ("    cublasHandle_t handle = the_handle();",
+         "    cublasHandle_t handle;\n    CUBLAS_OK(cublasCreate(&handle));  // the mistake: a new handle on every call"),
+        ("    CUBLAS_OK(cublasSetPointerMode(handle, CUBLAS_POINTER_MODE_HOST));\n}",
+         "    CUBLAS_OK(cublasDestroy(handle));  // and a device-wide wait\n}")],
+    # C = A B passed to cuBLAS as written (M, N, K, A, B), ignoring its column-major order.
+    ("cublas_gemm", "column_major"): [
+        ("    // column-major (N x M) = (N x K) (K x M): C^T = B^T A^T\n"
+         "    CUBLAS_OK(cublasSgemm(the_handle(), CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &one, B, ldb, A, lda, &zero, C, ldc));",
+         "    // the mistake: the call as the math reads, on row-major data cuBLAS reads column-major\n"
+         "    cublasSgemm(the_handle(), CUBLAS_OP_N, CUBLAS_OP_N, M, N, K, &one, A, lda, B, ldb, &zero, C, ldc);"
+         "  // status unchecked")],
+    # The transpose trick right, the leading dimensions assumed contiguous (fails row slices).
+    ("cublas_gemm", "ignores_ld"): [
+        ("    // column-major (N x M) = (N x K) (K x M): C^T = B^T A^T\n"
+         "    CUBLAS_OK(cublasSgemm(the_handle(), CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &one, B, ldb, A, lda, &zero, C, ldc));",
+         "    // the mistake: the plain matrices' strides K, N, N where lda, ldb, ldc belong\n"
+         "    CUBLAS_OK(cublasSgemm(the_handle(), CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &one, B, N, A, K, &zero, C, N));")],
+    # Slow: a cuBLAS handle created and destroyed on every call (numerics right).
+    ("cublas_gemm", "handle_per_call"): [
+        ("static cublasHandle_t the_handle() {\n    static cublasHandle_t handle = [] {\n        cublasHandle_t created;\n"
+         "        CUBLAS_OK(cublasCreate(&created));\n        return created;\n"
+         "    }();  // created once, on the first call (thread-safe)\n    return handle;\n}\n\n", ""),
+        ("    CUBLAS_OK(cublasSgemm(the_handle(), CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &one, B, ldb, A, lda, &zero, C, ldc));",
+         "    cublasHandle_t handle;\n    CUBLAS_OK(cublasCreate(&handle));  // the mistake: a new handle on every call\n"
+         "    CUBLAS_OK(cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &one, B, ldb, A, lda, &zero, C, ldc));\n"
+         "    CUBLAS_OK(cublasDestroy(handle));")],
+}
+CUBLAS_FIXTURES = [("cublas_blas1", "axpy_in_place"), *SOLUTION_EDITS]
+
+
+def mistake_file(exercise_id: str, mistake: str, folder: Path) -> Path:
+    if (exercise_id, mistake) not in SOLUTION_EDITS:
+        return submission(f"{exercise_id}_{mistake}.cu")
+    solution = ROOT / "solutions" / exercise_id / f"{exercise_id}.cu"
+    return mutant(solution, mistake, SOLUTION_EDITS[(exercise_id, mistake)], folder)
+
+
+def with_marks(keys):
+    """(exercise, mistake) parameters, those made from a solution marked solutions (they skip in a learner's kit)."""
+    return [pytest.param(*key, marks=pytest.mark.solutions) if key in SOLUTION_EDITS else key for key in keys]
+
+
+@pytest.mark.solutions
+@pytest.mark.parametrize("exercise_id, mistake", list(SOLUTION_EDITS))
+def test_each_solution_edit_still_applies(exercise_id, mistake, tmp_path):
+    assert mistake_file(exercise_id, mistake, tmp_path).exists()  # the GPU tests grade this file
 
 
 @needs_cublas
-def test_the_fixtures_compile():
+@pytest.mark.solutions
+def test_the_fixtures_compile(tmp_path):
     includes = [f for f in CUBLAS_FLAGS if f.startswith("-I")]
-    jobs = {name: subprocess.Popen([NVCC, "-std=c++17", "-arch=sm_90", "-cubin", *includes, "-o", "/dev/null",
-                                    str(submission(name))], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            for name in CUBLAS_FIXTURES}
+    sources = [mistake_file(exercise_id, mistake, tmp_path) for exercise_id, mistake in CUBLAS_FIXTURES]
+    jobs = {source.name: subprocess.Popen([NVCC, "-std=c++17", "-arch=sm_90", "-cubin", *includes, "-o", "/dev/null",
+                                           str(source)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for source in sources}
     for name, job in jobs.items():
         assert job.wait() == 0, f"{name}: {job.stdout.read()}"
 
@@ -280,27 +340,24 @@ def test_the_stubs_fail_on_the_gpu(exercise_id):
     assert first_failure(result).details.get("code") == "not_written", result.verdict
 
 
-GPU_MISTAKES = {
-    "cublas_blas1_one_based.cu": ("cublas_blas1", {"property"}),
-    "cublas_blas1_axpy_in_place.cu": ("cublas_blas1", {"input_modified"}),
-    "cublas_gemm_column_major.cu": ("cublas_gemm", {"mismatch", "not_written"}),
-    "cublas_gemm_ignores_ld.cu": ("cublas_gemm", {"mismatch"}),
+GPU_MISTAKES = {  # (exercise, mistake): the verdict codes it may get
+    ("cublas_blas1", "one_based"): {"property"},
+    ("cublas_blas1", "axpy_in_place"): {"input_modified"},
+    ("cublas_gemm", "column_major"): {"mismatch", "not_written"},
+    ("cublas_gemm", "ignores_ld"): {"mismatch"},
 }
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", list(GPU_MISTAKES))
-def test_each_fixture_mistake_fails_on_the_gpu(name):
-    exercise_id, codes = GPU_MISTAKES[name]
-    result = grade_fixture(exercise_id, name)
-    assert first_failure(result).details.get("code") in codes, result.verdict
+@pytest.mark.parametrize("exercise_id, mistake", with_marks(GPU_MISTAKES))
+def test_each_fixture_mistake_fails_on_the_gpu(exercise_id, mistake, tmp_path):
+    fixture_fails(exercise_id, mistake_file(exercise_id, mistake, tmp_path), GPU_MISTAKES[(exercise_id, mistake)])
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name,exercise_id", [("cublas_blas1_handle_per_call.cu", "cublas_blas1"),
-                                              ("cublas_gemm_handle_per_call.cu", "cublas_gemm")])
-def test_a_handle_made_per_call_is_right_and_slower_than_the_solution(name, exercise_id):
-    result = grade_fixture(exercise_id, name)
-    assert next(c for c in result.checks if c.name == "numerics").status == "passed", result.verdict
-    print("\n" + figure_line(f"{exercise_id}: a handle per call", result))
+@pytest.mark.solutions
+@pytest.mark.parametrize("exercise_id", ["cublas_blas1", "cublas_gemm"])
+def test_a_handle_made_per_call_is_right_and_slower_than_the_solution(exercise_id, tmp_path):
+    slow = mistake_file(exercise_id, "handle_per_call", tmp_path)
+    result = fixture_passes_numerics(exercise_id, slow, f"{exercise_id}: a handle per call")
     assert result.timings[-1].learner_ms > result.timings[-1].solution_ms

@@ -11,14 +11,16 @@ beside torch's (F.embedding, aten::embedding_dense_backward)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
-from conftest import ROOT
-from cuda_checks import build_without_spills, compile_fixtures
+from conftest import ROOT, submission
+from cuda_checks import build_without_spills, compile_fixtures, fixture_fails, fixture_passes_numerics, mutant
 from grader.discovery import resolve
 from grader.grade import grade
-from simulated_kernels import (cpu_cases, exercise, fails_somewhere, figure_line, first_failure, grade_fixture, store,
+from simulated_kernels import (cpu_cases, exercise, fails_somewhere, figure_line, first_failure, store,
                                trial_data, verdicts)
 
 FORWARD, BACKWARD = exercise("embedding"), exercise("embedding_backward")
@@ -135,13 +137,42 @@ def test_the_stubs_and_solutions_build_and_the_solutions_spill_nothing():
         build_without_spills([ROOT / "exercises" / exercise_id / name, ROOT / "solutions" / exercise_id / name])
 
 
-FIXTURES = ["embedding_ids_as_int32.cu", "embedding_float4_no_tail.cu", "embedding_warp_per_token.cu",
-            "embedding_backward_plain_add.cu", "embedding_backward_no_zero.cu", "embedding_backward_warp_atomics.cu"]
+LADDERS = {"embedding": "embedding_warp_per_token.cu", "embedding_backward": "embedding_backward_warp_atomics.cu"}
+# Mistakes that are a ladder step 2 fixture (above) with an edit; the others are fixtures <exercise>_<mistake>.cu.
+MISTAKE_EDITS = {
+    # The int64 ids read through an int pointer (id i becomes half of id i/2, or 0).
+    ("embedding", "ids_as_int32"): [
+        ("gather(const int64_t* ids,", "gather(const int* ids,"),
+        ("    const float* row = weight + ids[token] * C;\n"
+         "    for (int c = lane; c < C; c += 32) out[(int64_t)token * C + c] = row[c];",
+         "    const int id = ids[token];  // the mistake: ids are 8 bytes each\n"
+         "    for (int c = lane; c < C; c += 32) out[(int64_t)token * C + c] = weight[(int64_t)id * C + c];"),
+        ("256>>>(ids,", "256>>>(reinterpret_cast<const int*>(ids),")],
+    # dweight[id][c] += g without an atomic: tokens sharing an id lose additions.
+    ("embedding_backward", "plain_add"): [
+        ("atomicAdd(row + c, dout[(int64_t)token * C + c]);",
+         "row[c] += dout[(int64_t)token * C + c];  // the mistake: a read, an add, a write")],
+    # Atomics right, dweight never zeroed: it starts from whatever was there.
+    ("embedding_backward", "no_zero"): [
+        ("    cudaMemsetAsync(dweight, 0, sizeof(float) * (size_t)V * C);\n    const int n = B * T;",
+         "    const int n = B * T;  // the mistake: no cudaMemsetAsync(dweight, 0, ...) first")],
+}
+
+
+def mistake_file(exercise_id: str, mistake: str, folder: Path) -> Path:
+    if (exercise_id, mistake) not in MISTAKE_EDITS:
+        return submission(f"{exercise_id}_{mistake}.cu")
+    return mutant(LADDERS[exercise_id], mistake, MISTAKE_EDITS[(exercise_id, mistake)], folder)
+
+
+@pytest.mark.parametrize("exercise_id, mistake", list(MISTAKE_EDITS))
+def test_each_mistakes_edits_still_apply(exercise_id, mistake, tmp_path):
+    assert mistake_file(exercise_id, mistake, tmp_path).exists()  # the GPU test grades this file
 
 
 @pytest.mark.nvcc
-def test_the_fixtures_compile():
-    compile_fixtures(FIXTURES)
+def test_the_fixtures_compile(tmp_path):
+    compile_fixtures([*LADDERS.values(), *(mistake_file(e, m, tmp_path) for e, m in GPU_MISTAKES)])
 
 
 # --- on a GPU: the real kernels -------------------------------------------------------------------------
@@ -170,27 +201,21 @@ def test_the_stubs_fail_on_the_gpu(exercise_id):
     assert first_failure(result).details.get("code") == "not_written", result.verdict
 
 
-GPU_MISTAKES = {
-    "embedding_ids_as_int32.cu": ("embedding", {"mismatch"}),
-    "embedding_float4_no_tail.cu": ("embedding", {"not_written", "partial_write", "mismatch", "crash", "cuda_error"}),
-    "embedding_backward_plain_add.cu": ("embedding_backward", {"mismatch"}),
-    "embedding_backward_no_zero.cu": ("embedding_backward", {"not_written", "partial_write", "mismatch"}),
+GPU_MISTAKES = {  # (exercise, mistake): the verdict codes it may get
+    ("embedding", "ids_as_int32"): {"mismatch"},
+    ("embedding", "float4_no_tail"): {"not_written", "partial_write", "mismatch", "crash", "cuda_error"},
+    ("embedding_backward", "plain_add"): {"mismatch"},
+    ("embedding_backward", "no_zero"): {"not_written", "partial_write", "mismatch"},
 }
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", list(GPU_MISTAKES))
-def test_each_fixture_mistake_fails_on_the_gpu(name):
-    exercise_id, codes = GPU_MISTAKES[name]
-    result = grade_fixture(exercise_id, name)
-    assert first_failure(result).details.get("code") in codes, result.verdict
+@pytest.mark.parametrize("exercise_id, mistake", list(GPU_MISTAKES))
+def test_each_fixture_mistake_fails_on_the_gpu(exercise_id, mistake, tmp_path):
+    fixture_fails(exercise_id, mistake_file(exercise_id, mistake, tmp_path), GPU_MISTAKES[(exercise_id, mistake)])
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name,exercise_id", [("embedding_warp_per_token.cu", "embedding"),
-                                              ("embedding_backward_warp_atomics.cu", "embedding_backward")])
-def test_the_ladder_step_2_kernels_pass_numerics_and_print_their_figures(name, exercise_id):
-    result = grade_fixture(exercise_id, name)
-    assert next(c for c in result.checks if c.name == "numerics").status == "passed", result.verdict
-    if result.timings:
-        print("\n" + figure_line(f"{exercise_id} ladder step 2", result))
+@pytest.mark.parametrize("exercise_id", list(LADDERS))
+def test_the_ladder_step_2_kernels_pass_numerics_and_print_their_figures(exercise_id):
+    fixture_passes_numerics(exercise_id, LADDERS[exercise_id], f"{exercise_id} ladder step 2")

@@ -8,12 +8,15 @@ the unfused PyTorch formula and the copy bandwidth, the solution's grade, the st
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 from conftest import ROOT, submission
-from cuda_rows import cuda_cases, edited, gbps, verdict, verdicts
+from cuda_checks import mutant
+from cuda_rows import cuda_cases, verdict, verdicts
 from grader import exprs
 from grader.checking import load_reference
 from grader.discovery import discover_exercises, resolve
@@ -24,8 +27,24 @@ SPEC = discover_exercises()["residual_activation"]
 REFERENCE = load_reference(SPEC.folder / "reference.py")
 STUB = SPEC.folder / "residual_activation.cu"
 SOLUTION = ROOT / "solutions" / "residual_activation" / "residual_activation.cu"
-FIXTURES = ["residual_activation_thread_per_element.cu", "residual_activation_erf_gelu.cu",
-            "residual_activation_naive_exp.cu", "residual_activation_rounds_twice.cu"]
+LADDER = "residual_activation_thread_per_element.cu"  # the ladder's first kernel, a fixture; the mistakes edit it
+MISTAKE_EDITS = {
+    # The exact GELU, 0.5 x (1 + erf(x / sqrt 2)), where the exercise asks for the tanh approximation (GPT-2's):
+    # up to ~5e-4 apart, far outside float32's tolerance.
+    "erf_gelu": [("return 0.5f * v * (1.f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)));",
+                  "return 0.5f * v * (1.f + erff(v * 0.7071067811865476f));")],
+    # tanh as (e^2u - 1) / (e^2u + 1) and SiLU as x e^x / (1 + e^x). Right for small inputs; inf / inf = NaN once
+    # exp overflows (GELU for x above ~10, SiLU above 88).
+    "naive_exp": [("    return 0.5f * v * (1.f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)));",
+                   "    const float e = expf(2.f * 0.7978845608f * (v + 0.044715f * v * v * v));\n"
+                   "    return 0.5f * v * (1.f + (e - 1.f) / (e + 1.f));"),
+                  ("return v / (1.f + expf(-v));", "return v * expf(v) / (1.f + expf(v));")],
+    # The activation rounded to T before the add, as the unfused residual + F.gelu(x) does. Harmless in float32;
+    # in bfloat16 up to half a step of act(x) off, which fails where residual and act(x) nearly cancel.
+    "rounds_twice": [("    out[i] = static_cast<T>(static_cast<float>(residual[i]) + (use_gelu ? gelu(v) : silu(v)));",
+                      "    const T a = static_cast<T>(use_gelu ? gelu(v) : silu(v));\n"
+                      "    out[i] = static_cast<T>(static_cast<float>(residual[i]) + static_cast<float>(a));")],
+}
 VECTOR_WIDTH = {torch.float32: 4, torch.bfloat16: 8}  # elements in 16 bytes
 
 
@@ -120,6 +139,15 @@ def test_each_classic_mistake_fails_on_the_case_built_for_it(name):
     assert verdict(SPEC, cases[0], run) == code
 
 
+def mistake_file(mistake: str, folder: Path) -> Path:
+    return mutant(LADDER, mistake, MISTAKE_EDITS[mistake], folder)
+
+
+@pytest.mark.parametrize("mistake", list(MISTAKE_EDITS))
+def test_each_mistake_fixtures_edits_still_apply(mistake, tmp_path):
+    assert mistake_file(mistake, tmp_path).exists()  # the GPU tests build and grade this file
+
+
 def test_rounding_twice_is_harmless_in_float32():
     case = next(c for c in cuda_cases(SPEC) if c.label() == "n=1000003 act=gelu")
     assert verdict(SPEC, case, play(round_act=True)) == "ok"
@@ -137,10 +165,11 @@ GPU_EDITS = {  # name: (text of the solution, replacement, verdict codes it must
 @pytest.mark.nvcc
 @pytest.mark.slow
 @pytest.mark.solutions
-def test_the_stub_the_solution_and_the_fixtures_compile_for_sm_90():
+def test_the_stub_the_solution_and_the_fixtures_compile_for_sm_90(tmp_path):
     from torch_op_checks import compile_checks
 
-    stub, *results = compile_checks([STUB, SOLUTION] + [submission(name) for name in FIXTURES])
+    fixtures = [submission(LADDER)] + [mistake_file(m, tmp_path) for m in MISTAKE_EDITS]
+    stub, *results = compile_checks([STUB, SOLUTION] + fixtures)
     assert stub.ok, stub.log  # its kernel template is launched nowhere yet: no kernel in the report
     for result in results:
         assert result.ok, result.log
@@ -151,38 +180,35 @@ def test_the_stub_the_solution_and_the_fixtures_compile_for_sm_90():
 
 @pytest.mark.solutions
 def test_the_gpu_edits_apply_to_the_solution():
-    text = SOLUTION.read_text()
-    for name, (old, _, _) in GPU_EDITS.items():
-        assert old in text, f"{name}: update GPU_EDITS to the solution's text"
+    from torch_op_checks import solution_edits_apply
+
+    solution_edits_apply(SOLUTION, GPU_EDITS)
 
 
 # --- on a GPU -------------------------------------------------------------------------------------------
 
-GPU_MISTAKES = {  # fixture file: verdict codes it must get
-    "residual_activation_erf_gelu.cu": ("mismatch",),
-    "residual_activation_naive_exp.cu": ("mismatch",),
-    "residual_activation_rounds_twice.cu": ("mismatch",),
+GPU_MISTAKES = {  # a mistake of MISTAKE_EDITS: verdict codes it must get
+    "erf_gelu": ("mismatch",),
+    "naive_exp": ("mismatch",),
+    "rounds_twice": ("mismatch",),
 }
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """Every operator the GPU tests load, built side by side first; the edits as files of their own."""
-    from torch_op_checks import prebuild
+    from torch_op_checks import prebuild_with_edits
 
     folder = tmp_path_factory.mktemp("residual_activation_edits")
-    sources = {"solution": SOLUTION, "stub": STUB, **{name: submission(name) for name in FIXTURES}}
-    for index, (name, (old, new, _)) in enumerate(GPU_EDITS.items()):
-        sources[name] = edited(SOLUTION, old, new, folder, f"residual_activation_edit{index}.cu")
-    prebuild(SPEC, list(sources.values()))
-    return sources
+    sources = {"solution": SOLUTION, "stub": STUB, LADDER: submission(LADDER),
+               **{name: mistake_file(name, folder) for name in GPU_MISTAKES}}
+    return prebuild_with_edits(SPEC, sources, SOLUTION, GPU_EDITS, folder)
 
 
 @pytest.mark.gpu
 @pytest.mark.solutions
 def test_the_ladders_figures_and_the_solution_beats_the_unfused_formula_near_copy_bandwidth(built):
-    from grader import timing
-    from torch_op_checks import op_caller
+    from torch_op_checks import op_caller, race_at_copy_bandwidth
 
     case = SPEC.performance.cases[-1]
     n = case.params["n"]
@@ -198,14 +224,7 @@ def test_the_ladders_figures_and_the_solution_beats_the_unfused_formula_near_cop
     del exact
     contestants = {name: (lambda c=c: c(tensors, case.params)) for name, c in callers.items()}
     contestants["residual + F.gelu(x) (unfused)"] = lambda: REFERENCE(tensors["x"], tensors["residual"], act="gelu")
-    measured = timing.time_alternating(contestants)
-    copy_gbps = timing.measure_copy_bandwidth()
-    moved = exprs.evaluate(SPEC.performance.bytes, {**case.params, "elem": 2})
-    rates = {name: gbps(moved, m["median_ms"]) for name, m in measured.items()}
-    print(f"\nresidual_activation {case.label()} on {torch.cuda.get_device_name()} (copy {copy_gbps:.0f} GB/s):")
-    for name, rate in rates.items():
-        print(f"  {name:40s} {measured[name]['median_ms'] * 1000:8.1f} us  {rate:6.0f} GB/s  "
-              f"{100 * rate / copy_gbps:4.0f}% of roofline")
+    rates, copy_gbps = race_at_copy_bandwidth(SPEC, case, contestants, width=40)
     solution = rates["2. 16-byte accesses (the solution)"]
     assert solution >= 0.85 * copy_gbps and solution > rates["residual + F.gelu(x) (unfused)"]
 

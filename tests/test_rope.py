@@ -8,11 +8,14 @@ copy bandwidth, the solution's grade, the stub and each mistake failing."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
 from conftest import ROOT, submission
-from cuda_rows import cuda_cases, edited, gbps, verdict, verdicts
+from cuda_checks import mutant
+from cuda_rows import cuda_cases, verdict, verdicts
 from grader import exprs
 from grader.checking import load_reference
 from grader.discovery import discover_exercises, resolve
@@ -24,7 +27,20 @@ SPEC = discover_exercises()["rope"]
 REFERENCE = load_reference(SPEC.folder / "reference.py")
 STUB = SPEC.folder / "rope.cu"
 SOLUTION = ROOT / "solutions" / "rope" / "rope.cu"
-FIXTURES = ["rope_thread_per_pair.cu", "rope_interleaved.cu", "rope_ignores_strides.cu"]
+LADDER = "rope_thread_per_pair.cu"  # the ladder's first kernel, a fixture; the mistakes are edits of it
+MISTAKE_EDITS = {
+    # x's head rows found as if x were contiguous (row * d), not through its strides. Right on a contiguous x; on
+    # a slice of a wider tensor (q out of a fused qkv) it reads other rows and the padding between them.
+    "ignores_strides": [("const T* xr = x + b * stride_b + n * stride_n + h * stride_h;",
+                         "const T* xr = x + row * 2 * half;")],
+    # The interleaved convention (GPT-J, Meta's original Llama code), pairs (2i, 2i + 1), where this exercise's
+    # reference (Hugging Face's rotate_half) pairs i with i + d/2. It must fail numerics: the same tables rotate
+    # other pairs of coordinates.
+    "interleaved": [("static_cast<float>(xr[i]), x2 = static_cast<float>(xr[i + half]);",
+                     "static_cast<float>(xr[2 * i]), x2 = static_cast<float>(xr[2 * i + 1]);"),
+                    ("o[i] = static_cast<T>(x1", "o[2 * i] = static_cast<T>(x1"),
+                    ("o[i + half] = static_cast<T>(x2", "o[2 * i + 1] = static_cast<T>(x2")],
+}
 VECTOR_WIDTH = {torch.float32: 4, torch.float16: 8, torch.bfloat16: 8}  # elements in 16 bytes
 
 
@@ -159,6 +175,15 @@ def test_each_classic_mistake_fails_on_the_case_built_for_it(name):
     assert verdict(SPEC, cases[0], run) == code
 
 
+def mistake_file(mistake: str, folder: Path) -> Path:
+    return mutant(LADDER, mistake, MISTAKE_EDITS[mistake], folder)
+
+
+@pytest.mark.parametrize("mistake", list(MISTAKE_EDITS))
+def test_each_mistake_fixtures_edits_still_apply(mistake, tmp_path):
+    assert mistake_file(mistake, tmp_path).exists()  # the GPU tests build and grade this file
+
+
 # --- compiling without a GPU ----------------------------------------------------------------------------
 
 GPU_EDITS = {  # name: (text of the solution, replacement, verdict codes it must get)
@@ -171,10 +196,11 @@ GPU_EDITS = {  # name: (text of the solution, replacement, verdict codes it must
 @pytest.mark.nvcc
 @pytest.mark.slow
 @pytest.mark.solutions
-def test_the_stub_the_solution_and_the_fixtures_compile_for_sm_90():
+def test_the_stub_the_solution_and_the_fixtures_compile_for_sm_90(tmp_path):
     from torch_op_checks import compile_checks
 
-    stub, *results = compile_checks([STUB, SOLUTION] + [submission(name) for name in FIXTURES])
+    fixtures = [submission(LADDER)] + [mistake_file(m, tmp_path) for m in MISTAKE_EDITS]
+    stub, *results = compile_checks([STUB, SOLUTION] + fixtures)
     assert stub.ok, stub.log  # its kernel template is launched nowhere yet: no kernel in the report
     for result in results:
         assert result.ok, result.log
@@ -185,30 +211,28 @@ def test_the_stub_the_solution_and_the_fixtures_compile_for_sm_90():
 
 @pytest.mark.solutions
 def test_the_gpu_edits_apply_to_the_solution():
-    text = SOLUTION.read_text()
-    for name, (old, _, _) in GPU_EDITS.items():
-        assert old in text, f"{name}: update GPU_EDITS to the solution's text"
+    from torch_op_checks import solution_edits_apply
+
+    solution_edits_apply(SOLUTION, GPU_EDITS)
 
 
 # --- on a GPU -------------------------------------------------------------------------------------------
 
-GPU_MISTAKES = {  # fixture file: verdict codes it must get
-    "rope_interleaved.cu": ("mismatch",),
-    "rope_ignores_strides.cu": ("mismatch",),
+GPU_MISTAKES = {  # a mistake of MISTAKE_EDITS: verdict codes it must get
+    "interleaved": ("mismatch",),
+    "ignores_strides": ("mismatch",),
 }
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """Every operator the GPU tests load, built side by side first; the edits as files of their own."""
-    from torch_op_checks import prebuild
+    from torch_op_checks import prebuild_with_edits
 
     folder = tmp_path_factory.mktemp("rope_edits")
-    sources = {"solution": SOLUTION, "stub": STUB, **{name: submission(name) for name in FIXTURES}}
-    for index, (name, (old, new, _)) in enumerate(GPU_EDITS.items()):
-        sources[name] = edited(SOLUTION, old, new, folder, f"rope_edit{index}.cu")
-    prebuild(SPEC, list(sources.values()))
-    return sources
+    sources = {"solution": SOLUTION, "stub": STUB, LADDER: submission(LADDER),
+               **{name: mistake_file(name, folder) for name in GPU_MISTAKES}}
+    return prebuild_with_edits(SPEC, sources, SOLUTION, GPU_EDITS, folder)
 
 
 def largest_inputs():
@@ -223,8 +247,7 @@ def largest_inputs():
 @pytest.mark.gpu
 @pytest.mark.solutions
 def test_the_ladders_figures_and_the_solution_beats_the_formula_near_copy_bandwidth(built):
-    from grader import timing
-    from torch_op_checks import op_caller
+    from torch_op_checks import op_caller, race_at_copy_bandwidth
 
     case, tensors = largest_inputs()
     versions = {
@@ -241,14 +264,7 @@ def test_the_ladders_figures_and_the_solution_beats_the_formula_near_copy_bandwi
     del exact
     contestants = {name: (lambda c=c: c(tensors, case.params)) for name, c in callers.items()}
     contestants["the PyTorch formula (reference.py, bfloat16)"] = lambda: REFERENCE(**tensors)
-    measured = timing.time_alternating(contestants)
-    copy_gbps = timing.measure_copy_bandwidth()
-    moved = exprs.evaluate(SPEC.performance.bytes, {**case.params, "elem": 2})
-    rates = {name: gbps(moved, m["median_ms"]) for name, m in measured.items()}
-    print(f"\nrope {case.label()} on {torch.cuda.get_device_name()} (copy {copy_gbps:.0f} GB/s):")
-    for name, rate in rates.items():
-        print(f"  {name:48s} {measured[name]['median_ms'] * 1000:8.1f} us  {rate:6.0f} GB/s  "
-              f"{100 * rate / copy_gbps:4.0f}% of roofline")
+    rates, copy_gbps = race_at_copy_bandwidth(SPEC, case, contestants, width=48)
     solution = rates["3. 16-byte accesses (the solution)"]
     assert solution >= 0.85 * copy_gbps and solution > rates["the PyTorch formula (reference.py, bfloat16)"]
 

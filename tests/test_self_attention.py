@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from conftest import HAS_GPU, ROOT
-from cuda_checks import build_without_spills, compile_fixtures, numerics
+from cuda_checks import build_without_spills, compile_fixtures, mutant, numerics
 from grader.discovery import resolve
 from grader.grade import grade
 from grader.hints import parse_ladder
@@ -81,15 +81,42 @@ HONEST = {
     "two passes per row (exp, one tile of all keys)": play(tile=10**9, base2=False),
     "online softmax over 64-key tiles, exp2 (the solution)": play(),
 }
-MISTAKES = {  # name: (the play, a label fragment of a case it must fail, fixture or None)
-    "no max subtraction": (play(mistake="no_max"), "q scale=30.0", "self_attention_no_max.cu"),
-    "no 1/sqrt(d) scale": (play(mistake="no_scale"), "N=17", "self_attention_no_scale.cu"),
-    "the causal diagonal masked (key < row)": (play(mistake="causal_off_by_one"), "causal=True",
-                                               "self_attention_causal_off_by_one.cu"),
+MISTAKES = {  # name: (the play, a label fragment of a case it must fail, its CUDA fixture in FIXTURE_EDITS or None)
+    "no max subtraction": (play(mistake="no_max"), "q scale=30.0", "no_max"),
+    "no 1/sqrt(d) scale": (play(mistake="no_scale"), "N=17", "no_scale"),
+    "the causal diagonal masked (key < row)": (play(mistake="causal_off_by_one"), "causal=True", "causal_off_by_one"),
     "a padded 32-key tail tile taken for keys": (play(mistake="unmasked_tail", tile=32), "N=1 d=64 causal=False",
-                                                 "self_attention_unmasked_tail.cu"),
+                                                 "unmasked_tail"),
     "scores in TF32": (play(mistake="tf32"), "k offset=100.0", None),
 }
+# The mistakes' CUDA kernels, each a ladder fixture (tests/fixtures/submissions/) with the mistake edited in.
+FIXTURE_EDITS = {
+    # Ladder step 2 without the max subtraction: exp(score) overflows float32 once a score passes 88 (the q
+    # scale=30 cases): inf / inf = NaN. Correct on small scores, which is why it survives.
+    "no_max": ("self_attention_online.cu", [("const float m_new = fmaxf(m, s);",
+                                             "const float m_new = 0.f;  // the mistake: no running max")]),
+    # Ladder step 2 without the 1 / sqrt(d) scale: the softmax is sharper than attention's (a temperature of 1
+    # instead of sqrt(d)): wrong everywhere but N = 1.
+    "no_scale": ("self_attention_online.cu", [
+        ("const float scale = 1.0f / sqrtf((float)D);",
+         "const float scale = 1.0f;  // the mistake: scores are not divided by sqrt(d)")]),
+    # Ladder step 2 with the causal mask one key short (j < row instead of j <= row): each row loses its own
+    # key, and row 0 sees none at all (0 / 0).
+    "causal_off_by_one": ("self_attention_online.cu", [
+        ("const int last = causal ? row : N - 1;",
+         "const int last = causal ? row - 1 : N - 1;  // the mistake: the diagonal is masked too")]),
+    # Ladder step 3 with the last tile used whole: its rows past N are zero padding, but each becomes a key with
+    # score 0 and weight exp(0 - m): the weights no longer sum to one (wrong whenever N % 32 != 0 and a row
+    # sees the tail; causal rows below the tail never look that far).
+    "unmasked_tail": ("self_attention_shared_tiles.cu", [
+        ("const int keys = min(TILE, N - k0);  // the last tile is partial: rows past N are padding, not keys",
+         "const int keys = TILE;  // the mistake: padding rows past N are taken for keys")]),
+}
+
+
+def mistake_file(mistake: str, folder):
+    base, edits = FIXTURE_EDITS[mistake]
+    return mutant(base, mistake, edits, folder)
 LADDER_FIXTURES = ["self_attention_two_pass.cu", "self_attention_online.cu", "self_attention_shared_tiles.cu"]
 
 
@@ -147,6 +174,11 @@ def test_each_classic_mistake_fails_the_case_built_for_it(name):
     assert "mismatch" in codes, (name, case.label(), codes)
 
 
+@pytest.mark.parametrize("mistake", list(FIXTURE_EDITS))
+def test_each_mistake_fixtures_edits_still_apply(mistake, tmp_path):
+    assert mistake_file(mistake, tmp_path).exists()  # the GPU test grades this file
+
+
 def test_the_honest_error_leaves_room_under_the_tolerance():
     """The tightest case (scores of std 30, trial 2 at 1.5x): an honest kernel's error stays under a third of it."""
     case = next(c for c in cpu_cases(SPEC) if c.params["N"] == 333)
@@ -166,8 +198,8 @@ def test_the_stub_and_the_solution_build_for_sm_90_and_the_solution_spills_nothi
 
 
 @pytest.mark.nvcc
-def test_every_fixture_compiles():
-    compile_fixtures(LADDER_FIXTURES + [f for _, _, f in MISTAKES.values() if f])
+def test_every_fixture_compiles(tmp_path):
+    compile_fixtures(LADDER_FIXTURES + [mistake_file(m, tmp_path) for m in FIXTURE_EDITS])
 
 
 @pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU path")
@@ -201,11 +233,11 @@ def test_the_stub_fails_on_the_gpu_with_nothing_written():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", [n for n, (_, _, f) in MISTAKES.items() if f])
-def test_each_mistake_fixture_fails_numerics_on_the_gpu(name):
-    _, fragment, fixture = MISTAKES[name]
-    check = numerics(grade_fixture("self_attention", fixture))
+def test_each_mistake_fixture_fails_numerics_on_the_gpu(name, tmp_path):
+    _, fragment, mistake = MISTAKES[name]
+    check = numerics(grade_fixture("self_attention", mistake_file(mistake, tmp_path)))
     assert check.status == "failed" and check.details.get("code") == "mismatch", check.message
-    print(f"\n{fixture}: {check.message.splitlines()[0]}")
+    print(f"\n{mistake}: {check.message.splitlines()[0]}")
 
 
 @pytest.mark.gpu

@@ -53,6 +53,45 @@ def prebuild(spec: ExerciseSpec, sources: list[Path]) -> None:
         assert job.returncode == 0, f"{source.name} did not build:\n{output[-4000:]}"
 
 
+def solution_edits_apply(solution: Path, gpu_edits: dict[str, tuple]) -> None:
+    """Each GPU edit's `old` text (name: (old, new, verdict codes)) still stands in the solution."""
+    text = solution.read_text()
+    for name, (old, _, _) in gpu_edits.items():
+        assert old in text, f"{name}: update GPU_EDITS to the solution's text"
+
+
+def prebuild_with_edits(spec: ExerciseSpec, sources: dict[str, Path], solution: Path, gpu_edits: dict[str, tuple],
+                        folder: Path) -> dict[str, Path]:
+    """Every operator the GPU tests load, built side by side first: `sources` (name: file) and the solution
+    with each GPU edit (name: (old, new, verdict codes)) as a file of its own in `folder`, by the same names."""
+    from cuda_rows import edited
+
+    sources = dict(sources)
+    for index, (name, (old, new, _)) in enumerate(gpu_edits.items()):
+        sources[name] = edited(solution, old, new, folder, f"{spec.id}_edit{index}.cu")
+    prebuild(spec, list(sources.values()))
+    return sources
+
+
+def race_at_copy_bandwidth(spec: ExerciseSpec, case, contestants: dict, width: int) -> tuple[dict[str, float], float]:
+    """Times `contestants` (name: a call) alternately at `case` and prints each one's time, GB/s (the spec's bytes,
+    2-byte elements) and share of the copy bandwidth, names padded to `width`. Returns their GB/s and the copy's."""
+    import torch
+
+    from cuda_rows import gbps
+    from grader import exprs, timing
+
+    measured = timing.time_alternating(contestants)
+    copy_gbps = timing.measure_copy_bandwidth()
+    moved = exprs.evaluate(spec.performance.bytes, {**case.params, "elem": 2})
+    rates = {name: gbps(moved, m["median_ms"]) for name, m in measured.items()}
+    print(f"\n{spec.id} {case.label()} on {torch.cuda.get_device_name()} (copy {copy_gbps:.0f} GB/s):")
+    for name, rate in rates.items():
+        print(f"  {name:{width}s} {measured[name]['median_ms'] * 1000:8.1f} us  {rate:6.0f} GB/s  "
+              f"{100 * rate / copy_gbps:4.0f}% of roofline")
+    return rates, copy_gbps
+
+
 def op_caller(spec: ExerciseSpec, source: Path):
     """`source`'s operator, loaded as the grader loads it: call it with (tensors, params); it returns out."""
     from grader import loading
