@@ -20,6 +20,13 @@ def build_without_spills(sources: list[Path]) -> None:
     assert result.resources and not any(r["spill_stores"] for r in result.resources), result.resources
 
 
+def solution_edits_apply(solution: Path, edits: dict[str, tuple]) -> None:
+    """Each one-line mistake's `old` text (name: (old, new, verdict codes)) still stands in the solution."""
+    text = solution.read_text()
+    for name, (old, _, _) in edits.items():
+        assert old in text, f"{name}: {old!r} is not in {solution.name}: update the test's edit to the solution's text"
+
+
 def compile_fixtures(names: list[str | Path]) -> None:
     """Device code only (-cubin), all at once: the GPU tests grade them, this catches a typo without one. A name
     is a fixture's; a Path (a `mutant`) is compiled where it is."""

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from conftest import ROOT, submission
+from cuda_checks import build_without_spills, solution_edits_apply
 from cuda_rows import (cuda_caller, cuda_cases, edited, float4_gated_on_n_only, gbps, rows_at_stride_n, verdict,
                        verdicts)
 from grader.discovery import discover_exercises, resolve
@@ -93,14 +94,8 @@ GPU_MISTAKES = {  # name: (text of the solution, replacement: every occurrence, 
 @pytest.mark.solutions
 @pytest.mark.nvcc
 def test_the_solution_builds_for_sm_90_without_spills_and_the_edits_apply():
-    from grader import build
-
-    built = build.build_shared_library(SOLUTION)
-    assert built.ok, built.log
-    assert all(r.get("spill_stores", 0) == 0 for r in built.resources), built.resources
-    text = SOLUTION.read_text()
-    for name, (old, _, _) in GPU_MISTAKES.items():
-        assert old in text, f"{name}: update GPU_MISTAKES to the solution's text"
+    build_without_spills([SOLUTION])
+    solution_edits_apply(SOLUTION, GPU_MISTAKES)
 
 
 @pytest.mark.gpu

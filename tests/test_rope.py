@@ -211,7 +211,7 @@ def test_the_stub_the_solution_and_the_fixtures_compile_for_sm_90(tmp_path):
 
 @pytest.mark.solutions
 def test_the_gpu_edits_apply_to_the_solution():
-    from torch_op_checks import solution_edits_apply
+    from cuda_checks import solution_edits_apply
 
     solution_edits_apply(SOLUTION, GPU_EDITS)
 

@@ -53,13 +53,6 @@ def prebuild(spec: ExerciseSpec, sources: list[Path]) -> None:
         assert job.returncode == 0, f"{source.name} did not build:\n{output[-4000:]}"
 
 
-def solution_edits_apply(solution: Path, gpu_edits: dict[str, tuple]) -> None:
-    """Each GPU edit's `old` text (name: (old, new, verdict codes)) still stands in the solution."""
-    text = solution.read_text()
-    for name, (old, _, _) in gpu_edits.items():
-        assert old in text, f"{name}: update GPU_EDITS to the solution's text"
-
-
 def prebuild_with_edits(spec: ExerciseSpec, sources: dict[str, Path], solution: Path, gpu_edits: dict[str, tuple],
                         folder: Path) -> dict[str, Path]:
     """Every operator the GPU tests load, built side by side first: `sources` (name: file) and the solution
