@@ -136,6 +136,20 @@ MATMUL_CEILINGS = {"matmul_tflops": torch.float32, "matmul_tflops_float16": torc
 CEILINGS = ("copy_gbps", *MATMUL_CEILINGS)
 
 
+# More device memory than this held by other processes means they may be running kernels now.
+SHARED_GPU_BYTES = 1 << 30
+
+
+def memory_held_by_others() -> int:
+    """Bytes of this GPU's memory that other processes hold (the device's total use less this process's
+    allocator and a CUDA context's usual few hundred megabytes): a sign the GPU is shared right now."""
+    if not torch.cuda.is_available():
+        return 0
+    free, total = torch.cuda.mem_get_info()
+    own = torch.cuda.memory_reserved() + (512 << 20)
+    return max(0, total - free - own)
+
+
 def measure_ceilings(names=CEILINGS) -> dict[str, float]:
     """The named ceilings of this GPU, measured now (about a second each)."""
     return {name: round(measure_copy_bandwidth(), 1) if name == "copy_gbps"

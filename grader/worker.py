@@ -61,6 +61,7 @@ class Worker:
         self.device_info = device_info
         self.out: dict[str, Any] = {"device": device_info}  # what profile/tune helpers read
         self._reference = None
+        self.compiled: dict[str, Any] = {}  # the entry point under torch.compile, kept for every case (op_checks.py)
 
     @property
     def reference(self):
@@ -68,7 +69,7 @@ class Worker:
         if self._reference is None:
             from grader.checking import load_reference
 
-            self._reference = load_reference(self.spec.folder / "reference.py")
+            self._reference = load_reference(self.spec.folder / "reference.py", self.variant.reference)
         return self._reference
 
     def work_and_ceiling(self, case: Case):
@@ -113,12 +114,20 @@ class Worker:
 
     def _load(self, path: Path, library: str | None, role: str) -> loading.Caller:
         try:
-            return loading.load(self.variant, path, library, role)
+            return loading.load(self.variant, path, library, role, self._renamed(role))
         except loading.EntryError as exc:
             self.add("load", FAILED, str(exc), code=exc.code)
         except Exception as exc:  # the learner's module raised at import time
             self.add("load", FAILED, f"importing {path.name} failed: " + learner_error(exc, path), code="exception")
         raise Stop from None
+
+    def _renamed(self, role: str) -> dict[str, str] | None:
+        """The solution, loaded beside the learner's code for timing, registers its operator under another
+        namespace (torch.library refuses a second "kcourse::name")."""
+        if role != "solution" or self.spec.checks is None:
+            return None
+        namespace = self.spec.checks.namespace
+        return {f"{namespace}::": f"{namespace}_solution::", f"torch.ops.{namespace}.": f"torch.ops.{namespace}_solution."}
 
     def call(self, caller: loading.Caller, tensors: dict[str, torch.Tensor], case: Case, what: str) -> Any:
         """Invoke the entry point and turn any failure into a verdict the learner can act on."""
@@ -178,8 +187,21 @@ class Worker:
         files = {spec_out.name: save_tensor(out, self._out_path(message["k"], spec_out.name))
                  for spec_out, out in zip(self.spec.outputs, got)}
         outside = [] if self.variant.returns_outputs else [n for n, t in outputs.items() if written_outside(t)]
-        return {"outputs": files, "ops": sorted(ops), "modified": integrity.inputs_modified(originals, inputs),
-                "outside": outside}
+        report = {"outputs": files, "ops": sorted(ops), "modified": integrity.inputs_modified(originals, inputs),
+                  "outside": outside}
+        if message.get("op_checks"):
+            report["op_checks"] = self._op_checks(learner, originals, case, message)
+        return report
+
+    def _op_checks(self, learner: loading.Caller, inputs: dict[str, torch.Tensor], case: Case, message: dict) -> dict:
+        """Evidence for the registered operator's checks ([checks] in spec.toml) on this trial's inputs."""
+        from grader import op_checks
+
+        self.progress(f"checking the operator on {message['label']} (opcheck, torch.compile)")
+        grads = [load_tensor(meta).to(self.tensor_device) for meta in message["op_checks"]["grad_outputs"]]
+        save = lambda name, t: save_tensor(t, self._out_path(message["k"], name))  # noqa: E731
+        return op_checks.gather(self.spec.checks, learner.function, learner.arguments(inputs, case.params), grads,
+                                save, self.compiled)
 
     def _out_path(self, k: Any, name: str) -> Path:
         return Path(self.job["work_dir"]) / f"out-{k}-{name}.bin"
@@ -324,10 +346,16 @@ def device_ceilings(name: str) -> dict[str, float]:
     except (OSError, ValueError):
         known = {}
     missing = [c for c in timing.CEILINGS if c not in known.get(name, {})]
-    if missing:
-        known[name] = {**known.get(name, {}), **timing.measure_ceilings(missing)}
+    if not missing:
+        return known[name]
+    measured = {**known.get(name, {}), **timing.measure_ceilings(missing)}
+    # A ceiling measured while another process works on the GPU comes out low (seen: 7 TFLOP/s for a
+    # 51 TFLOP/s float32 matmul while stub grades shared the H100) and would make every later grade's
+    # "% of roofline" wrong: use it for this grade, keep it only when the GPU was ours alone.
+    if timing.memory_held_by_others() < timing.SHARED_GPU_BYTES:
+        known[name] = measured
         write_result(str(path), known)
-    return known[name]
+    return measured
 
 
 def learner_error(exc: BaseException, learner_file: Path) -> str:

@@ -76,3 +76,14 @@ def test_device_ceilings_measure_only_what_the_saved_entry_lacks(tmp_path, monke
     assert worker.device_ceilings("GPU A") == got and len(asked) == 1  # kept: measured once per GPU model
     worker.device_ceilings("GPU B")
     assert asked[-1] == list(timing.CEILINGS)
+
+
+def test_ceilings_measured_while_other_processes_hold_the_gpu_are_used_but_not_kept(tmp_path, monkeypatch):
+    monkeypatch.setenv("KCOURSE_HOME", str(tmp_path))
+    monkeypatch.setattr(timing, "measure_ceilings", lambda names: {n: 7.0 for n in names})
+    monkeypatch.setattr(timing, "memory_held_by_others", lambda: 20 << 30)  # another grade on the GPU
+    assert worker.device_ceilings("GPU A")["matmul_tflops"] == 7.0
+    assert not (tmp_path / "device_ceilings.json").exists()
+    monkeypatch.setattr(timing, "memory_held_by_others", lambda: 0)
+    worker.device_ceilings("GPU A")
+    assert json.loads((tmp_path / "device_ceilings.json").read_text())["GPU A"]["copy_gbps"] == 7.0
