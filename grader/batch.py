@@ -1,28 +1,71 @@
 """`kcourse grade-batch DIR`: grade a class. DIR holds one folder per learner; each learner's files
-are found by the stub's file name anywhere in their folder. One worker per GPU (each grading child
-sees only its GPU through CUDA_VISIBLE_DEVICES); a learner's crash or hang is that learner's verdict
-and never stops the others. Writes gradebook.csv and gradebook.json."""
+are found by the stub's file name anywhere in their folder. One task per (learner, exercise), graded
+exactly as `kcourse grade --file` grades it: the learner's code runs in a child process with a time
+limit, so a learner's crash or hang is that learner's verdict and never stops the others.
+
+Where the tasks run is a runner's business: LocalRunner (threads here, one per GPU, each grading child
+seeing only its GPU through CUDA_VISIBLE_DEVICES) or cluster.DaskRunner (workers of a Dask cluster).
+Rows stream into the gradebook (gradebook.py) as they finish; what it already holds is not graded again."""
 
 from __future__ import annotations
 
-import csv
-import json
 import queue
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator, Protocol
 
+from grader.batch_progress import Progress
 from grader.discovery import Target
 from grader.exports import gradescope_json
-from grader.grade import grade
+from grader.gradebook import Gradebook, file_digest, write_views
 from grader.records import GradeResult
 
-COLUMNS = ["learner", "exercise", "lang", "status", "score", "max_score", "verdict", "learner_ms", "ratio", "file"]
+MISSING, ERROR = "missing", "error"
+
+
+@dataclass(frozen=True)
+class Job:
+    """One learner × one exercise variant: the file found for it and that file's content hash."""
+
+    learner: str
+    exercise: str
+    lang: str
+    path: Path | None
+    sha256: str
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        return self.learner, self.exercise, self.lang, self.sha256
+
+    @property
+    def name(self) -> str:
+        return f"{self.learner} {self.exercise}:{self.lang}"
+
+
+class Runner(Protocol):
+    def run(self, work: list[tuple[Job, Target]], seed: int | None, timeout_s: float | None,
+            progress: Progress) -> Iterator[tuple[Job, dict]]:
+        """Grade each job; yield (job, row) as each finishes, in any order."""
 
 
 def find_submission(learner_dir: Path, target: Target) -> Path | None:
     matches = sorted(learner_dir.rglob(target.variant.stub))
     preferred = [m for m in matches if target.spec.id in m.parts]
     return (preferred or matches or [None])[0]
+
+
+def learner_dirs(submissions: Path) -> list[Path]:
+    return sorted(p for p in submissions.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def plan_jobs(submissions: Path, targets: list[Target]) -> list[Job]:
+    jobs = []
+    for learner in learner_dirs(submissions):
+        for target in targets:
+            path = find_submission(learner, target)
+            jobs.append(Job(learner.name, target.spec.id, target.variant.lang, path, file_digest(path)))
+    return jobs
 
 
 def gpu_count() -> int:
@@ -35,50 +78,97 @@ def gpu_count() -> int:
     return torch.cuda.device_count()
 
 
-def grade_batch(submissions: Path, targets: list[Target], workers: int | None = None, seed: int | None = None,
-                timeout_s: float | None = None) -> list[dict]:
-    learners = sorted(p for p in submissions.iterdir() if p.is_dir() and not p.name.startswith("."))
-    gpus = gpu_count()
-    slots: queue.Queue = queue.Queue()
-    for slot in range(workers or max(1, gpus)):
-        slots.put(str(slot % gpus) if gpus else None)
+def grade_row(target: Target, path: Path, seed: int | None, timeout_s: float | None, device: str | None) -> dict:
+    """Grade one file (in a child process, as `kcourse grade --file` does) into a gradebook row."""
+    from grader.grade import grade
 
-    def one(learner: Path, target: Target) -> dict:
-        path = find_submission(learner, target)
-        if path is None:
-            return _row(learner.name, target, None, f"no {target.variant.stub} in the submission")
-        device = slots.get()
-        try:
-            env = {"CUDA_VISIBLE_DEVICES": device} if device is not None else {}
-            result = grade(target, submission=path, seed=seed, timeout_s=timeout_s, record=False, child_env=env)
-        finally:
-            slots.put(device)
-        return _row(learner.name, target, result, result.verdict.splitlines()[0])
-
-    jobs = [(learner, target) for learner in learners for target in targets]
-    with ThreadPoolExecutor(max_workers=slots.qsize()) as pool:
-        return list(pool.map(lambda job: one(*job), jobs))
+    env = {"CUDA_VISIBLE_DEVICES": device} if device is not None else {}
+    result = grade(target, submission=path, seed=seed, timeout_s=timeout_s, record=False, child_env=env)
+    return result_row("", target, result, result.verdict.splitlines()[0] if result.verdict else result.status)
 
 
-def _row(learner: str, target: Target, result: GradeResult | None, verdict: str) -> dict:
+def result_row(learner: str, target: Target, result: GradeResult | None, verdict: str, status: str = MISSING) -> dict:
     row = {"learner": learner, "exercise": target.spec.id, "lang": target.variant.lang, "verdict": verdict,
-           "status": "missing", "score": 0.0, "max_score": sum(target.spec.scoring.values()), "learner_ms": None,
-           "ratio": None, "file": "", "result": None}
+           "status": status, "score": 0.0, "max_score": sum(target.spec.scoring.values()), "learner_ms": None,
+           "ratio": None, "gpu": "", "bar": "", "attempts": 0, "file": "", "result": None}
     if result is not None:
         points = gradescope_json([result])
         timing = result.timings[-1] if result.timings else None
         row.update(status=result.status, score=points["score"], max_score=points["max_score"], file=result.file,
                    learner_ms=timing.learner_ms if timing else None, ratio=timing.ratio if timing else None,
+                   gpu=result.device.get("name", ""), bar=timing.solution_source if timing else "", attempts=1,
                    result=result.to_dict())
     return row
 
 
+class LocalRunner:
+    """Threads on this machine, one per GPU by default; each grade's child sees only its slot's GPU."""
+
+    def __init__(self, workers: int | None = None):
+        gpus = gpu_count()
+        self.devices = [str(slot % gpus) if gpus else None for slot in range(workers or max(1, gpus))]
+
+    def describe(self) -> str:
+        gpus = sorted({d for d in self.devices if d is not None})
+        where = f"GPU {', '.join(gpus)}" if gpus else "the CPU"
+        return f"{len(self.devices)} worker(s) on this machine ({where})"
+
+    def run(self, work, seed, timeout_s, progress) -> Iterator[tuple[Job, dict]]:
+        slots: queue.Queue = queue.Queue()
+        for device in self.devices:
+            slots.put(device)
+
+        def one(job: Job, target: Target) -> dict:
+            device = slots.get()
+            progress.started(job.name)
+            try:
+                return grade_row(target, job.path, seed, timeout_s, device)
+            finally:
+                progress.stopped(job.name)
+                slots.put(device)
+
+        with ThreadPoolExecutor(max_workers=len(self.devices)) as pool:
+            futures = {pool.submit(one, job, target): job for job, target in work}
+            for future in as_completed(futures):
+                yield futures[future], future.result()
+
+
+def grade_batch(submissions: Path, targets: list[Target], workers: int | None = None, seed: int | None = None,
+                timeout_s: float | None = None, out_dir: Path | None = None, runner: Runner | None = None,
+                regrade: bool = False, progress: Progress | None = None) -> list[dict]:
+    """One row per learner × target, in learner order. With out_dir, rows already in its gradebook (same
+    learner, exercise and file content) are reused and new ones appended as they finish; `regrade`
+    grades everything again (the newest row of a key is the one shown)."""
+    jobs = plan_jobs(submissions, targets)
+    by_key = {t.key: t for t in targets}
+    book = Gradebook(out_dir) if out_dir is not None else None
+    known = book.rows() if book is not None and not regrade else {}
+    rows: dict[tuple, dict] = {}
+    for job in jobs:
+        target = by_key[f"{job.exercise}:{job.lang}"]
+        if job.path is None:
+            rows[job.key] = {**result_row(job.learner, target, None, f"no {target.variant.stub} in the submission"),
+                             "sha256": ""}
+        elif job.key in known:
+            rows[job.key] = known[job.key]
+    work = [(job, by_key[f"{job.exercise}:{job.lang}"]) for job in jobs if job.key not in rows]
+    progress = progress or Progress()
+    progress.begin(len(work), already=sum(job.key in known for job in jobs))
+    for job, row in (runner or LocalRunner(workers)).run(work, seed, timeout_s, progress):
+        row.update(learner=job.learner, sha256=job.sha256, file=_shown_path(job.path))
+        if book is not None:
+            book.append(row)
+        rows[job.key] = row
+        progress.finished(job.name, row)
+    progress.close()
+    return [rows[job.key] for job in jobs]
+
+
+def _shown_path(path: Path) -> str:
+    from grader.grade import _relative
+
+    return _relative(path)
+
+
 def write_gradebook(rows: list[dict], out_dir: Path) -> tuple[Path, Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    csv_path, json_path = out_dir / "gradebook.csv", out_dir / "gradebook.json"
-    with open(csv_path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
-    json_path.write_text(json.dumps(rows, indent=1, default=str))
-    return csv_path, json_path
+    return write_views(rows, out_dir)

@@ -43,6 +43,7 @@ class BuildResult:
     log: str = ""  # compiler errors, rewritten as file:line
     resources: list[dict] = field(default_factory=list)  # per kernel: registers, spills, smem, stack
     skipped: bool = False  # the machine, not the learner's code, stopped the build
+    skip_code: str = ""  # why it was skipped: library_missing (a spec's `link`), requirement_missing (`requires`)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -88,22 +89,30 @@ def _source_key(sources: list[Path], flags: list[str], compiler: str) -> str:
 
 
 def build_shared_library(source: Path, arch: str | None = None, nvcc: str | None = None,
-                         defines: dict[str, object] | None = None, link: list[str] | None = None) -> BuildResult:
+                         defines: dict[str, object] | None = None, link: list[str] | None = None,
+                         requires: list[str] | None = None) -> BuildResult:
     """Compile one .cu file to a shared library for `arch` (default: sm_90), reusing a cached build.
     `defines` become -DNAME=VALUE (how `kcourse tune` tries a CUDA exercise's compile-time block sizes);
-    `link` names CUDA libraries to link (a spec's `link = ["cublas"]`, see link_flags)."""
+    `link` names CUDA libraries to link (a spec's `link = ["cublas"]`, see link_flags); `requires` names
+    libraries found through a setting (a spec's `requires = ["thunderkittens"]`, see requirement_options)."""
     started = time.perf_counter()
     nvcc = nvcc or find_nvcc()
-    arch = arch or DEFAULT_ARCH
     if nvcc is None:
-        return BuildResult(ok=False, seconds=0.0, arch=arch, log=NVCC_HINT)
-    flags = ["-O3", "-std=c++17", f"-arch={arch}", "-lineinfo", "-Xptxas", "-v", "-shared", "-Xcompiler", "-fPIC"]
+        return BuildResult(ok=False, seconds=0.0, arch=arch or DEFAULT_ARCH, log=NVCC_HINT)
+    extra, arch, unmet, fingerprint = requirement_options(requires or [], arch, nvcc)
+    arch = arch or DEFAULT_ARCH
+    if unmet:
+        return BuildResult(ok=False, seconds=0.0, arch=arch, skipped=True, skip_code="requirement_missing", log=unmet)
+    flags = ["-O3", "-std=c++17", *arch_flags(arch), "-lineinfo", "-Xptxas", "-v", "-shared", "-Xcompiler", "-fPIC"]
+    if extra:  # the library's own language standard replaces the kit's
+        flags = [f for f in flags if not f.startswith("-std=")] + extra
     flags += [f"-D{name}={value}" for name, value in sorted((defines or {}).items())]
     library_flags, missing = link_flags(link or [], nvcc)
     if missing:
-        return BuildResult(ok=False, seconds=0.0, arch=arch, skipped=True, log=missing_library_message(missing))
+        return BuildResult(ok=False, seconds=0.0, arch=arch, skipped=True, skip_code="library_missing",
+                           log=missing_library_message(missing))
     flags += library_flags
-    out_dir = build_cache_dir() / _source_key([source], flags, nvcc_version(nvcc) + nvcc)
+    out_dir = build_cache_dir() / _source_key([source], flags, nvcc_version(nvcc) + nvcc + fingerprint)
     library, report = out_dir / "lib.so", out_dir / "ptxas.txt"
     if library.exists():
         return BuildResult(ok=True, seconds=time.perf_counter() - started, cached=True, library=str(library),
@@ -111,7 +120,7 @@ def build_shared_library(source: Path, arch: str | None = None, nvcc: str | None
     out_dir.mkdir(parents=True, exist_ok=True)
     with _locked(out_dir):  # several graders (grade-batch) may build the same source at once
         if library.exists():
-            return build_shared_library(source, arch, nvcc, defines, link)
+            return build_shared_library(source, arch, nvcc, defines, link, requires)
         ok, log = _run_ninja(out_dir, nvcc, flags, source)
         result = BuildResult(ok=ok, seconds=time.perf_counter() - started, arch=arch, resources=parse_resources(log))
         if ok:
@@ -120,8 +129,36 @@ def build_shared_library(source: Path, arch: str | None = None, nvcc: str | None
             result.library = str(library)
         else:
             by_hand = [nvcc, *flags, "-o", f"/tmp/{source.stem}.so", str(source.resolve())]
-            result.log = format_compiler_errors(log, source, fallback=False) or silent_compiler_hint(by_hand)
+            result.log = (format_compiler_errors(log, source, fallback=False, full_log=_keep_log(out_dir, log))
+                          or silent_compiler_hint(by_hand))
     return result
+
+
+def arch_flags(arch: str) -> list[str]:
+    """nvcc's target flags. An arch-specific target (sm_90a: wgmma, TMA multicast, setmaxnreg, which ThunderKittens
+    uses) is named as its virtual and real architecture together: nvcc 13 reads -arch=sm_90a as sm_90a code plus
+    compute_90 PTX, and that generic PTX cannot hold those instructions (ptxas: "not supported on .target sm_90")."""
+    if arch.startswith("sm_") and arch.endswith("a"):
+        return [f"-gencode=arch=compute_{arch[3:]},code={arch}"]
+    return [f"-arch={arch}"]
+
+
+def _keep_log(out_dir: Path, log: str) -> Path:
+    """The compiler's whole output beside the build, for the summary to point at."""
+    path = out_dir / "nvcc.log"
+    path.write_text(log)
+    return path
+
+
+def requirement_options(requires: list[str], arch: str | None, nvcc: str) -> tuple[list[str], str | None, str, str]:
+    """For a spec's `requires` (header libraries a learner installs and points the kit at, spec.REQUIREMENTS):
+    (extra nvcc flags, the arch to build for, "" or why the build is skipped and what to do, a fingerprint of
+    the library for the cache key). `arch` None: no GPU here (a compile check)."""
+    if "thunderkittens" not in requires:
+        return [], arch, "", ""
+    from grader import thunderkittens
+
+    return thunderkittens.build_options(arch, nvcc)
 
 
 def cuda_library_dirs(nvcc: str) -> list[Path]:
@@ -192,17 +229,24 @@ _NVCC_COMMAND_MARKER = " -Xptxas -v -shared "  # ninja echoes the failing comman
 _NVCC_LOCATION = re.compile(r"^(?P<path>[^\s:()]+\.(?:cu|cuh|h|cpp))\((?P<line>\d+)\): ", re.M)
 
 
-def format_compiler_errors(log: str, source: Path, fallback: bool = True) -> str:
-    """nvcc writes `/abs/x.cu(42): error: ...`; show `x.cu:42: error: ...` and drop ninja's noise.
-    When the compiler itself said nothing (only ninja's lines, or no output at all): the raw log's end,
-    or "" with fallback=False (the caller then says how to run nvcc by hand)."""
+def format_compiler_errors(log: str, source: Path, fallback: bool = True, full_log: Path | None = None) -> str:
+    """nvcc writes `/abs/x.cu(42): error: ...`; show `x.cu:42: error: ...` and drop ninja's noise. An error
+    inside a template library (ThunderKittens) is summarised at the learner's line (nvcc_errors.condense), the
+    whole output left at `full_log`. When the compiler itself said nothing (only ninja's lines, or no output at
+    all): the raw log's end, or "" with fallback=False (the caller then says how to run nvcc by hand)."""
+    from grader import nvcc_errors
+
+    condensed = nvcc_errors.condense(log, source, full_log)
+    if condensed:
+        return condensed
     text = _NVCC_LOCATION.sub(lambda m: f"{Path(m['path']).name}:{m['line']}: ", log)
     keep = [
         line for line in text.splitlines()
         if line.strip() and not line.startswith(("ninja:", "[", "FAILED:", "ptxas info", "    0 bytes stack"))
         and _NVCC_COMMAND_MARKER not in line
     ]
-    return "\n".join(keep[:60]) or (text.strip()[-3000:] if fallback else "")
+    more = [f"... {len(keep) - 60} more lines" + (f"; the whole compiler output: {full_log}" if full_log else "")]
+    return "\n".join(keep[:60] + (more if len(keep) > 60 else [])) or (text.strip()[-3000:] if fallback else "")
 
 
 def silent_compiler_hint(command: list[str]) -> str:
@@ -314,7 +358,8 @@ def compile_check_torch_op(source: Path, arch: str | None = None) -> BuildResult
         report.write_text(log)
     else:
         by_hand = [nvcc, *flags, "-o", f"/tmp/{source.stem}.o", str(source.resolve())]
-        result.log = format_compiler_errors(log, source, fallback=False) or silent_compiler_hint(by_hand)
+        result.log = (format_compiler_errors(log, source, fallback=False, full_log=_keep_log(out_dir, log))
+                      or silent_compiler_hint(by_hand))
     return result
 
 

@@ -10,21 +10,24 @@ from typing import Any, Callable
 import torch
 
 from grader.inputs import element_size, make_inputs, make_outputs, unwritten  # noqa: F401 (re-exported)
-from grader.spec import ExerciseSpec, Tolerance
+from grader.spec import ExerciseSpec, SpecError, Tolerance
 
 # A cached answer is only named when the previous trial's answer is this many tolerances away from
 # this trial's: otherwise "equals the previous answer" is just rounding, and the verdict is numerics.
 CACHE_EVIDENCE = 100
 
 
-def load_reference(path) -> Callable:
-    """exercises/<id>/reference.py's `reference` function."""
+def load_reference(path, name: str = "reference") -> Callable:
+    """exercises/<id>/reference.py's `reference` function, or the one a version names (spec.Variant.reference)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(f"kcourse_reference_{path.parent.name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.reference
+    function = getattr(module, name, None)
+    if not callable(function):
+        raise SpecError(f"{path} has no function {name!r}: define `def {name}(...)` there, or fix the spec's name")
+    return function
 
 
 def reference_keywords(reference: Callable, params: dict[str, Any], device: str = "cpu") -> dict[str, Any]:

@@ -260,6 +260,12 @@ def release(target_dir) -> None:
                    "needs and release again")
 
 
+def _cluster_options(command):
+    from grader.cluster_start import cluster_options
+
+    return cluster_options(command)
+
+
 @main.command("grade-batch")
 @click.argument("submissions", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--only", "only", multiple=True, help="Only this exercise id (repeatable).")
@@ -267,24 +273,44 @@ def release(target_dir) -> None:
 @click.option("--plan", "plan_id", help="Only the exercises of this plan.")
 @click.option("--unit", help="Only the exercises of this week/day.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("gradebook"),
-              show_default=True, help="Folder for gradebook.csv and gradebook.json.")
-@click.option("--workers", type=int, help="Parallel graders (default: one per GPU, or 1 without a GPU).")
+              show_default=True, help="Folder for the gradebook (gradebook.jsonl, .csv, .json) and the leaderboard.")
+@click.option("--workers", type=int, help="Parallel graders (default: one per GPU, or 1 without a GPU; "
+              "--cluster local without a GPU: CPU workers).")
 @click.option("--seed", type=int)
 @click.option("--timeout", type=float, help="Seconds each learner's code may run.")
-def grade_batch(submissions, only, lang, plan_id, unit, out_dir, workers, seed, timeout) -> None:
-    """Instructors: grade every learner folder in SUBMISSIONS into a gradebook."""
-    from grader import batch, validation
+@click.option("--regrade", is_flag=True, help="Grade every submission again, even those the gradebook holds.")
+@_cluster_options
+def grade_batch(submissions, only, lang, plan_id, unit, out_dir, workers, seed, timeout, regrade, **cluster) -> None:
+    """Instructors: grade every learner folder in SUBMISSIONS into a gradebook and a leaderboard; on this
+    machine, or on a Dask cluster (--scheduler, --cluster; docs/grading-a-class.md)."""
+    from grader import batch, leaderboard, validation
+    from grader.batch_progress import Progress
+    from grader.cluster import ClusterError
+    from grader.cluster_start import ClusterOptions, close, start
 
+    options = ClusterOptions(workers=workers, **cluster)
+    options.check()
     try:
         targets = validation.select(only=set(only), lang=lang, plan_id=plan_id, unit=unit)
-    except ResolveError as exc:
+        runner, opened = start(options) if options.wanted else (batch.LocalRunner(workers), [])
+    except (ResolveError, ClusterError) as exc:
         raise click.UsageError(str(exc)) from None
-    rows = batch.grade_batch(submissions, targets, workers=workers, seed=seed, timeout_s=timeout)
+    if runner is None:  # --dry-run
+        return
+    click.echo(f"grading on {runner.describe()}", err=True)
+    progress = Progress(stream=sys.stderr)
+    try:
+        rows = batch.grade_batch(submissions, targets, seed=seed, timeout_s=timeout, out_dir=out_dir, runner=runner,
+                                 regrade=regrade, progress=progress)
+    finally:
+        close(opened)
     csv_path, json_path = batch.write_gradebook(rows, out_dir)
+    md_path, _ = leaderboard.write(rows, submissions, out_dir)
     table_rows = [[r["learner"], r["exercise"], r["lang"], r["status"], f"{r['score']:g}/{r['max_score']:g}", r["verdict"][:70]]
                   for r in rows]
     click.echo(console.table(table_rows, ["learner", "exercise", "lang", "status", "score", "verdict"]))
-    click.echo(f"wrote {csv_path} and {json_path}")
+    click.echo(progress.summary(rows))
+    click.echo(f"wrote {csv_path}, {json_path} and {md_path} (.html beside it); all grades: {out_dir / 'gradebook.jsonl'}")
 
 
 @main.command()
@@ -431,6 +457,68 @@ def notebook(which, exercise, out_path, force) -> None:
     except NotebookError as exc:
         raise click.UsageError(str(exc)) from None
     click.echo(f"wrote {path}: fill in the cell tagged `kcourse`, then kcourse grade {exercise} --file {path}")
+
+
+def _capstone_options(command):
+    """What both `kcourse capstone` and `kcourse block` take."""
+    for option in reversed([
+        click.option("--source", type=SOURCES, default="learner", show_default=True, envvar="KCOURSE_SOURCE",
+                     help="learner/stubs: your files in exercises/ whose latest grade passed numerics; solutions: the "
+                     "kit's own kernels in every slot they fit."),
+        click.option("--use", multiple=True, metavar="EXERCISE[:VERSION]=FILE",
+                     help="Plug this file in for that exercise, graded or not (repeatable), e.g. --use activations=try.py."),
+        click.option("--tiny", is_flag=True, help="The small CPU configuration (automatic without a GPU)."),
+        click.option("--seed", type=int, help="Seed of the weights, the batches and the inputs (printed for reuse)."),
+        click.option("--timeout", type=float, help="Seconds the child process may run (default: 1200 on a GPU, 300 on the CPU)."),
+        click.option("--json", "as_json", is_flag=True, help="Print the record as one JSON document."),
+    ]):
+        command = option(command)
+    return command
+
+
+def _progress_line(event: dict) -> None:
+    if event.get("event") == "progress":
+        rate = event.get("tokens_per_s")
+        click.echo(f"  {event['run']:>8}  step {event['step']:>4}/{event['steps']}  loss {event['loss']:.4f}"
+                   + (f"  {rate:,.0f} tokens/s" if rate else ""), err=True)
+    elif event.get("event") == "step":
+        click.echo(f"  {event.get('text', '')}", err=True)
+
+
+@main.command()
+@_capstone_options
+@click.option("--data", type=click.Path(dir_okay=False, path_type=Path),
+              help="Train on this text file (e.g. tinyshakespeare's input.txt) instead of the embedded text.")
+@click.option("--steps", type=int, help="Train this many steps instead of the configuration's.")
+@click.option("--compile/--no-compile", "compile_baseline", default=None,
+              help="Run the torch.compile baseline (default: on a GPU yes, on the CPU no).")
+def capstone(source, use, tiny, seed, timeout, as_json, data, steps, compile_baseline) -> None:
+    """Train a small GPT with your kernels, against PyTorch eager and torch.compile (days 85-92)."""
+    from grader.capstone import report, run
+
+    try:
+        record = run.capstone(source, tiny, data, seed, timeout, run.parse_use(use), compile_baseline, steps,
+                              on_event=_progress_line)
+    except run.CapstoneError as exc:
+        raise click.UsageError(str(exc)) from None
+    path = report.render(record)
+    click.echo(json.dumps(record, indent=2, default=str) if as_json else report.format_capstone(record, path))
+    sys.exit(0 if record["status"] == "passed" else 1)
+
+
+@main.command()
+@_capstone_options
+def block(source, use, tiny, seed, timeout, as_json) -> None:
+    """One transformer block from your kernels, forward and backward against float64 PyTorch (days 71-77)."""
+    from grader.capstone import report, run
+
+    try:
+        record = run.block(source, tiny, seed, timeout, run.parse_use(use), on_event=_progress_line)
+    except run.CapstoneError as exc:
+        raise click.UsageError(str(exc)) from None
+    path = report.render(record)
+    click.echo(json.dumps(record, indent=2, default=str) if as_json else report.format_block(record, path))
+    sys.exit(0 if record["status"] == "passed" else 1)
 
 
 if __name__ == "__main__":

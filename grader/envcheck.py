@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Any
 
-from grader import build
+from grader import build, thunderkittens
 
 _INTERPRETER_PROBE = """
 import torch, triton, triton.language as tl
@@ -88,6 +88,7 @@ def check_environment(training: bool = True) -> dict[str, Any]:
         "triton_interpreter_note": "" if interpreter_ok else interpreter_note,
         "gpu": gpu_facts() if gpu else None,
     }
+    record["thunderkittens"] = thunderkittens.describe(build.gpu_arch() if gpu else None)
     record["training"] = training_comparison(gpu) if training else None
     record["ready"] = bool(record["triton"]) and (gpu or interpreter_ok)
     record["can_do"] = what_can_run(record)
@@ -96,13 +97,24 @@ def check_environment(training: bool = True) -> dict[str, Any]:
 
 def what_can_run(record: dict[str, Any]) -> list[str]:
     if record["gpu"]:
-        return ["Triton and CUDA exercises: build, numerics and timing on the GPU"]
-    can = []
-    if record["triton_interpreter"]:
-        can.append("Triton exercises: numerics under the Triton interpreter (no timing)")
-    can.append("CUDA exercises: compile check with nvcc's resource report (not run)" if record["nvcc"]
-               else "CUDA exercises: nothing — " + build.NVCC_HINT)
-    return can
+        can = ["Triton and CUDA exercises: build, numerics and timing on the GPU"]
+    else:
+        can = ["Triton exercises: numerics under the Triton interpreter (no timing)"] if record["triton_interpreter"] else []
+        can.append("CUDA exercises: compile check with nvcc's resource report (not run)" if record["nvcc"]
+                   else "CUDA exercises: nothing — " + build.NVCC_HINT)
+    return can + _thunderkittens_can_run(record)
+
+
+def _thunderkittens_can_run(record: dict[str, Any]) -> list[str]:
+    tk = record.get("thunderkittens") or {}
+    if not tk.get("found"):
+        return ["ThunderKittens exercises: skipped (not found; see the tk line)"] if tk else []
+    if tk["can_run"]:
+        return ["ThunderKittens exercises: build, numerics and timing on the GPU"]
+    if record["gpu"]:
+        return ["ThunderKittens exercises: skipped (" + tk["note"].split(";")[0] + ")"]
+    return ["ThunderKittens exercises: compile check for sm_90a (not run)" if record["nvcc"]
+            else "ThunderKittens exercises: nothing — " + build.NVCC_HINT]
 
 
 def format_environment(record: dict[str, Any]) -> str:
@@ -127,6 +139,8 @@ def format_environment(record: dict[str, Any]) -> str:
         timings = ", ".join(f"{r['device']} {r['seconds']:.2f} s" for r in t["runs"])
         speedup = f" — the GPU is {t['speedup']:.1f}× faster" if t["speedup"] else ""
         lines.append(f"training {t['epochs']} epochs of a small MLP: {timings}{speedup}")
+    if record.get("thunderkittens"):
+        lines.append(thunderkittens.format_line(record["thunderkittens"]))
     lines.append("can do:  " + "\n         ".join(record["can_do"]))
     lines.append("READY" if record["ready"] else "NOT READY: install what is missing above")
     return "\n".join(lines)

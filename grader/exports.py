@@ -57,14 +57,20 @@ def _points(result: GradeResult) -> list[tuple[str, float, float, str]]:
 
 
 def gradescope_json(results: list[GradeResult]) -> dict:
+    from grader.leaderboard import gradescope_entries
+
     tests = [{"name": name, "score": score, "max_score": max_score, "output": output, "visibility": "visible"}
              for result in results for name, score, max_score, output in _points(result)]
-    return {
+    data = {
         "score": sum(t["score"] for t in tests),
         "max_score": sum(t["max_score"] for t in tests),
         "execution_time": round(sum(r.duration_s for r in results), 2),
         "tests": tests,
     }
+    leaderboard = gradescope_entries(results)  # only where a passing kernel was timed (on a GPU)
+    if leaderboard:
+        data["leaderboard"] = leaderboard
+    return data
 
 
 def _escape(text: str) -> str:

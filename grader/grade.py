@@ -295,11 +295,11 @@ def _calibration(target: Target) -> tuple[dict | None, str | None]:
 
 def _build_raw_cuda(path: Path, solution: Path | None, job: dict, result: GradeResult, gpu: bool, variant) -> bool:
     arch = build.gpu_arch() if gpu else None
-    built = build.build_shared_library(path, arch, link=variant.link)
+    built = build.build_shared_library(path, arch, link=variant.link, requires=variant.requires)
     result.build = built.to_dict()
-    if built.skipped:  # the machine lacks a library the spec links (cuBLAS): nothing the learner can fix
-        result.add(Check("build", SKIPPED, built.log, {"code": "library_missing"}))
-        result.add(Check("numerics", SKIPPED, "not built: " + built.log.split(":")[0], {"code": "library_missing"}))
+    if built.skipped:  # the machine lacks a library the spec links or requires (cuBLAS, ThunderKittens): not the learner's
+        result.add(Check("build", SKIPPED, built.log, {"code": built.skip_code}))
+        result.add(Check("numerics", SKIPPED, "not built: " + built.log.split(":")[0], {"code": built.skip_code}))
         return False
     if not built.ok:
         code = "no_nvcc" if built.log == build.NVCC_HINT else "build_error"
@@ -322,7 +322,7 @@ def _build_raw_cuda(path: Path, solution: Path | None, job: dict, result: GradeR
         return False
     job["learner_library"] = built.library
     if solution is not None:
-        solution_build = build.build_shared_library(solution, arch, link=variant.link)
+        solution_build = build.build_shared_library(solution, arch, link=variant.link, requires=variant.requires)
         job["solution_library"] = solution_build.library if solution_build.ok else None
         if not solution_build.ok:
             job["solution"] = None

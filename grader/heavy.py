@@ -26,15 +26,15 @@ _references: dict[str, Any] = {}  # per process: reference.py loaded once
 class GpuCompute:
     """One spawned process (CUDA cannot be forked) that draws transformed inputs and computes references."""
 
-    def __init__(self, spec: ExerciseSpec):
-        self.spec = spec
+    def __init__(self, spec: ExerciseSpec, reference: str = "reference"):
+        self.spec, self.reference_name = spec, reference  # the function of reference.py (spec.Variant.reference)
         self.executor = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
 
     def generate(self, case: Case, seed: int, trial: int = 0) -> dict[str, torch.Tensor]:
         return self.executor.submit(_generate, self.spec, case, seed, trial).result()
 
     def reference(self, inputs: dict[str, torch.Tensor], params: dict[str, Any]) -> Future:
-        return self.executor.submit(_reference, self.spec, inputs, params)
+        return self.executor.submit(_reference, self.spec, inputs, params, self.reference_name)
 
     def shutdown(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
@@ -53,12 +53,13 @@ def _generate(spec: ExerciseSpec, case: Case, seed: int, trial: int) -> dict[str
     return generate(spec, case, seed, trial, device="cuda")
 
 
-def _reference(spec: ExerciseSpec, inputs: dict[str, torch.Tensor], params: dict[str, Any]) -> list[torch.Tensor]:
+def _reference(spec: ExerciseSpec, inputs: dict[str, torch.Tensor], params: dict[str, Any],
+               function: str = "reference") -> list[torch.Tensor]:
     from grader.checking import load_reference, reference_outputs
 
-    key = str(spec.folder)
+    key = f"{spec.folder}:{function}"
     if key not in _references:
-        _references[key] = load_reference(spec.folder / "reference.py")
+        _references[key] = load_reference(spec.folder / "reference.py", function)
     on_gpu = {name: t.to("cuda") for name, t in inputs.items()}
     outs = [o.cpu() for o in reference_outputs(_references[key], spec, on_gpu, params)]
     del on_gpu

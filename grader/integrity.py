@@ -82,9 +82,25 @@ def _op_recorder():
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             if not _called_from_triton():
                 self.names.add(func.name())
+            if func.namespace not in ("aten", "prims"):
+                return _inside_operator(self, func, args, kwargs or {})
             return func(*args, **(kwargs or {}))
 
     return OpRecorder()
+
+
+def _inside_operator(recorder, func, args, kwargs):
+    """An operator of the learner's own (torch.library.custom_op): its Python implementation runs with the
+    recorder still on, so torch calls inside it are seen (a dispatch mode is off while it handles an operator,
+    and calling the operator again would come back here: the backend's kernel is called directly)."""
+    import torch
+
+    tensor = next((a for a in args if isinstance(a, torch.Tensor)), None)
+    key = "CUDA" if tensor is not None and tensor.is_cuda else "CPU"
+    if not torch._C._dispatch_has_computed_kernel_for_dispatch_key(func.name(), key):
+        return func(*args, **kwargs)
+    with recorder:
+        return func.redispatch(torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, key)), *args, **kwargs)
 
 
 class SolutionWatch:

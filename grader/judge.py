@@ -15,7 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
-from grader import heavy, integrity, memory, speed
+from grader import heavy, integrity, memory, op_checks, speed
 from grader.checking import judge_output, load_reference, looks_cached, reference_outputs
 from grader.inputs import element_size, generate, load_tensor, save_tensor, shape_of
 from grader.records import ERROR, FAILED, PASSED, Check, GradeResult
@@ -35,15 +35,17 @@ class Judge:
                  timeout_s: float, timing: bool, calibration: dict | None):
         self.spec, self.variant, self.child, self.result = spec, variant, child, result
         self.seed, self.timeout_s, self.timing, self.calibration = seed, timeout_s, timing, calibration
-        self.reference = load_reference(spec.folder / "reference.py")
+        self.reference = load_reference(spec.folder / "reference.py", variant.reference)
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="kcourse-reference")
-        self.gpu = heavy.GpuCompute(spec) if heavy.wanted(spec) else None  # float64 references on the GPU
+        self.gpu = heavy.GpuCompute(spec, variant.reference) if heavy.wanted(spec) else None  # float64 references on the GPU
         self.stop = threading.Event()
         self.slots = threading.Semaphore(AHEAD)
         self.refs: dict[Any, Future] = {}
         # a trial's inputs, kept until it is judged only where an output is judged by a property check
         self.checked_inputs: dict[Any, dict] = {}
         self.keep_inputs = any(t.check for t in spec.outputs)
+        self.op_refs: dict[Any, Future] = {}  # the reference's gradients for the trials running [checks] (op_checks.py)
+        self.op_judged: list[dict[str, Check]] = []
         self.phases: dict[str, float] = {}
         self.deadline = float("inf")
         self.before_timing: Callable[[], None] = lambda: None
@@ -158,7 +160,16 @@ class Judge:
         self.result.add(Check("numerics", PASSED, f"{ran} case(s), {len(trials)} trials matched the float64 reference"
                               f"{note}", {"cases": ran, "trials": len(trials), "skipped_cases": skipped}))
         self.result.add(Check("integrity", PASSED, "no torch compute operators called, inputs untouched, no cached results"))
-        return True
+        return self._add_op_checks()
+
+    def _add_op_checks(self) -> bool:
+        """The registered operator's checks ([checks] in spec.toml), once numerics passed; False if one failed."""
+        if self.spec.checks is None:
+            return True
+        checks = op_checks.verdicts(self.spec, self.op_judged)
+        for check in checks:
+            self.result.add(check)
+        return not any(c.status == FAILED for c in checks)
 
     def _produce(self, trials) -> None:
         try:
@@ -179,8 +190,18 @@ class Judge:
             if self.keep_inputs:
                 self.checked_inputs[k] = inputs
             self.child.send({"case": index, "k": k, "label": self._label(case, trial), "inputs": metas,
-                             "watch_ops": trial == 0})
+                             "watch_ops": trial == 0, **self._op_checks_request(k, case, trial, trial_seed, inputs)})
         self.child.send({"end_trials": True})
+
+    def _op_checks_request(self, k: int, case: Case, trial: int, seed: int, inputs: dict) -> dict:
+        """For a trial that runs the operator checks: the gradients fed backward (their reference's on the way)."""
+        if not op_checks.wanted(self.spec, case, trial):
+            return {}
+        grads = op_checks.draw_grad_outputs(self.spec, case, seed)
+        self.op_refs[k] = self.pool.submit(op_checks.reference_gradients, self.reference, self.spec, inputs, grads,
+                                           case.params)
+        return {"op_checks": {"grad_outputs": [save_tensor(g, self.child.dir / f"in-{k}-grad{i}.bin")
+                                               for i, g in enumerate(grads)]}}
 
     def _generate(self, case: Case, seed: int, trial: int = 0) -> dict:
         if self.gpu is not None:
@@ -231,8 +252,8 @@ class Judge:
         got = self._outputs(event, case)
         refs = self.refs[k].result()
         previous = self.refs[k - 1].result() if trial > 0 else None
-        tol = self.spec.tolerance_of(case)
         for i, (spec_out, out, ref) in enumerate(zip(self.spec.outputs, got, refs)):
+            tol = self.spec.tolerance_of(case, spec_out)
             comparison = self._judge_output(spec_out, out, ref, tol, label, k, case)
             if comparison.ok:
                 continue
@@ -242,6 +263,9 @@ class Judge:
             self._fail("numerics", comparison.message, code=comparison.code, case=case.params, trial=trial + 1,
                        **comparison.details)
         self.checked_inputs.pop(k, None)
+        if k in self.op_refs:
+            self.op_judged.append(op_checks.judge_trial(self.spec, self.variant, case, label, event, refs,
+                                                        self.op_refs.pop(k).result(), self.spec.tolerance_of(case)))
 
     # --- timing -------------------------------------------------------------------------------------
     def _timing(self) -> None:
@@ -290,8 +314,8 @@ class Judge:
         if claim:
             self._fail("integrity", claim + ": was the timer patched?", code="timing_forged")
         got = self._outputs(event, case)
-        tol = self.spec.tolerance_of(case)
         for spec_out, out, ref in zip(self.spec.outputs, got, self.refs[f"t{index}"].result()):
+            tol = self.spec.tolerance_of(case, spec_out)
             comparison = self._judge_output(spec_out, out, ref, tol, f"timed size {case.label()}", f"t{index}", case)
             if not comparison.ok:
                 self._fail("numerics", comparison.message + " (the output of your last timed run)", code=comparison.code)

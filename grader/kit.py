@@ -16,7 +16,7 @@ from pathlib import Path
 from grader.paths import course_root
 
 MANIFEST = "kit-manifest.json"
-TRUSTED = ("grader/*.py", "exercises/*/spec.toml", "exercises/*/reference.py", "calibration/*.json",
+TRUSTED = ("grader/*.py", "grader/capstone/*.py", "grader/capstone/*.toml", "exercises/*/spec.toml", "exercises/*/reference.py", "calibration/*.json",
            "plans/*.toml", "templates/*.j2", "pyproject.toml")
 
 

@@ -56,9 +56,10 @@ def argument_value(arg: Argument, tensors: dict[str, torch.Tensor], params: dict
     return tensors.get(arg.name, params.get(arg.name))
 
 
-def load(variant: Variant, source: Path, library: str | None, role: str) -> Caller:
+def load(variant: Variant, source: Path, library: str | None, role: str, renamed: dict[str, str] | None = None) -> Caller:
+    """`renamed`: text replaced in a Python source before it runs (op namespaces, so two files' operators coexist)."""
     if variant.kind == "triton":
-        return Caller(variant, _load_python(variant, source, role))
+        return Caller(variant, _load_python(variant, source, role, renamed))
     if variant.kind in ("cuda", "cuda_host"):
         return Caller(variant, _load_shared_library(variant, source, library))
     if variant.kind == "torch_op":
@@ -66,7 +67,7 @@ def load(variant: Variant, source: Path, library: str | None, role: str) -> Call
     raise EntryError("bad_spec", f"unknown kind {variant.kind}")
 
 
-def _load_python(variant: Variant, source: Path, role: str) -> Callable:
+def _load_python(variant: Variant, source: Path, role: str, renamed: dict[str, str] | None = None) -> Callable:
     module_name = f"kcourse_{role}_{source.stem}"
     spec = importlib.util.spec_from_file_location(module_name, source)
     if spec is None or spec.loader is None:  # Python has no loader for this suffix: a .cu, .txt, ... file
@@ -90,7 +91,10 @@ def _load_python(variant: Variant, source: Path, role: str) -> Callable:
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
     try:
-        spec.loader.exec_module(module)
+        if renamed:
+            _exec_renamed(module, source, renamed)
+        else:
+            spec.loader.exec_module(module)
     except SyntaxError as exc:
         raise EntryError("syntax_error", f"{Path(exc.filename or source).name}:{exc.lineno}: syntax error: {exc.msg}\n    {(exc.text or '').rstrip()}") from None
     function = getattr(module, variant.entry, None)
@@ -106,6 +110,14 @@ def _load_python(variant: Variant, source: Path, role: str) -> Callable:
             f"{variant.entry}({', '.join(expected)}): keep the stub's signature",
         ) from None
     return function
+
+
+def _exec_renamed(module, source: Path, renamed: dict[str, str]) -> None:
+    """Run the module's source with each key replaced by its value (same lines: Triton reads kernels from the file)."""
+    text = source.read_text()
+    for old, new in renamed.items():
+        text = text.replace(old, new)
+    exec(compile(text, str(source), "exec"), module.__dict__)
 
 
 def _load_shared_library(variant: Variant, source: Path, library: str | None) -> Callable:

@@ -19,9 +19,9 @@ from grader.paths import plans_dir
 from grader.spec import tomllib
 
 # What env-check, profile, tune, compare and `compare attention` record (store kinds).
-RECORD_KINDS = ("env", "profile", "tune", "compare", "compare_attention")
+RECORD_KINDS = ("env", "profile", "tune", "compare", "compare_attention", "capstone", "block")
 REQUIREMENT_KINDS = RECORD_KINDS + ("report",)
-UNQUALIFIED_KINDS = ("env", "compare_attention", "report")  # records of no one exercise: nothing to narrow
+UNQUALIFIED_KINDS = ("env", "compare_attention", "report", "capstone", "block")  # records of no one exercise: nothing to narrow
 
 
 class PlanError(ValueError):

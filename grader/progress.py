@@ -17,6 +17,8 @@ from grader.discovery import pick_plan
 from grader.plans import Plan, Requirement, Unit, load_plans
 
 MARK = {"done": "[x]", "in progress": "[~]", "to do": "[ ]", "planned": "[-]"}
+# Record kinds with a verdict of their own (grader/capstone): only a passed run of the learner's counts.
+JUDGED_KINDS = {"capstone": "capstone run with your kernels", "block": "transformer block from your kernels"}
 # A file of each language for `kcourse compare`'s example command.
 SUFFIX = {"cuda": ".cu", "triton": ".py"}
 
@@ -48,6 +50,8 @@ def record_matches(requirement: Requirement, record: dict[str, Any]) -> bool:
     comparison's lang is "cuda" or "cuda+triton": one of its languages is enough)."""
     if record.get("kind") != requirement.kind:
         return False
+    if requirement.kind in JUDGED_KINDS:  # a run that passed, with the learner's own kernels
+        return record.get("status") == "passed" and record.get("source") not in store.INSTRUCTOR_SOURCES
     if requirement.exercise and record.get("exercise") != requirement.exercise:
         return False
     return not requirement.lang or requirement.lang in str(record.get("lang") or "").split("+")
@@ -89,6 +93,8 @@ def requirement_name(requirement: Requirement) -> str:
         return "your notes in the report"
     if requirement.kind == "compare_attention":
         return "attention comparison"
+    if requirement.kind in JUDGED_KINDS:
+        return JUDGED_KINDS[requirement.kind]
     name = {"profile": "profile", "tune": "tuning", "compare": "comparison"}[requirement.kind]
     if not requirement.exercise:
         return f"{name} (any exercise)"
@@ -105,6 +111,8 @@ def requirement_command(requirement: Requirement, plan: Plan, unit: Unit) -> str
         return report_command(plan, unit)
     if requirement.kind == "compare_attention":
         return "kcourse compare attention"
+    if requirement.kind in JUDGED_KINDS:
+        return f"kcourse {requirement.kind}"
     if requirement.kind == "compare":
         suffix = SUFFIX.get(requirement.lang or "", ".cu")  # the files' suffix picks the language
         return f"kcourse compare {exercise} v1{suffix} v2{suffix}"

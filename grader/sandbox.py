@@ -65,7 +65,9 @@ def child_env(device: str, extra: dict[str, str] | None = None) -> dict[str, str
 class Child:
     """One worker process. `send` writes a JSON line to its stdin; `event` reads its next event."""
 
-    def __init__(self, device: str, extra_env: dict[str, str] | None = None, wrapper: list[str] | None = None):
+    def __init__(self, device: str, extra_env: dict[str, str] | None = None, wrapper: list[str] | None = None,
+                 module: str = "grader.worker"):
+        """`module`: the child's program, speaking the worker protocol (grader.capstone.child does too)."""
         self.device = device
         self.dir = _work_dir()
         self.last_step = "starting"
@@ -73,7 +75,7 @@ class Child:
         self.started = time.monotonic()
         read_fd, write_fd = os.pipe()
         self._output = open(self.dir / "output.txt", "wb")
-        command = [*(wrapper or []), sys.executable, "-m", "grader.worker", str(write_fd)]
+        command = [*(wrapper or []), sys.executable, "-m", module, str(write_fd)]
         self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=self._output, stderr=subprocess.STDOUT,
                                      env=child_env(device, extra_env), cwd=self.dir, pass_fds=(write_fd,),
                                      start_new_session=True)

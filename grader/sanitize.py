@@ -83,6 +83,7 @@ class Sanitizer:
     folder: Path
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
+    skipped: dict[str, str] = field(default_factory=dict)  # tools the spec does not run, and why (sanitizer_skip)
 
     def finished(self) -> bool:
         return all(p.poll() is not None for p in self.processes.values()) or time.monotonic() > self.started + LIMIT_S
@@ -128,8 +129,9 @@ class Sanitizer:
             return Check("sanitizer", SKIPPED, f"compute-sanitizer did not finish on {where}: {'; '.join(unfinished)}. "
                          "Numerics still judge this run; `--no-sanitize` skips this check",
                          {"code": "sanitizer_incomplete", "seconds": seconds})
-        return Check("sanitizer", PASSED, f"{', '.join(self.tools)}: no hazards on {where} ({seconds:.1f} s)",
-                     {"tools": self.tools, "seconds": seconds})
+        not_run = "".join(f"; {tool} not run: {why}" for tool, why in self.skipped.items())
+        return Check("sanitizer", PASSED, f"{', '.join(self.tools)}: no hazards on {where} ({seconds:.1f} s){not_run}",
+                     {"tools": self.tools, "seconds": seconds, "not_run": list(self.skipped)})
 
 
 def start(spec: ExerciseSpec, variant: Variant, source: Path, library: str | None) -> Sanitizer | Check:
@@ -142,13 +144,13 @@ def start(spec: ExerciseSpec, variant: Variant, source: Path, library: str | Non
     if case is None:
         return Check("sanitizer", SKIPPED, f"{spec.id} has no case small enough to sanitize: mark one "
                      "`sanitize = true` in spec.toml", {"code": "no_small_case"})
-    tools = list(TOOLS[variant.kind])
+    tools = [t for t in TOOLS[variant.kind] if t not in variant.sanitizer_skip]
     key = _cache_key(spec, variant, source, library, case, tools)
     cached = _load(key)
     if cached is not None:
         return cached
     folder = Path(tempfile.mkdtemp(prefix="kcourse-sanitize-"))
-    sanitizer = Sanitizer(tools, case, key, folder)
+    sanitizer = Sanitizer(tools, case, key, folder, skipped=dict(variant.sanitizer_skip))
     job = _write_job(spec, variant, source, library, case, folder)
     for tool in tools:
         sanitizer.processes[tool] = _launch(tool_path, tool, variant.kind, job, folder)

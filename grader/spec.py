@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grader import op_checks
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -48,6 +50,9 @@ class TensorSpec:
     # outputs only: a function of reference.py that judges this output by its properties instead of
     # comparing it with the reference elementwise, for answers that are not unique (see checking.judge_output)
     check: str | None = None
+    # outputs only: the [tolerance.<name>] table that judges this output whatever the case's dtype (a float32
+    # gradient summed over many rows beside a bfloat16 output: see ExerciseSpec.tolerance_of)
+    tolerance: str | None = None
 
 
 @dataclass
@@ -79,12 +84,25 @@ class Variant:
     # libraries of the CUDA Toolkit the compiled file links (["cublas"]: -lcublas), found in the toolkit or
     # in NVIDIA's pip wheels (build.link_flags); raw CUDA kinds only
     link: list[str] = field(default_factory=list)
+    # header libraries the learner installs and points the kit at (REQUIREMENTS): ["thunderkittens"] builds with
+    # its flags and includes (grader/thunderkittens.py); without it the build is skipped with what to do
+    requires: list[str] = field(default_factory=list)
     # torch_op only: how the operator is built (op_build.py): "jit" through torch.utils.cpp_extension.load,
     # "setup" with the exercise's setup.py (build_ext --inplace), "cmake" with its CMakeLists.txt
     build: str = "jit"
     # files of the exercise folder the build needs beside the learner's (sources, headers, setup.py,
     # CMakeLists.txt), given complete: copied next to the learner's file in the build folder (torch_op)
     files: list[Path] = field(default_factory=list)
+    # the function of reference.py this version is checked and timed against: several entry points of one
+    # file, each its own operator (activations' gelu_erf, gelu_tanh, silu, bias_gelu), are versions of one folder
+    reference: str = "reference"
+    # a Python entry point that returns its outputs instead of writing them into given tensors (a functional
+    # operator: torch.library.custom_op with mutates_args=()); torch_op entry points always return theirs
+    returns: bool = False
+    # compute-sanitizer tools not run on this version, each with the reason the learner reads: synccheck does not
+    # model Hopper's warp-specialised kernels (named barriers a producer warpgroup skips, setmaxnreg) and
+    # reports "divergent threads" on correct ThunderKittens GEMMs; the other tools still run
+    sanitizer_skip: dict[str, str] = field(default_factory=dict)
 
     @property
     def language(self) -> str:
@@ -93,7 +111,7 @@ class Variant:
 
     @property
     def returns_outputs(self) -> bool:
-        return self.kind == "torch_op"
+        return self.kind == "torch_op" or self.returns
 
     def accepts(self, case: "Case") -> bool:
         """Whether this version runs `case` (its dtype is one the version takes)."""
@@ -109,6 +127,7 @@ class Case:
     outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
     trials: int | None = None  # None: the spec's `trials`
     sanitize: bool = False  # the case compute-sanitizer runs on (default: sanitize.small_case picks one)
+    op_checks: bool = False  # the cases whose first trial runs the [checks] of a registered operator (op_checks.py)
 
     @property
     def dtype(self) -> str:
@@ -184,6 +203,7 @@ class ExerciseSpec:
     topic: str = ""
     default_lang: str | None = None  # the version `kcourse grade <id>` picks without --lang (None: ask)
     reference_device: str = "cpu"  # "cuda": float64 references and transforms on the GPU where one is (heavy.py)
+    checks: Any = None  # op_checks.OpChecks: [checks] custom_op, an operator registered with torch.library (op_checks.py)
 
     def variant(self, lang: str | None) -> Variant:
         if lang is None:
@@ -208,18 +228,27 @@ class ExerciseSpec:
             return default
         if len(same) == 1:
             return same[0]
-        raise SpecError(f"{self.id} has no {language} version; it has: {', '.join(sorted(self.variants))}"
-                        + (" (pick one with --lang)" if same else ""))
+        if same:  # several versions in the language (activations' gelu_erf, gelu_tanh, ...): name them
+            raise SpecError(f"{self.id} has {len(same)} {language} versions: add --lang "
+                            + "|".join(sorted(v.lang for v in same)))
+        raise SpecError(f"{self.id} has no {language} version; it has: {', '.join(sorted(self.variants))}")
 
     def tolerance_for(self, dtype: str) -> Tolerance:
         if dtype not in self.tolerance:
             raise SpecError(f"{self.folder / 'spec.toml'}: no [tolerance.{dtype}] for a {dtype} case")
         return self.tolerance[dtype]
 
-    def tolerance_of(self, case: Case) -> Tolerance:
-        """The tolerance that applies to this case (rtol grown with the accumulation length)."""
-        tol = self.tolerance_for(case.dtype)
-        return Tolerance(tol.atol, tol.rtol_for(case.params, case.dtype))
+    def tolerance_of(self, case: Case, output: TensorSpec | None = None) -> Tolerance:
+        """The tolerance that applies to this case (rtol grown with the accumulation length), or to one output
+        of it: an output naming its own table (`tolerance = "name"`) is judged by that table, its rtol grown
+        with the unit roundoff of the output's own dtype."""
+        if output is not None and output.tolerance is not None:
+            dtype = output.dtype or case.dtype
+            tol = self.tolerance[output.tolerance]
+        else:
+            dtype = case.dtype
+            tol = self.tolerance_for(dtype)
+        return Tolerance(tol.atol, tol.rtol_for(case.params, dtype))
 
     def trials_for(self, case: Case) -> int:
         return case.trials if case.trials is not None else self.trials
@@ -256,8 +285,12 @@ def _parse(data: dict[str, Any], folder: Path) -> ExerciseSpec:
             host_memory=raw.get("host_memory", "pageable"),
             dtypes=list(raw["dtypes"]) if "dtypes" in raw else None,
             link=_libraries(raw.get("link", []), kind, f"{path}: variants.{lang}.link"),
+            requires=_requirements(raw.get("requires", []), kind, f"{path}: variants.{lang}.requires"),
             build=raw.get("build", "jit"),
             files=[folder / name for name in raw.get("files", [])],
+            reference=_reference_name(raw.get("reference", "reference"), folder, f"{path}: variants.{lang}.reference"),
+            returns=bool(raw.get("returns", False)),
+            sanitizer_skip=_sanitizer_skip(raw.get("sanitizer_skip", {}), f"{path}: variants.{lang}.sanitizer_skip"),
         )
     inputs = [_tensor(name, raw, path) for name, raw in data.get("inputs", {}).items()]
     outputs = [_tensor(name, raw, path, output=True) for name, raw in data["outputs"].items()]
@@ -287,6 +320,7 @@ def _parse(data: dict[str, Any], folder: Path) -> ExerciseSpec:
         topic=data.get("topic", ""),
         default_lang=data.get("default_lang"),
         reference_device=data.get("reference_device", "cpu"),
+        checks=op_checks.parse(data.get("checks"), str(path)),
     )
     _validate(spec, path)
     return spec
@@ -303,6 +337,47 @@ def _libraries(names: Any, kind: str, where: str) -> list[str]:
         raise SpecError(f"{where}: only kinds \"cuda\" and \"cuda_host\" link libraries (a torch_op is built by "
                         "torch's extension builder, which links torch's own): remove it")
     return list(names)
+
+
+REQUIREMENTS = ("thunderkittens",)  # what `requires` may name: libraries found through a setting (build.requirement_options)
+
+
+def _requirements(names: Any, kind: str, where: str) -> list[str]:
+    """`requires = ["thunderkittens"]`: known names, on kinds the kit builds with nvcc itself."""
+    if not isinstance(names, list) or any(n not in REQUIREMENTS for n in names):
+        raise SpecError(f"{where} = {names!r}: give a list of {', '.join(REQUIREMENTS)}")
+    if names and kind not in ("cuda", "cuda_host"):
+        raise SpecError(f"{where}: only kinds \"cuda\" and \"cuda_host\" take requires (the kit builds them with nvcc): "
+                        "remove it, or make the variant one of those kinds")
+    return list(names)
+
+
+SANITIZER_TOOLS = ("racecheck", "synccheck", "memcheck", "initcheck")
+
+
+def _sanitizer_skip(table: Any, where: str) -> dict[str, str]:
+    """`sanitizer_skip = { synccheck = "why" }`: known tools, each with a reason the grade shows."""
+    if not isinstance(table, dict) or any(t not in SANITIZER_TOOLS or not isinstance(why, str) or not why.strip()
+                                          for t, why in table.items()):
+        raise SpecError(f"{where} = {table!r}: give {{ TOOL = \"why it is not run\" }} with TOOL one of "
+                        f"{', '.join(SANITIZER_TOOLS)}")
+    return dict(table)
+
+
+def _reference_name(name: Any, folder: Path, where: str) -> str:
+    """`reference = "gelu_tanh"`: a function defined at the top of the exercise's reference.py (read, not run:
+    loading a spec imports no torch)."""
+    import ast
+
+    if not (isinstance(name, str) and name.isidentifier()):
+        raise SpecError(f"{where} = {name!r}: name a function defined in reference.py")
+    source = folder / "reference.py"
+    if name != "reference" and source.is_file():
+        defined = {n.name for n in ast.parse(source.read_text()).body if isinstance(n, ast.FunctionDef)}
+        if name not in defined:
+            raise SpecError(f"{where} = {name!r} is not a function of {source}: define `def {name}(...)` there, "
+                            "or fix the name")
+    return name
 
 
 def _variant_name(name: str, kind: str, path: Path) -> str:
@@ -328,7 +403,9 @@ def _argument(text: str) -> Argument:
 
 def _tensor(name: str, raw: dict[str, Any], path: Path, output: bool = False) -> TensorSpec:
     tensor = TensorSpec(name=name, shape=list(raw["shape"]), dtype=raw.get("dtype"), init=raw.get("init", "normal"),
-                        transform=raw.get("transform"), check=raw.get("check"))
+                        transform=raw.get("transform"), check=raw.get("check"), tolerance=raw.get("tolerance"))
+    if tensor.tolerance is not None and not output:
+        raise SpecError(f"{path}: inputs.{name}.tolerance: only outputs are judged; remove it")
     if tensor.dtype is not None and tensor.dtype not in DTYPES:
         raise SpecError(f"{path}: {name}.dtype = {tensor.dtype!r}; known: {', '.join(DTYPES)}")
     if tensor.init not in INITS:
@@ -341,7 +418,7 @@ def _tensor(name: str, raw: dict[str, Any], path: Path, output: bool = False) ->
     return tensor
 
 
-CASE_KEYS = ("gpu_only", "inputs", "outputs", "trials", "sanitize")  # the rest of a [[cases]] entry are parameters
+CASE_KEYS = ("gpu_only", "inputs", "outputs", "trials", "sanitize", "op_checks")  # the rest of a [[cases]] entry are parameters
 LAYOUTS = ("contiguous", "row_slice", "transposed")
 SPECIALS = ("neg_inf_entries", "neg_inf_rows", "large")
 
@@ -351,7 +428,7 @@ def _case(raw: dict[str, Any]) -> Case:
     trials = raw.get("trials")
     return Case(params=params, gpu_only=bool(raw.get("gpu_only", False)), inputs=dict(raw.get("inputs", {})),
                 outputs=dict(raw.get("outputs", {})), trials=int(trials) if trials is not None else None,
-                sanitize=bool(raw.get("sanitize", False)))
+                sanitize=bool(raw.get("sanitize", False)), op_checks=bool(raw.get("op_checks", False)))
 
 
 def _validate_case_tensors(spec: "ExerciseSpec", case: Case, path: Path) -> None:
@@ -392,6 +469,10 @@ def _validate(spec: ExerciseSpec, path: Path) -> None:
     if spec.default_lang is not None and spec.default_lang not in spec.variants:
         raise SpecError(f"{path}: default_lang = {spec.default_lang!r} is not one of its variants "
                         f"({', '.join(sorted(spec.variants))}): name one of them, or remove default_lang")
+    for out in spec.outputs:
+        if out.tolerance is not None and out.tolerance not in spec.tolerance:
+            raise SpecError(f"{path}: outputs.{out.name}.tolerance = {out.tolerance!r} names no table: add "
+                            f"[tolerance.{out.tolerance}] with atol and rtol, or remove the key")
     for case in spec.cases + spec.performance.cases:
         spec.tolerance_for(case.dtype)
         _validate_case_tensors(spec, case, path)
@@ -400,6 +481,7 @@ def _validate(spec: ExerciseSpec, path: Path) -> None:
     _validate_in_place(spec, path)
     for variant in spec.variants.values():
         _validate_build_options(variant, path)
+    op_checks.validate(spec, path)
 
 
 def _validate_stride_argument(arg: Argument, tensors: dict[str, TensorSpec], variant: Variant, path: Path) -> None:

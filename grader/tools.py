@@ -117,7 +117,8 @@ def _build_configurations(target: Target, path: Path) -> dict[str, Any]:
     from grader.worker_tools import config_label, configurations
 
     arch = gpu_arch() if cuda_available() else None
-    return {config_label(c): build_shared_library(path, arch, defines=c, link=target.variant.link) for c in configurations(target.spec, target.variant.lang)}
+    return {config_label(c): build_shared_library(path, arch, defines=c, link=target.variant.link,
+                                                      requires=target.variant.requires) for c in configurations(target.spec, target.variant.lang)}
 
 
 def _compiled_only(builds: dict[str, Any]) -> dict[str, Any]:

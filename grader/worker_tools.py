@@ -158,7 +158,7 @@ def _check_config(worker, call, case: Case, seed: int) -> str:
     except Exception as exc:  # a configuration the kernel cannot take (too many registers, ...)
         return f"{type(exc).__name__}: {str(exc).splitlines()[0][:150] if str(exc) else ''}"
     for spec_out, ref in zip(worker.spec.outputs, refs):
-        result = judge_output(worker.spec, spec_out, outputs[spec_out.name], ref, worker.spec.tolerance_for(case.dtype),
+        result = judge_output(worker.spec, spec_out, outputs[spec_out.name], ref, worker.spec.tolerance_of(case, spec_out),
                               case.label(), inputs=inputs, params=case.params, device=worker.device_info)
         if not result.ok:
             return result.message[:200]

@@ -58,10 +58,10 @@ def test_compare_grades_each_file_records_it_labelled_and_reports_the_table(tmp_
 def test_files_of_the_other_language_or_the_same_file_twice_are_usage_errors(tmp_path):
     py = tmp_path / "a.py"
     py.write_text("")
-    result = CliRunner().invoke(main, ["compare", "reduction", str(py)])
-    assert result.exit_code == 2 and "reduction has no triton version" in result.output
-    result = CliRunner().invoke(main, ["compare", "reduction", str(py), "--lang", "cuda"])
-    assert result.exit_code == 2 and "reduction (cuda) takes .cu files, not a.py" in result.output
+    result = CliRunner().invoke(main, ["compare", "matmul", str(py)])
+    assert result.exit_code == 2 and "matmul has no triton version" in result.output
+    result = CliRunner().invoke(main, ["compare", "matmul", str(py), "--lang", "cuda"])
+    assert result.exit_code == 2 and "matmul (cuda) takes .cu files, not a.py" in result.output
     with pytest.raises(ResolveError, match="the same file is named twice"):
         compare.entries_for_files("softmax", [py, tmp_path / "." / "a.py"])
     with pytest.raises(ResolveError, match="Did you mean 'softmax'"):

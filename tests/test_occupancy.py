@@ -3,7 +3,7 @@ occupancy per kernel (grader/occupancy.py) — registers and static shared memor
 block from __launch_bounds__ (no figure without one), the SM's limits by architecture (sm_90's
 without a GPU, and said so) — with the limit that binds.
 
-The exercise's stub is correct and slow: its whole-row shared staging leaves 8 of 64 warps per SM. On the
+The exercise's stub is correct and slow: its whole-row shared staging leaves 4 of 64 warps per SM. On the
 CPU: the calculator's arithmetic against known figures, the stub's and the solution's occupancy lines,
 and the classic mistakes played in torch against the spec's cases (simulated_kernels.py). On a GPU
 (`pytest -m gpu -s`) the solution passes near copy bandwidth, the stub passes numerics and fails the
@@ -96,13 +96,13 @@ def test_a_kernel_that_cannot_launch_says_so():
 
 @pytest.mark.nvcc
 @pytest.mark.solutions
-def test_the_stub_is_held_to_an_eighth_of_the_sm_by_shared_memory_and_the_solution_fills_it():
+def test_the_stub_is_held_to_a_sixteenth_of_the_sm_by_shared_memory_and_the_solution_fills_it():
     if torch.cuda.is_available():
         pytest.skip("a GPU grades for real (below)")
     stub = grade(resolve(("occupancy",)), source="stubs", seed=1, record=False)
     built = next(c for c in stub.checks if c.name == "build")
-    assert built.status == "passed" and "= 12.5% (limited by shared memory (49152 B per block)" in built.message
-    assert built.details["occupancy"][0]["percent"] == 12.5
+    assert built.status == "passed" and "= 6.2% (limited by shared memory (49152 B per block)" in built.message
+    assert built.details["occupancy"][0]["percent"] == 6.2
     solution = grade(resolve(("occupancy",)), source="solutions", seed=1, record=False)
     figures = next(c for c in solution.checks if c.name == "build").details["occupancy"]
     assert {f["percent"] for f in figures} == {100.0} and len(figures) == 2
@@ -200,8 +200,8 @@ def test_the_given_kernel_is_correct_and_fails_only_the_speed_bar():
     checks = {c.name: c for c in result.checks}
     assert checks["numerics"].status == "passed", result.verdict
     assert checks["speed"].status == "failed", result.verdict
-    assert "12.5%" in checks["build"].message
-    print("\n" + figure_line("occupancy stub (12.5% occupancy)", result))
+    assert "6.2%" in checks["build"].message
+    print("\n" + figure_line("occupancy stub (6.2% occupancy)", result))
 
 
 @pytest.mark.gpu

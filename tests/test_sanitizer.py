@@ -129,3 +129,38 @@ def test_solutions_are_clean_and_an_unchanged_file_is_not_checked_again(words):
     assert first.status == "passed", first.message
     assert again.status == "passed" and again.details.get("cached")
     print(f"\n{target.key}: {first.message}")
+
+
+def test_a_spec_can_leave_a_tool_out_and_the_passed_check_says_which_and_why(tmp_path, monkeypatch):
+    target = resolve(("tk_gemm",))
+    assert set(target.variant.sanitizer_skip) == {"synccheck"}
+    started = []
+    monkeypatch.setattr(sanitize, "executable", lambda: "/bin/true")
+    monkeypatch.setattr(sanitize, "_launch", lambda path, tool, *rest: started.append(tool) or _Done())
+    monkeypatch.setattr(sanitize, "_load", lambda key: None)
+    monkeypatch.setattr(sanitize, "_store", lambda key, check: None)
+    running = sanitize.start(target.spec, target.variant, target.spec.folder / target.variant.stub, None)
+    assert started == ["racecheck", "memcheck", "initcheck"]
+    for tool in started:
+        (running.folder / f"{tool}.log").write_text("")
+    check = running.collect()
+    assert check.status == "passed" and "synccheck not run: it does not model warp-specialised" in check.message
+
+
+def test_an_unknown_tool_to_leave_out_is_a_spec_error(tmp_path):
+    from grader.spec import SpecError, _sanitizer_skip
+
+    with pytest.raises(SpecError, match="racecheck, synccheck, memcheck, initcheck"):
+        _sanitizer_skip({"synchcheck": "typo"}, "spec.toml: variants.cuda.sanitizer_skip")
+    with pytest.raises(SpecError):
+        _sanitizer_skip({"racecheck": ""}, "spec.toml: variants.cuda.sanitizer_skip")
+
+
+class _Done:
+    """A finished tool process that found nothing."""
+
+    def poll(self):
+        return 0
+
+    def wait(self, timeout=None):
+        return 0

@@ -61,9 +61,9 @@ def test_expressions_allow_arithmetic_on_case_names_only():
         exprs.evaluate("__import__('os')", {})
 
 
-def test_four_plans_with_the_eleven_week_plan_as_default():
+def test_five_plans_with_the_eleven_week_plan_as_default():
     plans = load_plans()
-    assert set(plans) == {"cuda-11-week", "triton-5-day", "challenge-100-day", "transformer-ops"}
+    assert set(plans) == {"cuda-11-week", "triton-5-day", "challenge-100-day", "transformer-ops", "thunderkittens"}
     assert plans["cuda-11-week"].default
     assert len(plans["cuda-11-week"].units) == 11
     assert len(plans["triton-5-day"].units) == 5

@@ -1,0 +1,170 @@
+"""Solution — layer norm backward: dx row by row, dw and db reduced over rows in two deterministic stages.
+
+Stage 1 launches as many programs as the GPU holds at once (the occupancy the compiled kernel allows,
+as the Triton tutorial on fused softmax sizes its grid: one program of 16 warps per SM at N = 4096). Each
+program keeps weight and its running dw and db in float32 registers, walks the rows pid, pid + P,
+pid + 2P, ... and for each one reads x and dy once (the next row's loads issued before this row's sums,
+so memory is always busy), writes dx once and adds dy * xhat and dy to its running sums; at the end it
+stores them as row pid of a [P, N] float32 buffer. No two programs touch the same buffer row: no locks, no atomics, and the
+same answer every run. Stage 2 sums the P rows of each column block. So x and dy are read once, dx is
+written once, and the partials add 2 * 2 * P * N * 4 bytes (a few % at the timed sizes).
+
+Rows longer than 8192 columns (not timed) take a looping kernel: the two row sums over column blocks,
+then the update, with the program's partial row kept in its own slice of the buffer in global memory.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+MAX_FUSED = 8192  # longest row kept in registers (x, dy, the next x and dy, weight, dw, db: 16 a thread at 16 warps)
+LONG_BLOCK = 4096  # column block of the looping kernel (8 elements a thread at 16 warps)
+SUM_BLOCK_M, SUM_BLOCK_N = 64, 32  # stage 2 tile: 32 columns (128-byte rows) give N / 32 programs
+CPU_PROGRAMS = 16  # under the interpreter: the number of programs only changes how the rows are shared
+CPU_SUM_BLOCK_N = 1024  # and each program costs time there: wide stage 2 tiles, few programs
+
+
+@triton.jit
+def layer_norm_backward_kernel(x_ptr, w_ptr, dy_ptr, mean_ptr, rstd_ptr, dx_ptr, dw_part_ptr, db_part_ptr,
+                               x_row_stride, dy_row_stride, dx_row_stride, n_rows, n_cols,
+                               BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    step = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)  # once per program, not once per row
+    dw = tl.zeros([BLOCK], tl.float32)
+    db = tl.zeros([BLOCK], tl.float32)
+    # Rows are prefetched one ahead: the loads of the next row are in flight while this one is reduced and
+    # stored, so with one program per SM the memory system is never left idle. (The last iteration fetches
+    # the last row of x again, which every program does: an L2 hit.) The grid never exceeds the rows.
+    r = tl.cast(pid, tl.int64)  # 64-bit offsets: row * stride passes 2^31 on big tensors
+    x_next = tl.load(x_ptr + r * x_row_stride + cols, mask=mask, other=0.0)
+    dy_next = tl.load(dy_ptr + r * dy_row_stride + cols, mask=mask, other=0.0)
+    for row in range(pid, n_rows, step):
+        x = x_next.to(tl.float32)
+        dy = dy_next.to(tl.float32)
+        r = tl.cast(row, tl.int64)
+        after = tl.cast(tl.minimum(row + step, n_rows - 1), tl.int64)
+        x_next = tl.load(x_ptr + after * x_row_stride + cols, mask=mask, other=0.0)
+        dy_next = tl.load(dy_ptr + after * dy_row_stride + cols, mask=mask, other=0.0)
+        mean = tl.load(mean_ptr + row)
+        rstd = tl.load(rstd_ptr + row)
+        xhat = tl.where(mask, (x - mean) * rstd, 0.0)  # masked columns would be -mean * rstd
+        wdy = w * dy
+        c1 = tl.sum(xhat * wdy, axis=0) / n_cols
+        c2 = tl.sum(wdy, axis=0) / n_cols
+        dx = (wdy - (xhat * c1 + c2)) * rstd
+        tl.store(dx_ptr + r * dx_row_stride + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+        dw += dy * xhat
+        db += dy
+    tl.store(dw_part_ptr + pid * n_cols + cols, dw, mask=mask)
+    tl.store(db_part_ptr + pid * n_cols + cols, db, mask=mask)
+
+
+@triton.jit
+def layer_norm_backward_long_kernel(x_ptr, w_ptr, dy_ptr, mean_ptr, rstd_ptr, dx_ptr, dw_part_ptr, db_part_ptr,
+                                    x_row_stride, dy_row_stride, dx_row_stride, n_rows, n_cols,
+                                    BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    dw_row, db_row = dw_part_ptr + pid * n_cols, db_part_ptr + pid * n_cols  # this program's alone
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        tl.store(dw_row + cols, tl.zeros([BLOCK], tl.float32), mask=cols < n_cols)
+        tl.store(db_row + cols, tl.zeros([BLOCK], tl.float32), mask=cols < n_cols)
+    for row in range(pid, n_rows, tl.num_programs(0)):
+        r = tl.cast(row, tl.int64)
+        x_row, dy_row, dx_row = x_ptr + r * x_row_stride, dy_ptr + r * dy_row_stride, dx_ptr + r * dx_row_stride
+        mean = tl.load(mean_ptr + row)
+        rstd = tl.load(rstd_ptr + row)
+        sum1 = tl.zeros([BLOCK], tl.float32)
+        sum2 = tl.zeros([BLOCK], tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            mask = cols < n_cols
+            x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
+            dy = tl.load(dy_row + cols, mask=mask, other=0.0).to(tl.float32)
+            w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+            xhat = tl.where(mask, (x - mean) * rstd, 0.0)
+            sum1 += xhat * w * dy
+            sum2 += w * dy
+        c1 = tl.sum(sum1, axis=0) / n_cols
+        c2 = tl.sum(sum2, axis=0) / n_cols
+        for start in range(0, n_cols, BLOCK):  # the second read of the row mostly hits L2
+            cols = start + tl.arange(0, BLOCK)
+            mask = cols < n_cols
+            x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
+            dy = tl.load(dy_row + cols, mask=mask, other=0.0).to(tl.float32)
+            w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+            xhat = tl.where(mask, (x - mean) * rstd, 0.0)
+            tl.store(dx_row + cols, ((w * dy - (xhat * c1 + c2)) * rstd).to(dx_ptr.dtype.element_ty), mask=mask)
+            # the same thread stored these elements for the previous row: it reads its own write back
+            tl.store(dw_row + cols, tl.load(dw_row + cols, mask=mask) + dy * xhat, mask=mask)
+            tl.store(db_row + cols, tl.load(db_row + cols, mask=mask) + dy, mask=mask)
+
+
+@triton.jit
+def sum_partials_kernel(dw_part_ptr, db_part_ptr, dw_ptr, db_ptr, n_parts, n_cols,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_mask = cols < n_cols
+    dw = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    db = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for start in range(0, n_parts, BLOCK_M):
+        parts = start + tl.arange(0, BLOCK_M)
+        mask = (parts[:, None] < n_parts) & col_mask[None, :]
+        offsets = parts[:, None] * n_cols + cols[None, :]
+        dw += tl.load(dw_part_ptr + offsets, mask=mask, other=0.0)
+        db += tl.load(db_part_ptr + offsets, mask=mask, other=0.0)
+    tl.store(dw_ptr + cols, tl.sum(dw, axis=0), mask=col_mask)
+    tl.store(db_ptr + cols, tl.sum(db, axis=0), mask=col_mask)
+
+
+_RESIDENT: dict[tuple, int] = {}  # (kernel, device, dtypes, BLOCK, num_warps) -> programs the GPU runs at once
+
+
+def _resident_programs(kernel, args: tuple, block: int, num_warps: int) -> int:
+    """How many programs of the compiled kernel the whole GPU runs at once: its registers, shared memory and
+    threads against each SM's (how the Triton tutorial on fused softmax sizes its grid). More would start a
+    second wave that finishes late; fewer leave bandwidth unused. Worked out once per configuration."""
+    x, weight, dy, dx = args[0], args[1], args[2], args[5]
+    key = (kernel, x.device.index or 0, x.dtype, weight.dtype, dy.dtype, dx.dtype, block, num_warps)
+    if key not in _RESIDENT:
+        compiled = kernel.warmup(*args, grid=(1,), BLOCK=block, num_warps=num_warps)
+        compiled._init_handles()
+        props = triton.runtime.driver.active.utils.get_device_properties(key[1])
+        threads = num_warps * 32
+        per_sm = min(props["max_num_regs"] // max(1, compiled.n_regs * threads), 2048 // threads)
+        if compiled.metadata.shared:
+            per_sm = min(per_sm, props["max_shared_mem"] // compiled.metadata.shared)
+        _RESIDENT[key] = props["multiprocessor_count"] * max(1, per_sm)
+    return _RESIDENT[key]
+
+
+def _programs(kernel, args: tuple, block: int, num_warps: int, programs_per_sm: int | None) -> int:
+    x = args[0]
+    if not x.is_cuda:
+        return CPU_PROGRAMS
+    if programs_per_sm:  # `kcourse tune layer_norm_backward` tries a few
+        return torch.cuda.get_device_properties(x.device).multi_processor_count * programs_per_sm
+    return _resident_programs(kernel, args, block, num_warps)
+
+
+def layer_norm_backward(x: torch.Tensor, weight: torch.Tensor, dy: torch.Tensor, mean: torch.Tensor,
+                        rstd: torch.Tensor, dx: torch.Tensor, dw: torch.Tensor, db: torch.Tensor,
+                        num_warps: int | None = None, programs_per_sm: int | None = None) -> None:
+    n_rows, n_cols = x.shape
+    fused = triton.next_power_of_2(n_cols) <= MAX_FUSED
+    kernel = layer_norm_backward_kernel if fused else layer_norm_backward_long_kernel
+    block = triton.next_power_of_2(n_cols) if fused else LONG_BLOCK
+    # 8 elements of each row a thread up to 4096 columns (16 at 8192): ~100 registers with the prefetched row
+    num_warps = num_warps or max(4, min(16, block // 256))
+    args = (x, weight, dy, mean, rstd, dx, dw, db, x.stride(0), dy.stride(0), dx.stride(0), n_rows, n_cols)
+    programs = min(n_rows, _programs(kernel, args, block, num_warps, programs_per_sm))  # (dw, db: stand-ins)
+    # the programs' partial rows: float32, however many rows each program sums
+    partials = torch.empty((2, programs, n_cols), dtype=torch.float32, device=x.device)
+    args = (*args[:6], partials[0], partials[1], *args[8:])
+    kernel[(programs,)](*args, BLOCK=block, num_warps=num_warps)
+    block_n = SUM_BLOCK_N if x.is_cuda else CPU_SUM_BLOCK_N
+    sum_partials_kernel[(triton.cdiv(n_cols, block_n),)](partials[0], partials[1], dw, db, programs, n_cols,
+                                                         BLOCK_M=SUM_BLOCK_M, BLOCK_N=block_n, num_warps=4)

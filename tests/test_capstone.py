@@ -1,0 +1,239 @@
+"""`kcourse capstone` and `kcourse block` (grader/capstone/): a small GPT and one transformer block assembled
+from the learner's kernels, checked against PyTorch.
+
+CPU: the tiny capstone with the kit's solutions trains end to end in well under a minute and lands on eager's
+loss; a kernel writing NaN fails with its operation named; a crashing kernel fails with the crash, the PyTorch
+runs kept; the block says which parts are whose and fails a kernel slightly wrong everywhere; the reports
+render; `kcourse progress` counts a passed capstone of the learner's own. GPU: the full run with the solutions."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from conftest import HAS_GPU, submission
+from grader import store
+from grader.capstone import kernels, report, run
+from grader.discovery import discover_exercises, solution_file
+
+
+def _activations():
+    spec = discover_exercises()["activations"]
+    return spec, spec.variants["gelu_tanh"]
+from grader.plans import Requirement
+from grader.progress import record_matches
+
+
+@pytest.fixture(scope="module")
+def tiny_solutions(tmp_path_factory):
+    """One tiny CPU capstone with the kit's solutions, in a state folder of its own (shared by the tests below)."""
+    home = tmp_path_factory.mktemp("capstone") / "home"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("KCOURSE_HOME", str(home))
+        patch.setenv("KCOURSE_DEVICE", "cpu")
+        started = time.monotonic()
+        record = run.capstone("solutions", tiny=True, seed=7)
+        seconds = time.monotonic() - started
+        path = report.render(record, home / "reports")
+    return record, seconds, path
+
+
+def test_tiny_capstone_with_the_solutions_lands_on_eagers_loss_in_under_a_minute(tiny_solutions):
+    record, seconds, _ = tiny_solutions
+    checks = {c["name"]: c for c in record["checks"]}
+    print(report.format_capstone(record))
+    assert record["status"] == "passed", record["verdict"]
+    assert checks["loss"]["status"] == "passed" and checks["loss"]["details"]["gap"] <= 0.02
+    assert set(record["runs"]) == {"eager", "kernels"}  # no torch.compile on the CPU: said so
+    losses = record["runs"]["kernels"]["losses"]
+    assert len(losses) == record["config"]["steps"] and losses[-1] < losses[0]  # it learns
+    assert seconds < 60
+
+
+def test_on_the_cpu_the_cheap_triton_kernels_are_yours_and_the_rest_say_why_not(tiny_solutions):
+    choices = {(c["operation"], c["role"]): c for c in tiny_solutions[0]["choices"]}
+    assert choices[("gelu", "forward")]["exercise"] == "activations"
+    assert "Triton interpreter" in choices[("layer_norm", "forward")]["reason"]
+    assert "runs only on an NVIDIA GPU" in choices[("adamw", "step")]["reason"]
+    assert "graded in float16, bfloat16" in choices[("linear", "forward")]["reason"]
+
+
+def test_the_capstone_report_renders_its_tables_and_plot(tiny_solutions):
+    _, _, path = tiny_solutions
+    text = path.read_text()
+    assert "| gelu | yours (activations, gelu_tanh) |" in text
+    assert "| PyTorch eager |" in text and "| your kernels |" in text
+    assert "![loss curves](capstone_loss.png)" in text and (path.parent / "capstone_loss.png").stat().st_size > 0
+    assert "## Verdict: passed" in text
+
+
+def test_the_capstone_run_is_recorded_but_solutions_do_not_count_for_the_plan(tiny_solutions):
+    record = tiny_solutions[0]
+    assert record_matches(Requirement("capstone"), record) is False  # the kit's solutions, not the learner's
+    assert record_matches(Requirement("capstone"), {**record, "source": "learner"}) is True
+    assert record_matches(Requirement("capstone"), {**record, "source": "learner", "status": "failed"}) is False
+
+
+def test_a_kernel_writing_nan_fails_the_capstone_with_its_operation_named():
+    use = run.parse_use((f"activations={submission('capstone_gelu_nan.py')}",))
+    record = run.capstone("learner", tiny=True, seed=3, use=use, steps=4)
+    assert record["status"] == "failed"
+    assert "gelu forward (activations, gelu_tanh)" in record["verdict"] and "NaN" in record["verdict"]
+    assert record["runs"]["eager"]["losses"][-1] is not None  # the baseline still ran and is kept
+    assert store.latest("capstone")["status"] == "failed"
+
+
+def test_a_crashing_kernel_fails_the_capstone_and_the_pytorch_run_is_kept():
+    use = run.parse_use((f"activations={submission('capstone_gelu_crash.py')}",))
+    record = run.capstone("learner", tiny=True, seed=3, use=use, steps=2)
+    assert record["status"] == "failed"
+    assert "SIGSEGV" in record["verdict"] and "training with your kernels" in record["verdict"]
+    assert "eager" in record["runs"]
+
+
+def test_the_block_says_which_parts_are_whose_and_renders():
+    use = {"activations:gelu_tanh": solution_file(*_activations())}
+    record = run.block("learner", tiny=True, seed=5, use=use)  # nothing graded here: only the --use file is yours
+    assert record["status"] == "passed", record["verdict"]
+    assert "gelu forward: yours (activations, gelu_tanh)" in record["whose"]["ffn"]
+    assert "layer_norm forward: PyTorch" in record["whose"]["attention"]
+    assert "residual connections: PyTorch (x + part(x))" in record["whose"]["block"]
+    assert not any("gelu" in line for line in record["whose"]["attention"])
+    text = report.render(record).read_text()
+    assert "| ffn |" in text and "yours: gelu forward" in text
+
+
+def test_a_kernel_slightly_wrong_everywhere_fails_the_block_check():
+    use = run.parse_use((f"activations={submission('capstone_gelu_scaled.py')}",))
+    record = run.block("learner", tiny=True, seed=5, use=use)
+    status = {c["name"]: c["status"] for c in record["checks"]}
+    assert status == {"attention": "passed", "ffn": "failed", "block": "failed"}
+
+
+def test_a_capstone_with_none_of_your_kernels_is_not_a_pass():
+    record = run.capstone("learner", tiny=True, seed=3, steps=2)
+    assert record["status"] == "skipped" and "kcourse grade" in record["verdict"]
+
+
+def test_learner_files_count_only_when_their_latest_grade_passed():
+    choices = kernels.pick_kernels("learner", kernels.operation_dtypes("float32", "float32"), gpu=False)
+    gelu = next(c for c in choices if c.operation == "gelu" and c.role == "forward")
+    assert not gelu.yours and "not graded yet" in gelu.reason and "kcourse grade activations" in gelu.reason
+
+
+def test_use_names_an_exercise_and_an_existing_file(tmp_path):
+    with pytest.raises(run.CapstoneError, match="EXERCISE"):
+        run.parse_use(("no_such_exercise=x.py",))
+    assert run.parse_use((f"activations={__file__}",)) == {"activations:gelu_tanh": __import__("pathlib").Path(__file__)}
+
+
+@pytest.mark.gpu
+def test_full_capstone_with_the_solutions_is_as_fast_as_eager_within_two_percent():
+    record = run.capstone("solutions", seed=1234, on_event=lambda e: None)
+    print("\n" + report.format_capstone(record))
+    runs = record["runs"]
+    for name in ("eager", "compile", "kernels"):
+        print(f"{name}: {runs[name]['tokens_per_s']:,.0f} tokens/s, final loss "
+              f"{run.final_loss(runs[name], record['config']['final_window']):.4f}, peak {runs[name]['peak_bytes'] / 1e6:.0f} MB")
+    checks = {c["name"]: c for c in record["checks"]}
+    assert checks["loss"]["status"] == "passed", checks["loss"]["message"]
+    assert checks["speed"]["status"] == "passed", checks["speed"]["message"]
+    servable = [c for c in record["choices"] if kernels.OPERATIONS[c["operation"]][c["role"]] and c["operation"] != "softmax"]
+    assert all(c["exercise"] for c in servable), "every slot an exercise serves is the kit's (softmax: flash attention's)"
+
+
+@pytest.mark.gpu
+def test_full_block_with_the_solutions_is_within_pytorchs_error():
+    record = run.block("solutions", seed=1234)
+    print("\n" + report.format_block(record))
+    assert record["status"] == "passed", record["verdict"]
+
+
+# --- the glue of every GPU-only slot, on the CPU: reference math in place of the kernels ----------------------
+
+def _fake(function, source="reference math"):
+    """A stand-in kernel (kernels.ExerciseKernel's interface: keywords in, outputs by name)."""
+    function.source, function.file = source, "fake.py"
+    return function
+
+
+def _reference_kernels():
+    import torch
+    import torch.nn.functional as F
+
+    from grader.inputs import _reference_module
+    from grader.paths import exercises_dir
+
+    ce = _reference_module(exercises_dir() / "cross_entropy" / "reference.py")
+    adamw = _reference_module(exercises_dir() / "adamw" / "reference.py")
+
+    def embedding_backward(ids, dout, V):  # V as the real kernel's spec needs it: no input of the backward carries it
+        return {"dweight": torch.zeros(V, dout.shape[-1]).index_add_(0, ids.flatten(), dout.reshape(-1, dout.shape[-1]))}
+
+    def cross_entropy(logits, targets):
+        losses, dlogits = ce.cross_entropy_and_gradient(logits.float(), targets)
+        return {"losses": losses.float(), "dlogits": dlogits.to(logits.dtype)}
+
+    def adamw_step(p, g, m, v, **hyper):
+        new = adamw.adamw_step(p.double(), g.double(), m.double(), v.double(), **hyper)
+        for tensor, value in zip((p, m, v), new):
+            tensor.copy_(value)
+        return {"p": p, "m": m, "v": v}
+
+    def attention(q, k, v, causal):
+        scores = (q @ k.transpose(-1, -2)) / q.shape[-1] ** 0.5
+        scores = scores.masked_fill(torch.ones(q.shape[-2], q.shape[-2], dtype=torch.bool).triu(1), float("-inf"))
+        return {"out": F.scaled_dot_product_attention(q, k, v, is_causal=True), "lse": torch.logsumexp(scores, -1)}
+
+    def attention_backward(q, k, v, out, lse, dout, causal):
+        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+        with torch.enable_grad():
+            found = F.scaled_dot_product_attention(*leaves, is_causal=True)
+        return dict(zip(("dq", "dk", "dv"), torch.autograd.grad(found, leaves, dout)))
+
+    matmul = _fake(lambda A, B: {"C": A @ B})
+    return {("embedding", "forward"): _fake(lambda ids, weight: {"out": weight[ids]}),
+            ("embedding", "backward"): _fake(embedding_backward), ("linear", "forward"): matmul,
+            ("linear", "backward"): matmul, ("cross_entropy", "forward"): _fake(cross_entropy),
+            ("adamw", "step"): _fake(adamw_step), ("attention", "forward"): _fake(attention, "flash_attention_v2, triton"),
+            ("attention", "backward"): _fake(attention_backward)}
+
+
+def test_the_glue_of_the_gpu_only_slots_trains_exactly_like_pytorch():
+    """Embedding forward and backward, the matmul on transposed views for dX and dW, the fused cross-entropy
+    gradient, the flash attention forward/backward plumbing (lse saved) and the one-launch AdamW over flat
+    buffers: with PyTorch's math behind each slot, the losses are PyTorch's to float32 rounding."""
+    import torch
+
+    from grader.capstone import data
+    from grader.capstone.gpt import GPT, ModelConfig
+    from grader.capstone.ops import FlatAdamW, Ops, optimizer
+
+    losses = {}
+    for name, ops in (("pytorch", Ops()), ("glue", Ops(kernels=_reference_kernels()))):
+        torch.manual_seed(0)
+        model = GPT(ModelConfig(2, 2, 64, 32), ops)
+        opt = optimizer(model, ops, 3e-3, 0.1)
+        assert isinstance(opt, FlatAdamW) == (name == "glue")
+        batches = data.Batches(data.load_bytes(None), 4, 32, 0, "cpu")
+        losses[name] = []
+        for step in range(8):
+            loss = model(*batches.get(step))
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses[name].append(loss.item())
+    assert losses["glue"] == pytest.approx(losses["pytorch"], rel=1e-5)
+    assert losses["pytorch"][-1] < losses["pytorch"][0]
+
+
+def test_the_loss_bar_widens_to_pytorchs_own_run_to_run_gap_never_below_two_percent():
+    from grader.capstone.run import loss_tolerance
+
+    shared = {"loss_tolerance": 0.02, "noise_factor": 1.5}
+    run = lambda final: {"losses": [final] * 20}  # noqa: E731
+    # the H100: eager 0.6144, torch.compile 0.6662 (8.4% apart) -> 12.6%; the kit's kernels 0.6700 (9.0%) pass
+    assert abs(loss_tolerance(run(0.6144), run(0.6662), 20, shared) - 1.5 * (0.6662 - 0.6144) / 0.6144) < 1e-9
+    assert loss_tolerance(run(1.0), run(1.001), 20, shared) == 0.02  # PyTorch agrees with itself: the 2% bar
+    assert loss_tolerance(run(1.0), None, 20, shared) == 0.02  # no compile run (the CPU): the 2% bar
