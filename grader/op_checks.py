@@ -7,6 +7,12 @@ torch.ops with the schema the exercise asks for and the entry point calls it (`o
 reference's answer (`torch_compile`), and, with `autograd = true`, its registered backward gives the
 reference's gradients (`gradients`). They run on the first trial of each case marked `op_checks = true`.
 
+A plain torch.autograd.Function (`[checks] autograd_function = true`, no operator) gets only `gradients`.
+Either way the backward runs under the integrity recorder; with `kernel_backward = true` (the default
+for autograd_function) torch compute there fails `gradients`: the backward must be the learner's
+kernels (a custom_op day may write its backward in torch). With `gradcheck = true` torch.autograd.gradcheck runs on
+float64 copies of each marked case small enough (GRADCHECK_ELEMENTS): the kernels must take float64.
+
 The learner's code runs only in the child: `gather` (called there) runs the checks and hands back
 evidence, outputs and gradients as files. The parent draws the gradients fed backward, computes the
 reference's gradients in float64 (`reference_gradients`) and decides every verdict (`judge_trial`,
@@ -28,12 +34,23 @@ from grader.records import FAILED, PASSED, SKIPPED, Check
 CHECKS = ("operator", "opcheck", "torch_compile", "gradients")
 _SCHEMA = re.compile(r"^(?P<namespace>[A-Za-z_]\w*)::(?P<name>[A-Za-z_]\w*)\(.*\) -> .+$")
 MESSAGE_LIMIT = 700  # characters of a torch error shown to the learner (Dynamo's run to pages)
+GRADCHECK_ELEMENTS = 256  # gradcheck calls forward twice per input element: only tiny cases run it
 
 
 @dataclass
 class OpChecks:
-    schema: str  # "kcourse::name(Tensor x, ...) -> Tensor": what torch.ops.kcourse.name.default._schema must print
+    schema: str | None  # "kcourse::name(Tensor x, ...) -> Tensor": what torch.ops.kcourse.name.default._schema must print;
+    # None for a plain torch.autograd.Function (autograd_function = true): no operator to check
     autograd: bool = False  # the backward is registered too (register_autograd): gradients are checked
+    gradcheck: bool = False  # torch.autograd.gradcheck in float64 on the small marked cases (the kernels take float64)
+    kernel_backward: bool = False  # the backward must compute with the learner's kernels, not torch's operators
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The checks this table asks for, in CHECKS' order."""
+        if self.schema is None:
+            return ("gradients",)
+        return tuple(n for n in CHECKS if n != "gradients" or self.autograd)
 
     @property
     def qualname(self) -> str:
@@ -54,12 +71,18 @@ def parse(raw: dict[str, Any] | None, where: str) -> OpChecks | None:
 
     if raw is None:
         return None
-    unknown = sorted(set(raw) - {"custom_op", "autograd"})
+    unknown = sorted(set(raw) - {"custom_op", "autograd", "autograd_function", "gradcheck", "kernel_backward"})
+    if raw.get("autograd_function") is True and "custom_op" not in raw and not unknown:
+        return OpChecks(schema=None, autograd=True, gradcheck=bool(raw.get("gradcheck", False)),
+                        kernel_backward=bool(raw.get("kernel_backward", True)))
     if unknown or not isinstance(raw.get("custom_op"), str) or not _SCHEMA.match(raw["custom_op"]):
         raise SpecError(f"{where}: [checks] takes custom_op = \"namespace::name(Tensor x, ...) -> Tensor\" (the schema "
-                         f"torch prints for the operator) and autograd = true|false" + (f"; unknown: {', '.join(unknown)}"
-                                                                                         if unknown else ""))
-    return OpChecks(schema=raw["custom_op"], autograd=bool(raw.get("autograd", False)))
+                         f"torch prints for the operator) and autograd = true|false, or autograd_function = true for a "
+                         f"plain torch.autograd.Function; either with gradcheck = true|false and "
+                         f"kernel_backward = true|false"
+                         + (f"; unknown: {', '.join(unknown)}" if unknown else ""))
+    return OpChecks(schema=raw["custom_op"], autograd=bool(raw.get("autograd", False)),
+                    gradcheck=bool(raw.get("gradcheck", False)), kernel_backward=bool(raw.get("kernel_backward", False)))
 
 
 def validate(spec, path) -> None:
@@ -77,8 +100,18 @@ def validate(spec, path) -> None:
                         "also runs on the CPU (not gpu_only)")
     for variant in spec.variants.values():
         if variant.kind != "triton" or not variant.returns:
-            raise SpecError(f"{path}: variants.{variant.lang}: [checks] custom_op needs kind = \"triton\" with returns = "
+            raise SpecError(f"{path}: variants.{variant.lang}: [checks] needs kind = \"triton\" with returns = "
                             "true (a Python entry point returning the operator's output)")
+    if spec.checks.gradcheck and not any(_small(spec, c) for c in marked if not c.gpu_only):
+        raise SpecError(f"{path}: [checks] gradcheck = true runs on marked cases of at most {GRADCHECK_ELEMENTS} input "
+                        "elements: mark a tiny case op_checks = true (e.g. M = 3, N = 5)")
+
+
+def _small(spec, case) -> bool:
+    """Whether gradcheck runs on this case: its floating inputs hold at most GRADCHECK_ELEMENTS elements."""
+    from grader.inputs import shape_of
+
+    return sum(math.prod(shape_of(t, case)) for t in spec.inputs) <= GRADCHECK_ELEMENTS
 
 
 def wanted(spec, case, trial: int) -> bool:
@@ -92,13 +125,23 @@ def gather(checks: OpChecks, function: Callable, args: list[Any], grad_outputs: 
            save: Callable[[str, Any], dict], compiled: dict) -> dict[str, Any]:
     """Evidence for every check, on fresh copies of `args` (the trial's inputs). `save(name, tensor)` writes a
     tensor for the parent; `compiled` keeps the compiled entry point between cases (one compile, then guards)."""
-    evidence: dict[str, Any] = {"operator": _registration(checks)}
-    if evidence["operator"].get("schema") == checks.schema:
-        evidence["opcheck"] = _opcheck(checks, _copies(args, checks.autograd))
-    evidence["torch_compile"] = _compiled(function, _copies(args), save, compiled)
+    evidence: dict[str, Any] = {}
+    if checks.schema is not None:
+        evidence["operator"] = _registration(checks)
+        if evidence["operator"].get("schema") == checks.schema:
+            evidence["opcheck"] = _opcheck(checks, _copies(args, checks.autograd))
+        evidence["torch_compile"] = _compiled(function, _copies(args), save, compiled)
     if checks.autograd:
         evidence["gradients"] = _gradients(function, _copies(args, True), grad_outputs, save)
+        if checks.gradcheck and sum(a.numel() for a in args if _floating(a)) <= GRADCHECK_ELEMENTS:
+            evidence["gradients"]["gradcheck"] = _gradcheck(function, args)
     return evidence
+
+
+def _floating(a: Any) -> bool:
+    import torch
+
+    return isinstance(a, torch.Tensor) and a.is_floating_point()
 
 
 def _copies(args: list[Any], requires_grad: bool = False) -> list[Any]:
@@ -165,18 +208,44 @@ def _compiled(function: Callable, args: list[Any], save, compiled: dict) -> dict
 
 
 def _gradients(function: Callable, args: list[Any], grad_outputs: list, save) -> dict[str, Any]:
-    """d(outputs . grad_outputs)/d(each floating input), through the learner's registered backward."""
+    """d(outputs . grad_outputs)/d(each floating input), through the learner's backward, and the operators
+    the backward pass called (the integrity recorder is on for it alone: the forward's are the trial's)."""
     import torch
+
+    from grader import integrity
 
     wrt = [(i, a) for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.requires_grad]
     try:
         result = function(*args)
         outputs = list(result) if isinstance(result, (tuple, list)) else [result]
-        grads = torch.autograd.grad(outputs, [a for _, a in wrt], [g.to(o.device) for g, o in zip(grad_outputs, outputs)],
-                                    allow_unused=True)
+        fed = [g.to(o.device) for g, o in zip(grad_outputs, outputs)]
+        grads, ops = integrity.ops_called(lambda: torch.autograd.grad(outputs, [a for _, a in wrt], fed, allow_unused=True))
+        _sync(args)
     except Exception as exc:
         return {"error": short(exc)}
-    return {"grads": {str(i): None if g is None else save(f"grad{i}", g) for (i, _), g in zip(wrt, grads)}}
+    return {"grads": {str(i): None if g is None else save(f"grad{i}", g) for (i, _), g in zip(wrt, grads)},
+            "ops": sorted(ops)}
+
+
+def _sync(args: list[Any]) -> None:
+    import torch
+
+    if any(isinstance(a, torch.Tensor) and a.is_cuda for a in args):
+        torch.cuda.synchronize()
+
+
+def _gradcheck(function: Callable, args: list[Any]) -> dict[str, Any]:
+    """torch.autograd.gradcheck on float64 copies: the backward's Jacobian against finite differences of the
+    forward, to float64's precision (a kernel that computes in float32 inside fails it: the kernels must
+    keep float64 as float64)."""
+    import torch
+
+    doubles = tuple(a.detach().double().requires_grad_() if _floating(a) else a for a in args)
+    try:
+        torch.autograd.gradcheck(function, doubles, eps=1e-6, atol=1e-5, rtol=1e-3)
+    except Exception as exc:
+        return {"error": short(exc)}
+    return {"passed": True}
 
 
 def short(exc: Any) -> str:
@@ -214,6 +283,8 @@ def judge_trial(spec, variant, case, label: str, event: dict, refs: list, ref_gr
     """This trial's verdict per check, from the child's evidence (absent evidence fails: it is the learner's
     process that did not hand it back)."""
     evidence = event.get("op_checks") or {}
+    if spec.checks.schema is None:  # a plain autograd.Function: its gradients alone
+        return {"gradients": _gradient_verdict(spec, variant, case, label, evidence.get("gradients") or {}, ref_grads, tol)}
     verdicts = {"operator": _operator_verdict(spec.checks, variant, label, evidence.get("operator") or {},
                                               event.get("ops") or [])}
     verdicts["opcheck"] = _opcheck_verdict(label, evidence.get("opcheck"), verdicts["operator"])
@@ -292,9 +363,19 @@ def _compile_verdict(spec, variant, label: str, ran: dict, refs: list, tol) -> C
 
 def _gradient_verdict(spec, variant, case, label: str, ran: dict, ref_grads: dict, tol) -> Check:
     if "grads" not in ran:
+        how = ("register it with <op>.register_autograd(backward, setup_context=setup_context)" if spec.checks.schema
+               else "your autograd.Function's backward must return one gradient per forward argument, in their order, "
+                    "None for those that are not tensors (a float, an int)")
         return Check("gradients", FAILED, f"{label}: backward through `{variant.entry}` failed: {ran.get('error', 'no evidence')}"
-                     "\nregister it with <op>.register_autograd(backward, setup_context=setup_context)", {"code": "no_backward"})
+                     f"\n{how}", {"code": "no_backward"})
+    from grader import integrity
     from grader.checking import compare
+
+    bad_ops = integrity.forbidden_ops(set(ran.get("ops", []))) if spec.checks.kernel_backward else []
+    if bad_ops:
+        return Check("gradients", FAILED, f"{label}: your backward called torch's {', '.join(bad_ops[:5])}: compute the "
+                     "gradients in your own backward kernel (launch it from backward; allowed there: allocation, views, "
+                     "copies, ctx.saved_tensors)", {"code": "torch_compute_backward", "ops": bad_ops})
 
     positions = {a.name: str(i) for i, a in enumerate(variant.args)}
     for name, ref in ref_grads.items():
@@ -306,7 +387,13 @@ def _gradient_verdict(spec, variant, case, label: str, ran: dict, ref_grads: dic
         if not comparison.ok:
             return Check("gradients", FAILED, comparison.message + ": check your backward formula (and that a broadcast "
                          "input's gradient is summed over the dimensions it was broadcast along)", {"code": "gradient_mismatch"})
-    return Check("gradients", PASSED, f"gradients of {', '.join(ref_grads)} matched the float64 reference")
+    checked = ran.get("gradcheck")
+    if checked is not None and not checked.get("passed"):
+        return Check("gradients", FAILED, f"{label}: torch.autograd.gradcheck on float64 copies failed: {checked.get('error')}"
+                     "\nyour kernels must take float64 and compute in it (tl.float32 casts lose the precision gradcheck "
+                     "needs), and the backward must be the forward's exact derivative", {"code": "gradcheck_failed"})
+    return Check("gradients", PASSED, f"gradients of {', '.join(ref_grads)} matched the float64 reference"
+                 + (" and torch.autograd.gradcheck (float64)" if checked else ""))
 
 
 def summed_tolerance(tol, grad, spec, case):
@@ -339,7 +426,7 @@ def _load(meta: dict | None, like):
 
 def verdicts(spec, judged: list[dict[str, Check]]) -> list[Check]:
     """One check per name over the trials that ran them: the first that did not pass, else passed on all."""
-    names = [n for n in CHECKS if n != "gradients" or spec.checks.autograd]
+    names = spec.checks.names
     out = []
     for name in names:
         seen = [trial[name] for trial in judged if name in trial]

@@ -124,8 +124,8 @@ class Worker:
     def _renamed(self, role: str) -> dict[str, str] | None:
         """The solution, loaded beside the learner's code for timing, registers its operator under another
         namespace (torch.library refuses a second "kcourse::name")."""
-        if role != "solution" or self.spec.checks is None:
-            return None
+        if role != "solution" or self.spec.checks is None or self.spec.checks.schema is None:
+            return None  # a plain autograd.Function registers no operator: nothing to rename
         namespace = self.spec.checks.namespace
         return {f"{namespace}::": f"{namespace}_solution::", f"torch.ops.{namespace}.": f"torch.ops.{namespace}_solution."}
 

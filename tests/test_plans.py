@@ -51,7 +51,8 @@ def test_the_11_week_plan_follows_its_document_week_by_week():
         [("matmul", "cuda"), ("reduction", "cuda")],
         [("stream_overlap", "cuda"), ("gelu_op", "cuda", "extra")],
         [("vector_add", "triton"), ("matmul_triton", "triton")],
-        [("softmax", "triton"), ("layer_norm", "triton"), ("softmax_backward", "triton", "extra")],
+        [("softmax", "triton"), ("layer_norm", "triton"), ("softmax_backward", "triton", "extra"),
+         ("layer_norm_backward", "triton", "extra")],
         [("naive_attention", "triton")],
         [("flash_attention_v1", "triton")],
         [("flash_attention_v1", "cuda")],
@@ -185,7 +186,8 @@ def test_kernel_days_map_to_their_exercises():
     assert exercises(days["day39"]) == [("histogram", "triton")] and exercises(days["day48"]) == [("custom_op", "triton")]
     assert exercises(days["day41"]) == [("swiglu", "triton"), ("add_rms_norm", "triton"), ("activations", "bias_gelu")]
     assert [lang for _, lang in exercises(days["day47"])] == ["gelu_erf", "gelu_tanh", "silu", "bias_gelu"]
-    assert not any(days[f"day{d}"].planned for d in (31, 33, 34, 39, 40, 41, 46, 47, 48, 49, 50))
+    assert not any(days[f"day{d}"].planned for d in (31, 33, 34, 39, 40, 41, 46, 47, 48, 49, 50, 64, 66, 67, 69))
+    assert exercises(days["day64"]) == [("fusion", "triton")] and exercises(days["day66"]) == [("autograd_function", "triton")]
     # days 1-28: every kernel has an exercise (day 19's cuBLAS self-attention is self_attention's; day 25's
     # chained pipeline is issue 10's fusion exercise)
     assert [f"day{i}" for i in range(1, 29) if days[f"day{i}"].planned] == ["day19", "day25"]
