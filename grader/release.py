@@ -27,6 +27,7 @@ LEARNER_SCRIPTS = ("scripts/setup.sh",)
 LEARNER_OVERLAY = "learner"
 MIN_DISTINCTIVE_LENGTH = 24  # shorter lines (braces, imports, signatures) are shared with stubs anyway
 SCAFFOLD_FRACTION = 0.3  # a stub may give up to this share of its solution's long lines (host code, bindings)
+RUNG_SCAFFOLD_FRACTION = 0.5  # ... and of a ladder rung's, a short file around the same launcher (tk_gemm's: 33%)
 LEAK_LINES = 5  # this many of a solution's long lines in one released file is a leak (stubs share 2 or 3)
 
 
@@ -122,10 +123,15 @@ def solution_lines(root: Path) -> dict[Path, set[str]]:
 
 def _given(root: Path, solution: Path, lines: set[str]) -> set[str]:
     """Lines the exercise's stub (same name, exercises/<id>/) shares with its solution: given code, unless
-    the stub holds most of the solution (a stub overwritten with it), which is a leak, not scaffolding."""
-    stub = root / "exercises" / solution.relative_to(root / "solutions")
-    shared = lines & _lines(stub) if stub.is_file() else set()
-    return shared if len(shared) <= SCAFFOLD_FRACTION * len(lines) else set()
+    the stub holds most of the solution (a stub overwritten with it), which is a leak, not scaffolding. A
+    solution without a stub of its name (a ladder's rung, solutions/<id>/ladder/step2.cu) gets the scaffolding
+    of the exercise's stubs in its language: the launcher the stub gives is in every rung too."""
+    relative = solution.relative_to(root / "solutions")
+    stub = root / "exercises" / relative
+    stubs = [stub] if stub.is_file() else sorted((root / "exercises" / relative.parts[0]).glob(f"*{solution.suffix}"))
+    shared = lines & set().union(*(_lines(s) for s in stubs)) if stubs else set()
+    fraction = SCAFFOLD_FRACTION if stub.is_file() else RUNG_SCAFFOLD_FRACTION
+    return shared if len(shared) <= fraction * len(lines) else set()
 
 
 def find_leaks(kit: Path, solutions: dict[Path, set[str]]) -> list[str]:
