@@ -167,3 +167,15 @@ def test_scaffolding_a_stub_gives_is_not_a_leak_but_a_stub_overwritten_with_its_
     git(course, "add", "-A")
     with pytest.raises(ReleaseError, match=r"exercises/reduction/reduction.cu contains \d+ lines of reduction.cu"):
         release(tmp_path / "kit", root=course)
+
+
+def test_a_ladder_rung_shares_its_exercises_launcher_but_a_rung_copied_over_the_stub_is_a_leak(course, tmp_path):
+    from grader.release import solution_lines
+
+    rung = course / "solutions/tk_gemm/ladder/step2_wgmma.cu"
+    launcher = "__global__ __launch_bounds__(THREADS) void gemm_kernel(const __grid_constant__ globals g) {"
+    assert launcher not in solution_lines(course)[rung]  # the stub gives it: scaffolding, not the rung's answer
+    shutil.copy(rung, course / "exercises/tk_gemm/tk_gemm.cu")
+    git(course, "add", "-A")
+    with pytest.raises(ReleaseError, match=r"exercises/tk_gemm/tk_gemm.cu contains \d+ lines of step2_wgmma.cu"):
+        release(tmp_path / "kit", root=course)
