@@ -34,14 +34,19 @@ def interpreter_on():
             os.environ["TRITON_INTERPRET"] = previous
 
 
+def load_module(path: Path, name: str):
+    """The file at `path` as the module `name`, its kernels compiled for the GPU when called (a GPU test)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # Triton reads a kernel's source through its module
+    spec.loader.exec_module(module)
+    return module
+
+
 def load_interpreted(path: Path, name: str):
     """The module at `path`, its @triton.jit kernels interpreted (run on the CPU, programs one after another)."""
     with interpreter_on():
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # Triton reads a kernel's source through its module
-        spec.loader.exec_module(module)
-    return module
+        return load_module(path, name)
 
 
 def as_model(spec: ExerciseSpec, module):

@@ -14,8 +14,6 @@ float32 and 16384x8192 bfloat16, its grade, the stub and each mistake failing th
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 
 import pytest
 import torch
@@ -26,6 +24,7 @@ from grader.checking import load_reference
 from grader.discovery import ResolveError, discover_exercises, resolve
 from grader.grade import grade
 from grader.spec import SpecError, load_spec
+from interpreted import load_module
 from interpreted_kernels import case_named, load_interpreted, verdict
 
 SPEC = discover_exercises()["activations"]
@@ -164,14 +163,6 @@ def test_a_classic_mistake_fails_on_its_case_and_passes_a_plain_one(tmp_path, na
 
 
 # --- GPU ------------------------------------------------------------------------------------------
-
-def load_module(path, name):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # Triton's JIT reads the kernels' source through the module
-    spec.loader.exec_module(module)
-    return module
-
 
 ANCHORS = {  # what PyTorch runs for each version, timed beside it
     "gelu_erf": lambda x, b: F.gelu(x),

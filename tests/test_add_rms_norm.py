@@ -10,8 +10,6 @@ one-line mistakes graded on the GPU."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 
 import pytest
 import torch
@@ -20,6 +18,7 @@ from conftest import ROOT
 from cuda_rows import edited, gbps, rows_at_stride_n, verdict
 from grader.discovery import discover_exercises, resolve
 from grader.grade import grade
+from interpreted import load_module
 
 SPEC = discover_exercises()["add_rms_norm"]
 SOLUTION = ROOT / "solutions" / "add_rms_norm" / "add_rms_norm.py"
@@ -164,14 +163,6 @@ GPU_EDITS = {
     "normalising x before the add": ("rf = r.to(tl.float32)", "rf = x.to(tl.float32)", "", "mismatch"),
     "the mean of r, not of r^2": ("tl.sum(rf * rf, axis=0)", "tl.sum(rf, axis=0)", "", "mismatch"),
 }
-
-def load_module(path, name):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # Triton's JIT reads the kernels' source through the module
-    spec.loader.exec_module(module)
-    return module
-
 
 @pytest.mark.gpu
 @pytest.mark.solutions

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib.util
 import math
-import sys
 
 import pytest
 import torch
@@ -25,6 +24,7 @@ from grader.discovery import discover_exercises, resolve
 from grader.grade import grade
 from grader.inputs import generate
 from grader.spec import Case, SpecError, load_spec
+from interpreted import load_module
 
 FWD, BWD = "flash_attention_v2", "flash_attention_v2_backward"
 
@@ -216,14 +216,6 @@ def test_the_stub_imports_and_fails_as_not_implemented(exercise):
 
 
 # --- GPU ----------------------------------------------------------------------------------------------
-def load_module(path, name):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # Triton's JIT reads the kernels' source through the module
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.gpu
 @pytest.mark.solutions
 @pytest.mark.parametrize("exercise", [FWD, BWD])

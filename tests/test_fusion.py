@@ -12,8 +12,6 @@ stub and a one-line edit of the solution on the GPU."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 
 import pytest
 import torch
@@ -22,6 +20,7 @@ from conftest import ROOT
 from cuda_rows import edited, gbps, rows_at_stride_n, verdict
 from grader.discovery import discover_exercises, resolve
 from grader.grade import grade
+from interpreted import load_module
 
 SPEC = discover_exercises()["fusion"]
 SOLUTION = ROOT / "solutions" / "fusion" / "fusion.py"
@@ -143,14 +142,6 @@ def test_the_unfused_three_kernel_fixture_passes_the_numerics():
 
 
 # --- GPU: the solution beside the unfused versions, full grades ------------------------------------------
-
-def load_module(path, name):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # Triton's JIT reads the kernels' source through the module
-    spec.loader.exec_module(module)
-    return module
-
 
 @pytest.mark.gpu
 @pytest.mark.solutions

@@ -7,14 +7,13 @@ graded like a learner's submission (the kit ships no kernel text: it skips these
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 
 import pytest
 
 from conftest import ROOT
 from grader.discovery import resolve
 from grader.grade import grade
+from interpreted import load_module
 
 pytestmark = pytest.mark.solutions
 
@@ -62,14 +61,6 @@ def test_a_classic_mistake_fails_on_its_case(tmp_path, name, case):
 
 
 # --- GPU: the ladder's figures ------------------------------------------------------------------
-
-def load_module(path, name):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # Triton's JIT reads the kernels' source through the module
-    spec.loader.exec_module(module)
-    return module
-
 
 @pytest.mark.gpu
 def test_ladder_figures_at_4096_square_and_the_solution_beats_torch_near_copy_bandwidth():

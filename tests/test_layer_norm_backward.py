@@ -11,8 +11,6 @@ tolerance of each output); the solution and the stub go through a whole grade, t
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 
 import pytest
 import torch
@@ -23,6 +21,7 @@ from grader.discovery import discover_exercises, resolve
 from grader.grade import grade
 from grader.inputs import generate, make_outputs, place, written_outside
 from grader.spec import Case, SpecError, load_spec
+from interpreted import load_module
 
 SPEC = discover_exercises()["layer_norm_backward"]
 SOLUTION = ROOT / "solutions" / "layer_norm_backward" / "layer_norm_backward.py"
@@ -69,14 +68,6 @@ def edited(text: str, edits: list[tuple[str, str]], name: str) -> str:
 
 def mistake(name: str) -> str:
     return edited(SOLUTION.read_text(), MISTAKES[name], name)
-
-
-def load_module(path, name):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # Triton's JIT reads the kernels' source through the module
-    spec.loader.exec_module(module)
-    return module
 
 
 def case_named(label: str) -> Case:

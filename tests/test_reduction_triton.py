@@ -17,7 +17,9 @@ from conftest import ROOT, submission
 from grader import hints
 from grader.discovery import discover_exercises, resolve
 from grader.grade import grade
-from triton_judging import case_with, interpreting, judge, load_module
+from interpreted import interpreter_on, load_interpreted, load_module
+from interpreted_kernels import case_named
+from triton_judging import judge
 
 pytestmark = pytest.mark.solutions
 
@@ -55,12 +57,12 @@ def mistake_file(name, tmp_path):
 
 @pytest.fixture(scope="module")
 def solution():
-    return load_module(SOLUTION, "reduction_triton_solution")
+    return load_interpreted(SOLUTION, "reduction_triton_solution")
 
 
 @pytest.fixture(scope="module")
 def solution_verdicts(solution):
-    return {label: judge(SPEC, solution.reduction, case_with(SPEC, label)) for label in {m[1] for m in MISTAKES.values()}}
+    return {label: judge(SPEC, solution.reduction, case_named(SPEC, label)) for label in {m[1] for m in MISTAKES.values()}}
 
 
 def test_cuda_stays_the_default_version_and_each_language_has_its_own_ladder():
@@ -78,8 +80,8 @@ def test_cuda_stays_the_default_version_and_each_language_has_its_own_ladder():
 def test_each_classic_mistake_fails_on_its_case_which_the_solution_passes(tmp_path, name, solution_verdicts):
     _, label, fragment = MISTAKES[name]
     assert solution_verdicts[label].ok, solution_verdicts[label].message
-    module = load_module(mistake_file(name, tmp_path), f"reduction_triton_mistake_{abs(hash(name))}")
-    verdict = judge(SPEC, module.reduction, case_with(SPEC, label))
+    module = load_interpreted(mistake_file(name, tmp_path), f"reduction_triton_mistake_{abs(hash(name))}")
+    verdict = judge(SPEC, module.reduction, case_named(SPEC, label))
     assert not verdict.ok and fragment in verdict.message, verdict.message
 
 
@@ -88,7 +90,7 @@ def test_the_sum_is_the_same_bits_every_run_and_the_cap_on_programs_is_honoured(
     outs = []
     for max_partials in (8192, 8192, 3):  # 3: every program walks many blocks of the grid stride
         out = torch.full((1,), float("nan"))
-        with interpreting():
+        with interpreter_on():
             solution.reduction(x, out, x.numel(), max_partials=max_partials)
         outs.append(out)
     assert torch.equal(outs[0], outs[1])
@@ -97,9 +99,9 @@ def test_the_sum_is_the_same_bits_every_run_and_the_cap_on_programs_is_honoured(
 
 
 def test_the_stub_imports_and_says_what_to_write():
-    module = load_module(STUB, "reduction_triton_stub")
+    module = load_interpreted(STUB, "reduction_triton_stub")
     with pytest.raises(NotImplementedError, match="write the two kernels"):
-        judge(SPEC, module.reduction, case_with(SPEC, "n=7"))
+        judge(SPEC, module.reduction, case_named(SPEC, "n=7"))
 
 
 # --- GPU ------------------------------------------------------------------------------------------------
@@ -112,9 +114,9 @@ def test_the_triton_ladder_beside_the_cuda_solution_and_torch_sum_at_2_to_the_28
     n = 2**28
     x = torch.rand(n, device="cuda")
     out = torch.empty(1, device="cuda")
-    solution = load_module(SOLUTION, "reduction_triton_solution_gpu", interpreted=False)
-    step1 = load_module(submission("reduction_one_program.py"), "reduction_triton_step1_gpu", interpreted=False)
-    step2 = load_module(submission("reduction_program_per_block.py"), "reduction_triton_step2_gpu", interpreted=False)
+    solution = load_module(SOLUTION, "reduction_triton_solution_gpu")
+    step1 = load_module(submission("reduction_one_program.py"), "reduction_triton_step1_gpu")
+    step2 = load_module(submission("reduction_program_per_block.py"), "reduction_triton_step2_gpu")
     cuda = cuda_caller(SPEC, ROOT / "solutions" / "reduction" / "reduction.cu")
     contestants = {
         "1. one program": lambda: step1.reduction(x, out, n),
@@ -141,7 +143,7 @@ def test_the_triton_ladder_beside_the_cuda_solution_and_torch_sum_at_2_to_the_28
 
 @pytest.mark.gpu
 def test_the_triton_sum_is_the_same_bits_every_run_on_the_gpu():
-    solution = load_module(SOLUTION, "reduction_triton_solution_gpu2", interpreted=False)
+    solution = load_module(SOLUTION, "reduction_triton_solution_gpu2")
     x = torch.rand(2**26 + 3, device="cuda")
     outs = [torch.empty(1, device="cuda") for _ in range(3)]
     for out in outs:

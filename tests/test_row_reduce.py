@@ -15,7 +15,9 @@ import torch
 from conftest import ROOT, submission
 from grader.discovery import discover_exercises, resolve
 from grader.grade import grade
-from triton_judging import case_with, edited, judge, load_module
+from interpreted import load_interpreted, load_module
+from interpreted_kernels import case_named
+from triton_judging import edited, judge
 
 pytestmark = pytest.mark.solutions
 
@@ -72,8 +74,8 @@ def mistake_file(name, tmp_path):
 @pytest.fixture(scope="module")
 def solution_verdicts():
     """The solution's verdict per case label, computed once for the cases the mistakes use."""
-    module = load_module(SOLUTION, "row_reduce_solution")
-    return {label: judge(SPEC, module.row_reduce, case_with(SPEC, label))
+    module = load_interpreted(SOLUTION, "row_reduce_solution")
+    return {label: judge(SPEC, module.row_reduce, case_named(SPEC, label))
             for label in sorted({m[1] for m in MISTAKES.values()})}
 
 
@@ -92,8 +94,8 @@ def test_the_spec_sums_in_float32_and_judges_max_and_argmax_exactly():
 def test_each_classic_mistake_fails_on_its_case_which_the_solution_passes(tmp_path, name, solution_verdicts):
     _, label, output, fragment = MISTAKES[name]
     assert solution_verdicts[label].ok, solution_verdicts[label].message
-    module = load_module(mistake_file(name, tmp_path), f"row_reduce_mistake_{abs(hash(name))}")
-    verdict = judge(SPEC, module.row_reduce, case_with(SPEC, label))
+    module = load_interpreted(mistake_file(name, tmp_path), f"row_reduce_mistake_{abs(hash(name))}")
+    verdict = judge(SPEC, module.row_reduce, case_named(SPEC, label))
     assert not verdict.ok, f"{name} passed {label}"
     print(f"\n{name}: {verdict.message}")
     assert f": {output}: " in verdict.message or f"elements of {output} " in verdict.message, verdict.message
@@ -101,9 +103,9 @@ def test_each_classic_mistake_fails_on_its_case_which_the_solution_passes(tmp_pa
 
 
 def test_the_stub_imports_and_says_what_to_write():
-    module = load_module(STUB, "row_reduce_stub")
+    module = load_interpreted(STUB, "row_reduce_stub")
     with pytest.raises(NotImplementedError, match="write row_reduce_kernel"):
-        judge(SPEC, module.row_reduce, case_with(SPEC, "M=3 N=5"))
+        judge(SPEC, module.row_reduce, case_named(SPEC, "M=3 N=5"))
 
 
 # --- GPU ------------------------------------------------------------------------------------------------
@@ -117,8 +119,8 @@ def torch_three(x):
 def test_the_solution_beats_torch_near_copy_bandwidth(M, N, floor):
     from grader import timing
 
-    solution = load_module(SOLUTION, "row_reduce_solution_gpu", interpreted=False)
-    step1 = load_module(submission("row_reduce_block_reductions.py"), "row_reduce_step1_gpu", interpreted=False)
+    solution = load_module(SOLUTION, "row_reduce_solution_gpu")
+    step1 = load_module(submission("row_reduce_block_reductions.py"), "row_reduce_step1_gpu")
     x = torch.randn(M, N, device="cuda")
     sums = torch.empty(M, device="cuda")
     maxes = torch.empty(M, device="cuda")

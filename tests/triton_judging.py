@@ -10,43 +10,16 @@ untouched."""
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
-import os
-import sys
 from pathlib import Path
-from typing import Iterator
 
 import torch
 
 from grader.checking import Comparison, judge_output, load_reference, reference_outputs
 from grader.inputs import generate, make_outputs, place, written_outside
 from grader.spec import Case, ExerciseSpec
+from interpreted import interpreter_on
 
 OK = Comparison(True)
-
-
-@contextlib.contextmanager
-def interpreting() -> Iterator[None]:
-    before = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("TRITON_INTERPRET", None)
-        else:
-            os.environ["TRITON_INTERPRET"] = before
-
-
-def load_module(path: Path, name: str, interpreted: bool = True):
-    """The file at `path` as a module (its kernels interpreted unless `interpreted` is False: a GPU test)."""
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # Triton reads a kernel's source through its module
-    with interpreting() if interpreted else contextlib.nullcontext():
-        spec.loader.exec_module(module)
-    return module
 
 
 def edited(source: Path, old: str, new: str, folder: Path, name: str) -> Path:
@@ -58,13 +31,6 @@ def edited(source: Path, old: str, new: str, folder: Path, name: str) -> Path:
     return path
 
 
-def case_with(spec: ExerciseSpec, label: str) -> Case:
-    """The spec's one case whose label is `label` (as a failure names it)."""
-    found = [c for c in spec.cases if c.label() == label]
-    assert len(found) == 1, f"{spec.id}: no single case labelled {label!r}: {[c.label() for c in spec.cases]}"
-    return found[0]
-
-
 def judge(spec: ExerciseSpec, entry, case: Case, seed: int = 5, **keywords) -> Comparison:
     """The grader's verdict on `entry` over every trial of `case` (Triton version): OK, or the first failure."""
     variant = spec.variants["triton"]
@@ -74,7 +40,7 @@ def judge(spec: ExerciseSpec, entry, case: Case, seed: int = 5, **keywords) -> C
         inputs = {name: place(v, case.inputs.get(name, {}).get("layout"), "cpu") for name, v in values.items()}
         outputs = make_outputs(spec, case, "cpu")
         tensors = {**inputs, **outputs}
-        with interpreting(), torch.no_grad():
+        with interpreter_on(), torch.no_grad():
             entry(*(tensors[a.name] if a.name in tensors else case.params[a.name] for a in variant.args), **keywords)
         outside = [name for name, t in outputs.items() if written_outside(t)]
         if outside:
