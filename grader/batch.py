@@ -20,6 +20,7 @@ from grader.discovery import Target
 from grader.exports import gradescope_json
 from grader.gradebook import Gradebook, file_digest, write_views
 from grader.records import GradeResult
+from grader.warm_children import WarmChildren
 
 MISSING, ERROR = "missing", "error"
 
@@ -78,12 +79,17 @@ def gpu_count() -> int:
     return torch.cuda.device_count()
 
 
-def grade_row(target: Target, path: Path, seed: int | None, timeout_s: float | None, device: str | None) -> dict:
-    """Grade one file (in a child process, as `kcourse grade --file` does) into a gradebook row."""
+def grade_row(target: Target, path: Path, seed: int | None, timeout_s: float | None, device: str | None,
+              children: WarmChildren | None = None) -> dict:
+    """Grade one file (in a child process, as `kcourse grade --file` does) into a gradebook row. `children`:
+    where to take a child already started for this device (and start the next grade's)."""
     from grader.grade import grade
 
     env = {"CUDA_VISIBLE_DEVICES": device} if device is not None else {}
-    result = grade(target, submission=path, seed=seed, timeout_s=timeout_s, record=False, child_env=env)
+    compile_only = device is None and target.variant.kind in ("cuda", "cuda_host", "torch_op")  # no child runs
+    child = children.take(device) if children is not None and not compile_only else None
+    result = grade(target, submission=path, seed=seed, timeout_s=timeout_s, record=False, child_env=env,
+                   child=child)
     return result_row("", target, result, result.verdict.splitlines()[0] if result.verdict else result.status)
 
 
@@ -122,15 +128,19 @@ class LocalRunner:
             device = slots.get()
             progress.started(job.name)
             try:
-                return grade_row(target, job.path, seed, timeout_s, device)
+                return grade_row(target, job.path, seed, timeout_s, device, children)
             finally:
                 progress.stopped(job.name)
                 slots.put(device)
 
-        with ThreadPoolExecutor(max_workers=len(self.devices)) as pool:
-            futures = {pool.submit(one, job, target): job for job, target in work}
-            for future in as_completed(futures):
-                yield futures[future], future.result()
+        children = WarmChildren()
+        try:
+            with ThreadPoolExecutor(max_workers=len(self.devices)) as pool:
+                futures = {pool.submit(one, job, target): job for job, target in work}
+                for future in as_completed(futures):
+                    yield futures[future], future.result()
+        finally:
+            children.close()
 
 
 def grade_batch(submissions: Path, targets: list[Target], workers: int | None = None, seed: int | None = None,

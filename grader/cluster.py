@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from grader import batch
+from grader import batch, warm_children
 from grader.discovery import Target
 
 TOPIC = "kcourse-grade"
@@ -95,7 +95,7 @@ def grade_task(task: dict) -> dict:
             path = Path(folder) / target.variant.stub
             path.write_bytes(task["content"])
             with gpu_slot() as gpu:
-                row = batch.grade_row(target, path, task["seed"], task["timeout_s"], gpu)
+                row = batch.grade_row(target, path, task["seed"], task["timeout_s"], gpu, warm_children.for_this_process())
     finally:
         worker.log_event(TOPIC, {**event, "state": "stopped"})
     row["worker"] = name

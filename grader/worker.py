@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import sys
 import time
 import traceback
@@ -23,6 +24,7 @@ from typing import Any
 import torch
 
 from grader import integrity, loading, memory  # memory binds torch's allocator statistics before learner code loads
+from grader.orphan import exit_with_parent
 from grader.inputs import in_place_names, load_tensor, make_outputs, place, save_tensor, start_in_place, written_outside
 from grader.records import FAILED, PASSED, Check
 from grader.spec import Case, ExerciseSpec, load_spec
@@ -387,13 +389,21 @@ def warm_up(device: str) -> dict[str, Any]:
     return describe_device(device)
 
 
+def read_job_line(idle_s: float) -> str:
+    """The job, or "" (end) when none came within idle_s seconds (0: wait for ever, as kcourse watch's does)."""
+    if idle_s > 0 and not select.select([sys.stdin], [], [], idle_s)[0]:
+        return ""
+    return sys.stdin.readline()
+
+
 def main(event_fd: int) -> None:
+    exit_with_parent()
     events = Events(event_fd)
     device = os.environ.get("KCOURSE_CHILD_DEVICE", "cpu")
     try:
         info = warm_up(device)
         events.send("ready", device=info, pid=os.getpid())
-        line = sys.stdin.readline()
+        line = read_job_line(float(os.environ.get("KCOURSE_CHILD_IDLE_S", "0")))
         if line:
             Worker(dict(json.loads(line), device=device), events, info).run()
     except Stop:

@@ -60,6 +60,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=10.0)
     parser.add_argument("--exercises", nargs="+", choices=EXERCISES, default=list(EXERCISES))
     parser.add_argument("--scheduler", help="Grade on this running Dask scheduler instead of a LocalCluster.")
+    parser.add_argument("--keep", type=Path, help="Copy each run's gradebook folder here (named after the run).")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="kcourse-class-") as folder:
         submissions = make_class(Path(folder) / "submissions", args.learners)
@@ -71,6 +72,8 @@ def main() -> None:
             seconds = grade(submissions, out, args.timeout, args.exercises, cluster_args)
             print(f"{args.learners} learners × {len(args.exercises)} exercises ({' '.join(cluster_args)}): {seconds:.0f} s, "
                   f"{60 * grades / seconds:.1f} grades/min", flush=True)
+            if args.keep:
+                shutil.copytree(out, args.keep / out.name, dirs_exist_ok=True)
 
 
 if __name__ == "__main__":

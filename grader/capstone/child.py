@@ -13,8 +13,10 @@ import traceback
 
 
 def main(event_fd: int) -> None:
+    from grader.orphan import exit_with_parent
     from grader.worker import Events, warm_up
 
+    exit_with_parent()
     events = Events(event_fd)
     device = os.environ.get("KCOURSE_CHILD_DEVICE", "cpu")
     if device == "cpu":  # the tiny model's ops are too small to share: threads only contend (0.8 s a step vs 25 ms)
