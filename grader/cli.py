@@ -224,7 +224,7 @@ def calibrate(only) -> None:
               "dayN of the 5-day plan, else the one plan that has it).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), help="Folder for the report.")
 def report(which, plan_id, out_dir) -> None:
-    """Write a report from your results: `kcourse report day1`, `week3`, `final`. Your notes are kept.
+    """Write a report from your results: `kcourse report day1`, `week3`, `final`, `portfolio`. Your notes are kept.
 
     Without --plan, weekN is the 11-week plan's and dayN the 5-day plan's; a key only another plan has
     (day9: the 100-day plan) is that plan's; a key several other plans share asks for --plan. The

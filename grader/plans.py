@@ -7,8 +7,9 @@ reading. An exercise marked `extra = true` is listed and gradable in the unit bu
 `requires` names what else finishes a unit, for units whose topic is not a kernel (an install, profiling
 practice, a review): a record kind (`env`, `profile`, `tune`, `compare`, `compare_attention`: any such record),
 the middle three narrowed to one exercise and language with `KIND:EXERCISE[:LANG]` ("profile:transpose",
-"compare:softmax:cuda"), or
-`report`: the unit's own report written with every notes section answered (grader/progress.py checks)."""
+"compare:softmax:cuda"),
+`report`: the unit's own report written with every notes section answered, or `portfolio`: `kcourse report
+portfolio`'s notes sections answered, all of them or one (`portfolio:projects`) (grader/progress.py checks)."""
 
 from __future__ import annotations
 
@@ -20,8 +21,11 @@ from grader.spec import tomllib
 
 # What env-check, profile, tune, compare and `compare attention` record (store kinds).
 RECORD_KINDS = ("env", "profile", "tune", "compare", "compare_attention", "capstone", "block")
-REQUIREMENT_KINDS = RECORD_KINDS + ("report",)
+REQUIREMENT_KINDS = RECORD_KINDS + ("report", "portfolio")
 UNQUALIFIED_KINDS = ("env", "compare_attention", "report", "capstone", "block")  # records of no one exercise: nothing to narrow
+# The notes sections of `kcourse report portfolio` (grader/portfolio.py asks each one's question): a plan
+# requires them all ("portfolio") or one ("portfolio:projects").
+PORTFOLIO_SECTIONS = ("learned", "hard", "projects", "sharing")
 
 
 class PlanError(ValueError):
@@ -30,14 +34,18 @@ class PlanError(ValueError):
 
 @dataclass(frozen=True)
 class Requirement:
-    """One `requires` entry: a kind of record, of any exercise or of one (and one language), or the report."""
+    """One `requires` entry: a kind of record, of any exercise or of one (and one language), the report, or
+    the portfolio's notes (all, or one `section`)."""
     kind: str
     exercise: str | None = None
     lang: str | None = None
+    section: str | None = None
 
     @classmethod
     def parse(cls, text: str) -> Requirement:
         parts = str(text).split(":")
+        if parts[0] == "portfolio":
+            return cls._portfolio(text, parts[1:])
         kind, exercise, lang = (parts + [None, None])[:3]
         if kind not in REQUIREMENT_KINDS or len(parts) > 3 or "" in parts or (kind in UNQUALIFIED_KINDS and len(parts) > 1):
             raise PlanError(f"requirement {text!r}: write one of {', '.join(REQUIREMENT_KINDS)}, or KIND:EXERCISE[:LANG] "
@@ -46,6 +54,13 @@ class Requirement:
             raise PlanError(f"requirement {text!r}: the last part names a version of the exercise (cuda, triton, "
                             "or the exercise's own version name, e.g. add2's setup)")
         return cls(kind, exercise, lang)
+
+    @classmethod
+    def _portfolio(cls, text: str, sections: list[str]) -> Requirement:
+        if len(sections) > 1 or (sections and sections[0] not in PORTFOLIO_SECTIONS):
+            raise PlanError(f"requirement {text!r}: write portfolio (every notes section of `kcourse report portfolio`) "
+                            f"or portfolio:SECTION, SECTION one of {', '.join(PORTFOLIO_SECTIONS)}")
+        return cls("portfolio", section=sections[0] if sections else None)
 
 
 @dataclass

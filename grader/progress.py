@@ -3,8 +3,8 @@
 A status is the learner's best grade of the exercise (store.best_grades), so a failed scratch file does
 not undo a pass; the latest attempt is named beside it when it differs: "passed (latest: failed, try.py)".
 A unit's other requirements (plans.Requirement: an env check; a profile, tuning or comparison record; an
-attention comparison; the unit's report with its notes written) are listed on its line too, each with the
-command that meets it, so the line always says what counts for the unit."""
+attention comparison; the unit's report or the portfolio with its notes written) are listed on its line too,
+each with the command that meets it, so the line always says what counts for the unit."""
 
 from __future__ import annotations
 
@@ -21,6 +21,9 @@ MARK = {"done": "[x]", "in progress": "[~]", "to do": "[ ]", "planned": "[-]"}
 JUDGED_KINDS = {"capstone": "capstone run with your kernels", "block": "transformer block from your kernels"}
 # A file of each language for `kcourse compare`'s example command.
 SUFFIX = {"cuda": ".cu", "triton": ".py"}
+# Requirements met by the learner's writing in a report's notes sections, not by a record.
+NOTES_KINDS = ("report", "portfolio")
+PLACEHOLDER = "(this part is yours"  # in the italic line templates/_macros.j2 `notes` puts in an empty section
 
 
 def attempt_name(record: dict[str, Any]) -> str:
@@ -64,23 +67,43 @@ def report_command(plan: Plan, unit: Unit) -> str:
     return f"kcourse report {unit.key}{where}"
 
 
+def answer(body: str) -> str:
+    """A notes section's text without the template's italic placeholder: "" until the learner writes."""
+    return "\n".join(line for line in body.splitlines() if PLACEHOLDER not in line).strip()
+
+
+def notes_written(path: Path, keep=lambda section_id: True) -> tuple[int, int]:
+    """(notes sections written, sections) in a report file, among the sections whose id `keep` accepts;
+    (0, 0) where the file was never written."""
+    from grader.reporting import NOTES
+
+    if not path.exists():
+        return 0, 0
+    bodies = [m["body"] for m in NOTES.finditer(path.read_text()) if keep(m["id"])]
+    return sum(bool(answer(b)) for b in bodies), len(bodies)
+
+
 def report_notes(plan: Plan, unit: Unit) -> tuple[int, int]:
     """(notes sections written, sections) in the unit's report file; (0, 0) where it was never written.
     A section counts as written once it holds text besides the template's italic placeholder."""
-    from grader.reporting import NOTES, reports_dir, template_for
+    from grader.reporting import reports_dir, template_for
 
-    path = reports_dir() / template_for(unit.key, plan)[1]
-    if not path.exists():
-        return 0, 0
-    bodies = [m["body"] for m in NOTES.finditer(path.read_text())]
-    written = [b for b in bodies if any(line.strip() and "(this part is yours" not in line for line in b.splitlines())]
-    return len(written), len(bodies)
+    return notes_written(reports_dir() / template_for(unit.key, plan)[1])
+
+
+def requirement_notes(requirement: Requirement, plan: Plan, unit: Unit) -> tuple[int, int]:
+    """(written, sections) of what a notes requirement counts: the unit's report, or the portfolio's sections."""
+    if requirement.kind == "portfolio":
+        from grader.portfolio import portfolio_notes
+
+        return portfolio_notes(requirement.section)
+    return report_notes(plan, unit)
 
 
 def requirement_state(requirement: Requirement, records: list[dict[str, Any]], plan: Plan, unit: Unit) -> str | None:
-    """"met"; "started" for a report with some of its notes written; None."""
-    if requirement.kind == "report":
-        written, sections = report_notes(plan, unit)
+    """"met"; "started" for a report (or portfolio) with some of its notes written; None."""
+    if requirement.kind in NOTES_KINDS:
+        written, sections = requirement_notes(requirement, plan, unit)
         return "met" if sections and written == sections else "started" if written else None
     return "met" if any(record_matches(requirement, r) for r in records) else None
 
@@ -91,6 +114,8 @@ def requirement_name(requirement: Requirement) -> str:
         return "env check"
     if requirement.kind == "report":
         return "your notes in the report"
+    if requirement.kind == "portfolio":
+        return f"your portfolio's {requirement.section!r} notes" if requirement.section else "your notes in the portfolio"
     if requirement.kind == "compare_attention":
         return "attention comparison"
     if requirement.kind in JUDGED_KINDS:
@@ -109,6 +134,8 @@ def requirement_command(requirement: Requirement, plan: Plan, unit: Unit) -> str
         return "kcourse env-check"
     if requirement.kind == "report":
         return report_command(plan, unit)
+    if requirement.kind == "portfolio":
+        return "kcourse report portfolio"
     if requirement.kind == "compare_attention":
         return "kcourse compare attention"
     if requirement.kind in JUDGED_KINDS:
@@ -122,10 +149,11 @@ def requirement_command(requirement: Requirement, plan: Plan, unit: Unit) -> str
 def requirement_text(requirement: Requirement, state: str | None, plan: Plan, unit: Unit) -> str:
     """"profile of transpose (cuda): recorded", or what is missing and the command that records it."""
     name = requirement_name(requirement)
-    if requirement.kind == "report":
-        written, sections = report_notes(plan, unit)
+    if requirement.kind in NOTES_KINDS:
+        written, sections = requirement_notes(requirement, plan, unit)
         done = f"{written} of {sections} notes written" if sections else "not written"
-        return f"{name}: {done}" + ("" if state == "met" else f" (`{report_command(plan, unit)}`, then answer in the file)")
+        command = requirement_command(requirement, plan, unit)
+        return f"{name}: {done}" + ("" if state == "met" else f" (`{command}`, then answer in the file)")
     if state == "met":
         return f"{name}: recorded"
     return f"{name}: not yet (`{requirement_command(requirement, plan, unit)}`)"

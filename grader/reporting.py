@@ -1,4 +1,5 @@
-"""`kcourse report dayN|weekN|final`: jinja2 templates in templates/ rendered from the results store.
+"""`kcourse report dayN|weekN|final|portfolio`: jinja2 templates in templates/ rendered from the results store
+(the portfolio, every result in one document, is assembled in grader/portfolio.py).
 
 A week or day of the plans the README documents for report keys (the default plan's weeks, the 5-day
 plan's days) uses `templates/<key>_<name>.md.j2` when there is one (day1_env_check, day2_comparison,
@@ -34,6 +35,7 @@ from grader.plans import Plan, Unit, default_plan, load_plans
 from grader.progress import status_text
 from grader.records import Check, GradeResult, Timing
 
+PORTFOLIO = "portfolio"  # the report key of grader/portfolio.py
 NOTES = re.compile(r"<!-- notes:(?P<id>[\w-]+) -->\n(?P<body>.*?)<!-- /notes:(?P=id) -->", re.S)
 # README: "`kcourse report dayN` for each day of the 5-day plan, `weekN` for each week of the 11-week plan".
 FIVE_DAY_PLAN = "triton-5-day"
@@ -74,7 +76,7 @@ def find_unit(key: str, plan_id: str | None) -> tuple[Plan, Unit]:
         return plan, plan.unit(key)
     having = [p for p in plans.values() if p.unit(key)]
     if not having:
-        keys = sorted({u.key for p in plans.values() for u in p.units} | {"final"})
+        keys = sorted({u.key for p in plans.values() for u in p.units} | {"final", PORTFOLIO})
         raise ReportError(f"no week or day {key!r} in any plan." + suggest(key, keys))
     documented = [plans[p] for p in documented_plans(plans) if p in plans and plans[p].unit(key)]
     if documented or len(having) == 1:
@@ -86,7 +88,7 @@ def find_unit(key: str, plan_id: str | None) -> tuple[Plan, Unit]:
 
 def resolution_note(which: str, plan_id: str | None) -> str | None:
     """"day9 → plan challenge-100-day (...)": which plan a unit key went to, and how to get another's."""
-    if which == "final":
+    if which in ("final", PORTFOLIO):
         return None
     plan, _ = find_unit(which, plan_id)
     note = f"{which} → plan {plan.id} ({plan.title})"
@@ -343,7 +345,19 @@ def environment() -> jinja2.Environment:
     return env
 
 
+def write_report(path: Path, text: str) -> Path:
+    """Write a rendered report, keeping the learner's notes of the file it replaces."""
+    if path.exists():
+        text = keep_notes(text, path.read_text())
+    path.write_text(text)
+    return path
+
+
 def render(which: str, out_dir: Path | None = None, plan_id: str | None = None) -> Path:
+    if which == PORTFOLIO:
+        from grader import portfolio
+
+        return portfolio.render(out_dir)
     plan, unit = (None, None) if which == "final" else find_unit(which, plan_id)
     template_name, file_name = template_for(which, plan)
     data = context(unit, plan)
@@ -367,9 +381,4 @@ def render(which: str, out_dir: Path | None = None, plan_id: str | None = None) 
         from grader import plots
 
         data["attention"]["plots"] = plots.attention_charts(data["attention"], out_dir)
-    text = environment().get_template(template_name).render(**data)
-    path = out_dir / file_name
-    if path.exists():
-        text = keep_notes(text, path.read_text())
-    path.write_text(text)
-    return path
+    return write_report(out_dir / file_name, environment().get_template(template_name).render(**data))
