@@ -155,6 +155,8 @@ def _build_and_run(target, path, result, seed, timeout_s, job, quick, gpu, child
     if not background:
         judge.before_timing = memory_safety.finish
     judge.run(job)
+    if variant.kind == "triton" and not gpu:
+        _lint_for_the_gpu(path, result)
     memory_safety.start()  # a torch operator: after the child built it (one build at a time in its folder)
     if background:  # after timing, so the tools never share the GPU with it; watch settles it
         memory_safety.leave_running()
@@ -257,6 +259,15 @@ def _check_kit_untouched(before: tuple[dict[str, str], tuple[int, str]], result:
         result.add(Check("integrity", FAILED, f"your code changed files of the kit while it ran: {', '.join(touched[:5])}. "
                          "Restore them (git checkout -- FILE, or download the kit again); a kernel must not touch "
                          "the grader, the specs, the references or your results", {"code": "kit_modified", "files": touched}))
+
+
+def _lint_for_the_gpu(path: Path, result: GradeResult) -> None:
+    """The interpreter runs kernels a GPU refuses to compile (triton_lint.py): said on the CPU, where it passed."""
+    from grader import triton_lint
+
+    found = triton_lint.plain_globals_in_kernels(path.read_text(errors="replace"))
+    if found:
+        result.add(Check("gpu_compile", FAILED, triton_lint.message(path, found), {"code": "plain_global"}))
 
 
 def _run_tool(child: sandbox.Child, job: dict, timeout: float, result: GradeResult) -> None:

@@ -103,6 +103,11 @@ class Variant:
     # model Hopper's warp-specialised kernels (named barriers a producer warpgroup skips, setmaxnreg) and
     # reports "divergent threads" on correct ThunderKittens GEMMs; the other tools still run
     sanitizer_skip: dict[str, str] = field(default_factory=dict)
+    # this version's own work model, overriding [performance]'s flops / bytes: versions of one folder that do
+    # different work on the same cases (attention_patterns: the key-query pairs a sliding window sees, or a
+    # document mask's), so each version's TFLOP/s and calibrated estimate count its own work
+    flops: str | None = None
+    bytes: str | None = None
 
     @property
     def language(self) -> str:
@@ -291,6 +296,8 @@ def _parse(data: dict[str, Any], folder: Path) -> ExerciseSpec:
             reference=_reference_name(raw.get("reference", "reference"), folder, f"{path}: variants.{lang}.reference"),
             returns=bool(raw.get("returns", False)),
             sanitizer_skip=_sanitizer_skip(raw.get("sanitizer_skip", {}), f"{path}: variants.{lang}.sanitizer_skip"),
+            flops=raw.get("flops"),
+            bytes=raw.get("bytes"),
         )
     inputs = [_tensor(name, raw, path) for name, raw in data.get("inputs", {}).items()]
     outputs = [_tensor(name, raw, path, output=True) for name, raw in data["outputs"].items()]
@@ -477,6 +484,7 @@ def _validate(spec: ExerciseSpec, path: Path) -> None:
         spec.tolerance_for(case.dtype)
         _validate_case_tensors(spec, case, path)
     _validate_memory_limit(spec, path)
+    _validate_work_models(spec, path)
     _validate_host_options(spec, path)
     _validate_in_place(spec, path)
     for variant in spec.variants.values():
@@ -523,6 +531,20 @@ def _validate_memory_limit(spec: ExerciseSpec, path: Path) -> None:
             exprs.evaluate(limit, {**case.params, "elem": 1})
         except (ValueError, SyntaxError) as exc:
             raise SpecError(f"{path}: performance.max_extra_bytes = {limit!r}: {exc}") from None
+
+
+def _validate_work_models(spec: ExerciseSpec, path: Path) -> None:
+    """A version's own flops / bytes, evaluated at every timed size: a wrong name would only fail on a GPU."""
+    from grader import exprs
+
+    for variant in spec.variants.values():
+        for key in ("flops", "bytes"):
+            expression = getattr(variant, key)
+            for case in spec.performance.cases if expression is not None else []:
+                try:
+                    exprs.evaluate(expression, {**case.params, "elem": 1})
+                except (ValueError, SyntaxError) as exc:
+                    raise SpecError(f"{path}: variants.{variant.lang}.{key} = {expression!r}: {exc}") from None
 
 
 def _validate_host_options(spec: ExerciseSpec, path: Path) -> None:

@@ -19,15 +19,23 @@ LAUNCH_SLACK_S = 50e-6  # a probe run includes the host's launch latency, which 
 WALL_SLACK = 1.10  # claimed device time may exceed the phase's wall clock by 10% (clock granularity)
 
 
+def work_model(spec: ExerciseSpec, variant: Variant) -> tuple[str | None, str | None, bool]:
+    """(flops, bytes, compute-bound) of the version timed: its own expressions where it has them
+    (spec.Variant.flops), else the exercise's [performance] ones."""
+    perf = spec.performance
+    flops, nbytes = variant.flops or perf.flops, variant.bytes or perf.bytes
+    return flops, nbytes, perf.bound == "compute" or (not perf.bound and flops is not None and nbytes is None)
+
+
 def work_and_ceiling(spec: ExerciseSpec, variant: Variant, case: Case, device: dict[str, Any]) -> tuple[float | None, float | None, str]:
     """(work in the reported unit, this GPU's ceiling in that unit, unit) for one timed size."""
-    perf = spec.performance
+    flops, nbytes, compute_bound = work_model(spec, variant)
     names = {**case.params, "elem": element_size(case.dtype)}
     host = variant.kind == "cuda_host"  # host transfers have no device roofline
-    if perf.is_compute_bound:
-        return exprs.evaluate(perf.flops, names) / 1e12, None if host else device.get(_matmul_ceiling(case.dtype)), "TFLOP/s"
-    if perf.bytes:
-        return exprs.evaluate(perf.bytes, names) / 1e9, None if host else device.get("copy_gbps"), "GB/s"
+    if compute_bound:
+        return exprs.evaluate(flops, names) / 1e12, None if host else device.get(_matmul_ceiling(case.dtype)), "TFLOP/s"
+    if nbytes:
+        return exprs.evaluate(nbytes, names) / 1e9, None if host else device.get("copy_gbps"), "GB/s"
     return None, None, ""
 
 
@@ -58,10 +66,11 @@ def timing_record(spec: ExerciseSpec, variant: Variant, case: Case, measured: di
         record.roofline_pct = 100 * record.learner_rate / ceiling
         if record.solution_rate:
             record.solution_roofline_pct = 100 * record.solution_rate / ceiling
-    perf, names = spec.performance, {**case.params, "elem": element_size(case.dtype)}
-    if perf.flops and perf.bytes and record.learner_ms:
-        flops = exprs.evaluate(perf.flops, names)
-        record.intensity = flops / exprs.evaluate(perf.bytes, names)
+    flops_model, bytes_model, _ = work_model(spec, variant)
+    names = {**case.params, "elem": element_size(case.dtype)}
+    if flops_model and bytes_model and record.learner_ms:
+        flops = exprs.evaluate(flops_model, names)
+        record.intensity = flops / exprs.evaluate(bytes_model, names)
         record.learner_tflops = flops / 1e12 / (record.learner_ms / 1000)
     if record.solution_ms and record.learner_ms:
         record.ratio = record.solution_ms / record.learner_ms

@@ -283,7 +283,8 @@ def test_progress_says_what_counts_for_a_day_without_exercises():
     assert "env check: not yet (`kcourse env-check`)" in days["day29"]
     assert "tuning of matmul (cuda): not yet (`kcourse tune matmul --lang cuda`)" in days["day23"]
     assert "your notes in the report: not written (`kcourse report day97 --plan challenge-100-day`" in days["day97"]
-    assert days["day51"].startswith("[-]") and "planned" in days["day51"]
+    assert days["day51"].startswith("[ ]") and "linear_gelu" in days["day51"]
+    assert progress_lines("thunderkittens")["projects"].startswith("[-]")  # nothing but a planned topic
     store.append({"kind": "env"})
     store.append({"kind": "tune", "exercise": "matmul", "lang": "cuda"})
     days = progress_lines("challenge-100-day")

@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-SQRT1_2 = 0.7071067811865476
+SQRT1_2 = tl.constexpr(0.7071067811865476)
 TILE_BYTES = 16384  # of x per program: 4 x 16-byte vectors for each of 256 threads
 MAX_BLOCK_N = 1024
 
