@@ -272,7 +272,7 @@ def _lint_for_the_gpu(path: Path, result: GradeResult) -> None:
 
 def _run_tool(child: sandbox.Child, job: dict, timeout: float, result: GradeResult) -> None:
     """profile / tune: the child reports findings, not verdicts (failures of the learner's code still are)."""
-    child.wait_ready()
+    result.device = child.wait_ready().get("device", {})  # the GPU the figures were taken on, as a grade names it
     deadline = time.monotonic() + timeout
     child.send({**job, "work_dir": str(child.dir)})
     try:

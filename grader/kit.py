@@ -50,6 +50,8 @@ def append_only_state(path: Path) -> tuple[int, str]:
 def rewritten(path: Path, before: tuple[int, str]) -> bool:
     """True when `path` no longer starts with what it held before (appends by other graders are fine)."""
     size, digest = before
+    if size == 0:  # nothing was there to rewrite: a file another grade created meanwhile is an append
+        return False
     try:
         with open(path, "rb") as f:
             head = f.read(size)

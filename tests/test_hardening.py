@@ -97,3 +97,15 @@ def test_a_failure_prints_one_seed_and_the_command_that_reproduces_it():
     command = f"kcourse grade vector_add --lang triton --file {submission('vector_add_wrong.py')} --seed 5"
     assert f"reproduce with: {command}" in text
     assert "seed 5" in text.splitlines()[0] and "trial 1" in failing(result).message
+
+
+def test_a_results_file_another_grade_creates_meanwhile_is_no_rewrite(tmp_path):
+    """Two grades at once in a fresh state folder (two terminals, two GPUs): the other one's first record is
+    an append, not this learner's code rewriting their results (seen on the H200 as a false 'kit_modified')."""
+    results = tmp_path / "results.jsonl"
+    before = kit.append_only_state(results)
+    results.write_text('{"kind": "grade"}\n')
+    assert not kit.rewritten(results, before)
+    before = kit.append_only_state(results)
+    results.write_text('{"kind": "forged"}\n')
+    assert kit.rewritten(results, before)

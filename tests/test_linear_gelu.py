@@ -152,7 +152,7 @@ def worst_over_tolerance(case: Case, run) -> float:
 def test_a_16_bit_accumulator_fails_the_long_sums_by_a_wide_margin(label):
     case = case_named(label)
     assert worst_over_tolerance(case, played("gelu_erf")) < 1
-    assert worst_over_tolerance(case, played("gelu_erf", accumulate_in=getattr(torch, case.dtype))) > 100
+    assert worst_over_tolerance(case, played("gelu_erf", accumulate_in=getattr(torch, case.dtype))) > 10
 
 
 def test_a_16_bit_pre_activation_fails_as_eager_pytorch_does():

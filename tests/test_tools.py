@@ -30,6 +30,7 @@ def test_tune_checks_every_configuration_and_records_them():
     assert [r["config"] for r in record["rows"]] == [f"num_warps={w}" for w in (2, 4, 8, 16)]
     assert all(r["correct"] for r in record["rows"])
     assert store.latest("tune")["exercise"] == "softmax"
+    assert record["device"] == "CPU (Triton interpreter)"  # the worker's own name for where it timed (a GPU's model there)
 
 
 def test_tune_of_an_exercise_without_tunables_says_so():
@@ -150,7 +151,8 @@ def test_progress_is_a_checklist_from_recorded_results():
     assert "[x]  day1" in output and "[~]  day2" in output and "softmax (triton): failed" in output
     assert "1 of 5 done" in output
     hundred = run("progress", "--plan", "challenge-100-day").output
-    assert "day100" in hundred and "[-]" in hundred
+    assert "day100" in hundred and "kcourse report portfolio" in hundred  # day 100: the portfolio's notes
+    assert "[-]" in run("progress", "--plan", "thunderkittens").output  # a unit with only a planned topic
 
 
 @pytest.mark.nvcc
