@@ -3,8 +3,8 @@
 A grade's child spends seconds importing torch and starting CUDA before it can run anything; `kcourse grade`
 hides part of that behind the build, but a cached build takes about a second, so in a class of hundreds of
 files most of each grade's start is paid in full. Here, when a grade takes its child, the next one starts
-at once, so its start-up runs while this grade builds, checks and times (on the CPU: an idle child never
-touches the GPU, and the grade's own child is the only one working on it). Every child is fresh: none runs
+at once, so its start-up runs while this grade builds, checks and times (on the CPU: the spare holds a CUDA
+context but runs nothing, so the grade's own child is the only one working on the GPU). Every child is fresh: none runs
 two learners' code. An unused child ends itself after IDLE_S (KCOURSE_CHILD_IDLE_S), so a worker left idle
 holds no CUDA context, and with its parent (grader/orphan.py)."""
 
