@@ -39,11 +39,11 @@ LARGE = "M=64 N=1000 (x special=large)"
 # name: (version, [(the solution's text, the mistaken text)], the case it fails, its verdict, a case it passes)
 MISTAKES = {
     # GPT-2's tanh approximation where the exact GELU is asked: up to 4.7e-4 off
-    "tanh_for_erf": ("gelu_erf", [("    return 0.5 * x * (1.0 + tl.math.erf(x * SQRT1_2))",
+    "tanh_for_erf": ("gelu_erf", [("    return 0.5 * x * (1.0 + erf(x * SQRT1_2))",
                                    "    return gelu_tanh_f32(x)")], PLAIN, "mismatch", None),
     # erf held in float16, as a kernel computing in half precision does: steps of 2^-11 near -1, and
     # 1 + erf(x / sqrt 2) for x < -2 is smaller than a few of them
-    "erf_in_float16": ("gelu_erf", [("(1.0 + tl.math.erf(x * SQRT1_2))", "(1.0 + tl.math.erf(x * SQRT1_2).to(tl.float16))")],
+    "erf_in_float16": ("gelu_erf", [("(1.0 + erf(x * SQRT1_2))", "(1.0 + erf(x * SQRT1_2).to(tl.float16))")],
                        TAIL_HALF, "mismatch", None),
     # sqrt(2 pi) for sqrt(2 / pi)
     "wrong_tanh_constant": ("gelu_tanh", [("SQRT_2_OVER_PI = tl.constexpr(0.7978845608028654)",
@@ -202,10 +202,9 @@ def test_each_version_runs_near_copy_bandwidth_beside_its_torch_anchor(dtype):
         print(f"  {version:10s} you {you:6.0f} GB/s ({100 * you / copy_gbps:3.0f}%), torch {anchor:6.0f} GB/s "
               f"({100 * anchor / copy_gbps:3.0f}%)")
     assert gbps["bias_gelu"] > gbps["torch bias_gelu"]  # unfused: the sum is written and read back
+    # the cheaper erf (11 instructions, not libdevice's ~28) keeps 16-bit GELUs memory-bound: bias_gelu bf16
+    # reached 3,854 GB/s = 91% of the H200's copy (libdevice's erf: 2,712, 64%)
     below = [v for v in VERSIONS if gbps[v] < 0.85 * copy_gbps]
-    if below == ["bias_gelu"] and dtype == torch.bfloat16:
-        # open (issue 10): 2,475 GB/s = 82% on the H100, erf's ~30 instructions an element against ~41 of budget
-        pytest.xfail(f"bias_gelu bfloat16 at {100 * gbps['bias_gelu'] / copy_gbps:.0f}% of copy: a cheaper erf is open")
     assert not below, below
 
 

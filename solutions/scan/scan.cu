@@ -1,186 +1,301 @@
 // Solution — inclusive prefix sum of int32 in one pass: decoupled look-back (Merrill & Garland, CUB's
 // design).
 //
-// Each block takes the next tile of 4096 values (a global counter hands tiles out in order, so every
-// tile's predecessors are already running), scans it in registers (16 values a thread, then warp
-// shuffles, then the 8 warp totals), and publishes the tile's total (its "aggregate") at once. Warp 0
-// then looks back over the predecessors' status words, 32 at a time, adding aggregates until it meets
-// one that has published its inclusive prefix; the tile publishes its own prefix and writes its
-// values. Each value is read once and written once: 8n bytes, the copy's traffic.
+// Tiles of TILE values are handed out in order by a global counter (a "ticket"), so every tile's
+// predecessors are already being worked on. A block loads its tile with 16-byte loads, sums it (each
+// thread its ITEMS values, then the warps' totals) and publishes the tile's total (its "aggregate") at
+// once. Warp 0 then looks back over the predecessors' status words, 32 at a time, adding aggregates until
+// it meets one that has published its inclusive prefix, and publishes the tile's own prefix; meanwhile the
+// other warps scan their values in registers. Then every value gets the prefix of the tiles before it and
+// is stored. Each value is read once and written once: 8n bytes, the copy's traffic.
 //
-// Loads and stores are 16-byte and coalesced: a warp moves its 512 values through shared memory
-// (padded: no bank conflicts) between the striped order of the loads and the 16 consecutive values
-// each thread scans.
+// What keeps the memory busy: the look-back and the barriers are latency, paid once per tile, so the
+// tiles are big (8K-16K values) and the blocks stay: as many as fit on the GPU, each taking tile after
+// tile. A block takes its next ticket while it scans the current tile, and (PREFETCH) copies the next
+// tile into shared memory with cp.async while it looks back and stores, so its loads are always in
+// flight. The layout is warp-striped: a warp's row j is 128 consecutive values, lane l holding 4 of them
+// as one int4, so loads and stores are coalesced with no shared-memory transpose, and the scan of a row
+// is one warp scan of the lanes' int4 totals.
+#include <cuda/atomic>
+#include <cuda_pipeline.h>
 #include <cuda_runtime.h>
 
 #include <climits>
+#include <stdint.h>
 
-constexpr int THREADS = 256;
+#ifndef THREADS  // `kcourse tune scan` rebuilds with every combination of [tuning.cuda] in spec.toml
+#define THREADS 256
+#endif
+#ifndef ITEMS    // values per thread, a multiple of 4
+#define ITEMS 32
+#endif
+#ifndef PREFETCH  // 1: the next tile is copied to shared memory while this one is scanned; 0: loaded when its turn comes
+#define PREFETCH 1
+#endif
+#ifndef SLEEP_NS  // the look-back's pause before it reads its window again (0: spin)
+#define SLEEP_NS 0
+#endif
+
 constexpr int WARPS = THREADS / 32;
-constexpr int ITEMS = 16;                    // consecutive values per thread
-constexpr int WARP_ITEMS = 32 * ITEMS;       // 512 values per warp
-constexpr int TILE = THREADS * ITEMS;        // 4096 values per block
-constexpr int WARP_VECTORS = WARP_ITEMS / 4; // 128 int4 per warp
+constexpr int ROWS = ITEMS / 4;              // int4s per thread: a warp's rows of 128 values
+constexpr int WARP_ITEMS = 32 * ITEMS;
+constexpr int TILE = THREADS * ITEMS;
 constexpr int MAX_TILES = INT_MAX / TILE + 1;
+constexpr int STAGE_BYTES = PREFETCH ? TILE * (int)sizeof(int) : 0;  // shared memory for the next tile
 constexpr unsigned FULL = 0xffffffffu;
+static_assert(ITEMS % 4 == 0 && THREADS % 32 == 0 && THREADS <= 1024, "ITEMS: a multiple of 4; THREADS: whole warps");
 
-// A tile's status word: the flag in the high 32 bits, the value in the low 32. One 64-bit store
-// publishes both at once, so a reader never sees a flag without its value.
-constexpr unsigned long long EMPTY = 0, AGGREGATE = 1, PREFIX = 2;
-__device__ unsigned long long scan_state[1 + MAX_TILES];  // [0]: the tile counter; [1 + t]: tile t's status
+// A tile's status word: the value in the low 32 bits, a tag in the high 32: the call's number ("epoch",
+// 30 bits) and a 2-bit flag. One 64-bit store publishes both, so a reader never sees a flag without its
+// value; a word left by an earlier call has another epoch and reads as "not yet published", so the
+// statuses need no clearing between calls.
+constexpr unsigned AGGREGATE = 1, PREFIX = 2;
+constexpr unsigned MAX_EPOCH = (1u << 30) - 1;
+__device__ unsigned long long tile_status[MAX_TILES];
+__device__ unsigned tile_counter;  // the next ticket; the block taking the launch's last ticket resets it to 0
 
-__device__ __forceinline__ void publish(unsigned long long* status, unsigned long long flag, int value) {
-    *reinterpret_cast<volatile unsigned long long*>(status) = (flag << 32) | (unsigned)value;
+using DeviceWord = cuda::atomic_ref<unsigned long long, cuda::thread_scope_device>;
+
+__device__ __forceinline__ void publish(unsigned long long* status, unsigned tag, int value) {
+    DeviceWord(*status).store((unsigned long long)tag << 32 | (unsigned)value, cuda::memory_order_relaxed);
 }
 
-__device__ __forceinline__ int warp_sum(int v) {
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_down_sync(FULL, v, offset);
-    return __shfl_sync(FULL, v, 0);
+__device__ __forceinline__ unsigned long long read_status(unsigned long long* status) {
+    return DeviceWord(*status).load(cuda::memory_order_relaxed);  // L2: never a stale copy from L1
 }
 
-__device__ __forceinline__ int warp_inclusive_scan(int v, int lane) {
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-        int other = __shfl_up_sync(FULL, v, d);
-        if (lane >= d) v += other;
-    }
-    return v;
+// A block takes tickets until one is past the last tile: tiles + gridDim.x tickets in all, so the one
+// numbered tiles + gridDim.x - 1 is the last of the launch and no block takes another after it.
+__device__ __forceinline__ int take_ticket(int tiles) {
+    const unsigned ticket = atomicAdd(&tile_counter, 1u);
+    if (ticket == (unsigned)tiles + gridDim.x - 1) atomicExch(&tile_counter, 0u);  // ready for the next call
+    return (int)ticket;
 }
 
-// The sum of every value before this tile (called by all 32 lanes of one warp). Publishes the tile's
+// The sum of every value before this tile (called by all 32 lanes of warp 0). Publishes the tile's
 // aggregate first, so the tiles after it can go on without waiting for this look-back, then its prefix.
-__device__ int look_back(unsigned long long* status, int tile, int total, int lane) {
+__device__ int look_back(int tile, int total, unsigned epoch, int lane) {
+    const unsigned aggregate_tag = epoch << 2 | AGGREGATE, prefix_tag = epoch << 2 | PREFIX;
     if (tile == 0) {
-        if (lane == 0) publish(status, PREFIX, total);
+        if (lane == 0) publish(&tile_status[0], prefix_tag, total);
         return 0;
     }
-    if (lane == 0) publish(status + tile, AGGREGATE, total);
+    if (lane == 0) publish(&tile_status[tile], aggregate_tag, total);
     int exclusive = 0;
-    for (int pred = tile - 1 - lane;; pred -= 32) {  // lane 0 reads the nearest predecessor
-        unsigned long long word;
-        do {  // wait until all 32 predecessors have published something
-            word = pred >= 0 ? *reinterpret_cast<volatile unsigned long long*>(status + pred) : PREFIX << 32;
-        } while (__any_sync(FULL, (word >> 32) == EMPTY));
-        int value = (int)(unsigned)word;
-        unsigned prefixes = __ballot_sync(FULL, (word >> 32) == PREFIX);
-        if (prefixes) {  // the nearest prefix ends the look-back: add it and the aggregates before it
-            int nearest = __ffs(prefixes) - 1;
-            exclusive += warp_sum(lane <= nearest ? value : 0);
-            break;
+    for (int window = tile - 1;; window -= 32) {  // lane 0 reads the nearest predecessor
+        const int pred = window - lane;
+        for (;;) {
+            const unsigned long long word = pred >= 0 ? read_status(&tile_status[pred])
+                                                      : (unsigned long long)prefix_tag << 32;  // before tile 0: 0
+            const unsigned tag = (unsigned)(word >> 32);
+            const int value = (int)(unsigned)word;
+            const unsigned empty = __ballot_sync(FULL, tag != aggregate_tag && tag != prefix_tag);
+            const unsigned prefixes = __ballot_sync(FULL, tag == prefix_tag);
+            const unsigned nearest_prefix = prefixes & (0u - prefixes);  // its bit, or 0
+            if (prefixes && (empty & (nearest_prefix - 1)) == 0) {  // a prefix, everything nearer published
+                const int nearest = __ffs(prefixes) - 1;
+                exclusive += __reduce_add_sync(FULL, lane <= nearest ? value : 0);
+                if (lane == 0) publish(&tile_status[tile], prefix_tag, exclusive + total);
+                return exclusive;
+            }
+            if (!empty) {  // 32 aggregates: add them, look further back
+                exclusive += __reduce_add_sync(FULL, value);
+                break;
+            }
+            if (SLEEP_NS > 0) __nanosleep(SLEEP_NS);  // a predecessor is still loading: read the window again
         }
-        exclusive += warp_sum(value);
     }
-    if (lane == 0) publish(status + tile, PREFIX, exclusive + total);
-    return exclusive;
 }
 
-// Where value e of a warp's 512 lives in its staging buffer: one int4 of padding after every 8, so the
-// 16-byte reads of 8 lanes (a quarter warp, one shared-memory wavefront) hit 8 different bank groups.
-__device__ __forceinline__ int padded(int vector) { return vector + vector / 8; }
+// How many of a warp's values from `start` on are below n (0 .. WARP_ITEMS): its part of a partial tile.
+__device__ __forceinline__ int values_left(long long start, long long n) {
+    return (int)(n - start < 0 ? 0 : n - start < WARP_ITEMS ? n - start : WARP_ITEMS);
+}
 
-// The 16 consecutive values of this lane, loaded coalesced (lane l reads int4 number 32 j + l).
+// Row j of this warp's values: 128 consecutive values from `start + 128 j`, lane l holding 4 of them.
 template <bool FULL_TILE>
-__device__ __forceinline__ void load_values(const int* x, long long start, long long n, int4* stage, int lane, int (&v)[ITEMS]) {
+__device__ __forceinline__ void load_rows(const int* x, long long start, long long n, int lane, int4 (&q)[ROWS]) {
     if (FULL_TILE) {
         const int4* x4 = reinterpret_cast<const int4*>(x + start);
-        int4 loaded[ITEMS / 4];
 #pragma unroll
-        for (int j = 0; j < ITEMS / 4; ++j) loaded[j] = __ldg(x4 + j * 32 + lane);
+        for (int j = 0; j < ROWS; ++j) q[j] = __ldg(x4 + j * 32 + lane);  // all in flight before the first add
+    } else {  // the last tile (or unaligned pointers): values past n count as 0
+        const int* xs = x + start;
+        const int left = values_left(start, n);
 #pragma unroll
-        for (int j = 0; j < ITEMS / 4; ++j) stage[padded(j * 32 + lane)] = loaded[j];
-    } else {  // the last tile: values past n count as 0
-        int* flat = reinterpret_cast<int*>(stage);
-#pragma unroll
-        for (int j = 0; j < ITEMS; ++j) {
-            int e = j * 32 + lane;
-            flat[padded(e / 4) * 4 + e % 4] = start + e < n ? x[start + e] : 0;
+        for (int j = 0; j < ROWS; ++j) {
+            const int e = j * 128 + 4 * lane;
+            q[j] = make_int4(e < left ? xs[e] : 0, e + 1 < left ? xs[e + 1] : 0, e + 2 < left ? xs[e + 2] : 0,
+                             e + 3 < left ? xs[e + 3] : 0);
         }
     }
-    __syncwarp();
+}
+
+// PREFETCH: the same rows copied into this lane's own slots of shared memory (slot j * 32 + lane), so only
+// this thread ever writes or reads them: waiting for its own copies is all the synchronisation they need.
+template <bool FULL_TILE>
+__device__ __forceinline__ void copy_rows_async(const int* x, long long start, long long n, int lane, int4* slots) {
+    const int* xs = x + start;
+    const int left = values_left(start, n);
 #pragma unroll
-    for (int j = 0; j < ITEMS / 4; ++j) {
-        int4 q = stage[padded(lane * (ITEMS / 4) + j)];
-        v[4 * j] = q.x, v[4 * j + 1] = q.y, v[4 * j + 2] = q.z, v[4 * j + 3] = q.w;
+    for (int j = 0; j < ROWS; ++j) {
+        const int e = j * 128 + 4 * lane;
+        if (FULL_TILE) {
+            __pipeline_memcpy_async(&slots[j * 32 + lane], xs + e, sizeof(int4));
+        } else {
+            int* slot = reinterpret_cast<int*>(&slots[j * 32 + lane]);
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                if (e + k < left) __pipeline_memcpy_async(slot + k, xs + e + k, sizeof(int));
+                else slot[k] = 0;
+            }
+        }
     }
-    __syncwarp();  // the buffer is reused for the stores
+    __pipeline_commit();
 }
 
 template <bool FULL_TILE>
-__device__ __forceinline__ void store_values(int* y, long long start, long long n, int4* stage, int lane, const int (&v)[ITEMS]) {
-#pragma unroll
-    for (int j = 0; j < ITEMS / 4; ++j)
-        stage[padded(lane * (ITEMS / 4) + j)] = make_int4(v[4 * j], v[4 * j + 1], v[4 * j + 2], v[4 * j + 3]);
-    __syncwarp();
+__device__ __forceinline__ void store_rows(int* y, long long start, long long n, int lane, const int4 (&q)[ROWS]) {
     if (FULL_TILE) {
         int4* y4 = reinterpret_cast<int4*>(y + start);
 #pragma unroll
-        for (int j = 0; j < ITEMS / 4; ++j) y4[j * 32 + lane] = stage[padded(j * 32 + lane)];
+        for (int j = 0; j < ROWS; ++j) y4[j * 32 + lane] = q[j];
     } else {
-        const int* flat = reinterpret_cast<const int*>(stage);
+        int* ys = y + start;
+        const int left = values_left(start, n);
 #pragma unroll
-        for (int j = 0; j < ITEMS; ++j) {
-            int e = j * 32 + lane;
-            if (start + e < n) y[start + e] = flat[padded(e / 4) * 4 + e % 4];
+        for (int j = 0; j < ROWS; ++j) {
+            const int e = j * 128 + 4 * lane;
+            if (e < left) ys[e] = q[j].x;
+            if (e + 1 < left) ys[e + 1] = q[j].y;
+            if (e + 2 < left) ys[e + 2] = q[j].z;
+            if (e + 3 < left) ys[e + 3] = q[j].w;
         }
+    }
+}
+
+__device__ __forceinline__ void add(int4& q, int v) { q.x += v, q.y += v, q.z += v, q.w += v; }
+
+// Each lane's 4 values of each row become this warp's inclusive prefix sums, starting from `before`.
+__device__ __forceinline__ void scan_rows(int4 (&q)[ROWS], int before, int lane) {
+    int inclusive[ROWS];  // per row: the lane's int4 total, then its inclusive scan over the lanes
+#pragma unroll
+    for (int j = 0; j < ROWS; ++j) inclusive[j] = q[j].w;  // q already scanned within each int4
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+#pragma unroll
+        for (int j = 0; j < ROWS; ++j) {  // ROWS independent shuffles in flight at once
+            const int other = __shfl_up_sync(FULL, inclusive[j], d);
+            if (lane >= d) inclusive[j] += other;
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < ROWS; ++j) {
+        add(q[j], before + inclusive[j] - q[j].w);  // the rows above, the lanes to the left
+        before += __shfl_sync(FULL, inclusive[j], 31);
     }
 }
 
 struct Shared {
-    int4 stage[WARPS][WARP_VECTORS + WARP_VECTORS / 8];
-    int warp_offsets[WARPS];
-    int tile_offset;
-    int tile;
+    int warp_totals[WARPS];
+    int tile_prefix;
+    int tickets[2];  // the block's next two tiles: iteration k reads slot (k + 1) % 2 and refills slot k % 2
 };
 
-template <bool FULL_TILE>
-__device__ __forceinline__ void scan_tile(const int* x, int* y, long long n, int tile, unsigned long long* status,
-                                          Shared& shared) {
-    int4* stage = shared.stage[threadIdx.x / 32];
-    int* warp_offsets = shared.warp_offsets;
-    int& tile_offset = shared.tile_offset;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const long long start = (long long)tile * TILE + warp * WARP_ITEMS;
+constexpr int TICKET_THREAD = THREADS - 32;  // lane 0 of the last warp: its wait for the atomic hides behind the look-back
 
-    int v[ITEMS];
-    load_values<FULL_TILE>(x, start, n, stage, lane, v);
-#pragma unroll
-    for (int k = 1; k < ITEMS; ++k) v[k] += v[k - 1];  // this thread's 16 values
-    const int thread_total = v[ITEMS - 1];
-    const int thread_inclusive = warp_inclusive_scan(thread_total, lane);
-    if (lane == 31) warp_offsets[warp] = thread_inclusive;  // the warp's total, for now
-    __syncthreads();
+struct Launch {
+    const int* x;
+    int* y;
+    int n, tiles;
+    unsigned epoch;
+    bool aligned;  // x and y 16-byte aligned: whole tiles move as int4s
 
-    if (warp == 0) {
-        int warp_total = lane < WARPS ? warp_offsets[lane] : 0;
-        int warp_inclusive = warp_inclusive_scan(warp_total, lane);
-        int tile_total = __shfl_sync(FULL, warp_inclusive, WARPS - 1);
-        if (lane < WARPS) warp_offsets[lane] = warp_inclusive - warp_total;  // now: the warps before it
-        int before = look_back(status, tile, tile_total, lane);
-        if (lane == 0) tile_offset = before;
+    __device__ bool full(int tile) const { return aligned && (long long)(tile + 1) * TILE <= n; }
+    __device__ long long start(int tile) const { return (long long)tile * TILE + (long long)(threadIdx.x / 32) * WARP_ITEMS; }
+    __device__ void prefetch(int tile, int4* slots) const {
+        if (full(tile)) copy_rows_async<true>(x, start(tile), n, threadIdx.x % 32, slots);
+        else copy_rows_async<false>(x, start(tile), n, threadIdx.x % 32, slots);
     }
+};
+
+// Scans one tile (the block's iteration k, of parity `odd`); returns the block's next tile (tiles or more: none).
+template <bool FULL_TILE>
+__device__ __forceinline__ int scan_tile(const Launch& L, int tile, int odd, Shared& shared, int4* slots) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const long long start = L.start(tile);
+
+    int4 q[ROWS];
+    if (PREFETCH) {
+        __pipeline_wait_prior(0);  // this thread's copies have landed
+#pragma unroll
+        for (int j = 0; j < ROWS; ++j) q[j] = slots[j * 32 + lane];
+    } else {
+        load_rows<FULL_TILE>(L.x, start, L.n, lane, q);
+    }
+    int thread_total = 0;
+#pragma unroll
+    for (int j = 0; j < ROWS; ++j) {  // scan within each int4; its last value is its total
+        q[j].y += q[j].x, q[j].z += q[j].y, q[j].w += q[j].z;
+        thread_total += q[j].w;
+    }
+    const int warp_total = __reduce_add_sync(FULL, thread_total);
+    if (lane == 0) shared.warp_totals[warp] = warp_total;
     __syncthreads();
 
-    const int offset = tile_offset + warp_offsets[warp] + thread_inclusive - thread_total;
+    const int next = shared.tickets[odd ^ 1];  // taken last iteration (or before the first)
+    if (threadIdx.x == TICKET_THREAD && next < L.tiles) shared.tickets[odd] = take_ticket(L.tiles);  // the tile after it
+    if (PREFETCH && next < L.tiles) L.prefetch(next, slots);  // the slots were read (and used) above
+    const int warp_value = lane < WARPS ? shared.warp_totals[lane] : 0;
+    const int warps_before = __reduce_add_sync(FULL, lane < warp ? warp_value : 0);
+    if (warp == 0) {  // the tile's total goes out before any of the scan's work
+        const int before = look_back(tile, __reduce_add_sync(FULL, warp_value), L.epoch, lane);
+        if (lane == 0) shared.tile_prefix = before;
+    }
+    scan_rows(q, warps_before, lane);  // warps 1.. overlap this with warp 0's look-back
+    __syncthreads();
+
+    const int tile_prefix = shared.tile_prefix;
 #pragma unroll
-    for (int k = 0; k < ITEMS; ++k) v[k] += offset;
-    store_values<FULL_TILE>(y, start, n, stage, lane, v);
+    for (int j = 0; j < ROWS; ++j) add(q[j], tile_prefix);
+    store_rows<FULL_TILE>(L.y, start, L.n, lane, q);
+    return next;
 }
 
-__global__ void __launch_bounds__(THREADS) scan_kernel(const int* __restrict__ x, int* __restrict__ y, int n,
-                                                        unsigned long long* state) {
+__global__ void __launch_bounds__(THREADS, (1024 + THREADS - 1) / THREADS)  // at most 64 registers a thread
+scan_kernel(Launch L) {
+    extern __shared__ int4 stage[];  // PREFETCH: the next tile, ROWS x 32 int4 slots per warp
     __shared__ Shared shared;
-    if (threadIdx.x == 0) shared.tile = (int)atomicAdd(state, 1ull);  // tiles in the order blocks start
+    int4* slots = stage + (threadIdx.x / 32) * ROWS * 32;
+    if (threadIdx.x == 0) shared.tickets[0] = take_ticket(L.tiles);
     __syncthreads();
-    const int tile = shared.tile;
-    if ((long long)(tile + 1) * TILE <= n) scan_tile<true>(x, y, n, tile, state + 1, shared);
-    else scan_tile<false>(x, y, n, tile, state + 1, shared);
+    int tile = shared.tickets[0];
+    if (threadIdx.x == TICKET_THREAD && tile < L.tiles) shared.tickets[1] = take_ticket(L.tiles);  // read after a barrier
+    if (PREFETCH && tile < L.tiles) L.prefetch(tile, slots);
+    for (int odd = 0; tile < L.tiles; odd ^= 1)
+        tile = L.full(tile) ? scan_tile<true>(L, tile, odd, shared, slots) : scan_tile<false>(L, tile, odd, shared, slots);
 }
 
 extern "C" void scan(const int* x, int* y, int n) {
-    static unsigned long long* state = nullptr;
-    if (state == nullptr) cudaGetSymbolAddress(reinterpret_cast<void**>(&state), scan_state);
+    static unsigned epoch = 0;  // this call's number, 1 .. 2^30 - 1: the zeroed words of a first call never match
+    static int resident = 0;    // blocks that fit on the GPU at once
+    if (n <= 0) return;
+    if (resident == 0) {
+        int sms = 0, per_sm = 0, device = 0;
+        cudaGetDevice(&device);
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+        cudaFuncSetAttribute(scan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, STAGE_BYTES);
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, scan_kernel, THREADS, STAGE_BYTES);
+        resident = sms * per_sm > 0 ? sms * per_sm : 1;
+        void* address = nullptr;  // the statuses and the counter start at 0 (also what compute-sanitizer's initcheck wants)
+        cudaGetSymbolAddress(&address, tile_status);
+        cudaMemset(address, 0, sizeof(tile_status));
+        cudaGetSymbolAddress(&address, tile_counter);
+        cudaMemset(address, 0, sizeof(tile_counter));
+    }
+    epoch = epoch % MAX_EPOCH + 1;
+    const bool aligned = ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(y)) & 15) == 0;
     const int tiles = (int)(((long long)n + TILE - 1) / TILE);
-    cudaMemsetAsync(state, 0, (1 + (size_t)tiles) * sizeof(unsigned long long));  // counter and statuses
-    scan_kernel<<<tiles, THREADS>>>(x, y, n, state);
+    const Launch launch{x, y, n, tiles, epoch, aligned};
+    scan_kernel<<<tiles < resident ? tiles : resident, THREADS, STAGE_BYTES>>>(launch);
 }
