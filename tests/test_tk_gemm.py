@@ -11,9 +11,7 @@ where neither is, the compile tests skip and say so."""
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 import torch
@@ -21,6 +19,7 @@ import torch
 from conftest import HAS_GPU, ROOT, _session_cache
 from cuda_checks import figures, mutant, numerics
 from cuda_rows import verdict
+from tk_checks import NO_TK, TK, with_tk  # noqa: F401 (with_tk: a fixture the tests use)
 from grader import build, compare, thunderkittens
 from grader.discovery import discover_exercises, resolve
 from grader.grade import grade
@@ -29,27 +28,6 @@ SPEC = discover_exercises()["tk_gemm"]
 STUB = ROOT / "exercises" / "tk_gemm" / "tk_gemm.cu"
 SOLUTION = ROOT / "solutions" / "tk_gemm" / "tk_gemm.cu"
 LADDER = sorted((ROOT / "solutions" / "tk_gemm" / "ladder").glob("step*.cu"))
-SHARED_COPY = ROOT.parent / "shared" / "thirdparty" / "ThunderKittens"
-
-
-def _clone() -> Path | None:
-    if os.environ.get(thunderkittens.ENV_VAR):
-        return thunderkittens.configured_root()
-    return SHARED_COPY if (SHARED_COPY / "include" / "kittens.cuh").is_file() else None
-
-
-TK = _clone()
-NO_TK = (f"no ThunderKittens here: set {thunderkittens.ENV_VAR} to a clone (git clone {thunderkittens.REPOSITORY}) "
-         "to compile-check the ThunderKittens exercises")
-
-
-@pytest.fixture
-def with_tk(monkeypatch):
-    if TK is None:
-        pytest.skip(NO_TK)
-    monkeypatch.setenv(thunderkittens.ENV_VAR, str(TK))
-
-
 # --- the spec --------------------------------------------------------------------------------------------
 
 def test_every_case_keeps_n_and_k_to_the_tiles_and_m_is_ragged():

@@ -7,7 +7,6 @@ ThunderKittens is found from KCOURSE_TK_ROOT, else ../shared/thirdparty/ThunderK
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import torch
 from conftest import ROOT, _session_cache
 from cuda_checks import figures, numerics
 from cuda_rows import verdict
+from tk_checks import SHARED_COPY, TK, needs_tk, with_tk  # noqa: F401 (with_tk: a fixture the tests use)
 from grader import build, envcheck, nvcc_errors, thunderkittens
 from grader.discovery import discover_exercises, resolve
 from grader.grade import grade
@@ -25,28 +25,6 @@ from grader.spec import SpecError, load_spec
 SPEC = discover_exercises()["tk_tile_softmax"]
 STUB = ROOT / "exercises" / "tk_tile_softmax" / "tk_tile_softmax.cu"
 SOLUTION = ROOT / "solutions" / "tk_tile_softmax" / "tk_tile_softmax.cu"
-SHARED_COPY = ROOT.parent / "shared" / "thirdparty" / "ThunderKittens"
-
-
-def _clone() -> Path | None:
-    given = os.environ.get(thunderkittens.ENV_VAR)
-    if given:
-        return thunderkittens.configured_root()
-    return SHARED_COPY if (SHARED_COPY / "include" / "kittens.cuh").is_file() else None
-
-
-TK = _clone()
-needs_tk = pytest.mark.skipif(TK is None, reason=f"no ThunderKittens here: set {thunderkittens.ENV_VAR} to a clone "
-                              f"(git clone {thunderkittens.REPOSITORY}) to compile-check the ThunderKittens exercises")
-
-
-@pytest.fixture
-def with_tk(monkeypatch):
-    if TK is None:
-        pytest.skip(needs_tk.kwargs["reason"])
-    monkeypatch.setenv(thunderkittens.ENV_VAR, str(TK))
-
-
 # --- finding ThunderKittens ------------------------------------------------------------------------------
 
 def test_without_the_setting_the_reason_says_how_to_get_it(monkeypatch):
