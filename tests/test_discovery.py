@@ -35,9 +35,13 @@ def test_exercise_not_in_that_week_names_the_week_and_its_exercises():
         resolve(("week2", "softmax"))
 
 
-def test_planned_but_unwritten_topic_is_reported_as_planned():
+def test_planned_but_unwritten_topic_is_reported_as_planned(tmp_path, monkeypatch):
+    from grader import discovery, plans
+
+    (tmp_path / "p.toml").write_text('id = "p"\n[[units]]\nkey = "day1"\ntitle = "x"\nplanned = ["a kernel to come"]\n')
+    monkeypatch.setattr(discovery, "load_plans", lambda: plans.load_plans(tmp_path))  # the kit's plans have none left
     with pytest.raises(ResolveError, match="not written yet"):
-        resolve(("day19", "attention"), plan_id="challenge-100-day")  # a self-attention on cuBLAS GEMMs: planned
+        resolve(("day1", "kernel"), plan_id="p")
 
 
 def test_unknown_plan_suggests_the_nearest():
