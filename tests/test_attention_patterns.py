@@ -23,13 +23,14 @@ import torch
 
 from conftest import ROOT, submission
 from grader import exprs, speed
-from grader.checking import Comparison, compare, load_reference, reference_outputs
+from grader.checking import Comparison
 from grader.discovery import discover_exercises, resolve
 from grader.grade import grade
-from grader.inputs import _reference_module, generate, make_outputs, place, written_outside
+from grader.inputs import _reference_module, generate
 from grader.spec import SpecError, load_spec
 from interpreted import interpreter_on, load_interpreted, load_module
 from interpreted_kernels import case_named
+from triton_judging import judge
 
 SPEC = discover_exercises()["attention_patterns"]
 SOLUTION = ROOT / "solutions" / "attention_patterns" / "attention_patterns.py"
@@ -69,21 +70,7 @@ def mistaken(name: str) -> str:
 
 def judged(version: str, entry, label: str, seed: int = 7) -> Comparison:
     """The grader's comparison for `entry` on every trial of the case labelled `label`: OK or the first failure."""
-    variant, case = SPEC.variants[version], case_named(SPEC, label)
-    reference = load_reference(SPEC.folder / "reference.py", variant.reference)
-    for trial in range(SPEC.trials_for(case)):
-        values = generate(SPEC, case, seed + trial, trial)
-        inputs = {n: place(v, case.inputs.get(n, {}).get("layout"), "cpu") for n, v in values.items()}
-        outputs = make_outputs(SPEC, case, "cpu")
-        tensors = {**inputs, **outputs}
-        with interpreter_on(), torch.no_grad():
-            entry(*(tensors.get(a.name, case.params.get(a.name)) for a in variant.args))
-        assert not written_outside(outputs["out"])
-        [want] = reference_outputs(reference, SPEC, values, case.params)
-        result = compare("out", outputs["out"], want, SPEC.tolerance_of(case), f"{case.label()} trial {trial + 1}")
-        if not result.ok:
-            return result
-    return Comparison(True)
+    return judge(SPEC, entry, case_named(SPEC, label), seed, version=version)
 
 
 @pytest.fixture(scope="module")

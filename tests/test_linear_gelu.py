@@ -22,9 +22,11 @@ from conftest import ROOT
 from grader.checking import Comparison, compare, load_reference, reference_outputs
 from grader.discovery import discover_exercises, resolve
 from grader.grade import grade
-from grader.inputs import generate, make_outputs, place, written_outside
+from grader.inputs import generate
 from grader.spec import Case
-from interpreted import interpreter_on, load_interpreted, load_module
+from interpreted import load_interpreted, load_module
+from interpreted_kernels import case_named as cases_named
+from triton_judging import judge
 
 SPEC = discover_exercises()["linear_gelu"]
 SOLUTION = ROOT / "solutions" / "linear_gelu" / "linear_gelu.py"
@@ -77,29 +79,12 @@ def mistaken(name: str) -> str:
 
 
 def case_named(label: str) -> Case:
-    found = [c for c in SPEC.cases if c.label() == label]
-    assert len(found) == 1, f"no single case labelled {label!r}"
-    return found[0]
+    return cases_named(SPEC, label)
 
 
 def judged(version: str, entry, case: Case, seed: int = 7) -> Comparison:
     """The grader's comparison for `entry` (called as the grader calls it) over every trial of `case`."""
-    variant = SPEC.variants[version]
-    reference = load_reference(SPEC.folder / "reference.py", variant.reference)
-    for trial in range(SPEC.trials_for(case)):
-        values = generate(SPEC, case, seed + trial, trial)
-        inputs = {name: place(v, case.inputs.get(name, {}).get("layout"), "cpu") for name, v in values.items()}
-        outputs = make_outputs(SPEC, case, "cpu")
-        tensors = {**inputs, **outputs}
-        with interpreter_on(), torch.no_grad():
-            entry(*(tensors[a.name] for a in variant.args))
-        if written_outside(outputs["out"]):
-            return Comparison(False, "out_of_bounds", f"{case.label()}: wrote past the end of out")
-        (ref,) = reference_outputs(reference, SPEC, values, case.params)
-        result = compare("out", outputs["out"], ref, SPEC.tolerance_of(case), f"{case.label()} trial {trial + 1}")
-        if not result.ok:
-            return result
-    return Comparison(True)
+    return judge(SPEC, entry, case, seed, version=version)
 
 
 # --- the numerics, played in torch (bfloat16 included) ------------------------------------------------

@@ -31,10 +31,11 @@ def edited(source: Path, old: str, new: str, folder: Path, name: str) -> Path:
     return path
 
 
-def judge(spec: ExerciseSpec, entry, case: Case, seed: int = 5, **keywords) -> Comparison:
-    """The grader's verdict on `entry` over every trial of `case` (Triton version): OK, or the first failure."""
-    variant = spec.variants["triton"]
-    reference = load_reference(spec.folder / "reference.py")
+def judge(spec: ExerciseSpec, entry, case: Case, seed: int = 5, version: str = "triton", **keywords) -> Comparison:
+    """The grader's verdict on `entry` over every trial of `case`: OK, or the first failure. `version`: the
+    spec's Triton version to judge as (its arguments, and the function of reference.py it names)."""
+    variant = spec.variants[version]
+    reference = load_reference(spec.folder / "reference.py", variant.reference)
     for trial in range(spec.trials_for(case)):
         values = generate(spec, case, seed + trial, trial)
         inputs = {name: place(v, case.inputs.get(name, {}).get("layout"), "cpu") for name, v in values.items()}
