@@ -1,8 +1,8 @@
 """The training text as bytes, and the batches every run draws from it in the same order.
 
-The default text is generated here (about 48 KB of sentences from a small grammar: nothing to download,
-nobody's copyright, the same bytes on every machine); `--data FILE` trains on any text file instead,
-such as tinyshakespeare's input.txt."""
+The default text is generated here (sentences from a small grammar: nothing to download, nobody's copyright,
+the same bytes on every machine), as long as the configuration's `text_bytes`; `--data FILE` trains on any
+text file instead, such as tinyshakespeare's input.txt."""
 
 from __future__ import annotations
 
@@ -38,9 +38,9 @@ def default_text(size: int = DEFAULT_BYTES, seed: int = 1234) -> str:
     return "".join(parts)[:size]
 
 
-def load_bytes(path: Path | None) -> torch.Tensor:
-    """The text's bytes as int64 token ids (the default text where no file is given)."""
-    raw = Path(path).read_bytes() if path else default_text().encode()
+def load_bytes(path: Path | None, size: int = DEFAULT_BYTES) -> torch.Tensor:
+    """The text's bytes as int64 token ids (`size` bytes of the default text where no file is given)."""
+    raw = Path(path).read_bytes() if path else default_text(size).encode()
     return torch.frombuffer(bytearray(raw), dtype=torch.uint8).to(torch.int64)
 
 

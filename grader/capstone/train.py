@@ -65,7 +65,8 @@ def train(name: str, job: dict[str, Any], ops: Ops, send: Send, stop_at: int | N
     model = GPT(model_config, ops).to(device)
     opt = optimizer(model, ops, cfg["lr"], cfg["weight_decay"])
     forward = torch.compile(model) if name == "compile" else model
-    batches = data.Batches(data.load_bytes(Path(job["data"]) if job.get("data") else None), cfg["batch"],
+    text = data.load_bytes(Path(job["data"]) if job.get("data") else None, cfg["text_bytes"])
+    batches = data.Batches(text, cfg["batch"],
                            cfg["context"], seed, device)
     steps = stop_at or cfg["steps"]
     losses = torch.zeros(steps, device=device)

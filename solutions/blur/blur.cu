@@ -19,10 +19,10 @@
 #include <stdint.h>
 
 #ifndef TW       // `kcourse tune blur` rebuilds with every combination of [tuning.cuda] in spec.toml
-#define TW 64    // tile width in outputs, a multiple of 4
+#define TW 128   // tile width in outputs, a multiple of 4
 #endif
 #ifndef TH
-#define TH 64    // tile height in outputs, a multiple of 4
+#define TH 32    // tile height in outputs, a multiple of 4
 #endif
 #ifndef THREADS
 #define THREADS 256
