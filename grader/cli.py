@@ -83,7 +83,8 @@ def grade(words, lang, plan_id, source, submission, seed, timeout, as_json, stri
 @click.option("--quick", is_flag=True, help="Numerics and integrity only: no timing.")
 @click.option("--no-sanitize", is_flag=True, help="Skip compute-sanitizer's race and memory checks.")
 def watch(words, lang, plan_id, source, submission, quick, no_sanitize) -> None:
-    """Re-grade your file every time you save it (Ctrl-C to stop): `kcourse watch softmax`."""
+    """Re-grade your file every time you save it (Ctrl-C to stop): `kcourse watch softmax`. For speed it
+    times only the size the speed verdict is taken at; `kcourse grade` times every size."""
     from grader.watch import watch as run_watch
 
     target = _resolve(words, lang, plan_id, submission)
@@ -91,6 +92,8 @@ def watch(words, lang, plan_id, source, submission, quick, no_sanitize) -> None:
     def show(result):
         click.echo(console.format_grade(result))
         click.echo(console.format_phases(result))
+        if result.timings:
+            click.echo("(watch times the verdict's size only; `kcourse grade` times every size)")
         click.echo("watching for changes (Ctrl-C to stop) ...")
 
     def show_later(result):  # compute-sanitizer's verdict, after the rest (it runs once timing is done)

@@ -44,10 +44,11 @@ def learner_file(target: Target, source: str, submission: Path | None) -> Path:
 def grade(target: Target, source: str = "learner", submission: Path | None = None, seed: int | None = None,
           timeout_s: float | None = None, record: bool = True, child_env: dict[str, str] | None = None,
           mode: str = "grade", job_extra: dict | None = None, quick: bool = False,
-          child: sandbox.Child | None = None, sanitize_code: bool = True) -> GradeResult:
+          child: sandbox.Child | None = None, sanitize_code: bool = True, timed_sizes: str = "all") -> GradeResult:
     """Grade one exercise (mode "grade"), or run the learner's code for "profile" / "tune" in the same
     sandbox. `quick`: numerics and integrity only. `child`: a worker already started (kcourse watch).
-    `sanitize_code`: run compute-sanitizer on a small case (sanitize.py)."""
+    `sanitize_code`: run compute-sanitizer on a small case (sanitize.py). `timed_sizes`: "all" the
+    [performance] cases, or "verdict": only the last, where the speed verdict is taken (kcourse watch)."""
     seed = seed if seed is not None else random.randrange(1, 2**31)
     result = GradeResult(exercise=target.spec.id, lang=target.variant.lang, source=str(submission or source),
                          seed=seed, unit=target.unit, plan=target.plan, threshold=target.spec.performance.threshold)
@@ -64,7 +65,7 @@ def grade(target: Target, source: str = "learner", submission: Path | None = Non
         result.add(Check("load", ERROR, f"{path} does not exist{hint}: check the path, or run `kcourse list` "
                          "for the exercises and their files", {"code": "missing_file"}))
     else:
-        job = {"mode": mode, "sanitize": sanitize_code, **(job_extra or {})}
+        job = {"mode": mode, "sanitize": sanitize_code, "timed_sizes": timed_sizes, **(job_extra or {})}
         _grade_file(target, path, result, seed, timeout_s, child_env or {}, job, quick, child)
         child = None  # _grade_file closed it
     if child is not None:  # started early for a grade that never ran

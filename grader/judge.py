@@ -64,7 +64,7 @@ class Judge:
             self.result.add(Check("load", PASSED, f"{Path(job['learner']).name}: `{self.variant.entry}` loaded"))
             if self._numerics() and self.timing:
                 self.before_timing()  # e.g. the sanitizer's processes end: nothing else on the GPU while timing
-                self._timing()
+                self._timing(job)
             else:
                 self.child.send({"stop": True})
                 self._add_if(memory.not_measured(self.spec, on_gpu=self.child.device == "cuda"))
@@ -268,11 +268,21 @@ class Judge:
                                                         self.op_refs.pop(k).result(), self.spec.tolerance_of(case)))
 
     # --- timing -------------------------------------------------------------------------------------
-    def _timing(self) -> None:
+    def _timed_cases(self, job: dict[str, Any]) -> list[tuple[int, Case]]:
+        """(index in [performance.cases], case) of the sizes to time: all of them, or with job["timed_sizes"] =
+        "verdict" (kcourse watch) only the last, the size the speed verdict is taken at, with the same budget:
+        the verdict is as trustworthy, and the other sizes' inputs, references and runs (~2 s) are saved.
+        An exercise with a memory bar times every size anyway: its O(N) check needs the long, thin ones."""
+        indexed = list(enumerate(self.spec.performance.cases))
+        verdict_only = job.get("timed_sizes") == "verdict" and self.spec.performance.max_extra_bytes is None
+        return indexed[-1:] if verdict_only else indexed
+
+    def _timing(self, job: dict[str, Any]) -> None:
         started = time.monotonic()
         cases = self.spec.performance.cases
+        timed = self._timed_cases(job)
         messages = []
-        for index, case in enumerate(cases):
+        for index, case in timed:
             inputs = self._generate(case, self.seed + 10**6 + index)
             k = f"t{index}"
             metas = {name: save_tensor(t, self.child.dir / f"in-{k}-{name}.bin") for name, t in inputs.items()}
@@ -284,10 +294,10 @@ class Judge:
                              "budget_s": BUDGET_S if last else BUDGET_S / 3})  # the verdict size gets most runs
         self.deadline = max(self.deadline, time.monotonic() + self.timeout_s)
         if self.gpu is not None:  # nothing of ours on the GPU while the child times
-            for index in range(len(cases)):
+            for index, _ in timed:
                 self.refs[f"t{index}"].result()
         self.child.send({"time": messages})
-        records = [self._one_timed_case(index, case) for index, case in enumerate(cases)]
+        records = [self._one_timed_case(index, case) for index, case in timed]
         self.result.timings = records
         check = speed.verdict(self.spec, self.variant, records[-1] if records else None, self.calibration,
                               self.result.device)

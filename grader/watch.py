@@ -60,7 +60,7 @@ def watch(target: Target, source: str, submission: Path | None, show: Callable, 
             time.sleep(POLL_S)  # let an editor finish writing the file
             seen = _stamp(path)
             result = grade(target, source=source, submission=submission, quick=quick, child=child,
-                           sanitize_code=BACKGROUND if sanitize_code else False, record=False)
+                           sanitize_code=BACKGROUND if sanitize_code else False, record=False, timed_sizes="verdict")
             child = _fresh_child(target)  # warms up while the learner reads the verdict
             graded += 1
             show(result)

@@ -95,3 +95,28 @@ def test_a_torch_operator_worker_pays_the_profilers_start_up_before_its_job(monk
     monkeypatch.setattr(worker.integrity, "ops_called", lambda fn, kind: seen.append(kind) or (fn(), set()))
     worker.warm_up("cpu")
     assert seen == ["torch_op"]
+
+
+def test_watch_times_only_the_verdicts_size_unless_a_memory_bar_needs_every_size(monkeypatch):
+    from types import SimpleNamespace
+
+    from grader import watch as watch_module
+    from grader.judge import Judge
+
+    calls = []
+    monkeypatch.setattr(watch_module, "grade", lambda *a, **kw: calls.append(kw) or _pending_result(None))
+    monkeypatch.setattr(watch_module, "_settle", lambda *a: None)
+    target = resolve(["vector_add"], lang="triton")
+    watch(target, "solutions", None, lambda r: None, max_grades=1)
+    assert calls[0]["timed_sizes"] == "verdict"
+
+    def timed(exercise, lang, sizes):
+        spec = resolve([exercise], lang=lang).spec
+        return [case.label() for _, case in Judge._timed_cases(SimpleNamespace(spec=spec), {"timed_sizes": sizes})]
+
+    every = [c.label() for c in target.spec.performance.cases]
+    assert len(every) > 1 and timed("vector_add", "triton", "verdict") == every[-1:]  # the speed verdict's size
+    assert timed("vector_add", "triton", "all") == every
+    flash = resolve(["flash_attention_v2"], lang="triton").spec
+    assert flash.performance.max_extra_bytes  # O(N) memory: the long, thin size must be measured too
+    assert len(timed("flash_attention_v2", "triton", "verdict")) == len(flash.performance.cases)
