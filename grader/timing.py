@@ -10,10 +10,12 @@ from typing import Callable
 import torch
 
 MIN_RUNS, MAX_RUNS, BUDGET_S = 15, 300, 3.0
-# Before each timed run the GPU spins this long, so the host has queued the launch (Python and
+# Before each timed run the GPU spins at least this long, so the host has queued the launch (Python and
 # Triton launch overhead is tens of microseconds) before the GPU reaches the start event: the events
-# then bracket device work, not the host's launch latency.
+# then bracket device work, not the host's launch latency. A function whose host side is slower (a
+# wrapper building TMA descriptors, say) gets twice its measured host time, up to MAX_HEADSTART_S.
 HOST_HEADSTART_S = 100e-6
+MAX_HEADSTART_S = 5e-3
 
 
 def l2_flush_buffer(device: torch.device | str = "cuda") -> torch.Tensor:
@@ -34,27 +36,44 @@ def time_alternating(functions: dict[str, Callable[[], object]], flush: torch.Te
                      budget_s: float = BUDGET_S) -> dict[str, dict[str, float]]:
     """Median milliseconds per function, each run bracketed by CUDA events after an L2 flush."""
     flush = flush if flush is not None else l2_flush_buffer()
-    for fn in functions.values():  # warm-up: compilation, autotuning, module loading
-        for _ in range(3):
-            fn()
-    torch.cuda.synchronize()
-    per_round = _one_round(functions, flush, reverse=False)
-    total = sum(per_round.values()) / 1000 + 1e-6
+    headstarts = {name: _warm_up_and_headstart(fn) for name, fn in functions.items()}
+    spins = {name: int(_spin_cycles() * s / HOST_HEADSTART_S) for name, s in headstarts.items()}
+    per_round = _one_round(functions, flush, reverse=False, spins=spins)
+    total = (sum(per_round.values()) / 1000 + sum(headstarts.values())) + 1e-6  # the spins count against the budget
     runs = max(MIN_RUNS, min(MAX_RUNS, int(budget_s / total)))
     samples: dict[str, list[float]] = {name: [] for name in functions}
     for r in range(runs):
-        for name, ms in _one_round(functions, flush, reverse=bool(r % 2)).items():
+        for name, ms in _one_round(functions, flush, reverse=bool(r % 2), spins=spins).items():
             samples[name].append(ms)
     return {name: {"median_ms": statistics.median(s), "spread": _spread(s), "runs": len(s)} for name, s in samples.items()}
 
 
-def _one_round(functions: dict[str, Callable[[], object]], flush: torch.Tensor, reverse: bool) -> dict[str, float]:
+def _warm_up_and_headstart(fn: Callable[[], object]) -> float:
+    """Run fn three times (compilation, autotuning, module loading), then return the seconds the GPU spins
+    before each timed run of it: enough to cover the host seconds of its last warm-up call (which returns
+    once it has queued its work)."""
+    for _ in range(2):
+        fn()
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    fn()
+    host_s = time.perf_counter() - started
+    torch.cuda.synchronize()
+    return headstart_s(host_s)
+
+
+def headstart_s(host_s: float) -> float:
+    """Twice the host's seconds, never under HOST_HEADSTART_S nor over MAX_HEADSTART_S."""
+    return min(max(HOST_HEADSTART_S, 2 * host_s), MAX_HEADSTART_S)
+
+
+def _one_round(functions: dict[str, Callable[[], object]], flush: torch.Tensor, reverse: bool,
+               spins: dict[str, int] | None = None) -> dict[str, float]:
     names = list(functions)[::-1] if reverse else list(functions)
     events = {}
-    spin = _spin_cycles()
     for name in names:
         flush.zero_()
-        torch.cuda._sleep(spin)
+        torch.cuda._sleep((spins or {}).get(name) or _spin_cycles())
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         functions[name]()
