@@ -87,3 +87,30 @@ def test_ceilings_measured_while_other_processes_hold_the_gpu_are_used_but_not_k
     monkeypatch.setattr(timing, "memory_held_by_others", lambda: 0)
     worker.device_ceilings("GPU A")
     assert json.loads((tmp_path / "device_ceilings.json").read_text())["GPU A"]["copy_gbps"] == 7.0
+
+
+def test_split_k_takes_few_tiles_over_a_long_k_and_sums_the_slices_right(spec):
+    from conftest import ROOT
+    from interpreted import interpreter_on, load_interpreted
+
+    module = load_interpreted(ROOT / "solutions" / "matmul_triton" / "matmul_triton.py", "matmul_triton_split_k")
+    assert module.splits_for(768, 256, 131072, 132) == 11  # the capstone's weight gradient: 12 tiles -> 132 programs
+    assert module.splits_for(131072, 768, 256, 132) == 1  # its forward: 2,048 tiles already fill the GPU
+    assert module.splits_for(8192, 8192, 8192, 132) == 1
+    assert module.splits_for(64, 64, 512, 132) == 1  # too short a K to cut
+    assert any(c.params["K"] == 2500 and c.params["M"] * c.params["N"] <= 128 * 128 for c in spec.cases)
+
+    def no(*args):
+        raise AssertionError("a one-tile, long-K product took the unsplit kernel")
+
+    module.with_pointers = module.with_tma = no
+    torch.manual_seed(0)
+    grad, x = torch.randn(4500, 100, dtype=torch.float16), torch.randn(4500, 33, dtype=torch.float16)
+    wide = torch.full((100, 40), float("nan"), dtype=torch.float16)
+    C = wide[:, :33]  # a row slice: C's row stride is not N
+    with interpreter_on():
+        module.matmul(grad.t(), x, C)  # A = grad^T, a transposed view, as autograd hands it over
+    want = grad.t().double() @ x.double()
+    assert module.splits_for(100, 33, 4500, 4) == 4  # the interpreter's 4 "SMs": four slices of 1,152
+    assert ((C.double() - want).abs() <= 1e-2 + 1e-3 * want.abs()).all()
+    assert wide[:, 33:].isnan().all()  # nothing written past N

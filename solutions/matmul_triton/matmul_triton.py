@@ -13,7 +13,13 @@ Two kernels, one contract (any M, N, K; any strides):
   one tile's epilogue overlaps the next one's loads. TMA needs row-major tensors whose rows start
   16-byte aligned; anything else takes `matmul_kernel`.
 
-Where both apply, the first large product of each shape times both (each autotuned) and keeps the faster.
+* `matmul_split_k_kernel` is for products whose C has too few tiles to give every SM one, over a long K
+  (a weight's gradient in training: 768 x 256 outputs summed over 131,072 tokens would keep 12 of 132 SMs
+  busy): K is cut into slices, each program sums one tile over one slice into a float32 buffer, and
+  `sum_splits_kernel` adds the slices in a fixed order (the same answer every run) into C.
+
+Where both of the first two apply, the first large product of each shape times both (each autotuned) and
+keeps the faster.
 `solutions/matmul_triton/ladder_bench.py` times them, the README's ladder steps and cuBLAS on a GPU.
 """
 
@@ -57,6 +63,12 @@ TMA_CONFIGS = [
     (128, 256, 64, 8, 4, 8, {"EPILOGUE_SUBTILE": True}),
     (128, 128, 128, 8, 3, 8, {"EPILOGUE_SUBTILE": True}),
     (128, 128, 64, 8, 4, 8, {"EPILOGUE_SUBTILE": False}),
+]
+SPLIT_K_CONFIGS = [
+    (128, 128, 64, 8, 4, 8, {}),
+    (128, 128, 64, 8, 3, 4, {}),
+    (128, 64, 64, 8, 4, 4, {}),
+    (64, 128, 64, 8, 4, 4, {}),
 ]
 INTERPRETER_POINTER = [(32, 64, 32, 2, 1, 4, {})]
 INTERPRETER_TMA = [(32, 64, 32, 2, 1, 4, {"EPILOGUE_SUBTILE": True})]
@@ -114,6 +126,47 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     c_ptrs = c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+@triton.autotune(configs=_configs(SPLIT_K_CONFIGS, INTERPRETER_POINTER), key=["M", "N", "K", "K_PER_SPLIT"],
+                 prune_configs_by={"early_config_prune": _prune})
+@triton.jit
+def matmul_split_k_kernel(a_ptr, b_ptr, partial_ptr, M, N, K, K_PER_SPLIT,
+                          stride_am, stride_ak, stride_bk, stride_bn,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """Program (tile, s): the tile's sum over K's slice s (K_PER_SPLIT long, a multiple of BLOCK_K), written
+    in float32 to partial[s]."""
+    pid_m, pid_n = grouped_tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
+    k_start = tl.program_id(1) * K_PER_SPLIT
+    k_end = tl.minimum(k_start + K_PER_SPLIT, K)
+    rows = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M  # wrapped, as in matmul_kernel: no M/N masks
+    cols = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    ks = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + rows[:, None] * stride_am + (k_start + ks)[None, :] * stride_ak
+    b_ptrs = b_ptr + (k_start + ks)[:, None] * stride_bk + cols[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(k_start, k_end, BLOCK_K):  # only the last slice's last step hangs over K
+        a = tl.load(a_ptrs, mask=ks[None, :] < k_end - k, other=0.0)
+        b = tl.load(b_ptrs, mask=ks[:, None] < k_end - k, other=0.0)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    p_ptrs = partial_ptr + tl.program_id(1) * M * N + rows[:, None] * N + cols[None, :]
+    tl.store(p_ptrs, acc, mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+@triton.jit
+def sum_splits_kernel(partial_ptr, c_ptr, MN, N, SPLITS, stride_cm, stride_cn, BLOCK: tl.constexpr):
+    """C = partial[0] + partial[1] + ..., in that order, cast to C's dtype, through C's strides."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    inside = offs < MN
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for s in range(SPLITS):
+        acc += tl.load(partial_ptr + s * MN + offs, mask=inside, other=0.0)
+    rows, cols = offs // N, offs % N
+    tl.store(c_ptr + rows * stride_cm + cols * stride_cn, acc.to(c_ptr.dtype.element_ty), mask=inside)
 
 
 def set_block_shapes(nargs):
@@ -182,6 +235,31 @@ def with_pointers(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> None:
                         C.stride(0), C.stride(1))
 
 
+SPLIT_MIN_K = 1024  # each slice walks at least this much of K (16 steps of 64): the pipeline's fill is paid once
+MAX_SPLITS = 32
+SUM_BLOCK = 1024
+
+
+def splits_for(M: int, N: int, K: int, sms: int) -> int:
+    """How many slices of K to spread C = A @ B over: 1 (no split) unless C's 128 x 128 tiles fill under
+    half the SMs; then enough slices to give each SM about one program, each slice at least SPLIT_MIN_K long."""
+    tiles = triton.cdiv(M, 128) * triton.cdiv(N, 128)
+    if 2 * tiles > sms:
+        return 1
+    return max(1, min(sms // tiles, K // SPLIT_MIN_K, MAX_SPLITS))
+
+
+def with_split_k(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor, splits: int) -> None:
+    (M, K), N = A.shape, B.shape[1]
+    per_split = triton.cdiv(triton.cdiv(K, splits), 128) * 128  # a multiple of every config's BLOCK_K
+    splits = triton.cdiv(K, per_split)
+    partial = torch.empty((splits, M, N), device=A.device, dtype=torch.float32)
+    grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]), splits)
+    matmul_split_k_kernel[grid](A, B, partial, M, N, K, per_split, A.stride(0), A.stride(1), B.stride(0), B.stride(1))
+    sum_splits_kernel[(triton.cdiv(M * N, SUM_BLOCK),)](partial, C, M * N, N, splits, C.stride(0), C.stride(1),
+                                                        BLOCK=SUM_BLOCK)
+
+
 TMA_WINS: dict[tuple, bool] = {}  # (M, N, K, dtype) -> the TMA kernel beat the pointer kernel on this shape
 
 
@@ -210,7 +288,11 @@ def _tma_wins(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> bool:
 
 def matmul(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> None:
     """C[:] = A @ B for A (M x K), B (K x N), C (M x N), all float16 or all bfloat16, any strides."""
-    if _tma_ready(A, B, C) and _tma_wins(A, B, C):
+    (M, K), N = A.shape, B.shape[1]
+    splits = splits_for(M, N, K, _num_sms(A.device))
+    if splits > 1:
+        with_split_k(A, B, C, splits)
+    elif _tma_ready(A, B, C) and _tma_wins(A, B, C):
         with_tma(A, B, C)
     else:
         with_pointers(A, B, C)
