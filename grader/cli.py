@@ -164,13 +164,17 @@ def list_command(plan_id, show_all) -> None:
 @click.option("--lang", type=str, metavar=LANGS, help="Only this language (or version name).")
 @click.option("--plan", "plan_id", help="Only the exercises of this plan.")
 @click.option("--unit", help="Only the exercises of this week/day of the plan (e.g. week2).")
-@click.option("--seed", type=int)
+@click.option("--seed", type=int, help="The same inputs in every run (default: fresh random inputs per run).")
+@click.option("--repeat", type=int, default=1, show_default=True,
+              help="Grade each exercise this many times; it is ok only if every run is (--repeat 10: 10/10).")
+@click.option("--workers", type=int, help="Grades at once (default: one per GPU, each grade seeing only its GPU).")
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--strict", is_flag=True, help="Count exercises that could not run here as failures.")
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), help="Also write JUnit XML here.")
 @click.option("--gradescope", type=click.Path(dir_okay=False, path_type=Path), help="Also write Gradescope results.json here.")
-def validate(source, only, lang, plan_id, unit, seed, as_json, strict, junit, gradescope) -> None:
-    """Grade every exercise with the solutions (must pass) or the stubs (must not pass)."""
+def validate(source, only, lang, plan_id, unit, seed, repeat, workers, as_json, strict, junit, gradescope) -> None:
+    """Grade every exercise with the solutions (must pass) or the stubs (must not pass), --repeat times each,
+    one grade per GPU at once."""
     from grader import validation
 
     try:
@@ -182,7 +186,10 @@ def validate(source, only, lang, plan_id, unit, seed, as_json, strict, junit, gr
     if source == "solutions" and not solutions_dir().is_dir():
         raise click.UsageError(f"{solutions_dir()} is missing: validating the solutions needs the instructor's "
                                "solutions/ folder (a learner's kit has none)")
-    summary, results = validation.validate(targets, source=source, seed=seed)
+    if repeat < 1:
+        raise click.UsageError("--repeat takes a count of 1 or more")
+    summary, results = validation.validate(targets, source=source, seed=seed, repeat=repeat, workers=workers,
+                                           progress=not as_json)
     click.echo(json.dumps(summary, indent=2) if as_json else validation.format_summary(summary))
     _export(results, junit, gradescope, annotate=not as_json)
     statuses = [row["outcome"] for row in summary["rows"]]

@@ -1,12 +1,16 @@
-"""`kcourse validate`: prove every solution passes and every stub does not (the instructor's CI check)."""
+"""`kcourse validate`: prove every solution passes and every stub does not (the instructor's CI check),
+as many times as asked (`--repeat 10`: a solution must pass 10 times out of 10, speed verdict included).
+The grades run as `kcourse grade-batch` runs a class's (batch.LocalRunner): one worker per GPU, each grading
+child seeing only its GPU, the next grade's child started ahead."""
 
 from __future__ import annotations
 
+import sys
+
 from grader.console import table
-from grader.discovery import ResolveError, Target, all_targets, pick_plan, suggest
-from grader.grade import grade
+from grader.discovery import ResolveError, Target, all_targets, pick_plan, solution_file, stub_file, suggest
 from grader.plans import load_plans
-from grader.records import GradeResult
+from grader.records import GradeResult, grade_from_dict
 
 
 def expected(source: str, status: str) -> str:
@@ -37,20 +41,55 @@ def select(only: set[str] | None = None, lang: str | None = None, plan_id: str |
             and (not lang or lang in (t.variant.lang, t.variant.language))]  # add2 --lang cuda: jit, setup, cmake
 
 
-def validate(targets: list[Target], source: str = "solutions", seed: int | None = None) -> tuple[dict, list[GradeResult]]:
-    rows, results = [], []
-    for target in targets:
-        result = grade(target, source=source, seed=seed, record=False)
-        results.append(result)
-        rows.append({"exercise": target.spec.id, "lang": target.variant.lang, "status": result.status,
-                     "outcome": expected(source, result.status), "verdict": result.verdict.splitlines()[0][:110]})
-    return {"source": source, "rows": rows}, results
+def validate(targets: list[Target], source: str = "solutions", seed: int | None = None, repeat: int = 1,
+             workers: int | None = None, progress: bool = False) -> tuple[dict, list[GradeResult]]:
+    """Grade each target `repeat` times (fresh random inputs each time unless `seed`); a row per target,
+    "ok" only if every run met the expectation. `workers`: grades at once (default: one per GPU)."""
+    from grader.batch import Job, LocalRunner
+    from grader.batch_progress import Progress
+
+    work = [(Job(f"run {i + 1}", t.spec.id, t.variant.lang, _file(t, source), ""), t)
+            for t in targets for i in range(repeat)]
+    shown = Progress(stream=sys.stderr if progress else None)
+    shown.begin(len(work), already=0)
+    by_target: dict[str, list[GradeResult]] = {t.key: [] for t in targets}
+    for job, row in LocalRunner(workers).run(work, seed, None, shown):
+        by_target[f"{job.exercise}:{job.lang}"].append(grade_from_dict(row["result"]))
+        shown.finished(job.name, row)
+    shown.close()
+    rows = [_row(t, by_target[t.key], source) for t in targets]
+    return {"source": source, "repeat": repeat, "rows": rows}, [r for t in targets for r in by_target[t.key]]
+
+
+def _file(target: Target, source: str):
+    return solution_file(target.spec, target.variant) if source == "solutions" else stub_file(target.spec, target.variant)
+
+
+def _row(target: Target, results: list[GradeResult], source: str) -> dict:
+    """One target's runs: ok if all were; the first run that was not gives the status and verdict shown."""
+    outcomes = [expected(source, r.status) for r in results]
+    ok, skipped = outcomes.count("ok"), outcomes.count("skipped")
+    worst = next((i for i, o in enumerate(outcomes) if o == "unexpected"), None)
+    shown = results[worst if worst is not None else 0]
+    if worst is not None:
+        outcome = "unexpected"
+    else:
+        outcome = "skipped" if "skipped" in outcomes else "ok"
+    return {"exercise": target.spec.id, "lang": target.variant.lang, "status": shown.status, "outcome": outcome,
+            "runs": f"{ok}/{len(results)}" + (f", {skipped} skipped" if skipped else ""), "verdict": shown.verdict.splitlines()[0][:110] if shown.verdict else ""}
 
 
 def format_summary(summary: dict) -> str:
     want = "pass" if summary["source"] == "solutions" else "fail"
-    rows = [[r["exercise"], r["lang"], r["status"], r["outcome"], r["verdict"]] for r in summary["rows"]]
+    repeat = summary.get("repeat", 1)
     counts = {k: sum(r["outcome"] == k for r in summary["rows"]) for k in ("ok", "unexpected", "skipped")}
-    return (f"validate --source {summary['source']} (each must {want}):\n"
-            + table(rows, ["exercise", "lang", "status", "outcome", "verdict"])
+    if repeat > 1:
+        rows = [[r["exercise"], r["lang"], r["status"], r["outcome"], r["runs"], r["verdict"]] for r in summary["rows"]]
+        head = ["exercise", "lang", "status", "outcome", "as expected", "verdict"]
+        title = f"validate --source {summary['source']} --repeat {repeat} (each must {want} every time):\n"
+    else:
+        rows = [[r["exercise"], r["lang"], r["status"], r["outcome"], r["verdict"]] for r in summary["rows"]]
+        head = ["exercise", "lang", "status", "outcome", "verdict"]
+        title = f"validate --source {summary['source']} (each must {want}):\n"
+    return (title + table(rows, head)
             + f"\n{counts['ok']} ok, {counts['unexpected']} unexpected, {counts['skipped']} skipped")

@@ -34,6 +34,33 @@ def test_validate_filters_by_plan_and_week_and_rejects_unknown_ones():
     assert bad.exit_code == 2 and "week9" in bad.output
 
 
+def test_validate_repeat_grades_each_exercise_that_many_times_and_says_how_many_were_as_expected():
+    result = run("validate", "--only", "vector_add", "--lang", "triton", "--repeat", "2", "--json")
+    assert result.exit_code == 0, result.output
+    row = json.loads(result.output)["rows"][0]
+    assert (row["exercise"], row["outcome"], row["runs"]) == ("vector_add", "ok", "2/2")
+    assert CliRunner().invoke(main, ["validate", "--repeat", "0"]).exit_code == 2
+
+
+def test_one_run_that_is_not_as_expected_makes_the_exercise_unexpected_with_that_runs_verdict():
+    from grader.discovery import resolve
+    from grader.records import GradeResult
+    from grader.validation import _row
+
+    def graded(status, verdict):
+        result = GradeResult(exercise="reduction", lang="cuda", source="solutions", seed=1)
+        result.status, result.verdict = status, verdict
+        return result
+
+    target = resolve(["reduction"], lang="cuda")
+    runs = [graded("passed", "passed: all"), graded("failed", "speed: 0.61x the solution's"), graded("passed", "ok")]
+    row = _row(target, runs, "solutions")
+    assert (row["outcome"], row["runs"], row["status"]) == ("unexpected", "2/3", "failed")
+    assert row["verdict"].startswith("speed: 0.61x")
+    skipped = _row(target, [graded("skipped", "no GPU")] * 2, "solutions")
+    assert (skipped["outcome"], skipped["runs"]) == ("skipped", "0/2, 2 skipped")
+
+
 # --- calibration --------------------------------------------------------------------------------
 
 def test_calibration_for_this_gpu_is_used_first_then_an_estimate_that_says_so():
