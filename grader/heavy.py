@@ -24,11 +24,15 @@ _references: dict[str, Any] = {}  # per process: reference.py loaded once
 
 
 class GpuCompute:
-    """One spawned process (CUDA cannot be forked) that draws transformed inputs and computes references."""
+    """One spawned process (CUDA cannot be forked) that draws transformed inputs and computes references.
+    `visible_devices`: the grading child's CUDA_VISIBLE_DEVICES, so the references run on the child's GPU
+    (grade-batch and validate grade on several GPUs from one process; on another GPU they would share it
+    with a grade being timed there)."""
 
-    def __init__(self, spec: ExerciseSpec, reference: str = "reference"):
+    def __init__(self, spec: ExerciseSpec, reference: str = "reference", visible_devices: str | None = None):
         self.spec, self.reference_name = spec, reference  # the function of reference.py (spec.Variant.reference)
-        self.executor = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+        self.executor = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                            initializer=_see_only, initargs=(visible_devices,))
 
     def generate(self, case: Case, seed: int, trial: int = 0) -> dict[str, torch.Tensor]:
         return self.executor.submit(_generate, self.spec, case, seed, trial).result()
@@ -45,6 +49,14 @@ def wanted(spec: ExerciseSpec) -> bool:
     from grader.build import gpu_arch
 
     return spec.reference_device == "cuda" and gpu_arch() is not None
+
+
+def _see_only(visible_devices: str | None) -> None:
+    """In the spawned process, before anything opens CUDA: the GPUs it may use."""
+    import os
+
+    if visible_devices is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible_devices
 
 
 def _generate(spec: ExerciseSpec, case: Case, seed: int, trial: int) -> dict[str, torch.Tensor]:

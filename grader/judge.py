@@ -37,7 +37,8 @@ class Judge:
         self.seed, self.timeout_s, self.timing, self.calibration = seed, timeout_s, timing, calibration
         self.reference = load_reference(spec.folder / "reference.py", variant.reference)
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="kcourse-reference")
-        self.gpu = heavy.GpuCompute(spec, variant.reference) if heavy.wanted(spec) else None  # float64 references on the GPU
+        # float64 references on the GPU: the child's own
+        self.gpu = heavy.GpuCompute(spec, variant.reference, child.visible_devices) if heavy.wanted(spec) else None
         self.stop = threading.Event()
         self.slots = threading.Semaphore(AHEAD)
         self.refs: dict[Any, Future] = {}

@@ -69,6 +69,7 @@ class Child:
                  module: str = "grader.worker"):
         """`module`: the child's program, speaking the worker protocol (grader.capstone.child does too)."""
         self.device = device
+        self.visible_devices = (extra_env or {}).get("CUDA_VISIBLE_DEVICES")  # the GPU a multi-GPU batch gave it
         self.dir = _work_dir()
         self.last_step = "starting"
         self.ready: dict[str, Any] | None = None

@@ -58,3 +58,15 @@ def test_gpu_references_equal_the_cpu_ones():
     assert all(torch.allclose(inputs[n].double(), cpu_inputs[n].double(), rtol=0, atol=1e-3) for n in inputs)
     on_cpu = reference_outputs(load_reference(target.spec.folder / "reference.py"), target.spec, inputs, case.params)
     assert all(torch.allclose(a, b, rtol=1e-9, atol=1e-9) for a, b in zip(on_gpu, on_cpu))
+
+
+def test_the_reference_process_sees_only_the_grading_childs_gpu():
+    # grade-batch and validate grade on several GPUs from one process: each grade's references must run on
+    # its own child's GPU, not on GPU 0 while another grade is timed there
+    import os
+
+    compute = heavy.GpuCompute(_backward().spec, visible_devices="1")
+    try:
+        assert compute.executor.submit(os.getenv, "CUDA_VISIBLE_DEVICES").result(timeout=120) == "1"
+    finally:
+        compute.shutdown()
