@@ -149,7 +149,7 @@ def _build_and_run(target, path, result, seed, timeout_s, job, quick, gpu, child
         return
     before = kit.snapshot(), kit.append_only_state(store.results_path())
     judge = Judge(target.spec, variant, child, result, seed, timeout, timing, calibration_data)
-    memory_safety = _MemorySafety(target, path, job, gpu, result)
+    memory_safety = _MemorySafety(target, path, job, gpu, result, child.visible_devices if child else None)
     background = job.get("sanitize") == BACKGROUND
     if variant.kind != "torch_op" and not background:  # raw CUDA and Triton: the tools overlap the child's start and numerics
         memory_safety.start()
@@ -172,10 +172,13 @@ def _build_and_run(target, path, result, seed, timeout_s, job, quick, gpu, child
 
 
 class _MemorySafety:
-    """When the sanitizer runs within a grade: started once, its check added once, before timing."""
+    """When the sanitizer runs within a grade: started once, its check added once, before timing; on the
+    grading child's GPU (`visible_devices`), never on another grade's."""
 
-    def __init__(self, target: Target, path: Path, job: dict, gpu: bool, result: GradeResult):
+    def __init__(self, target: Target, path: Path, job: dict, gpu: bool, result: GradeResult,
+                 visible_devices: str | None = None):
         self.target, self.path, self.job, self.gpu, self.result = target, path, job, gpu, result
+        self.visible_devices = visible_devices
         self.running: sanitize.Sanitizer | Check | None = None
         self.done = False
 
@@ -191,7 +194,7 @@ class _MemorySafety:
                                  {"code": "no_gpu"})
         else:
             self.running = sanitize.start(self.target.spec, self.target.variant, self.path,
-                                          self.job.get("learner_library"))
+                                          self.job.get("learner_library"), self.visible_devices)
 
     def leave_running(self) -> None:
         """The verdict goes out now; the tools' verdict follows (settle_sanitizer), unless it is already known."""

@@ -134,8 +134,10 @@ class Sanitizer:
                      {"tools": self.tools, "seconds": seconds, "not_run": list(self.skipped)})
 
 
-def start(spec: ExerciseSpec, variant: Variant, source: Path, library: str | None) -> Sanitizer | Check:
-    """Starts the tools on the learner's code, or returns the check at once (cached, or skipped and why)."""
+def start(spec: ExerciseSpec, variant: Variant, source: Path, library: str | None,
+          visible_devices: str | None = None) -> Sanitizer | Check:
+    """Starts the tools on the learner's code, or returns the check at once (cached, or skipped and why).
+    `visible_devices`: the grading child's CUDA_VISIBLE_DEVICES, where a batch gave it one GPU."""
     tool_path = executable()
     case = small_case(spec, variant)
     if tool_path is None:
@@ -153,11 +155,12 @@ def start(spec: ExerciseSpec, variant: Variant, source: Path, library: str | Non
     sanitizer = Sanitizer(tools, case, key, folder, skipped=dict(variant.sanitizer_skip))
     job = _write_job(spec, variant, source, library, case, folder)
     for tool in tools:
-        sanitizer.processes[tool] = _launch(tool_path, tool, variant.kind, job, folder)
+        sanitizer.processes[tool] = _launch(tool_path, tool, variant.kind, job, folder, visible_devices)
     return sanitizer
 
 
-def _launch(tool_path: str, tool: str, kind: str, job: Path, folder: Path) -> subprocess.Popen:
+def _launch(tool_path: str, tool: str, kind: str, job: Path, folder: Path,
+            visible_devices: str | None = None) -> subprocess.Popen:
     command = [tool_path, "--tool", tool, "--error-exitcode", str(HAZARD_EXIT), "--print-limit", "10",
                "--show-backtrace", "no", "--log-file", str(folder / f"{tool}.log")]
     if tool == "memcheck" and kind == "cuda_host":
@@ -165,6 +168,8 @@ def _launch(tool_path: str, tool: str, kind: str, job: Path, folder: Path) -> su
     if tool == "racecheck":
         command += ["--racecheck-report", "hazard"]
     env = dict(os.environ, PYTORCH_NO_CUDA_MEMORY_CACHING="1", PYTHONUNBUFFERED="1")
+    if visible_devices is not None:
+        env["CUDA_VISIBLE_DEVICES"] = visible_devices
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(course_root()), env.get("PYTHONPATH")]))
     out = open(folder / f"{tool}.out", "wb")
     command += [_python(), "-m", "grader.sanitize_run", str(job)]

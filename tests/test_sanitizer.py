@@ -164,3 +164,13 @@ class _Done:
 
     def wait(self, timeout=None):
         return 0
+
+
+def test_the_tools_run_on_the_grading_childs_gpu(tmp_path):
+    # grade-batch and validate grade on several GPUs from one process: a grade's tools must not land on
+    # GPU 0 while another grade is timed there
+    fake = tmp_path / "compute-sanitizer"
+    fake.write_text('#!/bin/sh\necho "sees GPU $CUDA_VISIBLE_DEVICES"\n')
+    fake.chmod(0o755)
+    sanitize._launch(str(fake), "memcheck", "cuda", tmp_path / "job.json", tmp_path, visible_devices="1").wait(30)
+    assert (tmp_path / "memcheck.out").read_text().strip() == "sees GPU 1"
