@@ -65,17 +65,28 @@ def nvcc_version(nvcc: str) -> str:
 
 
 @functools.lru_cache(maxsize=1)  # asked several times a grade; the GPU does not change under us
-def gpu_arch() -> str | None:
-    """The present GPU's sm_XY, read with nvidia-smi so the grader itself never opens a CUDA context."""
+def _first_gpu(field: str) -> str:
+    """nvidia-smi's `field` for the first visible GPU ("" without one), so the grader never opens CUDA."""
     smi = shutil.which("nvidia-smi")
     if not smi:
-        return None
+        return ""
     try:
-        out = subprocess.run([smi, "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
+        out = subprocess.run([smi, f"--query-gpu={field}", "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired):
-        return None
-    first = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else ""
+        return ""
+    return out.stdout.strip().splitlines()[0].strip() if out.returncode == 0 and out.stdout.strip() else ""
+
+
+def gpu_arch() -> str | None:
+    """The present GPU's sm_XY."""
+    first = _first_gpu("compute_cap")
     return "sm_" + first.replace(".", "") if re.fullmatch(r"\d+\.\d+", first) else None
+
+
+def gpu_name() -> str | None:
+    """The present GPU's name as the driver gives it ("NVIDIA H100 80GB HBM3"): what torch reports and what
+    calibration.json is keyed by."""
+    return _first_gpu("name") or None
 
 
 def _source_key(sources: list[Path], flags: list[str], compiler: str) -> str:

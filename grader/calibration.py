@@ -68,6 +68,15 @@ def entry_from_timing(timing: Any, device: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def lacking(targets: list, entries: dict[str, Any], gpu: str | None) -> list:
+    """The targets with a timed size that has no figure for this GPU (`kcourse calibrate --missing`)."""
+    def covered(target) -> bool:
+        cases = entries.get(target.key, {})
+        return all(gpu in cases.get(case.label(), {}) for case in target.spec.performance.cases)
+
+    return [t for t in targets if t.spec.performance.cases and not covered(t)]
+
+
 def solution_bar(calibration: dict[str, Any], case: str, gpu: str, work: float | None,
                  ceiling: float | None) -> tuple[float, str] | None:
     """(solution milliseconds to compare against, where that figure came from) or None."""

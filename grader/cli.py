@@ -198,20 +198,27 @@ def validate(source, only, lang, plan_id, unit, seed, repeat, workers, as_json, 
 
 @main.command()
 @click.option("--only", "only", multiple=True, help="Only this exercise id, or id:lang for one variant (repeatable).")
-def calibrate(only) -> None:
+@click.option("--missing", is_flag=True, help="Only the exercises with a timed size this GPU has no figure for yet.")
+def calibrate(only, missing) -> None:
     """Instructors, on a GPU: time every solution and record it in calibration/calibration.json."""
     from grader import calibration
+    from grader.build import gpu_name
     from grader.discovery import all_targets, solution_file
     from grader.grade import cuda_available, grade as run_grade
 
     if not cuda_available():
         raise click.UsageError("calibrate times the solutions on a GPU, and none was found here")
     try:
-        calibration.load()  # refuse before measuring if the file is corrupt: nothing is changed
+        known = calibration.load()  # refuse before measuring if the file is corrupt: nothing is changed
     except calibration.CalibrationError as exc:
         raise click.UsageError(str(exc)) from None
     targets = [t for t in all_targets() if (not only or t.spec.id in only or t.key in only)
                and solution_file(t.spec, t.variant).exists()]
+    if missing:
+        targets = calibration.lacking(targets, known, gpu_name())
+        if not targets:
+            click.echo(f"every solution already has figures for {gpu_name()}: nothing to calibrate")
+            return
     if not targets:
         raise click.UsageError("no solutions found to calibrate (is solutions/ present?)")
     rows, path = [], None

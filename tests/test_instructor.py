@@ -63,6 +63,19 @@ def test_one_run_that_is_not_as_expected_makes_the_exercise_unexpected_with_that
 
 # --- calibration --------------------------------------------------------------------------------
 
+def test_calibrate_missing_picks_the_solutions_without_figures_for_this_gpu_at_every_timed_size():
+    from grader.discovery import resolve
+
+    scan, blur = resolve(["scan"]), resolve(["blur"])
+    sizes = [c.label() for c in scan.spec.performance.cases]
+    entries = {"scan:cuda": {label: {"GPU A": {"solution_ms": 1.0}} for label in sizes},
+               "blur:cuda": {c.label(): {"GPU B": {"solution_ms": 1.0}} for c in blur.spec.performance.cases}}
+    assert calibration.lacking([scan, blur], entries, "GPU A") == [blur]
+    entries["scan:cuda"].pop(sizes[0])  # one timed size short: measured again
+    assert calibration.lacking([scan, blur], entries, "GPU A") == [scan, blur]
+    assert calibration.lacking([scan, blur], entries, "GPU B") == [scan]
+
+
 def test_calibration_for_this_gpu_is_used_first_then_an_estimate_that_says_so():
     cal = {"n=1": {"GPU A": {"solution_ms": 2.0, "roofline_fraction": 0.5}}}
     assert calibration.solution_bar(cal, "n=1", "GPU A", work=1.0, ceiling=100.0) == (2.0, "calibration for GPU A (?)")
