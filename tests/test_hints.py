@@ -241,3 +241,23 @@ def hints_grade(target, name):
     result = grade(target, submission=submission(name), seed=11)
     hints.annotate(result, target.spec)  # a no-op once grade() annotates: a hint already there is kept
     return result
+
+
+# Ladders whose steps are not rungs of speed: the first kernels (vector_add, sm_id), the streams' speed-up
+# over one stream (stream_overlap), an aside for one skewed input (embedding_backward's step 4).
+NO_FIGURES = {"vector_add:cuda": {1, 2}, "vector_add:triton": {1}, "sm_id:cuda": {1, 2},
+              "stream_overlap:cuda": {1, 2, 3}, "embedding_backward:cuda": {4}}
+
+
+def test_every_step_of_a_timed_exercises_ladder_has_the_figure_the_next_step_hint_reads():
+    from grader.discovery import all_targets
+
+    missing = {}
+    for target in all_targets():
+        if not target.spec.performance.cases:
+            continue
+        steps = hints.read_ladder(target.spec, target.variant.lang)
+        unread = {s.number for s in steps if s.roofline_pct is None} - NO_FIGURES.get(target.key, set())
+        if not steps or unread:
+            missing[target.key] = sorted(unread) or "no ladder"
+    assert not missing, f"write 'about N% of roofline' in these steps (estimates say so): {missing}"
