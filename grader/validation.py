@@ -75,21 +75,20 @@ def _row(target: Target, results: list[GradeResult], source: str) -> dict:
         outcome = "unexpected"
     else:
         outcome = "skipped" if "skipped" in outcomes else "ok"
+    runs = f"{ok}/{len(results)}" + (f", {skipped} skipped" if skipped else "")
+    verdict = shown.verdict.splitlines()[0][:110] if shown.verdict else ""
     return {"exercise": target.spec.id, "lang": target.variant.lang, "status": shown.status, "outcome": outcome,
-            "runs": f"{ok}/{len(results)}" + (f", {skipped} skipped" if skipped else ""), "verdict": shown.verdict.splitlines()[0][:110] if shown.verdict else ""}
+            "runs": runs, "verdict": verdict}
 
 
 def format_summary(summary: dict) -> str:
     want = "pass" if summary["source"] == "solutions" else "fail"
     repeat = summary.get("repeat", 1)
     counts = {k: sum(r["outcome"] == k for r in summary["rows"]) for k in ("ok", "unexpected", "skipped")}
-    if repeat > 1:
-        rows = [[r["exercise"], r["lang"], r["status"], r["outcome"], r["runs"], r["verdict"]] for r in summary["rows"]]
-        head = ["exercise", "lang", "status", "outcome", "as expected", "verdict"]
-        title = f"validate --source {summary['source']} --repeat {repeat} (each must {want} every time):\n"
-    else:
-        rows = [[r["exercise"], r["lang"], r["status"], r["outcome"], r["verdict"]] for r in summary["rows"]]
-        head = ["exercise", "lang", "status", "outcome", "verdict"]
-        title = f"validate --source {summary['source']} (each must {want}):\n"
+    columns = ["exercise", "lang", "status", "outcome", *(["runs"] if repeat > 1 else []), "verdict"]
+    rows = [[r[c] for c in columns] for r in summary["rows"]]
+    times = f" --repeat {repeat}" if repeat > 1 else ""
+    title = f"validate --source {summary['source']}{times} (each must {want}{' every time' if times else ''}):\n"
+    head = ["as expected" if c == "runs" else c for c in columns]
     return (title + table(rows, head)
             + f"\n{counts['ok']} ok, {counts['unexpected']} unexpected, {counts['skipped']} skipped")
