@@ -39,6 +39,7 @@ def tiny_solutions(tmp_path_factory):
     return record, seconds, path
 
 
+@pytest.mark.solutions
 def test_tiny_capstone_with_the_solutions_lands_on_eagers_loss_in_under_a_minute(tiny_solutions):
     record, seconds, _ = tiny_solutions
     checks = {c["name"]: c for c in record["checks"]}
@@ -51,6 +52,7 @@ def test_tiny_capstone_with_the_solutions_lands_on_eagers_loss_in_under_a_minute
     assert seconds < 60
 
 
+@pytest.mark.solutions
 def test_on_the_cpu_the_cheap_triton_kernels_are_yours_and_the_rest_say_why_not(tiny_solutions):
     choices = {(c["operation"], c["role"]): c for c in tiny_solutions[0]["choices"]}
     assert choices[("gelu", "forward")]["exercise"] == "activations"
@@ -59,6 +61,7 @@ def test_on_the_cpu_the_cheap_triton_kernels_are_yours_and_the_rest_say_why_not(
     assert "graded in float16, bfloat16" in choices[("linear", "forward")]["reason"]
 
 
+@pytest.mark.solutions
 def test_the_capstone_report_renders_its_tables_and_plot(tiny_solutions):
     _, _, path = tiny_solutions
     text = path.read_text()
@@ -68,6 +71,7 @@ def test_the_capstone_report_renders_its_tables_and_plot(tiny_solutions):
     assert "## Verdict: passed" in text
 
 
+@pytest.mark.solutions
 def test_the_capstone_run_is_recorded_but_solutions_do_not_count_for_the_plan(tiny_solutions):
     record = tiny_solutions[0]
     assert record_matches(Requirement("capstone"), record) is False  # the kit's solutions, not the learner's

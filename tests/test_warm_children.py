@@ -15,7 +15,9 @@ def test_the_first_grade_starts_its_own_child_and_the_next_takes_one_already_sta
         spare = children.take(None)
         assert spare is not None and spare.device == "cpu"
         assert spare.wait_ready()["pid"] == spare.proc.pid  # a fresh worker, waiting for its one job
-        assert children.take(None) is not spare  # never handed out twice
+        another = children.take(None)
+        assert another is not spare  # never handed out twice
+        another.close()
     finally:
         children.close()
     assert spare.proc.poll() is None  # closing the pool leaves a child it handed out to its grade

@@ -104,10 +104,16 @@ def test_watch_times_only_the_verdicts_size_unless_a_memory_bar_needs_every_size
     from grader.judge import Judge
 
     calls = []
-    monkeypatch.setattr(watch_module, "grade", lambda *a, **kw: calls.append(kw) or _pending_result(None))
+
+    def grade(*args, **kw):  # stands in for the grade, which closes the child it is given
+        calls.append(kw)
+        kw["child"].close()
+        return _pending_result(None)
+
+    monkeypatch.setattr(watch_module, "grade", grade)
     monkeypatch.setattr(watch_module, "_settle", lambda *a: None)
     target = resolve(["vector_add"], lang="triton")
-    watch(target, "solutions", None, lambda r: None, max_grades=1)
+    watch(target, "stubs", None, lambda r: None, max_grades=1)  # the stub: a learner's kit has no solutions
     assert calls[0]["timed_sizes"] == "verdict"
 
     def timed(exercise, lang, sizes):
