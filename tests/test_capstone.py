@@ -96,6 +96,7 @@ def test_a_crashing_kernel_fails_the_capstone_and_the_pytorch_run_is_kept():
     assert "eager" in record["runs"]
 
 
+@pytest.mark.solutions  # the instructor's files: absent from a learner's kit
 def test_the_block_says_which_parts_are_whose_and_renders():
     use = {"activations:gelu_tanh": solution_file(*_activations())}
     record = run.block("learner", tiny=True, seed=5, use=use)  # nothing graded here: only the --use file is yours

@@ -135,6 +135,7 @@ def test_the_solution_passes_and_the_stub_fails_under_the_interpreter():
     assert stub.status == "failed" and stub.details["code"] == "not_implemented", stub.message
 
 
+@pytest.mark.solutions  # the instructor's files: absent from a learner's kit
 def test_the_unfused_three_kernel_fixture_passes_the_numerics():
     """It is correct: only the speed bar (GPU) can tell it from a fused kernel."""
     check = numerics(grade(resolve(("fusion",)), submission=UNFUSED, seed=5, record=False, quick=True))

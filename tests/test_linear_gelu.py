@@ -191,6 +191,7 @@ def test_the_tanh_version_passes_the_cases_built_against_its_mistakes(solution, 
     assert result.ok, result.message
 
 
+@pytest.mark.solutions  # the instructor's files: absent from a learner's kit
 @pytest.mark.parametrize("label", [SMALL, WIDE])
 def test_the_unfused_two_kernel_fixture_passes_the_numerics(label):
     """It keeps t in float32: only the speed bar (GPU) can tell it from a fused kernel."""

@@ -89,6 +89,7 @@ def test_ceilings_measured_while_other_processes_hold_the_gpu_are_used_but_not_k
     assert json.loads((tmp_path / "device_ceilings.json").read_text())["GPU A"]["copy_gbps"] == 7.0
 
 
+@pytest.mark.solutions  # the instructor's files: absent from a learner's kit
 def test_split_k_takes_few_tiles_over_a_long_k_and_sums_the_slices_right(spec):
     from conftest import ROOT
     from interpreted import interpreter_on, load_interpreted
