@@ -64,7 +64,7 @@ def nvcc_version(nvcc: str) -> str:
     return match.group(1) if match else out.strip().splitlines()[-1] if out.strip() else "unknown"
 
 
-@functools.lru_cache(maxsize=1)  # asked several times a grade; the GPU does not change under us
+@functools.lru_cache(maxsize=None)  # asked several times a grade, a field or two; the GPU does not change under us
 def _first_gpu(field: str) -> str:
     """nvidia-smi's `field` for the first visible GPU ("" without one), so the grader never opens CUDA."""
     smi = shutil.which("nvidia-smi")
