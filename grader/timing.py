@@ -68,12 +68,12 @@ def headstart_s(host_s: float) -> float:
 
 
 def _one_round(functions: dict[str, Callable[[], object]], flush: torch.Tensor, reverse: bool,
-               spins: dict[str, int] | None = None) -> dict[str, float]:
+               spins: dict[str, int]) -> dict[str, float]:
     names = list(functions)[::-1] if reverse else list(functions)
     events = {}
     for name in names:
         flush.zero_()
-        torch.cuda._sleep((spins or {}).get(name) or _spin_cycles())
+        torch.cuda._sleep(spins[name])
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         functions[name]()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 
 from grader.console import table
-from grader.discovery import ResolveError, Target, all_targets, pick_plan, solution_file, stub_file, suggest
+from grader.discovery import ResolveError, Target, all_targets, pick_plan, suggest
 from grader.plans import load_plans
 from grader.records import GradeResult, grade_from_dict
 
@@ -47,8 +47,9 @@ def validate(targets: list[Target], source: str = "solutions", seed: int | None 
     "ok" only if every run met the expectation. `workers`: grades at once (default: one per GPU)."""
     from grader.batch import Job, LocalRunner
     from grader.batch_progress import Progress
+    from grader.grade import learner_file
 
-    work = [(Job(f"run {i + 1}", t.spec.id, t.variant.lang, _file(t, source), ""), t)
+    work = [(Job(f"run {i + 1}", t.spec.id, t.variant.lang, learner_file(t, source, None), ""), t)
             for t in targets for i in range(repeat)]
     shown = Progress(stream=sys.stderr if progress else None)
     shown.begin(len(work), already=0)
@@ -59,10 +60,6 @@ def validate(targets: list[Target], source: str = "solutions", seed: int | None 
     shown.close()
     rows = [_row(t, by_target[t.key], source) for t in targets]
     return {"source": source, "repeat": repeat, "rows": rows}, [r for t in targets for r in by_target[t.key]]
-
-
-def _file(target: Target, source: str):
-    return solution_file(target.spec, target.variant) if source == "solutions" else stub_file(target.spec, target.variant)
 
 
 def _row(target: Target, results: list[GradeResult], source: str) -> dict:
