@@ -128,28 +128,47 @@ def _build_and_run(target, path, result, seed, timeout_s, job, quick, gpu, child
     job.update({"spec_folder": str(target.spec.folder), "lang": variant.lang, "learner": str(path), "seed": seed,
                 "solutions_root": str(solutions_dir()), "mode": job["mode"],
                 "solution": str(solution) if timing and solution.exists() else None})
-    started = time.monotonic()
-    if variant.kind in ("cuda", "cuda_host"):
-        ok = _build_raw_cuda(path, solution if job["solution"] else None, job, result, gpu, variant)
-        result.phases["build"] = round(time.monotonic() - started, 3)
-        if not ok:
-            return
-    elif variant.kind == "torch_op" and gpu and op_build.missing_tool(variant):  # cmake, say: the machine's lack
-        result.add(Check("build", ERROR, op_build.missing_tool(variant), {"code": "no_build_tool"}))
-        return
-    elif variant.kind == "torch_op" and not gpu:
-        _compile_check_torch_op(path, result, variant)
-        return
+    timeout = timeout_s or variant.timeout_s * (1 if gpu else INTERPRETER_TIMEOUT_FACTOR)
     calibration_data, calibration_error = None, None
     if timing and job["solution"] is None:
         calibration_data, calibration_error = _calibration(target)
-    timeout = timeout_s or variant.timeout_s * (1 if gpu else INTERPRETER_TIMEOUT_FACTOR)
-    if not grading:
-        _run_tool(child, job, timeout, result)
-        return
+    judge = None
+    if grading and child is not None:  # its large inputs are drawn while nvcc builds
+        judge = Judge(target.spec, variant, child, result, seed, timeout, timing, calibration_data)
+        judge.prefetch(job)
+    try:
+        if not _build(target, path, solution, job, result, gpu):
+            return
+        if not grading:
+            _run_tool(child, job, timeout, result)
+        elif judge is not None:
+            _judge(target, path, job, result, gpu, quick, judge, calibration_error)
+    finally:
+        if judge is not None:
+            judge.close()
+
+
+def _build(target, path, solution, job, result, gpu) -> bool:
+    """Compile what this kind of exercise compiles before its child runs; False if the grade ends here."""
+    variant, started = target.variant, time.monotonic()
+    if variant.kind in ("cuda", "cuda_host"):
+        ok = _build_raw_cuda(path, solution if job["solution"] else None, job, result, gpu, variant)
+        result.phases["build"] = round(time.monotonic() - started, 3)
+        return ok
+    if variant.kind == "torch_op" and gpu and op_build.missing_tool(variant):  # cmake, say: the machine's lack
+        result.add(Check("build", ERROR, op_build.missing_tool(variant), {"code": "no_build_tool"}))
+        return False
+    if variant.kind == "torch_op" and not gpu:
+        _compile_check_torch_op(path, result, variant)
+        return False
+    return True
+
+
+def _judge(target, path, job, result, gpu, quick, judge, calibration_error) -> None:
+    """The child runs the learner's code; the judge decides; compute-sanitizer runs beside or after."""
+    variant = target.variant
     before = kit.snapshot(), kit.append_only_state(store.results_path())
-    judge = Judge(target.spec, variant, child, result, seed, timeout, timing, calibration_data)
-    memory_safety = _MemorySafety(target, path, job, gpu, result, child.visible_devices if child else None)
+    memory_safety = _MemorySafety(target, path, job, gpu, result, judge.child.visible_devices)
     background = job.get("sanitize") == BACKGROUND
     if variant.kind != "torch_op" and not background:  # raw CUDA and Triton: the tools overlap the child's start and numerics
         memory_safety.start()

@@ -4,7 +4,8 @@ The learner's code runs only in the child (sandbox.Child, worker.py). This proce
 it, draws each trial's inputs, computes the float64 reference from its own copy of them, compares the
 outputs the child hands back, turns the child's evidence (operators called, inputs changed, solution
 files opened) into integrity verdicts, and believes the child's timings only as far as its own clock
-agrees (speed.py). Inputs for the next trial are drawn while the child runs this one."""
+agrees (speed.py). Inputs for the next trial are drawn while the child runs this one; the large trials'
+and the timed sizes' inputs are drawn from the start (`prefetch`, while nvcc builds and the child starts)."""
 
 from __future__ import annotations
 
@@ -17,13 +18,16 @@ from typing import Any, Callable
 
 from grader import heavy, integrity, memory, op_checks, speed
 from grader.checking import judge_output, load_reference, looks_cached, reference_outputs
-from grader.inputs import element_size, generate, load_tensor, save_tensor, shape_of
+from grader.inputs import dtype_of, element_size, generate, load_tensor, save_tensor, shape_of
 from grader.records import ERROR, FAILED, PASSED, Check, GradeResult
 from grader.sandbox import Child, ChildGone, ChildTimeout, Death, death_message
 from grader.spec import Case, ExerciseSpec, Variant
 from grader.timing import BUDGET_S
 
 AHEAD = 2  # trials drawn ahead of the child: enough to hide drawing, little memory held
+# A trial whose inputs are this large (reduction's 1 GB at 2^28) is drawn from the start of the grade on a
+# thread of its own: drawing and writing it takes about a second, which the build and the first trials hide.
+PREFETCH_BYTES = 64 * 2**20
 
 
 class Finished(Exception):
@@ -49,6 +53,8 @@ class Judge:
         self.op_judged: list[dict[str, Check]] = []
         self.phases: dict[str, float] = {}
         self.deadline = float("inf")
+        self.drawer = ThreadPoolExecutor(1, thread_name_prefix="kcourse-draw")
+        self.drawn: dict[Any, Future] = {}  # trial k or "t{index}" -> (file metadata, inputs), drawn ahead
         self.before_timing: Callable[[], None] = lambda: None
 
     # --- the whole grade -------------------------------------------------------------------------
@@ -80,12 +86,17 @@ class Judge:
             self.result.add(Check("grader", ERROR, f"internal grader error: {type(exc).__name__}: {exc} — please report "
                                   "it to your instructor with this output", {"traceback": traceback.format_exc()[-4000:]}))
         finally:
-            self.stop.set()
-            for _ in range(AHEAD):
-                self.slots.release()  # a producer waiting for a slot sees `stop` and ends
-            self.pool.shutdown(wait=True, cancel_futures=True)
-            if self.gpu is not None:
-                self.gpu.shutdown()
+            self.close()
+
+    def close(self) -> None:
+        """End the threads and the GPU process (also for a grade that ends before run(): a failed build)."""
+        self.stop.set()
+        for _ in range(AHEAD):
+            self.slots.release()  # a producer waiting for a slot sees `stop` and ends
+        self.drawer.shutdown(wait=False, cancel_futures=True)  # a failure's verdict does not wait for a draw
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        if self.gpu is not None:
+            self.gpu.shutdown()
 
     def _mark(self, phase: str, since: float) -> float:
         now = time.monotonic()
@@ -185,14 +196,41 @@ class Judge:
             self.slots.acquire()
             if self.stop.is_set():
                 return
-            inputs = self._generate(case, trial_seed, trial)
-            metas = {name: save_tensor(t, self.child.dir / f"in-{k}-{name}.bin") for name, t in inputs.items()}
-            self.refs[k] = self._reference_of(inputs, case)
-            if self.keep_inputs:
-                self.checked_inputs[k] = inputs
+            metas, inputs = self._drawn(k, case, trial_seed, trial)
             self.child.send({"case": index, "k": k, "label": self._label(case, trial), "inputs": metas,
                              "watch_ops": trial == 0, **self._op_checks_request(k, case, trial, trial_seed, inputs)})
         self.child.send({"end_trials": True})
+
+    # --- drawing inputs ------------------------------------------------------------------------------
+    def prefetch(self, job: dict[str, Any]) -> None:
+        """Start drawing, before the build: the trials of PREFETCH_BYTES or more, then the timed sizes."""
+        for k, (index, case, trial, trial_seed) in enumerate(self._trials()):
+            if input_bytes(self.spec, case) >= PREFETCH_BYTES:
+                self.drawn[k] = self.drawer.submit(self._draw, case, trial_seed, trial, k, True)
+        if self.timing:
+            for index, case in self._timed_cases(job):
+                k = f"t{index}"
+                self.drawn[k] = self.drawer.submit(self._draw, case, self._timed_seed(index), 0, k, True)
+
+    def _drawn(self, k: Any, case: Case, seed: int, trial: int) -> tuple[dict, dict]:
+        """(file metadata, inputs) of trial k: the prefetched draw, or drawn now."""
+        future = self.drawn.pop(k, None)
+        metas, inputs = future.result() if future is not None else self._draw(case, seed, trial, k)
+        if self.keep_inputs:
+            self.checked_inputs[k] = inputs
+        return metas, inputs
+
+    def _draw(self, case: Case, seed: int, trial: int, k: Any, ahead: bool = False) -> tuple[dict, dict]:
+        """Draw a trial's inputs, write them for the child and start its reference. Ahead of time the
+        reference is computed on this thread, not queued before the small trials' on the reference thread."""
+        inputs = self._generate(case, seed, trial)
+        metas = {name: save_tensor(t, self.child.dir / f"in-{k}-{name}.bin") for name, t in inputs.items()}
+        self.refs[k] = self._reference_of(inputs, case) if not ahead or self.gpu is not None else \
+            _done(lambda: reference_outputs(self.reference, self.spec, inputs, case.params))
+        return metas, inputs
+
+    def _timed_seed(self, index: int) -> int:
+        return self.seed + 10**6 + index
 
     def _op_checks_request(self, k: int, case: Case, trial: int, seed: int, inputs: dict) -> dict:
         """For a trial that runs the operator checks: the gradients fed backward (their reference's on the way)."""
@@ -284,14 +322,9 @@ class Judge:
         timed = self._timed_cases(job)
         messages = []
         for index, case in timed:
-            inputs = self._generate(case, self.seed + 10**6 + index)
-            k = f"t{index}"
-            metas = {name: save_tensor(t, self.child.dir / f"in-{k}-{name}.bin") for name, t in inputs.items()}
-            self.refs[k] = self._reference_of(inputs, case)
-            if self.keep_inputs:
-                self.checked_inputs[k] = inputs
+            metas, _ = self._drawn(f"t{index}", case, self._timed_seed(index), 0)
             last = index == len(cases) - 1
-            messages.append({"case": index, "k": k, "inputs": metas, "probe": last,
+            messages.append({"case": index, "k": f"t{index}", "inputs": metas, "probe": last,
                              "budget_s": BUDGET_S if last else BUDGET_S / 3})  # the verdict size gets most runs
         self.deadline = max(self.deadline, time.monotonic() + self.timeout_s)
         if self.gpu is not None:  # nothing of ours on the GPU while the child times
@@ -354,6 +387,21 @@ def _other_dtypes_note(spec: ExerciseSpec, variant: Variant) -> str:
         return ""
     count = sum(1 for c in spec.cases if not variant.accepts(c))
     return f"; {count} {'/'.join(others)} case(s) are for the other version(s), this one takes {'/'.join(variant.dtypes)}"
+
+
+def input_bytes(spec: ExerciseSpec, case: Case) -> int:
+    """Bytes of one trial's inputs at `case`."""
+    return sum(_numel(shape_of(t, case)) * element_size(dtype_of(t, case)) for t in spec.inputs)
+
+
+def _done(compute: Callable[[], Any]) -> Future:
+    """A future holding compute()'s answer (or its exception), computed now."""
+    future: Future = Future()
+    try:
+        future.set_result(compute())
+    except Exception as exc:  # raised again where the reference is read, as the reference thread's would be
+        future.set_exception(exc)
+    return future
 
 
 def _numel(shape: list[int]) -> int:

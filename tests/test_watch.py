@@ -8,6 +8,7 @@ import threading
 import time
 
 import pytest
+import torch
 
 from conftest import ROOT
 from grader import store
@@ -126,3 +127,41 @@ def test_watch_times_only_the_verdicts_size_unless_a_memory_bar_needs_every_size
     flash = resolve(["flash_attention_v2"], lang="triton").spec
     assert flash.performance.max_extra_bytes  # O(N) memory: the long, thin size must be measured too
     assert len(timed("flash_attention_v2", "triton", "verdict")) == len(flash.performance.cases)
+
+
+class RecordingChild:
+    """Stands in for sandbox.Child where only the messages and the work folder matter."""
+
+    def __init__(self, folder):
+        self.dir, self.sent, self.visible_devices, self.device = folder, [], None, "cpu"
+
+    def send(self, message):
+        self.sent.append(message)
+
+
+def test_large_trials_and_the_timed_sizes_are_drawn_ahead_while_the_build_runs(tmp_path, monkeypatch):
+    """Judge.prefetch, called before nvcc builds, draws the large trials' inputs (1 GB at reduction's 2^28)
+    and the timed sizes' on a thread of its own: written for the child, the reference computed. Here the
+    1,000,003-value case stands in for a large one, and two small sizes for the timed ones."""
+    from grader import judge as judge_module
+    from grader.judge import Judge
+
+    monkeypatch.setattr(judge_module, "PREFETCH_BYTES", 2**20)
+    target = resolve(["reduction"], lang="cuda")
+    judge = Judge(target.spec, target.variant, RecordingChild(tmp_path),
+                  GradeResult(exercise="reduction", lang="cuda", source="x", seed=5), seed=5, timeout_s=10, timing=True,
+                  calibration=None)
+    small = [c for c in target.spec.cases if not c.gpu_only][2:4]
+    judge._timed_cases = lambda job: list(enumerate(small))
+    try:
+        judge.prefetch({"timed_sizes": "all"})
+        large = [k for k, (_, case, _, _) in enumerate(judge._trials()) if case.params["n"] == 1_000_003]
+        assert len(large) == 2 and sorted(judge.drawn, key=str) == sorted(large + ["t0", "t1"], key=str)
+        metas, inputs = judge._drawn("t1", small[1], 0, 0)
+        assert metas["x"]["shape"] == [small[1].params["n"]] and "t1" not in judge.drawn
+        assert (tmp_path / "in-t1-x.bin").stat().st_size == 4 * small[1].params["n"]
+        assert judge.refs["t1"].result()[0].item() == pytest.approx(inputs["x"].double().sum().item())
+        metas, _ = judge._drawn(large[0], None, 0, 0)  # drawn already: case and seed are not needed
+        assert (tmp_path / f"in-{large[0]}-x.bin").exists()
+    finally:
+        judge.close()
