@@ -47,3 +47,17 @@ def test_planned_but_unwritten_topic_is_reported_as_planned(tmp_path, monkeypatc
 def test_unknown_plan_suggests_the_nearest():
     with pytest.raises(ResolveError, match=r"unknown plan 'triton-5-days'\. Did you mean 'triton-5-day'\?"):
         resolve(("day2", "softmax"), plan_id="triton-5-days")
+
+
+def test_finding_an_exercise_does_not_import_torch():
+    """`kcourse grade` resolves the exercise, then starts the worker, then imports torch: the worker's start-up
+    (torch and a CUDA context, ~4 s) overlaps the grader's torch import only if resolving (every spec loaded
+    and validated) leaves torch alone. It once did not (a spec check imported grader.inputs), which cost every
+    one-shot grade the import, ~2 s on an H200."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from grader.discovery import resolve, all_targets; resolve(['week2', 'reduction']); "
+            "all_targets(); from grader.sandbox import early_child; print('torch' in sys.modules)")
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert found.stdout.strip() == "False"
