@@ -27,7 +27,10 @@ from grader.timing import BUDGET_S
 AHEAD = 2  # trials drawn ahead of the child: enough to hide drawing, little memory held
 # A trial whose inputs are this large (reduction's 1 GB at 2^28) is drawn from the start of the grade on a
 # thread of its own: drawing and writing it takes about a second, which the build and the first trials hide.
+# What is drawn ahead waits on disk (and in memory, where the judge needs the inputs again): at most
+# PREFETCH_BUDGET bytes of it, the rest drawn when its turn comes.
 PREFETCH_BYTES = 64 * 2**20
+PREFETCH_BUDGET = 3 * 2**30
 
 
 class Finished(Exception):
@@ -203,14 +206,18 @@ class Judge:
 
     # --- drawing inputs ------------------------------------------------------------------------------
     def prefetch(self, job: dict[str, Any]) -> None:
-        """Start drawing, before the build: the trials of PREFETCH_BYTES or more, then the timed sizes."""
-        for k, (index, case, trial, trial_seed) in enumerate(self._trials()):
-            if input_bytes(self.spec, case) >= PREFETCH_BYTES:
-                self.drawn[k] = self.drawer.submit(self._draw, case, trial_seed, trial, k, True)
+        """Start drawing, before the build: the trials of PREFETCH_BYTES or more, then the timed sizes, as
+        far as PREFETCH_BUDGET goes."""
+        wanted = [(k, case, seed, trial) for k, (_, case, trial, seed) in enumerate(self._trials())
+                  if input_bytes(self.spec, case) >= PREFETCH_BYTES]
         if self.timing:
-            for index, case in self._timed_cases(job):
-                k = f"t{index}"
-                self.drawn[k] = self.drawer.submit(self._draw, case, self._timed_seed(index), 0, k, True)
+            wanted += [(f"t{index}", case, self._timed_seed(index), 0) for index, case in self._timed_cases(job)]
+        budget = PREFETCH_BUDGET
+        for k, case, seed, trial in wanted:
+            size = input_bytes(self.spec, case)
+            if size <= budget:
+                budget -= size
+                self.drawn[k] = self.drawer.submit(self._draw, case, seed, trial, k, True)
 
     def _drawn(self, k: Any, case: Case, seed: int, trial: int) -> tuple[dict, dict]:
         """(file metadata, inputs) of trial k: the prefetched draw, or drawn now."""
@@ -225,9 +232,13 @@ class Judge:
         reference is computed on this thread, not queued before the small trials' on the reference thread."""
         inputs = self._generate(case, seed, trial)
         metas = {name: save_tensor(t, self.child.dir / f"in-{k}-{name}.bin") for name, t in inputs.items()}
-        self.refs[k] = self._reference_of(inputs, case) if not ahead or self.gpu is not None else \
+        if not ahead:
+            self.refs[k] = self._reference_of(inputs, case)
+            return metas, inputs
+        self.refs[k] = self._reference_of(inputs, case) if self.gpu is not None else \
             _done(lambda: reference_outputs(self.reference, self.spec, inputs, case.params))
-        return metas, inputs
+        needed = self.keep_inputs or op_checks.wanted(self.spec, case, trial)  # else not held while it waits
+        return metas, inputs if needed else {}
 
     def _timed_seed(self, index: int) -> int:
         return self.seed + 10**6 + index

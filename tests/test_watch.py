@@ -14,6 +14,7 @@ from conftest import ROOT
 from grader import store
 from grader.discovery import resolve
 from grader.grade import PENDING, settle_sanitizer
+from grader.inputs import generate
 from grader.records import FAILED, PASSED, SKIPPED, Check, GradeResult
 from grader.watch import watch
 
@@ -159,9 +160,31 @@ def test_large_trials_and_the_timed_sizes_are_drawn_ahead_while_the_build_runs(t
         assert len(large) == 2 and sorted(judge.drawn, key=str) == sorted(large + ["t0", "t1"], key=str)
         metas, inputs = judge._drawn("t1", small[1], 0, 0)
         assert metas["x"]["shape"] == [small[1].params["n"]] and "t1" not in judge.drawn
+        assert inputs == {}  # written for the child; the judge needs them no more, so they are not held
         assert (tmp_path / "in-t1-x.bin").stat().st_size == 4 * small[1].params["n"]
-        assert judge.refs["t1"].result()[0].item() == pytest.approx(inputs["x"].double().sum().item())
+        drawn = generate(target.spec, small[1], judge._timed_seed(1))["x"]
+        assert torch.equal(torch.from_file(str(tmp_path / "in-t1-x.bin"), size=drawn.numel(), dtype=torch.float32), drawn)
+        assert judge.refs["t1"].result()[0].item() == pytest.approx(drawn.double().sum().item())
         metas, _ = judge._drawn(large[0], None, 0, 0)  # drawn already: case and seed are not needed
         assert (tmp_path / f"in-{large[0]}-x.bin").exists()
+    finally:
+        judge.close()
+
+
+def test_what_is_drawn_ahead_stays_within_its_budget(tmp_path, monkeypatch):
+    """Past PREFETCH_BUDGET bytes, a large trial is drawn when its turn comes (AHEAD bounds that)."""
+    from grader import judge as judge_module
+    from grader.judge import Judge, input_bytes
+
+    target = resolve(["reduction"], lang="cuda")
+    big = [c for c in target.spec.cases if not c.gpu_only][3]  # n = 1,000,003: 4 MB a trial, two trials
+    monkeypatch.setattr(judge_module, "PREFETCH_BYTES", 2**20)
+    monkeypatch.setattr(judge_module, "PREFETCH_BUDGET", input_bytes(target.spec, big) + 1)
+    judge = Judge(target.spec, target.variant, RecordingChild(tmp_path),
+                  GradeResult(exercise="reduction", lang="cuda", source="x", seed=5), seed=5, timeout_s=10, timing=False,
+                  calibration=None)
+    try:
+        judge.prefetch({})
+        assert len(judge.drawn) == 1
     finally:
         judge.close()
