@@ -58,6 +58,7 @@ class Judge:
         self.deadline = float("inf")
         self.drawer = ThreadPoolExecutor(1, thread_name_prefix="kcourse-draw")
         self.drawn: dict[Any, Future] = {}  # trial k or "t{index}" -> (file metadata, inputs), drawn ahead
+        self.producer_error: tuple[BaseException, str] | None = None  # (error, traceback) of the producer thread
         self.before_timing: Callable[[], None] = lambda: None
 
     # --- the whole grade -------------------------------------------------------------------------
@@ -80,14 +81,14 @@ class Judge:
                 self._add_if(memory.not_measured(self.spec, on_gpu=self.child.device == "cuda"))
         except Finished:
             pass
-        except ChildTimeout:
-            self._died(timed_out=True)
-        except ChildGone:
-            self._died(timed_out=False)
+        except (ChildTimeout, ChildGone) as exc:
+            if self.producer_error is not None:  # the child waited for a trial that never came: not its fault
+                self._grader_error(*self.producer_error)
+            else:
+                self._died(timed_out=isinstance(exc, ChildTimeout))
         except Exception as exc:  # a grader bug (or a broken reference): say so, never a traceback
             self.child.kill()
-            self.result.add(Check("grader", ERROR, f"internal grader error: {type(exc).__name__}: {exc} — please report "
-                                  "it to your instructor with this output", {"traceback": traceback.format_exc()[-4000:]}))
+            self._grader_error(exc, traceback.format_exc())
         finally:
             self.close()
 
@@ -105,6 +106,10 @@ class Judge:
         now = time.monotonic()
         self.phases[phase] = round(now - since, 3)
         return now
+
+    def _grader_error(self, exc: BaseException, trace: str) -> None:
+        self.result.add(Check("grader", ERROR, f"internal grader error: {type(exc).__name__}: {exc} — please report "
+                              "it to your instructor with this output", {"traceback": trace[-4000:]}))
 
     def _died(self, timed_out: bool) -> None:
         self.child.kill()
@@ -187,11 +192,15 @@ class Judge:
         return not any(c.status == FAILED for c in checks)
 
     def _produce(self, trials) -> None:
+        """_produce_all on its thread. A grading that ended early stops it (its errors then mean nothing);
+        any other error is the grader's: kept for run() to report, and the child stopped, so the judge is
+        not left waiting for a trial that was never sent (which would read as the learner's hang)."""
         try:
             self._produce_all(trials)
-        except (RuntimeError, OSError):
-            if not self.stop.is_set():  # a grading that ended early stops the producer; anything else is a bug
-                raise
+        except Exception as exc:
+            if not self.stop.is_set():
+                self.producer_error = (exc, traceback.format_exc())
+                self.child.kill()
 
     def _produce_all(self, trials) -> None:
         """Draw, write and send each trial; its reference is computed on the reference thread."""

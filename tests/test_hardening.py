@@ -109,3 +109,25 @@ def test_a_results_file_another_grade_creates_meanwhile_is_no_rewrite(tmp_path):
     before = kit.append_only_state(results)
     results.write_text('{"kind": "forged"}\n')
     assert kit.rewritten(results, before)
+
+
+def test_a_grader_error_while_drawing_inputs_is_the_graders_not_a_hang(monkeypatch, isolated_state):
+    """The producer thread draws and sends the trials. An error there (a broken input transform, a full
+    disk) once left the judge waiting for a trial that was never sent, until the time limit blamed the
+    learner's code for hanging. It is reported as the grader's error, at once."""
+    import time
+
+    from grader import judge, inputs
+
+    def broken(spec, case, seed, trial=0, device="cpu"):
+        if case.params.get("n", 0) > 100:
+            raise ValueError("the input transform broke")
+        return inputs.generate(spec, case, seed, trial, device)
+
+    monkeypatch.setattr(judge, "generate", broken)
+    started = time.monotonic()
+    result = grade(resolve(["vector_add"], lang="triton"), source="solutions", seed=5, timeout_s=60)
+    assert time.monotonic() - started < 30  # not the 60-s limit
+    check = failing(result)
+    assert check.name == "grader" and check.status == "error" and "the input transform broke" in check.message
+    assert not any(c.name == "run" for c in result.checks)  # no verdict on the learner's code
