@@ -111,6 +111,7 @@ def test_a_results_file_another_grade_creates_meanwhile_is_no_rewrite(tmp_path):
     assert kit.rewritten(results, before)
 
 
+@pytest.mark.solutions
 def test_a_grader_error_while_drawing_inputs_is_the_graders_not_a_hang(monkeypatch, isolated_state):
     """The producer thread draws and sends the trials. An error there (a broken input transform, a full
     disk) once left the judge waiting for a trial that was never sent, until the time limit blamed the
