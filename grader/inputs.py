@@ -28,8 +28,7 @@ from typing import Any
 
 import torch
 
-from grader import exprs
-from grader.spec import Case, ExerciseSpec, SpecError, TensorSpec
+from grader.spec import Case, ExerciseSpec, SpecError, TensorSpec, shape_of
 
 INT_POISON = -1234567  # an integer output nobody computes by accident
 # A uint8 output (a pixel) can hold no value that is not also an answer, so its poison is an ordinary byte:
@@ -53,10 +52,6 @@ def torch_dtype(name: str) -> torch.dtype:
 
 def element_size(dtype_name: str) -> int:
     return torch.empty((), dtype=torch_dtype(dtype_name)).element_size()
-
-
-def shape_of(tensor: TensorSpec, case: Case) -> list[int]:
-    return [exprs.evaluate_int(dim, case.params) for dim in tensor.shape]
 
 
 def dtype_of(tensor: TensorSpec, case: Case) -> str:

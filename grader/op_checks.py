@@ -109,11 +109,11 @@ def validate(spec, path) -> None:
 
 def _small(spec, case) -> bool:
     """Whether gradcheck runs on this case: its floating inputs hold at most GRADCHECK_ELEMENTS elements.
-    (Sizes from exprs, not inputs.shape_of: spec loading must not import torch, or `kcourse grade` would pay
-    torch's import before it starts the worker whose own start-up is meant to overlap it.)"""
-    from grader import exprs
+    (spec.shape_of, not inputs': spec loading must not import torch, or `kcourse grade` would pay torch's
+    import before it starts the worker whose own start-up is meant to overlap it.)"""
+    from grader.spec import shape_of
 
-    return sum(math.prod(exprs.evaluate_int(d, case.params) for d in t.shape) for t in spec.inputs) <= GRADCHECK_ELEMENTS
+    return sum(math.prod(shape_of(t, case)) for t in spec.inputs) <= GRADCHECK_ELEMENTS
 
 
 def wanted(spec, case, trial: int) -> bool:

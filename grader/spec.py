@@ -145,6 +145,13 @@ class Case:
         return text + (f" ({'; '.join(notes)})" if notes else "")
 
 
+def shape_of(tensor: TensorSpec, case: Case) -> list[int]:
+    """A tensor's shape at `case`. Here, not in inputs.py, so that loading specs never imports torch."""
+    from grader import exprs
+
+    return [exprs.evaluate_int(dim, case.params) for dim in tensor.shape]
+
+
 # unit roundoff per dtype: the rounding of one operation, the step of accumulated error
 UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
 
