@@ -33,3 +33,29 @@ def test_a_slow_host_side_is_not_counted_as_device_time():
     measured = timing.time_alternating({"slow": slow_wrapper, "fast": lambda: torch.mul(x, 2.0, out=out)}, budget_s=0.3)
     assert measured["slow"]["median_ms"] < 0.3, measured  # was ~1.4 ms: the idle GPU waiting for the launch
     assert measured["slow"]["median_ms"] < 3 * measured["fast"]["median_ms"] + 0.02, measured
+
+
+def test_timing_stops_early_only_once_every_median_is_known_to_a_fraction_of_a_percent():
+    import random
+
+    rng = random.Random(0)
+    tight = [1.0 + rng.gauss(0, 0.005) for _ in range(timing.SETTLED_RUNS)]  # 0.5% noise: SE ~0.1%
+    wide = [1.0 + rng.gauss(0, 0.05) for _ in range(timing.SETTLED_RUNS)]  # 5% noise: SE ~1%
+    assert timing.settled({"learner": tight, "solution": tight})
+    assert not timing.settled({"learner": tight, "solution": wide})  # every contestant must be settled
+    assert not timing.settled({"learner": tight[:-1], "solution": tight[:-1]})  # too few runs, however tight
+    # a few slow outliers (a clock dip, another process) do not keep it from settling: quartiles, not sigma
+    assert timing.settled({"learner": tight[:-4] + [5.0] * 4, "solution": tight})
+
+
+@pytest.mark.gpu
+def test_a_steady_kernel_is_timed_in_a_fraction_of_the_budget():
+    import torch
+
+    x = torch.ones(1 << 24, device="cuda")
+    out = torch.empty_like(x)
+    started = time.perf_counter()
+    measured = timing.time_alternating({"a": lambda: torch.mul(x, 2.0, out=out), "b": lambda: torch.mul(x, 3.0, out=out)},
+                                       budget_s=3.0)
+    assert time.perf_counter() - started < 1.5, measured  # settled after ~0.25 s of rounds
+    assert timing.SETTLED_RUNS <= measured["a"]["runs"] < timing.MAX_RUNS
