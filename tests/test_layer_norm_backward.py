@@ -33,12 +33,12 @@ MISTAKES = {
     # dx without the mean of w * dy: off by its mean times rstd, 316 w dy at N = 1
     "no_mean_term": [("dx = (wdy - (xhat * c1 + c2)) * rstd", "dx = (wdy - xhat * c1) * rstd")],
     # the row sums divided by the block (a power of 2), not by N
-    "block_as_n": [("c1 = tl.sum(xhat * wdy, axis=0) / n_cols", "c1 = tl.sum(xhat * wdy, axis=0) / BLOCK"),
-                   ("c2 = tl.sum(wdy, axis=0) / n_cols", "c2 = tl.sum(wdy, axis=0) / BLOCK")],
+    "block_as_n": [("c1 = tl.sum(xhat * wdy, axis=1)[:, None] / n_cols", "c1 = tl.sum(xhat * wdy, axis=1)[:, None] / BLOCK"),
+                   ("c2 = tl.sum(wdy, axis=1)[:, None] / n_cols", "c2 = tl.sum(wdy, axis=1)[:, None] / BLOCK")],
     # dw and db summed in the inputs' dtype: a float16 running sum of 128 rows drifts by ~1
     "half_running_sums": [
-        ("dw = tl.zeros([BLOCK], tl.float32)\n    db = tl.zeros([BLOCK], tl.float32)",
-         "dw = tl.zeros([BLOCK], x_ptr.dtype.element_ty)\n    db = tl.zeros([BLOCK], x_ptr.dtype.element_ty)"),
+        ("dw = tl.zeros([ROWS, BLOCK], tl.float32)\n    db = tl.zeros([ROWS, BLOCK], tl.float32)",
+         "dw = tl.zeros([ROWS, BLOCK], x_ptr.dtype.element_ty)\n    db = tl.zeros([ROWS, BLOCK], x_ptr.dtype.element_ty)"),
         ("dw += dy * xhat\n        db += dy",
          "dw += (dy * xhat).to(x_ptr.dtype.element_ty)\n        db += dy.to(x_ptr.dtype.element_ty)")],
     # the partial rows in the inputs' dtype (the tutorial's buffer): each program's sum rounded to float16
@@ -46,16 +46,16 @@ MISTAKES = {
                        "partials = torch.empty((2, programs, n_cols), dtype=x.dtype")],
     # no .to(tl.float32) after the loads: w * dy and its row sums in float16 overflow at dy ~ 60
     "half_arithmetic": [("x = x_next.to(tl.float32)", "x = x_next"), ("dy = dy_next.to(tl.float32)", "dy = dy_next"),
-                        ("w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)  # once per program",
-                         "w = tl.load(w_ptr + cols, mask=mask, other=0.0)  # once per program")],
+                        ("w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]",
+                         "w = tl.load(w_ptr + cols, mask=col_mask, other=0.0)[None, :]")],
     # one stride for both inputs (the first row's load and the prefetch): right while x and dy are laid out alike
-    "x_stride_for_dy": [("dy_ptr + r * dy_row_stride + cols", "dy_ptr + r * x_row_stride + cols"),
-                        ("dy_ptr + after * dy_row_stride + cols", "dy_ptr + after * x_row_stride + cols")],
+    "x_stride_for_dy": [("dy_ptr + rows[:, None] * dy_row_stride", "dy_ptr + rows[:, None] * x_row_stride"),
+                        ("dy_ptr + after[:, None] * dy_row_stride", "dy_ptr + after[:, None] * x_row_stride")],
     # the row length as x's row stride: right for contiguous x only
-    "n_as_x_stride": [("x_ptr + r * x_row_stride + cols", "x_ptr + r * n_cols + cols"),
-                      ("x_ptr + after * x_row_stride + cols", "x_ptr + after * n_cols + cols")],
+    "n_as_x_stride": [("x_ptr + rows[:, None] * x_row_stride", "x_ptr + rows[:, None] * n_cols"),
+                      ("x_ptr + after[:, None] * x_row_stride", "x_ptr + after[:, None] * n_cols")],
     # the input's stride for the output: right while dx is laid out like x
-    "x_stride_for_dx": [("tl.store(dx_ptr + r * dx_row_stride + cols", "tl.store(dx_ptr + r * x_row_stride + cols")],
+    "x_stride_for_dx": [("tl.store(dx_ptr + rows[:, None] * dx_row_stride", "tl.store(dx_ptr + rows[:, None] * x_row_stride")],
 }
 
 
