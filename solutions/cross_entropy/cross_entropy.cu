@@ -27,7 +27,9 @@ constexpr long long IGNORE_INDEX = -100;  // PyTorch's ignore_index
 constexpr unsigned FULL_MASK = 0xffffffffu;
 constexpr int MAX_THREADS = 1024;
 constexpr int PER_SLOT = 8;    // bfloat16 values in 16 bytes
-constexpr int BATCH = 4;       // 16-byte loads a thread issues before using any: 64 bytes in flight
+#ifndef BATCH                  // 16-byte loads a thread issues before using any: 64 bytes in flight at 4
+#define BATCH 4
+#endif
 #ifndef SLOTS_PER_THREAD       // 16-byte slots of a row per thread, which sizes the block: 4 gives 1024 threads
 #define SLOTS_PER_THREAD 4     // and two rows an SM at V = 32,768; 8 gives 512 and three (shared memory bound)
 #endif
