@@ -1,6 +1,6 @@
 """How fast a learner hears back, on this machine (issue 7): the import floor, one-shot grades, and
 `kcourse watch` re-grades (save -> verdict, the next worker already warm). Not a test: run it on a GPU
-machine and read the figures.   Usage: python scripts/feedback_bench.py"""
+machine and read the figures.   Usage: python scripts/feedback_bench.py [EXERCISE ...]"""
 
 from __future__ import annotations
 
@@ -51,7 +51,10 @@ def watch_latencies(words, lang, solution: str, saves: int = 3, quick: bool = Fa
     seen: list[tuple[float, str]] = []
 
     def show(result):
-        seen.append((time.perf_counter(), result.status, result.phases))
+        status = result.status
+        if status != "passed":  # why: a solution's grade must pass, so say what failed
+            status += ": " + "; ".join(f"{c.name}: {c.message[:300]}" for c in result.checks if c.status in ("failed", "error"))
+        seen.append((time.perf_counter(), status, result.phases))
         done.set()
 
     def show_later(result):  # compute-sanitizer's verdict, after the rest
@@ -79,8 +82,9 @@ def watch_latencies(words, lang, solution: str, saves: int = 3, quick: bool = Fa
 
 
 def main() -> None:
+    only = sys.argv[1:]  # exercise ids to bench (default: all of EXERCISES)
     print(f"import floor (python -c 'import torch; torch.zeros(1, device=\"cuda\")'): {import_floor():.2f} s")
-    for words, lang, solution in EXERCISES:
+    for words, lang, solution in [e for e in EXERCISES if not only or e[0][0] in only]:
         total, phases = one_shot(words, lang, solution)
         print(f"{' '.join(words)}: one-shot grade {total:.2f} s ({phases})")
         for quick in (False, True):
