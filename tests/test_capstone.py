@@ -254,3 +254,24 @@ def test_a_run_reads_its_default_text_at_most_twice_so_the_final_loss_compares_l
     read = cfg["steps"] * cfg["batch"] * cfg["context"]
     assert read <= 2 * cfg["text_bytes"]
     assert data.load_bytes(None, cfg["text_bytes"]).numel() == cfg["text_bytes"]
+
+
+def test_gelus_backward_behind_a_learners_forward_is_pytorchs_gradient_without_recomputing_the_forward(monkeypatch):
+    import torch
+    import torch.nn.functional as F
+
+    from grader.capstone import ops as ops_module
+
+    class Forward:  # the learner's GELU forward, as loaded
+        source, file = "activations, gelu_tanh", "gelu.py"
+
+        def __call__(self, x):
+            return {"out": F.gelu(x, approximate="tanh")}
+
+    monkeypatch.setattr(ops_module, "recomputed_gradients", lambda *a: pytest.fail("the forward was recomputed"))
+    x = torch.randn(64, 32, dtype=torch.float64, requires_grad=True)
+    grad = torch.randn(64, 32, dtype=torch.float64)
+    ops_module.Ops(kernels={("gelu", "forward"): Forward()}).gelu(x).backward(grad)
+    want = x.detach().clone().requires_grad_()
+    F.gelu(want, approximate="tanh").backward(grad)
+    assert torch.equal(x.grad, want.grad)
