@@ -235,15 +235,18 @@ def test_the_glue_of_the_gpu_only_slots_trains_exactly_like_pytorch():
     assert losses["pytorch"][-1] < losses["pytorch"][0]
 
 
-def test_the_loss_bar_widens_to_pytorchs_own_run_to_run_gap_never_below_two_percent():
+def test_the_loss_bar_widens_to_pytorchs_own_run_to_run_gap_between_two_and_ten_percent():
     from grader.capstone.run import loss_tolerance
 
-    shared = {"loss_tolerance": 0.02, "noise_factor": 1.5}
-    run = lambda final: {"losses": [final] * 20}  # noqa: E731
-    # the H100: eager 0.6144, torch.compile 0.6662 (8.4% apart) -> 12.6%; the kit's kernels 0.6700 (9.0%) pass
-    assert abs(loss_tolerance(run(0.6144), run(0.6662), 20, shared) - 1.5 * (0.6662 - 0.6144) / 0.6144) < 1e-9
-    assert loss_tolerance(run(1.0), run(1.001), 20, shared) == 0.02  # PyTorch agrees with itself: the 2% bar
-    assert loss_tolerance(run(1.0), None, 20, shared) == 0.02  # no compile run (the CPU): the 2% bar
+    shared = {"loss_tolerance": 0.02, "noise_factor": 1.5, "max_tolerance": 0.10}
+    ended = lambda final: {"losses": [final] * 20}  # noqa: E731
+    # eager 0.2821, torch.compile 0.2997 (6.2% apart, H200, seed 12) -> 9.4%; the kit's kernels 0.2987 (5.9%) pass
+    assert loss_tolerance(ended(0.2821), ended(0.2997), 20, shared) == pytest.approx(1.5 * (0.2997 - 0.2821) / 0.2821)
+    assert loss_tolerance(ended(1.0), ended(1.001), 20, shared) == 0.02  # PyTorch agrees with itself: the 2% bar
+    assert loss_tolerance(ended(1.0), None, 20, shared) == 0.02  # no compile run (the CPU): the 2% bar
+    # torch.compile left on a plateau (0.6021 where eager reached 0.2859, H200): 166% would pass anything
+    assert loss_tolerance(ended(0.2859), ended(0.6021), 20, shared) == 0.10
+    assert run.load_config("capstone", False)[1]["max_tolerance"] == 0.10  # the shipped configuration has the cap
 
 
 @pytest.mark.parametrize("tiny", [False, True])
