@@ -192,7 +192,10 @@ def own_entry(spec: ExerciseSpec, name: str, tensor: str, shared: dict[str, dict
 # --- laying tensors out on the child's device ----------------------------------------------------
 def place(values: torch.Tensor, layout: str | None, device: str) -> torch.Tensor:
     """`values` on `device` in the case's layout: contiguous, a row slice of a wider tensor (row stride
-    != width), or a transposed view of a tensor stored the other way round (column-major)."""
+    != width), a transposed view of a tensor stored the other way round (column-major), or interleaved:
+    dimensions 1 and 2 swapped in memory, so a (B, H, N, d) tensor lies as (B, N, H, d), the heads of each
+    row side by side. That is how q, k and v arrive from a fused QKV projection: the head stride is d and
+    the row stride H * d, and a kernel that finds a head at (b * H + h) * N * row_stride reads another's."""
     if not layout or layout == "contiguous":
         return values.to(device).contiguous()
     if layout == "row_slice":
@@ -203,6 +206,8 @@ def place(values: torch.Tensor, layout: str | None, device: str) -> torch.Tensor
         return view
     if layout == "transposed":
         return values.to(device).transpose(-1, -2).contiguous().transpose(-1, -2)
+    if layout == "interleaved":
+        return values.to(device).transpose(1, 2).contiguous().transpose(1, 2)
     raise ValueError(f"unknown layout {layout!r}")
 
 
@@ -243,6 +248,9 @@ def make_outputs(spec: ExerciseSpec, case: Case, device: str,
             made[t.name] = wide[..., : shape[-1]]
         elif layout == "transposed":
             made[t.name] = poison(torch.empty((*shape[:-2], shape[-1], shape[-2]), dtype=dtype, device=device)).transpose(-1, -2)
+        elif layout == "interleaved":
+            stored = (shape[0], shape[2], shape[1], *shape[3:])
+            made[t.name] = poison(torch.empty(stored, dtype=dtype, device=device)).transpose(1, 2)
         else:
             guarded = poison(torch.empty(math.prod(shape) + GUARD, dtype=dtype, device=device))
             made[t.name] = guarded[: math.prod(shape)].view(shape)

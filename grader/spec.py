@@ -127,7 +127,7 @@ class Variant:
 class Case:
     params: dict[str, Any]
     gpu_only: bool = False
-    # per tensor: values (init, scale, offset, special) and layout (row_slice, transposed); see inputs.py
+    # per tensor: values (init, scale, offset, special) and layout (row_slice, transposed, interleaved); see inputs.py
     inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
     outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
     trials: int | None = None  # None: the spec's `trials`
@@ -433,7 +433,7 @@ def _tensor(name: str, raw: dict[str, Any], path: Path, output: bool = False) ->
 
 
 CASE_KEYS = ("gpu_only", "inputs", "outputs", "trials", "sanitize", "op_checks")  # the rest of a [[cases]] entry are parameters
-LAYOUTS = ("contiguous", "row_slice", "transposed")
+LAYOUTS = ("contiguous", "row_slice", "transposed", "interleaved")
 SPECIALS = ("neg_inf_entries", "neg_inf_rows", "large")
 
 
@@ -453,6 +453,10 @@ def _validate_case_tensors(spec: "ExerciseSpec", case: Case, path: Path) -> None
                 raise SpecError(f"{path}: case {case.label()}: {kind}.{name} is not one of the spec's {kind}")
             if options.get("layout", "contiguous") not in LAYOUTS:
                 raise SpecError(f"{path}: {kind}.{name}.layout = {options['layout']!r}; known: {', '.join(LAYOUTS)}")
+            tensor = next(t for t in (spec.inputs if kind == "inputs" else spec.outputs) if t.name == name)
+            if options.get("layout") == "interleaved" and len(tensor.shape) < 3:
+                raise SpecError(f"{path}: {kind}.{name}.layout = 'interleaved' swaps dimensions 1 and 2 in memory: "
+                                f"{name} has {len(tensor.shape)}; use row_slice or transposed")
             if options.get("special") and options["special"] not in SPECIALS:
                 raise SpecError(f"{path}: {kind}.{name}.special = {options['special']!r}; known: {', '.join(SPECIALS)}")
             if options.get("init") and options["init"] not in INITS:

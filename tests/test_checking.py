@@ -1,9 +1,10 @@
+import pytest
 import torch
 
 from grader.checking import compare, looks_cached, make_inputs, make_outputs
 from grader.inputs import generate, make_outputs as outputs_in_layout, place, poison
 from grader.discovery import discover_exercises
-from grader.spec import Case, Tolerance
+from grader.spec import Case, SpecError, Tolerance, load_spec
 
 TOL = Tolerance(atol=1e-6, rtol=1e-5)
 
@@ -96,6 +97,30 @@ def test_row_slice_layout_has_a_row_stride_wider_than_the_row():
     spec = discover_exercises()["softmax"]
     out = outputs_in_layout(spec, Case({"M": 3, "N": 5}, outputs={"out": {"layout": "row_slice"}}), "cpu")["out"]
     assert out.stride(0) > 5 and torch.isnan(out).all()
+
+
+def test_interleaved_layout_is_a_fused_qkv_projections_slice_heads_side_by_side_in_each_row():
+    values = torch.randn(2, 3, 7, 4)  # (B, H, N, d)
+    view = place(values, "interleaved", "cpu")
+    assert torch.equal(view, values) and view.stride() == (7 * 3 * 4, 4, 3 * 4, 1)  # head stride d, row stride H d
+    spec = discover_exercises()["flash_attention_v2"]
+    case = Case({"B": 2, "H": 3, "N": 7, "d": 64, "dtype": "float16", "causal": True},
+                outputs={"out": {"layout": "interleaved"}})
+    out = outputs_in_layout(spec, case, "cpu")["out"]
+    assert out.shape == (2, 3, 7, 64) and out.stride() == (7 * 3 * 64, 64, 3 * 64, 1) and torch.isnan(out).all()
+
+
+def test_a_layout_that_swaps_dimensions_1_and_2_needs_three_of_them(tmp_path):
+    folder = tmp_path / "ex"
+    folder.mkdir()
+    (folder / "reference.py").write_text("def reference(x):\n    return x\n")
+    (folder / "spec.toml").write_text(
+        'id = "ex"\ntitle = "t"\ntopic = "t"\n[variants.triton]\nkind = "triton"\nstub = "ex.py"\nentry = "f"\n'
+        'args = ["x", "out"]\n[inputs.x]\nshape = ["M", "N"]\n[outputs.out]\nshape = ["M", "N"]\n'
+        '[[cases]]\nM = 2\nN = 3\ndtype = "float32"\ninputs.x = { layout = "interleaved" }\n'
+        '[tolerance.float32]\natol = 1e-6\nrtol = 1e-6\n')
+    with pytest.raises(SpecError, match="swaps dimensions 1 and 2.*x has 2"):
+        load_spec(folder)
 
 
 def test_float32_sum_tolerance_grows_with_the_square_root_of_its_length():

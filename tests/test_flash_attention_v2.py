@@ -190,6 +190,10 @@ FORWARD_MISTAKES = {
     # lse assumed contiguous: right until its head stride is not N
     "lse_contiguous": ("Lse + off_b * stride_lb + off_h * stride_lh + offs_m * stride_ln", "Lse + off_bh * n_ctx + offs_m",
                        "lse layout=row_slice"),
+    # a head found N rows after the previous one: right for contiguous q and for row slices, wrong for q, k, v
+    # as a fused QKV projection gives them (heads interleaved within each row)
+    "heads_merged": ("Q + off_b * stride_qb + off_h * stride_qh + offs_m[:, None] * stride_qn",
+                     "Q + off_bh * n_ctx * stride_qn + offs_m[:, None] * stride_qn", "q layout=interleaved"),
 }
 
 
