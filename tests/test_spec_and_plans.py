@@ -46,6 +46,12 @@ def test_spec_with_unknown_argument_is_rejected_with_the_file_named(tmp_path):
         load_spec(folder)
 
 
+def test_a_layout_that_swaps_dimensions_1_and_2_needs_three_of_them(tmp_path):
+    folder = write_spec(tmp_path / "flat", case_extra='inputs.x = { layout = "interleaved" }\n')
+    with pytest.raises(SpecError, match="swaps dimensions 1 and 2 in memory: x has 1"):
+        load_spec(folder)
+
+
 def test_spec_without_tolerance_for_a_case_dtype_is_rejected(tmp_path):
     folder = write_spec(tmp_path / "t", case_extra='dtype = "float16"\n')
     with pytest.raises(SpecError, match=r"no \[tolerance.float16\]"):
