@@ -229,7 +229,8 @@ def gpu_inputs(M, N, dtype):
 @pytest.mark.solutions
 @pytest.mark.xfail(reason="open (issue 10): 2,336 / 2,256 GB/s = 78% / 75% of copy on the H100 (torch 1,167 / 1,217); "
                           "two 8-warp programs an SM since: 2,804 / 3,168 GB/s = 66% / 75% on the H200 (torch 1,573 / "
-                          "1,647): below the 85% bar", strict=False)
+                          "1,647); the multi-row kernel (session 21, one row a step at N = 4096): 2,525 / 3,122 = 59% / "
+                          "73% by kcourse calibrate: below the 85% bar", strict=False)
 @pytest.mark.parametrize("M, N, dtype", [(4096, 4096, torch.float32), (16384, 4096, torch.bfloat16)])
 def test_ladder_figures_and_the_solution_beats_torch_near_copy_bandwidth(M, N, dtype):
     from grader import timing
