@@ -85,3 +85,19 @@ def test_every_exercise_a_plan_names_exists_and_unwritten_ones_are_listed_as_pla
                 assert item.id in exercises, f"{plan.id} {unit.key} names missing exercise {item.id}"
                 assert item.lang in exercises[item.id].variants
             assert unit.exercises or unit.planned or unit.deliverable, f"{plan.id} {unit.key} is empty"
+
+
+def test_every_exercise_reading_heads_through_strides_grades_them_interleaved():
+    """Where (B, H, N, d) tensors come as row slices (the kernel must use their strides), a case also gives them
+    interleaved, as a fused QKV projection does: row slices alone pass a kernel that finds head h at
+    (b * H + h) * N rows, since their head stride is N row strides."""
+    def layouts(spec, kind):
+        return {options.get("layout") for case in spec.cases for name, options in getattr(case, kind).items()
+                if list(next(t for t in getattr(spec, kind) if t.name == name).shape)[:2] == ["B", "H"]}
+
+    checked = []
+    for spec in discover_exercises().values():
+        if "row_slice" in layouts(spec, "inputs"):
+            assert "interleaved" in layouts(spec, "inputs"), f"{spec.id}: add a case with its (B, H, N, d) inputs interleaved"
+            checked.append(spec.id)
+    assert {"flash_attention_v1", "flash_attention_v2", "flash_attention_v2_backward", "attention_patterns"} <= set(checked)
