@@ -59,3 +59,19 @@ def test_a_steady_kernel_is_timed_in_a_fraction_of_the_budget():
                                        budget_s=3.0)
     assert time.perf_counter() - started < 1.5, measured  # settled after ~0.25 s of rounds
     assert timing.SETTLED_RUNS <= measured["a"]["runs"] < timing.MAX_RUNS
+
+
+def test_the_probe_keeps_each_contestants_fastest_burst_so_a_busy_host_does_not_make_a_forgery():
+    """Four grades at once on one host (H200): single bursts of an honest 0.04-ms softmax measured 3.4 ms a
+    run. The parent keeps each contestant's fastest burst; a claim is still disbelieved when every burst
+    is slow, as a patched timer's would be."""
+    from grader.records import Timing
+    from grader.speed import fastest_bursts, probe_disagrees
+
+    record = Timing(case="n=1", learner_ms=0.0375)
+    busy = [("baseline", 0.030, 1000), ("baseline", 0.045, 1000), ("baseline", 0.090, 1000),
+            ("learner", 1.70, 500), ("learner", 0.050, 500), ("learner", 1.20, 500)]
+    assert fastest_bursts(busy)["learner"] == {"wall_s": 0.050, "runs": 500}
+    assert probe_disagrees(record, fastest_bursts(busy)) is None
+    forged = [b if b[0] == "baseline" else (b[0], 1.70, 500) for b in busy]
+    assert "the grader's own clock measured 3.37 ms" in probe_disagrees(record, fastest_bursts(forged))

@@ -46,8 +46,7 @@ class Block(nn.Module):
         ops, d = self.ops, c // self.heads
         h = ops.layer_norm(x.reshape(b * t, c), self.ln1_w, self.ln1_b)
         qkv = ops.linear(h, self.qkv).view(b, t, 3, self.heads, d)
-        q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))  # (B, H, T, d)
-        y = ops.attention(q, k, v).transpose(1, 2).reshape(b * t, c)
+        y = ops.attention(qkv)  # (B*T, C): each position's heads side by side
         return ops.linear(y, self.proj).view(b, t, c)
 
     def ffn_part(self, x: torch.Tensor) -> torch.Tensor:

@@ -28,11 +28,11 @@ USE_TMA = True  # tensor descriptors wherever the layout allows them (see _tma_o
 
 
 @triton.jit
-def _load_rows(X, off_bh, base, row0, n_ctx, stride_n, stride_d,
+def _load_rows(X, off_b, off_h, base, row0, n_ctx, stride_n, stride_d,
                BLOCK: tl.constexpr, HEAD_DIM: tl.constexpr, TMA: tl.constexpr, MASKED: tl.constexpr):
     """Rows row0 .. row0 + BLOCK of one head, as a BLOCK x HEAD_DIM tile; rows past n_ctx read as 0."""
-    if TMA:  # X is a descriptor of shape (B*H, N, d): the copy engine pads past N with zeros itself
-        tile = X.load([off_bh, row0, 0]).reshape(BLOCK, HEAD_DIM)
+    if TMA:  # X is a descriptor of shape (B, H, N, d): the copy engine pads past N with zeros itself
+        tile = X.load([off_b.to(tl.int32), off_h.to(tl.int32), row0, 0]).reshape(BLOCK, HEAD_DIM)
     else:
         rows = row0 + tl.arange(0, BLOCK)
         ptrs = X + base + rows[:, None] * stride_n + tl.arange(0, HEAD_DIM)[None, :] * stride_d
@@ -44,7 +44,7 @@ def _load_rows(X, off_bh, base, row0, n_ctx, stride_n, stride_d,
 
 
 @triton.jit
-def _attend(acc, l_i, m_i, q, K, V, k_base, v_base, off_bh, lo, hi, offs_m, n_ctx, qk_scale,
+def _attend(acc, l_i, m_i, q, K, V, k_base, v_base, off_b, off_h, lo, hi, offs_m, n_ctx, qk_scale,
             stride_kn, stride_kd, stride_vn, stride_vd,
             BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, TMA: tl.constexpr,
             MASKED: tl.constexpr):
@@ -52,7 +52,7 @@ def _attend(acc, l_i, m_i, q, K, V, k_base, v_base, off_bh, lo, hi, offs_m, n_ct
     offs_n = tl.arange(0, BLOCK_N)
     for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
-        k = _load_rows(K, off_bh, k_base, start_n, n_ctx, stride_kn, stride_kd, BLOCK_N, HEAD_DIM, TMA, MASKED)
+        k = _load_rows(K, off_b, off_h, k_base, start_n, n_ctx, stride_kn, stride_kd, BLOCK_N, HEAD_DIM, TMA, MASKED)
         qk = tl.dot(q, tl.trans(k))
         if MASKED:
             cols = start_n + offs_n
@@ -68,7 +68,7 @@ def _attend(acc, l_i, m_i, q, K, V, k_base, v_base, off_bh, lo, hi, offs_m, n_ct
             p = tl.math.exp2(qk * qk_scale - m_new[:, None])
         alpha = tl.math.exp2(m_i - m_new)  # what the old max's terms are worth under the new one
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = _load_rows(V, off_bh, v_base, start_n, n_ctx, stride_vn, stride_vd, BLOCK_N, HEAD_DIM, TMA, MASKED)
+        v = _load_rows(V, off_b, off_h, v_base, start_n, n_ctx, stride_vn, stride_vd, BLOCK_N, HEAD_DIM, TMA, MASKED)
         acc = acc * alpha[:, None]
         acc = tl.dot(p.to(v.dtype), v, acc)
         m_i = m_new
@@ -90,7 +90,7 @@ def _block_shapes(nargs):
     """A descriptor's block is a compile-time shape: set it to the configuration being run."""
     for name, rows in (("Q", "BLOCK_M"), ("Out", "BLOCK_M"), ("K", "BLOCK_N"), ("V", "BLOCK_N")):
         if isinstance(nargs[name], TensorDescriptor):
-            nargs[name].block_shape = [1, nargs[rows], nargs["HEAD_DIM"]]
+            nargs[name].block_shape = [1, 1, nargs[rows], nargs["HEAD_DIM"]]
 
 
 TUNE_FROM = 2048  # shorter sequences (the correctness sizes) take the first configuration that fits, untimed
@@ -123,7 +123,7 @@ def _flash_fwd(Q, K, V, Out, Lse, sm_scale,  # Q, K, V, Out: descriptors (TMA) o
     row0 = start_m * BLOCK_M
     offs_m = row0 + tl.arange(0, BLOCK_M)
 
-    q = _load_rows(Q, off_bh, off_b * stride_qb + off_h * stride_qh, row0, n_ctx, stride_qn, stride_qd,
+    q = _load_rows(Q, off_b, off_h, off_b * stride_qb + off_h * stride_qh, row0, n_ctx, stride_qn, stride_qd,
                    BLOCK_M, HEAD_DIM, TMA, True)
     k_base = off_b * stride_kb + off_h * stride_kh
     v_base = off_b * stride_vb + off_h * stride_vh
@@ -138,9 +138,9 @@ def _flash_fwd(Q, K, V, Out, Lse, sm_scale,  # Q, K, V, Out: descriptors (TMA) o
     else:  # whole key blocks without masks, then the ragged tail
         full_end = (n_ctx // BLOCK_N) * BLOCK_N
         end = n_ctx
-    acc, l_i, m_i = _attend(acc, l_i, m_i, q, K, V, k_base, v_base, off_bh, 0, full_end, offs_m, n_ctx, qk_scale,
+    acc, l_i, m_i = _attend(acc, l_i, m_i, q, K, V, k_base, v_base, off_b, off_h, 0, full_end, offs_m, n_ctx, qk_scale,
                             stride_kn, stride_kd, stride_vn, stride_vd, BLOCK_N, HEAD_DIM, CAUSAL, TMA, False)
-    acc, l_i, m_i = _attend(acc, l_i, m_i, q, K, V, k_base, v_base, off_bh, full_end, end, offs_m, n_ctx, qk_scale,
+    acc, l_i, m_i = _attend(acc, l_i, m_i, q, K, V, k_base, v_base, off_b, off_h, full_end, end, offs_m, n_ctx, qk_scale,
                             stride_kn, stride_kd, stride_vn, stride_vd, BLOCK_N, HEAD_DIM, CAUSAL, TMA, True)
 
     # m is in log2 units of the scaled scores: lse = ln(sum exp(s)) = (m + log2(l)) * ln(2)
@@ -148,7 +148,7 @@ def _flash_fwd(Q, K, V, Out, Lse, sm_scale,  # Q, K, V, Out: descriptors (TMA) o
     tl.store(Lse + off_b * stride_lb + off_h * stride_lh + offs_m * stride_ln, lse, mask=offs_m < n_ctx)
     out = (acc / l_i[:, None]).to(q.dtype)
     if TMA:  # rows past N are dropped by the copy engine
-        Out.store([off_bh, row0, 0], out.reshape(1, BLOCK_M, HEAD_DIM))
+        Out.store([off_b.to(tl.int32), off_h.to(tl.int32), row0, 0], out.reshape(1, 1, BLOCK_M, HEAD_DIM))
     else:
         o_ptrs = (Out + off_b * stride_ob + off_h * stride_oh + offs_m[:, None] * stride_on
                   + tl.arange(0, HEAD_DIM)[None, :] * stride_od)
@@ -156,20 +156,18 @@ def _flash_fwd(Q, K, V, Out, Lse, sm_scale,  # Q, K, V, Out: descriptors (TMA) o
 
 
 def _tma_ok(*tensors: torch.Tensor) -> bool:
-    """TMA reads (B*H, N, d) boxes: rows contiguous, 16-byte aligned strides and base, batch and head
-    strides that merge into one (true of contiguous tensors; a row slice's odd row stride is not)."""
+    """TMA reads (1, 1, rows, d) boxes of a (B, H, N, d) descriptor: rows contiguous, every other stride and
+    the base 16-byte aligned. Contiguous tensors qualify, and so do q, k, v sliced from a fused QKV projection
+    (B, N, 3, H, d) in bf16/fp16; a row slice's odd row stride does not (pointer loads then)."""
     for t in tensors:
-        b_stride, h_stride, n_stride, d_stride = t.stride()
         size = t.element_size()
-        if (d_stride != 1 or b_stride != t.shape[1] * h_stride or (h_stride * size) % 16 or (n_stride * size) % 16
-                or t.data_ptr() % 16):
+        if t.stride(3) != 1 or any((s * size) % 16 for s in t.stride()[:3]) or t.data_ptr() % 16:
             return False
     return True
 
 
 def _descriptor(t: torch.Tensor) -> TensorDescriptor:
-    batch, heads, n_ctx, head_dim = t.shape
-    return TensorDescriptor(t, [batch * heads, n_ctx, head_dim], [t.stride(1), t.stride(2), 1], [1, 16, head_dim])
+    return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, 16, t.shape[3]])
 
 
 def flash_attention_v2(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
