@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from grader import hostload
 from grader.spec import Case, ExerciseSpec, SpecError, TensorSpec, shape_of
 
 INT_POISON = -1234567  # an integer output nobody computes by accident
@@ -76,7 +77,7 @@ def _draw(numel: int, seed: int, init: str) -> torch.Tensor:
                 view += 0.5
 
     if len(chunks) > 1:
-        with ThreadPoolExecutor(min(len(chunks), os.cpu_count() or 1)) as pool:
+        with ThreadPoolExecutor(min(len(chunks), hostload.cpu_share())) as pool:  # other GPUs' grades share the host
             list(pool.map(fill, enumerate(chunks)))
     elif chunks:
         fill((0, chunks[0]))

@@ -16,7 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
-from grader import heavy, integrity, memory, op_checks, speed
+from grader import heavy, hostload, integrity, memory, op_checks, speed
 from grader.checking import judge_output, load_reference, looks_cached, reference_outputs
 from grader.inputs import dtype_of, element_size, generate, load_tensor, save_tensor, shape_of
 from grader.records import ERROR, FAILED, PASSED, Check, GradeResult
@@ -42,6 +42,7 @@ class Judge:
                  timeout_s: float, timing: bool, calibration: dict | None):
         self.spec, self.variant, self.child, self.result = spec, variant, child, result
         self.seed, self.timeout_s, self.timing, self.calibration = seed, timeout_s, timing, calibration
+        hostload.limit_threads()  # references and draws in one GPU's share of the CPUs
         self.reference = load_reference(spec.folder / "reference.py", variant.reference)
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="kcourse-reference")
         # float64 references on the GPU: the child's own
@@ -389,12 +390,16 @@ class Judge:
 
     def _cross_check_probe(self, record) -> None:
         bursts = []
+        pid = int((self.child.ready or {}).get("pid") or self.child.proc.pid)  # sent before learner code ran
         self.child.send({"go": True})
         for _ in range((3 if record.solution_source == "live solution" else 2) * speed.PROBE_BURSTS):
             start = self._expect("probe_start")
-            begun = time.monotonic()
+            begun, child_before, parent_before = time.monotonic(), hostload.process_times(pid), hostload.cpu_wait_s()
             self._expect("probe_end")
-            bursts.append((str(start.get("who")), time.monotonic() - begun, int(start.get("runs", 1))))
+            wall = time.monotonic() - begun
+            # the time either process waited for a CPU another grade held is not the kernel's
+            waited = hostload.waited_for_cpu(child_before, hostload.process_times(pid), parent_before, hostload.cpu_wait_s())
+            bursts.append((str(start.get("who")), max(0.0, wall - waited), int(start.get("runs", 1))))
         disagreement = speed.probe_disagrees(record, speed.fastest_bursts(bursts))
         if disagreement:
             self._fail("integrity", disagreement + ": was the timer patched?", code="timing_forged")

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from grader import integrity, loading, memory  # memory binds torch's allocator statistics before learner code loads
+from grader import hostload, integrity, loading, memory  # memory binds torch's allocator statistics before learner code loads
 from grader.orphan import exit_with_parent
 from grader.inputs import in_place_names, load_tensor, make_outputs, place, save_tensor, start_in_place, written_outside
 from grader.records import FAILED, PASSED, Check
@@ -407,6 +407,7 @@ def main(event_fd: int) -> None:
     events = Events(event_fd)
     device = os.environ.get("KCOURSE_CHILD_DEVICE", "cpu")
     try:
+        hostload.limit_threads()  # one GPU's share of the host's CPUs: other GPUs' grades may be running
         info = warm_up(device)
         events.send("ready", device=info, pid=os.getpid())
         line = read_job_line(float(os.environ.get("KCOURSE_CHILD_IDLE_S", "0")))

@@ -9,6 +9,7 @@ render; `kcourse progress` counts a passed capstone of the learner's own. GPU: t
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -282,3 +283,27 @@ def test_gelus_backward_behind_a_learners_forward_is_pytorchs_gradient_without_r
     want = x.detach().clone().requires_grad_()
     F.gelu(want, approximate="tanh").backward(grad)
     assert torch.equal(x.grad, want.grad)
+
+
+def test_the_row_statistics_kernel_for_the_layer_norm_backward_matches_float64_on_ragged_rows():
+    """grader/capstone/row_stats.py's kernel (it replaced var_mean on the GPU) under the interpreter, in a process
+    of its own (the interpreter is chosen at import): rows not a multiple of its row block, columns not a power
+    of two, an offset that E[x^2] - E[x]^2 would lose."""
+    import os
+    import subprocess
+    import sys
+
+    code = """
+import torch, triton
+from grader.capstone.row_stats import _row_stats
+x = torch.randn(37, 200, dtype=torch.float64).float() * 3 + 1000
+mean, rstd = torch.empty(37), torch.empty(37)
+_row_stats[(triton.cdiv(37, 16),)](x, mean, rstd, 37, 200, x.stride(0), 1e-5, ROWS=16, BLOCK=256)
+var, expected = torch.var_mean(x.double(), -1, unbiased=False)
+assert torch.allclose(mean.double(), expected, rtol=1e-6), (mean.double() - expected).abs().max()
+assert torch.allclose(rstd.double(), torch.rsqrt(var + 1e-5), rtol=1e-4)
+"""
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                          cwd=Path(run.__file__).parents[2])
+    assert done.returncode == 0, done.stderr[-2000:]

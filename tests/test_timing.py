@@ -75,3 +75,18 @@ def test_the_probe_keeps_each_contestants_fastest_burst_so_a_busy_host_does_not_
     assert probe_disagrees(record, fastest_bursts(busy)) is None
     forged = [b if b[0] == "baseline" else (b[0], 1.70, 500) for b in busy]
     assert "the grader's own clock measured 3.37 ms" in probe_disagrees(record, fastest_bursts(forged))
+
+
+def test_time_a_grade_waited_for_a_cpu_is_not_counted_unless_its_own_threads_made_it_wait():
+    from grader.hostload import cpu_wait_s, process_times, waited_for_cpu
+
+    # (main thread's wait for a CPU, other threads' CPU seconds, monotonic now)
+    busy_host = waited_for_cpu((1.0, 0.2, 10.0), (1.5, 0.21, 10.6), 3.0, 3.02)
+    assert busy_host == pytest.approx(0.5 + 0.02)  # the child's and the parent's waits: another grade's CPU time
+    self_starved = waited_for_cpu((1.0, 0.2, 10.0), (1.5, 2.2, 10.6), 3.0, 3.02)
+    assert self_starved == pytest.approx(0.02)  # its own threads were busy: only the parent's wait is taken off
+    assert waited_for_cpu(None, None, None, None) == 0.0  # no schedstat (not Linux): nothing is taken off
+    import os
+
+    if os.path.exists("/proc/thread-self/schedstat"):
+        assert cpu_wait_s() >= 0 and process_times(os.getpid())[0] >= 0

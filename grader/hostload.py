@@ -1,0 +1,79 @@
+"""How busy the host is, as the kernel accounts it: a grade's fair share of the CPUs, and how long a thread
+waited for one.
+
+A host grading on each of its GPUs at once (validate, grade-batch) runs that many grades side by side. Each
+process used to size its thread pools to the whole host (64 threads each on a 64-core, 4-GPU host), and the
+grading child's own loop then waited for a CPU most of the time: the wall-clock probe (judge.py) measured
+honest 0.04-ms kernels at 0.6-3.4 ms a run and called them forged (4x H200)."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+
+def gpus_on_host() -> int:
+    """The host's NVIDIA GPUs, whatever CUDA_VISIBLE_DEVICES this process was given (1 where unknown)."""
+    return len(glob.glob("/proc/driver/nvidia/gpus/*")) or 1
+
+
+def cpu_share() -> int:
+    """One GPU's share of the CPUs this process may use: the threads one grade should run at most."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, cpus // gpus_on_host())
+
+
+def limit_threads() -> None:
+    """torch's CPU thread pool down to this grade's share (never up)."""
+    import torch
+
+    share = cpu_share()
+    if torch.get_num_threads() > share:
+        torch.set_num_threads(share)
+
+
+def _schedstat(path: str) -> tuple[float, float] | None:
+    """(seconds on a CPU, seconds runnable but waiting for one) of one thread, from Linux's schedstat."""
+    try:
+        with open(path) as f:
+            on_cpu, waiting = f.read().split()[:2]
+        return int(on_cpu) / 1e9, int(waiting) / 1e9
+    except (OSError, ValueError):
+        return None
+
+
+def cpu_wait_s() -> float | None:
+    """Seconds this thread has spent runnable but waiting for a CPU (None where the kernel does not say)."""
+    times = _schedstat("/proc/thread-self/schedstat")
+    return None if times is None else times[1]
+
+
+def process_times(pid: int) -> tuple[float, float, float] | None:
+    """(main thread's seconds waiting for a CPU, the other threads' seconds on one, now) of process `pid`.
+    The kernel keeps these: the process cannot make them up."""
+    import time
+
+    main = _schedstat(f"/proc/{pid}/task/{pid}/schedstat")
+    if main is None:
+        return None
+    others = 0.0
+    for path in glob.glob(f"/proc/{pid}/task/*/schedstat"):
+        if path != f"/proc/{pid}/task/{pid}/schedstat":
+            times = _schedstat(path)
+            others += times[0] if times else 0.0
+    return main[1], others, time.monotonic()
+
+
+def waited_for_cpu(child_before, child_after, parent_before: float | None, parent_after: float | None) -> float:
+    """Seconds of a wall-clock interval the host's other work took: the parent's wait to be scheduled, and the
+    child's main thread's, unless the child's own other threads were busy for much of it (a process starving
+    its own main thread with busy threads could otherwise shrink the wall clock of its kernel)."""
+    waited = parent_after - parent_before if parent_before is not None and parent_after is not None else 0.0
+    if child_before is not None and child_after is not None:
+        wall = child_after[2] - child_before[2]
+        if child_after[1] - child_before[1] < 0.25 * wall:
+            waited += child_after[0] - child_before[0]
+    return max(0.0, waited)
