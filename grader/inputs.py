@@ -20,7 +20,6 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import math
-import os
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from pathlib import Path

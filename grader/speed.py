@@ -100,8 +100,8 @@ def fastest_bursts(bursts: list[tuple[str, float, int]]) -> dict[str, dict[str, 
 
 
 def probe_disagrees(record: Timing, probe: dict[str, dict[str, float]]) -> str | None:
-    """The child's figures against the parent's own clock around back-to-back runs (each run: flush,
-    call, synchronise). The baseline (flush and synchronise only) is subtracted; what is left is the
+    """The child's figures against the parent's own clock around back-to-back runs (each run: flush, call;
+    a synchronise at the burst's end). The baseline (flushes only) is subtracted; what is left is the
     kernel plus its launch latency, never less than the kernel: a claim far below it is not believed."""
     if "learner" not in probe or "baseline" not in probe:
         return None

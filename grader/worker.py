@@ -286,9 +286,9 @@ class Worker:
         """Back-to-back runs of each contestant between two events the parent timestamps with its own
         clock: a timer patched in this process cannot change what the parent's clock saw.
 
-        Each contestant runs in PROBE_BURSTS bursts, synchronised once at each burst's end (the parent keeps
-        the fastest): on a host busy with other grades, a synchronise per run waited for a CPU time slice
-        (~3 ms) every run, and honest kernels of 0.04 ms were measured at 3.4 ms (4 grades at once, H200)."""
+        Each contestant runs in PROBE_BURSTS bursts, synchronised once at each burst's end; the parent keeps
+        the fastest and takes off the time this process waited for a CPU (hostload.py). On a host grading on
+        its four GPUs at once (H200), single bursts measured honest 0.04-ms kernels at 0.6-3.4 ms a run."""
         from grader import timing
         from grader.speed import PROBE_BURSTS
 
