@@ -57,5 +57,8 @@ class Batches:
     def get(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
         starts = torch.randint(0, self.tokens.numel() - self.context - 1, (self.batch,), generator=gen)
-        rows = self.tokens[starts.to(self.tokens.device)[:, None] + self.window]
+        if self.tokens.is_cuda:  # a copy from pageable memory first waits for the GPU to finish the work queued
+            # before it (CUDA's rule): every step would wait for the last one's tail. Pinned, it does not wait.
+            starts = starts.pin_memory().to(self.tokens.device, non_blocking=True)
+        rows = self.tokens[starts[:, None] + self.window]
         return rows[:, :-1], rows[:, 1:]
