@@ -339,14 +339,8 @@ class Judge:
 
     def _timing(self, job: dict[str, Any]) -> None:
         started = time.monotonic()
-        cases = self.spec.performance.cases
         timed = self._timed_cases(job)
-        messages = []
-        for index, case in timed:
-            metas, _ = self._drawn(f"t{index}", case, self._timed_seed(index), 0)
-            last = index == len(cases) - 1
-            messages.append({"case": index, "k": f"t{index}", "inputs": metas, "probe": last,
-                             "budget_s": BUDGET_S if last else BUDGET_S / 3})  # the verdict size gets most runs
+        messages = self._timing_messages(job, timed)
         self.deadline = max(self.deadline, time.monotonic() + self.timeout_s)
         if self.gpu is not None:  # nothing of ours on the GPU while the child times
             for index, _ in timed:
@@ -361,6 +355,19 @@ class Judge:
         self.result.add(check)
         self._add_if(memory.verdict(self.spec, records))
         self._mark("timing", started)
+
+    def _timing_messages(self, job: dict[str, Any], timed: list[tuple[int, Case]]) -> list[dict[str, Any]]:
+        """What the child is told to time, a message per size."""
+        messages = []
+        for index, case in timed:
+            metas, _ = self._drawn(f"t{index}", case, self._timed_seed(index), 0)
+            last = index == len(self.spec.performance.cases) - 1
+            messages.append({"case": index, "k": f"t{index}", "inputs": metas, "probe": last,
+                             "budget_s": BUDGET_S if last else BUDGET_S / 3,  # the verdict size gets most runs
+                             # kcourse watch: PyTorch is not timed beside you (the verdict does not use it):
+                             # two contestants take two thirds of three's time
+                             "anchor": job.get("timed_sizes") != "verdict"})
+        return messages
 
     def _add_if(self, check: Check | None) -> None:
         if check is not None:

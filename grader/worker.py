@@ -245,7 +245,7 @@ class Worker:
             if solution is not None:
                 functions["solution"] = lambda: solution({**inputs, **theirs}, case.params)
             functions.update(self._baseline(learner, inputs, case))
-            if self.variant.kind != "cuda_host":
+            if self.variant.kind != "cuda_host" and message.get("anchor", True):
                 keywords = reference_keywords(self.reference, case.params, self.tensor_device)
                 functions["torch"] = lambda: self.reference(*inputs.values(), **keywords)
             self.events.send("timing_start", k=message["k"])

@@ -188,3 +188,19 @@ def test_what_is_drawn_ahead_stays_within_its_budget(tmp_path, monkeypatch):
         assert len(judge.drawn) == 1
     finally:
         judge.close()
+
+
+def test_watch_does_not_time_pytorch_beside_you_and_a_grade_does():
+    """The verdict compares you with the solution (or its calibrated figure): under watch the PyTorch anchor's
+    runs are left out, a third of the timing phase with three contestants."""
+    from types import SimpleNamespace
+
+    from grader.judge import Judge
+
+    spec = resolve(["vector_add"], lang="triton").spec
+    judge = SimpleNamespace(spec=spec, _drawn=lambda *a: ({}, None), _timed_seed=lambda index: index)
+    timed = list(enumerate(spec.performance.cases))
+    watched = Judge._timing_messages(judge, {"timed_sizes": "verdict"}, timed[-1:])
+    graded = Judge._timing_messages(judge, {"timed_sizes": "all"}, timed)
+    assert [m["anchor"] for m in watched] == [False] and all(m["anchor"] for m in graded)
+    assert graded[-1]["probe"] and not graded[0]["probe"]  # the probe runs at the verdict's size only
