@@ -51,29 +51,60 @@ def cpu_wait_s() -> float | None:
     return None if times is None else times[1]
 
 
-def process_times(pid: int) -> tuple[float, float, float] | None:
-    """(main thread's seconds waiting for a CPU, the other threads' seconds on one, now) of process `pid`.
-    The kernel keeps these: the process cannot make them up."""
+def _descendants(pid: int) -> list[int]:
+    """pid's child processes, theirs, and so on (Linux's /proc/PID/task/TID/children)."""
+    found, todo = [], [pid]
+    while todo:
+        for path in glob.glob(f"/proc/{todo.pop()}/task/*/children"):
+            try:
+                with open(path) as f:
+                    children = [int(c) for c in f.read().split()]
+            except (OSError, ValueError):
+                continue
+            found += children
+            todo += children
+    return found
+
+
+def _fair(pid: int) -> bool:
+    """Whether process pid runs at no lower priority than this one (its nice value, and the normal policy)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+        nice, policy = int(fields[16]), int(fields[38])
+    except (OSError, ValueError, IndexError):
+        return False
+    return policy == 0 and nice <= os.nice(0)
+
+
+def process_times(pid: int) -> tuple[float, float, float, bool] | None:
+    """(main thread's seconds waiting for a CPU, the seconds every other thread of the process and of its
+    child processes spent on one, now, whether it runs at this process's priority or higher) of process
+    `pid`. The kernel keeps these: the process cannot make them up."""
     import time
 
-    main = _schedstat(f"/proc/{pid}/task/{pid}/schedstat")
+    main_path = f"/proc/{pid}/task/{pid}/schedstat"
+    main = _schedstat(main_path)
     if main is None:
         return None
     others = 0.0
-    for path in glob.glob(f"/proc/{pid}/task/*/schedstat"):
-        if path != f"/proc/{pid}/task/{pid}/schedstat":
-            times = _schedstat(path)
-            others += times[0] if times else 0.0
-    return main[1], others, time.monotonic()
+    for process in [pid, *_descendants(pid)]:
+        for path in glob.glob(f"/proc/{process}/task/*/schedstat"):
+            if path != main_path:
+                times = _schedstat(path)
+                others += times[0] if times else 0.0
+    return main[1], others, time.monotonic(), _fair(pid)
 
 
 def waited_for_cpu(child_before, child_after, parent_before: float | None, parent_after: float | None) -> float:
     """Seconds of a wall-clock interval the host's other work took: the parent's wait to be scheduled, and the
-    child's main thread's, unless the child's own other threads were busy for much of it (a process starving
-    its own main thread with busy threads could otherwise shrink the wall clock of its kernel)."""
+    child's main thread's. The child's is counted only where the child did not cause it: its own threads
+    and child processes busy for under a quarter of the interval, and its priority not lowered (a process
+    starving its own main thread could otherwise shrink the wall clock of its kernel)."""
     waited = parent_after - parent_before if parent_before is not None and parent_after is not None else 0.0
     if child_before is not None and child_after is not None:
         wall = child_after[2] - child_before[2]
-        if child_after[1] - child_before[1] < 0.25 * wall:
+        own_doing = child_after[1] - child_before[1] >= 0.25 * wall or not (child_before[3] and child_after[3])
+        if not own_doing:
             waited += child_after[0] - child_before[0]
     return max(0.0, waited)
