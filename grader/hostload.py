@@ -77,12 +77,10 @@ def _fair(pid: int) -> bool:
     return policy == 0 and nice <= os.nice(0)
 
 
-def process_times(pid: int) -> tuple[float, float, float, bool] | None:
+def process_times(pid: int) -> tuple[float, float, bool] | None:
     """(main thread's seconds waiting for a CPU, the seconds every other thread of the process and of its
-    child processes spent on one, now, whether it runs at this process's priority or higher) of process
-    `pid`. The kernel keeps these: the process cannot make them up."""
-    import time
-
+    child processes spent on one, whether it runs at this process's priority or higher) of process `pid`.
+    The kernel keeps these: the process cannot make them up."""
     main_path = f"/proc/{pid}/task/{pid}/schedstat"
     main = _schedstat(main_path)
     if main is None:
@@ -93,18 +91,18 @@ def process_times(pid: int) -> tuple[float, float, float, bool] | None:
             if path != main_path:
                 times = _schedstat(path)
                 others += times[0] if times else 0.0
-    return main[1], others, time.monotonic(), _fair(pid)
+    return main[1], others, _fair(pid)
 
 
-def waited_for_cpu(child_before, child_after, parent_before: float | None, parent_after: float | None) -> float:
-    """Seconds of a wall-clock interval the host's other work took: the parent's wait to be scheduled, and the
-    child's main thread's. The child's is counted only where the child did not cause it: its own threads
-    and child processes busy for under a quarter of the interval, and its priority not lowered (a process
-    starving its own main thread could otherwise shrink the wall clock of its kernel)."""
+def waited_for_cpu(wall_s: float, child_before, child_after, parent_before: float | None,
+                   parent_after: float | None) -> float:
+    """Seconds of a wall-clock interval of `wall_s` the host's other work took: the parent's wait to be
+    scheduled, and the child's main thread's. The child's is counted only where the child did not cause it:
+    its own threads and child processes busy for under a quarter of the interval, and its priority not lowered
+    (a process starving its own main thread could otherwise shrink the wall clock of its kernel)."""
     waited = parent_after - parent_before if parent_before is not None and parent_after is not None else 0.0
     if child_before is not None and child_after is not None:
-        wall = child_after[2] - child_before[2]
-        own_doing = child_after[1] - child_before[1] >= 0.25 * wall or not (child_before[3] and child_after[3])
+        own_doing = child_after[1] - child_before[1] >= 0.25 * wall_s or not (child_before[2] and child_after[2])
         if not own_doing:
             waited += child_after[0] - child_before[0]
     return max(0.0, waited)

@@ -405,7 +405,8 @@ class Judge:
             self._expect("probe_end")
             wall = time.monotonic() - begun
             # the time either process waited for a CPU another grade held is not the kernel's
-            waited = hostload.waited_for_cpu(child_before, hostload.process_times(pid), parent_before, hostload.cpu_wait_s())
+            waited = hostload.waited_for_cpu(wall, child_before, hostload.process_times(pid), parent_before,
+                                             hostload.cpu_wait_s())
             bursts.append((str(start.get("who")), max(0.0, wall - waited), int(start.get("runs", 1))))
         disagreement = speed.probe_disagrees(record, speed.fastest_bursts(bursts))
         if disagreement:
