@@ -307,3 +307,19 @@ assert torch.allclose(rstd.double(), torch.rsqrt(var + 1e-5), rtol=1e-4)
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
                           cwd=Path(run.__file__).parents[2])
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_an_optimizer_steps_scalars_reach_the_kernel_without_growing_the_layout_cache():
+    """AdamW's `step` changes every call: each call passes its own step, and the layout (the outputs' shapes,
+    read once per shape) is not recomputed or stored again per step."""
+    import torch
+
+    spec = discover_exercises()["adamw"]
+    seen = []
+    kernel = kernels.ExerciseKernel("adamw", spec, spec.variants["cuda"], lambda tensors, params: seen.append(params))
+    p, g, m, v = (torch.zeros(8) for _ in range(4))
+    for step in (1, 2, 3):
+        kernel(p=p, g=g, m=m, v=v, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, step=step)
+    assert [params["step"] for params in seen] == [1, 2, 3]
+    assert all(params["n"] == 8 for params in seen)
+    assert len(kernel._layouts) == 1

@@ -12,6 +12,7 @@ the case's parameters read off the tensors it is given. No exercise has glue of 
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -190,6 +191,10 @@ class ExerciseKernel:
     def __init__(self, operation: str, spec, variant, caller):
         self.operation, self.spec, self.variant, self.caller = operation, spec, variant, caller
         self.names = {t.name for t in spec.inputs}
+        # the scalars an output's shape or dtype is written in: only these key the layout cache (AdamW's `step`
+        # changes every call and must not add an entry per step)
+        self._shaping = {"dtype"} | {name for t in spec.outputs for dim in t.shape
+                                     for name in re.findall(r"[A-Za-z_]\w*", str(dim))}
         self._layouts: dict[tuple, tuple[dict[str, Any], list[tuple[str, list[int], Any]]]] = {}
 
     def __call__(self, **given: Any) -> dict[str, Any]:
@@ -197,10 +202,12 @@ class ExerciseKernel:
 
         tensors = {k: v for k, v in given.items() if isinstance(v, torch.Tensor)}
         extra = {k: v for k, v in given.items() if not isinstance(v, torch.Tensor)}
-        key = tuple((k, tuple(t.shape), t.dtype) for k, t in tensors.items()) + tuple(sorted(extra.items()))
+        key = tuple((k, tuple(t.shape), t.dtype) for k, t in tensors.items()) + tuple(
+            sorted((k, v) for k, v in extra.items() if k in self._shaping))
         if key not in self._layouts:
             self._layouts[key] = self._layout(tensors, extra)
         params, outputs = self._layouts[key]
+        params = {**params, **extra}  # this call's scalars (lr, step), not the first call's
         device = next(iter(tensors.values())).device
         made = {name: tensors[name] if name in tensors else torch.empty(shape, dtype=dtype, device=device)
                 for name, shape, dtype in outputs}
