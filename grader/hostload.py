@@ -106,3 +106,30 @@ def waited_for_cpu(wall_s: float, child_before, child_after, parent_before: floa
         if not own_doing:
             waited += child_after[0] - child_before[0]
     return max(0.0, waited)
+
+
+def main_thread_times(pid: int) -> tuple[float, float] | None:
+    """(seconds on a CPU, seconds waiting for one) of process `pid`'s main thread."""
+    return _schedstat(f"/proc/{pid}/task/{pid}/schedstat")
+
+
+def burst_trace(who: str, runs: int, wall_s: float, waited_s: float, main_before, main_after, child_before,
+                child_after, parent_before, parent_after, end: dict) -> dict:
+    """One probe burst as the host accounted it, for KCOURSE_PROBE_TRACE: where its wall clock went."""
+    def delta(after, before, index):
+        return None if after is None or before is None else round(after[index] - before[index], 6)
+
+    return {"who": who, "runs": runs, "wall_s": round(wall_s, 6), "waited_s": round(waited_s, 6),
+            "main_cpu_s": delta(main_after, main_before, 0), "main_wait_s": delta(main_after, main_before, 1),
+            "others_cpu_s": delta(child_after, child_before, 1),
+            "parent_wait_s": None if parent_before is None or parent_after is None else round(parent_after - parent_before, 6),
+            # the child's own figures: what it says, kept apart from what the kernel accounted
+            "child_enqueue_s": end.get("enqueue_s"), "child_sync_s": end.get("sync_s"),
+            "loadavg": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}
+
+
+def write_trace(path: str, entry: dict) -> None:
+    import json
+
+    with open(path, "a") as f:
+        f.write(json.dumps(entry) + "\n")

@@ -9,6 +9,7 @@ and the timed sizes' inputs are drawn from the start (`prefetch`, while nvcc bui
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import traceback
@@ -366,7 +367,8 @@ class Judge:
                              "budget_s": BUDGET_S if last else BUDGET_S / 3,  # the verdict size gets most runs
                              # kcourse watch: PyTorch is not timed beside you (the verdict does not use it):
                              # two contestants take two thirds of three's time
-                             "anchor": job.get("timed_sizes") != "verdict"})
+                             "anchor": job.get("timed_sizes") != "verdict",
+                             "probe_trace": bool(_probe_trace())})
         return messages
 
     def _add_if(self, check: Check | None) -> None:
@@ -396,21 +398,40 @@ class Judge:
         return memory.annotate(record, self.spec, case, event.get("memory"), element_size(case.dtype))
 
     def _cross_check_probe(self, record) -> None:
-        bursts = []
+        bursts, traced = [], []
         pid = int((self.child.ready or {}).get("pid") or self.child.proc.pid)  # sent before learner code ran
         self.child.send({"go": True})
-        for _ in range((3 if record.solution_source == "live solution" else 2) * speed.PROBE_BURSTS):
+        contestants = 3 if record.solution_source == "live solution" else 2
+        queued = 2 if _probe_trace() and self.variant.kind != "cuda_host" else 1  # the child's queued bursts (worker._probe)
+        for _ in range(contestants * speed.PROBE_BURSTS * queued):
             start = self._expect("probe_start")
             begun, child_before, parent_before = time.monotonic(), hostload.process_times(pid), hostload.cpu_wait_s()
-            self._expect("probe_end")
+            main_before = hostload.main_thread_times(pid)
+            end = self._expect("probe_end")
             wall = time.monotonic() - begun
+            child_after, parent_after = hostload.process_times(pid), hostload.cpu_wait_s()
             # the time either process waited for a CPU another grade held is not the kernel's
-            waited = hostload.waited_for_cpu(wall, child_before, hostload.process_times(pid), parent_before,
-                                             hostload.cpu_wait_s())
-            bursts.append((str(start.get("who")), max(0.0, wall - waited), int(start.get("runs", 1))))
+            waited = hostload.waited_for_cpu(wall, child_before, child_after, parent_before, parent_after)
+            who = str(start.get("who"))
+            if "@" not in who:  # a queued burst (the trace's experiment) is never part of the verdict
+                bursts.append((who, max(0.0, wall - waited), int(start.get("runs", 1))))
+            if queued > 1:
+                traced.append(hostload.burst_trace(who, int(start.get("runs", 1)), wall, waited, main_before,
+                                                   hostload.main_thread_times(pid), child_before, child_after,
+                                                   parent_before, parent_after, end))
         disagreement = speed.probe_disagrees(record, speed.fastest_bursts(bursts))
+        if traced:
+            hostload.write_trace(_probe_trace(), {"exercise": self.spec.id, "lang": self.variant.lang,
+                                                  "claimed_ms": record.learner_ms, "verdict": disagreement or "agrees",
+                                                  "bursts": traced})
         if disagreement:
             self._fail("integrity", disagreement + ": was the timer patched?", code="timing_forged")
+
+
+def _probe_trace() -> str | None:
+    """KCOURSE_PROBE_TRACE=FILE: every probe's bursts, with the host's accounting, appended to FILE as JSON lines
+    (a diagnostic for instructors grading on a busy host; verdicts are unchanged)."""
+    return os.environ.get("KCOURSE_PROBE_TRACE") or None
 
 
 def _other_dtypes_note(spec: ExerciseSpec, variant: Variant) -> str:

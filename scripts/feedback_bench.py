@@ -61,6 +61,7 @@ def watch_latencies(words, lang, solution: str, saves: int = 3, quick: bool = Fa
         later.append(time.perf_counter())
 
     later: list[float] = []
+    events = _record_events()
     thread = threading.Thread(target=watch, args=(resolve(words, lang=lang), "learner", path, show, quick, saves + 1),
                               kwargs={"show_later": show_later}, daemon=True)
     thread.start()
@@ -76,9 +77,36 @@ def watch_latencies(words, lang, solution: str, saves: int = 3, quick: bool = Fa
         time.sleep(0.5) if not later or later[-1] < saved else None
         sanitizer = f", sanitizer +{later[-1] - seen[-1][0]:.1f} s" if later and later[-1] > saved else ""
         phases = ", ".join(f"{k} {v:.2f}" for k, v in seen[-1][2].items())
-        figures.append((seen[-1][0] - saved, f"{seen[-1][1]}{sanitizer}; {phases}"))
+        steps = _timeline([e for e in events if saved <= e[0] <= seen[-1][0]], saved)
+        figures.append((seen[-1][0] - saved, f"{seen[-1][1]}{sanitizer}; {phases}\n      events: {steps}"))
     thread.join(60)
     return figures
+
+
+def _record_events() -> list[tuple[float, str]]:
+    """Every event the grading children send, with the time it arrived (this process runs watch itself)."""
+    from grader import sandbox
+
+    events: list[tuple[float, str]] = []
+    original = sandbox.Child.event
+
+    def event(self, deadline):
+        message = original(self, deadline)
+        events.append((time.perf_counter(), str(message.get("text") or message.get("who") or message.get("event"))[:40]))
+        return message
+
+    sandbox.Child.event = event
+    return events
+
+
+def _timeline(events: list[tuple[float, str]], saved: float) -> str:
+    """`+0.12 loading your code, +0.80 checking n=1, ...`: when each run of like events began after the save."""
+    marks, last = [], None
+    for at, text in events:
+        if text != last:
+            marks.append(f"+{at - saved:.2f} {text}")
+        last = text
+    return ", ".join(marks)
 
 
 def main() -> None:

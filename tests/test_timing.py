@@ -106,3 +106,19 @@ def test_a_child_process_burning_cpu_counts_as_the_grades_own_doing():
     burner.wait()
     assert cpu_wait_s() >= 0 and before[2]  # this process runs at its own priority
     assert during[1] - before[1] > 0.1  # the burner's CPU seconds count as this process's own
+
+
+def test_a_probe_trace_says_where_each_bursts_wall_clock_went(tmp_path):
+    """KCOURSE_PROBE_TRACE's lines: the kernel-kept figures apart from what the child says of itself."""
+    import json
+
+    from grader.hostload import burst_trace, write_trace
+
+    line = burst_trace("learner", 100, 0.5, 0.1, (2.0, 1.0), (2.3, 1.1), (1.0, 0.2, True), (1.1, 0.25, True), 3.0, 3.0,
+                       {"enqueue_s": 0.3, "sync_s": 0.2})
+    assert line["main_cpu_s"] == pytest.approx(0.3) and line["main_wait_s"] == pytest.approx(0.1)
+    assert line["others_cpu_s"] == pytest.approx(0.05) and line["parent_wait_s"] == 0.0
+    assert line["child_enqueue_s"] == 0.3 and line["child_sync_s"] == 0.2
+    assert burst_trace("learner", 1, 0.5, 0.0, None, None, None, None, None, None, {})["main_cpu_s"] is None
+    write_trace(str(tmp_path / "trace.jsonl"), {"bursts": [line]})
+    assert json.loads((tmp_path / "trace.jsonl").read_text())["bursts"][0]["who"] == "learner"
