@@ -9,6 +9,7 @@ Rows stream into the gradebook (gradebook.py) as they finish; what it already ho
 
 from __future__ import annotations
 
+import os
 import queue
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -79,6 +80,15 @@ def gpu_count() -> int:
     return torch.cuda.device_count()
 
 
+def visible_gpus() -> list[str]:
+    """This machine's GPUs as CUDA_VISIBLE_DEVICES entries: the ones this process was given (by a batch system,
+    or a shell that gave each of several graders its own GPU), else all of them. A child is given one of these
+    entries, never its index among them: CUDA_VISIBLE_DEVICES=0 in a child of a process given GPU 3 is GPU 0."""
+    count = gpu_count()
+    given = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    return given[:count] if given else [str(i) for i in range(count)]
+
+
 def grade_row(target: Target, path: Path, seed: int | None, timeout_s: float | None, device: str | None,
               children: WarmChildren | None = None) -> dict:
     """Grade one file (in a child process, as `kcourse grade --file` does) into a gradebook row. `children`:
@@ -111,8 +121,8 @@ class LocalRunner:
     """Threads on this machine, one per GPU by default; each grade's child sees only its slot's GPU."""
 
     def __init__(self, workers: int | None = None):
-        gpus = gpu_count()
-        self.devices = [str(slot % gpus) if gpus else None for slot in range(workers or max(1, gpus))]
+        gpus = visible_gpus()
+        self.devices = [gpus[slot % len(gpus)] if gpus else None for slot in range(workers or max(1, len(gpus)))]
 
     def describe(self) -> str:
         gpus = sorted({d for d in self.devices if d is not None})

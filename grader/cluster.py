@@ -45,19 +45,12 @@ def require_dask():
 
 # --- on the worker -------------------------------------------------------------------------------
 
-def visible_gpus() -> list[str]:
-    """This machine's GPUs as CUDA_VISIBLE_DEVICES entries (those a batch system gave the job, if it did)."""
-    count = batch.gpu_count()
-    given = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
-    return given[:count] if given else [str(i) for i in range(count)]
-
-
 @contextmanager
 def gpu_slot(poll_s: float = 0.5) -> Iterator[str | None]:
     """Hold one GPU of this machine for one grade: the first whose lock file is free. Workers that all see
     every GPU (LocalCluster, a job with --nworkers N) so each take a different one; a lock held by a
     worker that dies is released with its process. None on a machine without a GPU."""
-    gpus = visible_gpus()
+    gpus = batch.visible_gpus()
     if not gpus:
         yield None
         return

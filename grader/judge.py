@@ -367,8 +367,7 @@ class Judge:
                              "budget_s": BUDGET_S if last else BUDGET_S / 3,  # the verdict size gets most runs
                              # kcourse watch: PyTorch is not timed beside you (the verdict does not use it):
                              # two contestants take two thirds of three's time
-                             "anchor": job.get("timed_sizes") != "verdict",
-                             "probe_trace": bool(_probe_trace())})
+                             "anchor": job.get("timed_sizes") != "verdict"})
         return messages
 
     def _add_if(self, check: Check | None) -> None:
@@ -402,23 +401,17 @@ class Judge:
         pid = int((self.child.ready or {}).get("pid") or self.child.proc.pid)  # sent before learner code ran
         self.child.send({"go": True})
         contestants = 3 if record.solution_source == "live solution" else 2
-        queued = 2 if _probe_trace() and self.variant.kind != "cuda_host" else 1  # the child's queued bursts (worker._probe)
-        for _ in range(contestants * speed.PROBE_BURSTS * queued):
+        for _ in range(contestants * speed.PROBE_BURSTS):
             start = self._expect("probe_start")
-            begun, child_before, parent_before = time.monotonic(), hostload.process_times(pid), hostload.cpu_wait_s()
-            main_before = hostload.main_thread_times(pid)
+            begun, child_before, parent_before = time.monotonic(), hostload.main_thread_times(pid), hostload.own_thread_times()
             end = self._expect("probe_end")
             wall = time.monotonic() - begun
-            child_after, parent_after = hostload.process_times(pid), hostload.cpu_wait_s()
-            # the time either process waited for a CPU another grade held is not the kernel's
-            waited = hostload.waited_for_cpu(wall, child_before, child_after, parent_before, parent_after)
             who = str(start.get("who"))
-            if "@" not in who:  # a queued burst (the trace's experiment) is never part of the verdict
-                bursts.append((who, max(0.0, wall - waited), int(start.get("runs", 1))))
-            if queued > 1:
-                traced.append(hostload.burst_trace(who, int(start.get("runs", 1)), wall, waited, main_before,
-                                                   hostload.main_thread_times(pid), child_before, child_after,
-                                                   parent_before, parent_after, end))
+            bursts.append((who, wall, int(start.get("runs", 1))))
+            if _probe_trace():
+                traced.append(hostload.burst_trace(who, int(start.get("runs", 1)), wall, child_before,
+                                                   hostload.main_thread_times(pid), parent_before,
+                                                   hostload.own_thread_times(), end))
         disagreement = speed.probe_disagrees(record, speed.fastest_bursts(bursts))
         if traced:
             hostload.write_trace(_probe_trace(), {"exercise": self.spec.id, "lang": self.variant.lang,

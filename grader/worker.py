@@ -263,7 +263,7 @@ class Worker:
             self.events.send("timed", k=message["k"], measured=measured, outputs=files, memory=peaks)
             if message.get("probe"):
                 self.read_message()
-                self._probe(functions, host, bool(message.get("probe_trace")))
+                self._probe(functions, host)
 
     def _peak_memory(self, functions: dict) -> dict[str, int]:
         """Bytes each contestant allocates beyond what is live before its run, over one untimed run after
@@ -282,49 +282,37 @@ class Worker:
         params = {**case.params, **args}
         return {"learner_baseline": lambda: learner({**inputs, **outputs}, params)}
 
-    def _probe(self, functions: dict, host: bool, trace: bool = False) -> None:
+    def _probe(self, functions: dict, host: bool) -> None:
         """Back-to-back runs of each contestant between two events the parent timestamps with its own
         clock: a timer patched in this process cannot change what the parent's clock saw.
 
         Each contestant runs in PROBE_BURSTS bursts, synchronised once at each burst's end; the parent keeps
-        the fastest and takes off the time this process waited for a CPU (hostload.py). On a host grading on
-        its four GPUs at once (H200), single bursts measured honest 0.04-ms kernels at 0.6-3.4 ms a run.
-        With `trace` (KCOURSE_PROBE_TRACE in the parent: a diagnostic, never a verdict), each contestant also
-        runs queued bursts: its runs enqueued behind a GPU spin long enough to hide their launches."""
+        the fastest: a GPU another process shares for a moment slows one burst, not all."""
         from grader import timing
         from grader.speed import PROBE_BURSTS
 
         flush = None if host or self.device != "cuda" else timing.l2_flush_buffer()
         functions = {"baseline": lambda: None, **functions}
         for who in [w for w in ("baseline", "learner", "solution") if w in functions]:
-            started = time.perf_counter()
-            functions[who]()
-            self.sync()
-            once = max(time.perf_counter() - started, 1e-6)
+            once = min(self._once(functions[who]) for _ in range(3))  # one slow call must not shrink the bursts
             runs = max(3, min(1000, int(PROBE_S / PROBE_BURSTS / once)))
-            enqueue_s = 0.0
             for _ in range(PROBE_BURSTS):
-                enqueue_s = self._burst(who, functions[who], runs, flush)
-            if trace and flush is not None:
-                queued = min(runs, 300)  # two launches a run: well inside a stream's queue of pending launches
-                spin_s = 2 * enqueue_s / runs * queued + 1e-3
-                for _ in range(PROBE_BURSTS):
-                    self._burst(who + "@queued", functions[who], queued, flush, spin_s)
+                self.events.send("probe_start", who=who, runs=runs)
+                begun = time.perf_counter()
+                for _ in range(runs):
+                    if flush is not None:
+                        flush.zero_()
+                    functions[who]()
+                enqueued = time.perf_counter()
+                self.sync()
+                # the child's own account, for KCOURSE_PROBE_TRACE only: the parent's clock decides
+                self.events.send("probe_end", who=who, enqueue_s=enqueued - begun, sync_s=time.perf_counter() - enqueued)
 
-    def _burst(self, who: str, function: Callable, runs: int, flush, spin_s: float = 0.0) -> float:
-        """One burst between probe_start and probe_end; returns the seconds its launches took (a diagnostic)."""
-        self.events.send("probe_start", who=who, runs=runs)
-        begun = time.perf_counter()
-        if spin_s:
-            torch.cuda._sleep(int(spin_s * 2.0e9))  # cycles: at 2 GHz or less, at least spin_s of GPU time
-        for _ in range(runs):
-            if flush is not None:
-                flush.zero_()
-            function()
-        enqueued = time.perf_counter()
+    def _once(self, function: Callable) -> float:
+        started = time.perf_counter()
+        function()
         self.sync()
-        self.events.send("probe_end", who=who, enqueue_s=enqueued - begun, sync_s=time.perf_counter() - enqueued)
-        return enqueued - begun
+        return max(time.perf_counter() - started, 1e-6)
 
 
 def pinned(tensor: torch.Tensor) -> torch.Tensor:

@@ -146,6 +146,22 @@ def test_gradescope_results_carry_the_leaderboard_field_for_a_timed_pass():
     assert "leaderboard" not in exports.gradescope_json([result])
 
 
+def test_each_grade_goes_to_a_gpu_this_process_was_given_never_to_its_index(monkeypatch):
+    """A grader given GPU 3 (CUDA_VISIBLE_DEVICES=3: one of several graders on a host, or a batch system's
+    choice) sees one GPU; its children must be given "3", not "0", which is another grader's GPU (all four
+    lanes of a 4-GPU host once graded on GPU 0, and the probe called honest kernels forged)."""
+    monkeypatch.setattr(batch, "gpu_count", lambda: 1)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    assert batch.LocalRunner().devices == ["3"]
+    monkeypatch.setattr(batch, "gpu_count", lambda: 2)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-5f1c,GPU-77aa")
+    assert batch.LocalRunner(workers=3).devices == ["GPU-5f1c", "GPU-77aa", "GPU-5f1c"]
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert batch.LocalRunner().devices == ["0", "1"]
+    monkeypatch.setattr(batch, "gpu_count", lambda: 0)
+    assert batch.LocalRunner().devices == [None]
+
+
 def test_cluster_options_without_dask_say_what_to_install(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "distributed", None)
     (tmp_path / "ada").mkdir()
