@@ -17,7 +17,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
-from grader import heavy, hostload, integrity, memory, op_checks, speed
+from grader import gpushare, heavy, hostload, integrity, memory, op_checks, speed
 from grader.checking import judge_output, load_reference, looks_cached, reference_outputs
 from grader.inputs import dtype_of, element_size, generate, load_tensor, save_tensor, shape_of
 from grader.records import ERROR, FAILED, PASSED, Check, GradeResult
@@ -352,7 +352,7 @@ class Judge:
         check = speed.verdict(self.spec, self.variant, records[-1] if records else None, self.calibration,
                               self.result.device)
         if records and messages[-1]["probe"]:
-            self._cross_check_probe(records[-1])
+            check = self._cross_check_probe(records[-1]) or check
         self.result.add(check)
         self._add_if(memory.verdict(self.spec, records))
         self._mark("timing", started)
@@ -396,7 +396,9 @@ class Judge:
         record = speed.timing_record(self.spec, self.variant, case, measured, self.result.device)
         return memory.annotate(record, self.spec, case, event.get("memory"), element_size(case.dtype))
 
-    def _cross_check_probe(self, record) -> None:
+    def _cross_check_probe(self, record) -> Check | None:
+        """Fails the grade where the grader's own clock disagrees with the child's timing; where another
+        program shares the GPU, returns the speed check that says so instead (gpushare.py)."""
         bursts, traced = [], []
         pid = int((self.child.ready or {}).get("pid") or self.child.proc.pid)  # sent before learner code ran
         self.child.send({"go": True})
@@ -417,8 +419,15 @@ class Judge:
             hostload.write_trace(_probe_trace(), {"exercise": self.spec.id, "lang": self.variant.lang,
                                                   "claimed_ms": record.learner_ms, "verdict": disagreement or "agrees",
                                                   "bursts": traced})
-        if disagreement:
-            self._fail("integrity", disagreement + ": was the timer patched?", code="timing_forged")
+        if not disagreement:
+            return None
+        sharers = gpushare.other_gpu_processes(self.child.visible_devices)
+        if sharers:
+            return Check("speed", ERROR, f"not judged: another program used this GPU while your kernel was timed "
+                         f"({', '.join(sharers[:3])}), and the grader's clock and your timing disagree ({disagreement}); "
+                         "grade again when `nvidia-smi` shows the GPU free", {"code": "gpu_shared"})
+        self._fail("integrity", disagreement + ": was the timer patched?", code="timing_forged")
+        return None
 
 
 def _probe_trace() -> str | None:

@@ -93,3 +93,33 @@ def test_a_probe_trace_says_where_each_bursts_wall_clock_went(tmp_path):
     assert json.loads((tmp_path / "trace.jsonl").read_text())["bursts"][0]["who"] == "learner"
     if __import__("os").path.exists("/proc/thread-self/schedstat"):
         assert main_thread_times(__import__("os").getpid())[0] > 0 and own_thread_times()[0] > 0
+
+
+def test_where_the_probe_disagrees_another_programs_work_on_the_gpu_is_named_and_the_graders_own_is_not(
+        tmp_path, monkeypatch):
+    """A GPU shared with another program slows the probe's bursts more than the timed runs: the grade then
+    names that program and gives no speed verdict, instead of calling the timer patched. This process, and
+    what it started (the grading child, a warm child), are the grader's own."""
+    import os
+    import subprocess
+    import sys
+
+    from grader import gpushare
+
+    helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        fake = tmp_path / "nvidia-smi"
+        fake.write_text("#!/bin/sh\n"
+                        f"echo '{os.getpid()}, /usr/bin/python3'\n"
+                        f"echo '{helper.pid}, /usr/bin/python3'\n"
+                        "echo '4194301, /opt/lab/other_students_training'\n")
+        fake.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+        others = gpushare.other_gpu_processes("3")
+    finally:
+        helper.kill()
+    if sys.platform.startswith("linux"):  # descendants are read from /proc
+        assert others == ["4194301 other_students_training"]
+    assert gpushare.parse_apps("No running processes found\n") == []
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert gpushare.other_gpu_processes(None) == []  # no nvidia-smi: nothing known, the probe's verdict stands

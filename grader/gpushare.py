@@ -1,0 +1,58 @@
+"""Who else is using a GPU: processes on it that are not this grader's own (its grading child, its reference
+process, a warm child waiting for the next grade, and anything they started).
+
+Another program's work on the GPU slows the grader's wall-clock probe more than the child's timed runs (a
+burst of many runs spans several of the GPU's time slices, one short run rarely does), so the two disagree
+and an honest kernel would look as if its timer were patched. Where the probe disagrees and another program
+shares the GPU, the grade says so and gives no speed verdict, instead of accusing anyone. A learner's code
+gains nothing from starting such a program: the speed check then fails to pass."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+
+
+def other_gpu_processes(device: str | None) -> list[str]:
+    """"pid name" of each process nvidia-smi lists on `device` (a CUDA_VISIBLE_DEVICES entry; the first GPU
+    when None) that this process did not start. Empty where nvidia-smi is missing or sees none (a container
+    often cannot see other containers' processes)."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return []
+    try:
+        out = subprocess.run([smi, "--query-compute-apps=pid,process_name", "--format=csv,noheader",
+                              "-i", (device or "0").split(",")[0]], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if out.returncode != 0:
+        return []
+    own = {os.getpid(), *descendants(os.getpid())}
+    return [f"{pid} {name}" for pid, name in parse_apps(out.stdout) if pid not in own]
+
+
+def parse_apps(text: str) -> list[tuple[int, str]]:
+    """nvidia-smi's `pid, process_name` lines as (pid, the program's file name)."""
+    apps = []
+    for line in text.splitlines():
+        pid, _, name = line.partition(",")
+        if pid.strip().isdigit():
+            apps.append((int(pid), os.path.basename(name.strip()) or "?"))
+    return apps
+
+
+def descendants(pid: int) -> list[int]:
+    """pid's child processes, theirs, and so on (Linux's /proc/PID/task/TID/children; [] elsewhere)."""
+    found, todo = [], [pid]
+    while todo:
+        for path in glob.glob(f"/proc/{todo.pop()}/task/*/children"):
+            try:
+                with open(path) as f:
+                    children = [int(c) for c in f.read().split()]
+            except (OSError, ValueError):
+                continue
+            found += children
+            todo += children
+    return found
