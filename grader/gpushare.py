@@ -18,7 +18,7 @@ import subprocess
 def other_gpu_processes(device: str | None) -> list[str]:
     """"pid name" of each process nvidia-smi lists on `device` (a CUDA_VISIBLE_DEVICES entry; the first GPU
     when None) that this process did not start. Empty where nvidia-smi is missing or sees none (a container
-    often cannot see other containers' processes)."""
+    often cannot see other containers' processes) and off Linux."""
     smi = shutil.which("nvidia-smi")
     if not smi:
         return []
@@ -30,7 +30,9 @@ def other_gpu_processes(device: str | None) -> list[str]:
     if out.returncode != 0:
         return []
     own = {os.getpid(), *descendants(os.getpid())}
-    return [f"{pid} {name}" for pid, name in parse_apps(out.stdout) if pid not in own]
+    # a pid this machine's /proc does not show is another PID namespace's (a container's view of the host's
+    # pids): whose it is cannot be told, so it is not counted, and the probe's verdict stands
+    return [f"{pid} {name}" for pid, name in parse_apps(out.stdout) if pid not in own and os.path.exists(f"/proc/{pid}")]
 
 
 def parse_apps(text: str) -> list[tuple[int, str]]:

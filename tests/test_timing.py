@@ -112,14 +112,15 @@ def test_where_the_probe_disagrees_another_programs_work_on_the_gpu_is_named_and
         fake.write_text("#!/bin/sh\n"
                         f"echo '{os.getpid()}, /usr/bin/python3'\n"
                         f"echo '{helper.pid}, /usr/bin/python3'\n"
-                        "echo '4194301, /opt/lab/other_students_training'\n")
+                        "echo '1, /opt/lab/other_students_training'\n"  # pid 1: running, not ours
+                        "echo '4194301, /usr/bin/python3'\n")  # no such pid here: another namespace's, not counted
         fake.chmod(0o755)
         monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
         others = gpushare.other_gpu_processes("3")
     finally:
         helper.kill()
     if sys.platform.startswith("linux"):  # descendants are read from /proc
-        assert others == ["4194301 other_students_training"]
+        assert others == ["1 other_students_training"]
     assert gpushare.parse_apps("No running processes found\n") == []
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     assert gpushare.other_gpu_processes(None) == []  # no nvidia-smi: nothing known, the probe's verdict stands
