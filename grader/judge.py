@@ -406,6 +406,9 @@ class Judge:
         for _ in range(contestants * speed.PROBE_BURSTS):
             start = self._expect("probe_start")
             begun, child_before, parent_before = time.monotonic(), hostload.main_thread_times(pid), hostload.own_thread_times()
+            # the child waits for this go: a burst cannot run before the clock that times it has started (were
+            # it sent before, a grader slow to wake, say under a learner's CPU burners, would see it shorter)
+            self.child.send({"go": True})
             end = self._expect("probe_end")
             wall = time.monotonic() - begun
             who = str(start.get("who"))

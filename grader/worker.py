@@ -298,6 +298,7 @@ class Worker:
             runs = max(3, min(1000, int(PROBE_S / PROBE_BURSTS / once)))
             for _ in range(PROBE_BURSTS):
                 self.events.send("probe_start", who=who, runs=runs)
+                self.read_message()  # the parent's go, sent once its clock runs: its late waking only lengthens it
                 begun = time.perf_counter()
                 for _ in range(runs):
                     if flush is not None:

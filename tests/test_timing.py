@@ -124,3 +124,71 @@ def test_where_the_probe_disagrees_another_programs_work_on_the_gpu_is_named_and
     assert gpushare.parse_apps("No running processes found\n") == []
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     assert gpushare.other_gpu_processes(None) == []  # no nvidia-smi: nothing known, the probe's verdict stands
+
+
+def test_a_probe_burst_starts_only_after_the_graders_clock_has():
+    """Child side: after each probe_start the child waits for the grader's go before it runs anything, so a
+    grader slow to wake (a learner's CPU burners) can only lengthen the burst it measures, never shorten it."""
+    from grader.worker import Worker
+
+    log = []
+
+    class Child:
+        device = "cpu"
+        events = type("Events", (), {"send": lambda self, kind, **kw: log.append(kind)})()
+        read_message = lambda self: log.append("go")  # noqa: E731
+        sync = lambda self: None  # noqa: E731
+        _once = Worker._once
+
+    Worker._probe(Child(), {"learner": lambda: log.append("run")}, host=False)
+    bursts = [log[i:] for i, kind in enumerate(log) if kind == "probe_start"]
+    assert len(bursts) == 2 * 3  # the baseline's and the learner's, three each
+    assert all(burst[1] == "go" for burst in bursts)  # nothing runs between probe_start and the go
+    assert log.count("run") >= 3 * 3
+
+
+def test_the_grader_starts_its_clock_before_it_lets_a_burst_run():
+    """Grader side: each probe_start is answered with a go after the clock starts; a burst's wall is at least
+    the time the child spent after the go."""
+    import time as clock
+
+    from grader import judge as judge_module
+    from grader.records import GradeResult, Timing
+
+    sent, burst_s = [], 0.02
+
+    class FakeChild:
+        ready, visible_devices = {"pid": 1}, None
+        proc = type("P", (), {"pid": 1})()
+
+        def __init__(self):
+            self.script = []
+            for who in ("baseline", "learner"):
+                for _ in range(3):
+                    self.script += [{"event": "probe_start", "who": who, "runs": 10}, {"event": "probe_end", "who": who}]
+
+        def send(self, message):
+            sent.append(("go", clock.monotonic()))
+
+        def event(self, deadline):
+            message = self.script.pop(0)
+            if message["event"] == "probe_end":
+                assert sent and sent[-1][0] == "go"  # the child runs only once it has its go
+                clock.sleep(burst_s)
+            return message
+
+    judge = judge_module.Judge.__new__(judge_module.Judge)
+    judge.child, judge.deadline = FakeChild(), float("inf")
+    judge.spec = type("S", (), {"id": "x"})()
+    judge.variant = type("V", (), {"lang": "cuda", "kind": "cuda"})()
+    judge.result = GradeResult("x", "cuda", "learner", 1)
+    seen = {}
+    original = judge_module.speed.probe_disagrees
+    judge_module.speed.probe_disagrees = lambda record, probe: seen.update(probe) or None
+    try:
+        record = Timing(case="n=1", learner_ms=2.0, solution_ms=None, torch_ms=None, solution_source="calibration")
+        assert judge._cross_check_probe(record) is None
+    finally:
+        judge_module.speed.probe_disagrees = original
+    assert len(sent) == 1 + 6  # the go that starts the probe, then one a burst
+    assert seen["learner"]["wall_s"] >= burst_s and seen["baseline"]["wall_s"] >= burst_s
