@@ -147,25 +147,23 @@ def test_a_probe_burst_starts_only_after_the_graders_clock_has():
     assert log.count("run") >= 3 * 3
 
 
-def test_the_grader_starts_its_clock_before_it_lets_a_burst_run():
-    """Grader side: each probe_start is answered with a go after the clock starts; a burst's wall is at least
-    the time the child spent after the go."""
+def _probe_judge(burst_s: float = 0.0):
+    """A Judge whose child is a script of probe events (baseline and learner, three bursts each); `sent` records
+    each message the judge sends, with the time."""
     import time as clock
 
     from grader import judge as judge_module
-    from grader.records import GradeResult, Timing
+    from grader.records import GradeResult
 
-    sent, burst_s = [], 0.02
+    sent = []
 
     class FakeChild:
         ready, visible_devices = {"pid": 1}, None
         proc = type("P", (), {"pid": 1})()
 
         def __init__(self):
-            self.script = []
-            for who in ("baseline", "learner"):
-                for _ in range(3):
-                    self.script += [{"event": "probe_start", "who": who, "runs": 10}, {"event": "probe_end", "who": who}]
+            self.script = [{"event": kind, "who": who, "runs": 10} for who in ("baseline", "learner")
+                           for _ in range(3) for kind in ("probe_start", "probe_end")]
 
         def send(self, message):
             sent.append(("go", clock.monotonic()))
@@ -177,18 +175,50 @@ def test_the_grader_starts_its_clock_before_it_lets_a_burst_run():
                 clock.sleep(burst_s)
             return message
 
+        def kill(self):
+            sent.append(("kill", clock.monotonic()))
+
     judge = judge_module.Judge.__new__(judge_module.Judge)
-    judge.child, judge.deadline = FakeChild(), float("inf")
+    judge.child, judge.deadline, judge.stop = FakeChild(), float("inf"), __import__("threading").Event()
     judge.spec = type("S", (), {"id": "x"})()
     judge.variant = type("V", (), {"lang": "cuda", "kind": "cuda"})()
     judge.result = GradeResult("x", "cuda", "learner", 1)
+    return judge, sent
+
+
+def _record():
+    from grader.records import Timing
+
+    return Timing(case="n=1", learner_ms=2.0, solution_ms=None, torch_ms=None, solution_source="calibration")
+
+
+def test_the_grader_starts_its_clock_before_it_lets_a_burst_run(monkeypatch):
+    """Grader side: each probe_start is answered with a go after the clock starts; a burst's wall is at least
+    the time the child spent after the go."""
+    from grader import speed
+
+    judge, sent = _probe_judge(burst_s=0.02)
     seen = {}
-    original = judge_module.speed.probe_disagrees
-    judge_module.speed.probe_disagrees = lambda record, probe: seen.update(probe) or None
-    try:
-        record = Timing(case="n=1", learner_ms=2.0, solution_ms=None, torch_ms=None, solution_source="calibration")
-        assert judge._cross_check_probe(record) is None
-    finally:
-        judge_module.speed.probe_disagrees = original
+    monkeypatch.setattr(speed, "probe_disagrees", lambda record, probe: seen.update(probe) or None)
+    assert judge._cross_check_probe(_record()) is None
     assert len(sent) == 1 + 6  # the go that starts the probe, then one a burst
-    assert seen["learner"]["wall_s"] >= burst_s and seen["baseline"]["wall_s"] >= burst_s
+    assert seen["learner"]["wall_s"] >= 0.02 and seen["baseline"]["wall_s"] >= 0.02
+
+
+def test_a_disagreeing_probe_on_a_gpu_another_program_uses_is_no_accusation(monkeypatch):
+    from grader import gpushare, speed
+    from grader.judge import Finished
+    from grader.records import ERROR
+
+    monkeypatch.setattr(speed, "probe_disagrees", lambda record, probe: "your run reported 0.1 ms per call, but ...")
+    monkeypatch.setattr(gpushare, "other_gpu_processes", lambda device: ["4242 train.py"])
+    judge, _ = _probe_judge()
+    check = judge._cross_check_probe(_record())
+    assert check.name == "speed" and check.status == ERROR and check.details["code"] == "gpu_shared"
+    assert "4242 train.py" in check.message and "nvidia-smi" in check.message
+    monkeypatch.setattr(gpushare, "other_gpu_processes", lambda device: [])
+    judge, sent = _probe_judge()
+    with pytest.raises(Finished):  # nobody else on the GPU: the disagreement is the child's
+        judge._cross_check_probe(_record())
+    failed = judge.result.checks[-1]
+    assert failed.name == "integrity" and failed.details["code"] == "timing_forged" and sent[-1][0] == "kill"
