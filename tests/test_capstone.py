@@ -322,3 +322,20 @@ def test_an_optimizer_steps_scalars_reach_the_kernel_without_growing_the_layout_
     assert [params["step"] for params in seen] == [1, 2, 3]
     assert all(params["n"] == 8 for params in seen)
     assert len(kernel._layouts) == 1
+
+
+def test_every_steps_batch_is_its_seeded_windows_and_a_step_copies_nothing_from_the_host():
+    """Each step's windows start where the (seed, step) generator says, in any order and across a chunk's
+    edge; within a chunk the starts are already on the device (a copy a step made the host wait for the GPU)."""
+    import torch
+
+    batches = data.Batches(data.load_bytes(None), 4, 32, 7, "cpu")
+    tokens = batches.tokens
+    for step in (3, 0, data.Batches.CHUNK_STEPS + 2, 5):
+        x, y = batches.get(step)
+        starts = batches.starts(step)
+        assert torch.equal(x, torch.stack([tokens[i:i + 32] for i in starts]))
+        assert torch.equal(y, torch.stack([tokens[i + 1:i + 33] for i in starts]))
+    held = batches._starts
+    batches.get(6)
+    assert batches._starts is held  # the same chunk: nothing drawn or copied again

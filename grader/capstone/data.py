@@ -45,7 +45,13 @@ def load_bytes(path: Path | None, size: int = DEFAULT_BYTES) -> torch.Tensor:
 
 
 class Batches:
-    """Batch `step` of every run: the same windows of the text, drawn from a generator seeded by (seed, step)."""
+    """Batch `step` of every run: the same windows of the text, drawn from a generator seeded by (seed, step).
+
+    The windows' starts are drawn for CHUNK_STEPS steps at once and copied to the device in one go, so a step
+    copies nothing from the host: a copy per step from pageable memory waited for the GPU to finish the work
+    queued before it (CUDA's rule), and one from pinned memory allocated page-locked memory, which may wait too."""
+
+    CHUNK_STEPS = 1024  # a capstone's timed steps all come from the first chunk, drawn during the warm-up
 
     def __init__(self, tokens: torch.Tensor, batch: int, context: int, seed: int, device: str):
         if tokens.numel() < context + 2:
@@ -53,12 +59,18 @@ class Batches:
                              "give a longer file with --data")
         self.tokens, self.batch, self.context, self.seed = tokens.to(device), batch, context, seed
         self.window = torch.arange(context + 1, device=device)
+        self._chunk, self._starts = -1, None
+
+    def starts(self, step: int) -> torch.Tensor:
+        """The first token of each of step's windows (on the CPU)."""
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
+        return torch.randint(0, self.tokens.numel() - self.context - 1, (self.batch,), generator=gen)
 
     def get(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
-        starts = torch.randint(0, self.tokens.numel() - self.context - 1, (self.batch,), generator=gen)
-        if self.tokens.is_cuda:  # a copy from pageable memory first waits for the GPU to finish the work queued
-            # before it (CUDA's rule): every step would wait for the last one's tail. Pinned, it does not wait.
-            starts = starts.pin_memory().to(self.tokens.device, non_blocking=True)
-        rows = self.tokens[starts[:, None] + self.window]
+        chunk, row = divmod(step, self.CHUNK_STEPS)
+        if chunk != self._chunk:
+            first = chunk * self.CHUNK_STEPS
+            drawn = torch.stack([self.starts(s) for s in range(first, first + self.CHUNK_STEPS)])
+            self._chunk, self._starts = chunk, drawn.to(self.tokens.device)
+        rows = self.tokens[self._starts[row][:, None] + self.window]
         return rows[:, :-1], rows[:, 1:]
