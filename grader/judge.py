@@ -399,29 +399,30 @@ class Judge:
     def _cross_check_probe(self, record) -> Check | None:
         """Fails the grade where the grader's own clock disagrees with the child's timing; where another
         program shares the GPU, returns the speed check that says so instead (gpushare.py)."""
-        bursts, traced = [], []
+        bursts, traced, trace = [], [], _probe_trace()
         pid = int((self.child.ready or {}).get("pid") or self.child.proc.pid)  # sent before learner code ran
         self.child.send({"go": True})
         contestants = 3 if record.solution_source == "live solution" else 2
         for _ in range(contestants * speed.PROBE_BURSTS):
             start = self._expect("probe_start")
-            begun, child_before, parent_before = time.monotonic(), hostload.main_thread_times(pid), hostload.own_thread_times()
+            # the trace's /proc reads come before the clock starts: a grade that is not traced pays nothing for them
+            before = (hostload.main_thread_times(pid), hostload.own_thread_times()) if trace else (None, None)
+            begun = time.monotonic()
             # the child waits for this go: a burst cannot run before the clock that times it has started (were
             # it sent before, a grader slow to wake, say under a learner's CPU burners, would see it shorter)
             self.child.send({"go": True})
             end = self._expect("probe_end")
             wall = time.monotonic() - begun
-            who = str(start.get("who"))
-            bursts.append((who, wall, int(start.get("runs", 1))))
-            if _probe_trace():
-                traced.append(hostload.burst_trace(who, int(start.get("runs", 1)), wall, child_before,
-                                                   hostload.main_thread_times(pid), parent_before,
-                                                   hostload.own_thread_times(), end))
+            who, runs = str(start.get("who")), int(start.get("runs", 1))
+            bursts.append((who, wall, runs))
+            if trace:
+                traced.append(hostload.burst_trace(who, runs, wall, before[0], hostload.main_thread_times(pid),
+                                                   before[1], hostload.own_thread_times(), end))
         disagreement = speed.probe_disagrees(record, speed.fastest_bursts(bursts))
-        if traced:
-            hostload.write_trace(_probe_trace(), {"exercise": self.spec.id, "lang": self.variant.lang,
-                                                  "claimed_ms": record.learner_ms, "verdict": disagreement or "agrees",
-                                                  "bursts": traced})
+        if trace:
+            hostload.write_trace(trace, {"exercise": self.spec.id, "lang": self.variant.lang,
+                                         "claimed_ms": record.learner_ms, "verdict": disagreement or "agrees",
+                                         "bursts": traced})
         if not disagreement:
             return None
         sharers = gpushare.other_gpu_processes(self.child.visible_devices)

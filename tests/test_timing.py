@@ -205,6 +205,19 @@ def test_the_grader_starts_its_clock_before_it_lets_a_burst_run(monkeypatch):
     assert seen["learner"]["wall_s"] >= 0.02 and seen["baseline"]["wall_s"] >= 0.02
 
 
+def test_a_traced_probe_writes_one_line_with_every_burst(tmp_path, monkeypatch):
+    import json
+
+    from grader import speed
+
+    monkeypatch.setenv("KCOURSE_PROBE_TRACE", str(tmp_path / "trace.jsonl"))
+    monkeypatch.setattr(speed, "probe_disagrees", lambda record, probe: None)
+    judge, _ = _probe_judge()
+    assert judge._cross_check_probe(_record()) is None
+    entry = json.loads((tmp_path / "trace.jsonl").read_text())
+    assert entry["verdict"] == "agrees" and [b["who"] for b in entry["bursts"]] == ["baseline"] * 3 + ["learner"] * 3
+
+
 def test_a_disagreeing_probe_on_a_gpu_another_program_uses_is_no_accusation(monkeypatch):
     from grader import gpushare, speed
     from grader.judge import Finished
