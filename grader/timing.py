@@ -13,7 +13,9 @@ MIN_RUNS, MAX_RUNS, BUDGET_S = 15, 300, 3.0
 # Timing stops before the budget once it has said what it can: at least SETTLED_RUNS rounds and SETTLED_S
 # seconds, and every contestant's median known to SETTLED_PRECISION (its standard error, relative). A
 # memory-bound kernel at 1 GB settles in ~0.3 s where the whole budget took ~1 s of every save in
-# `kcourse watch`; 0.3% is ten times inside the 3% a solution graded against itself may wobble.
+# `kcourse watch`; 0.3% is ten times inside the 3% a solution graded against itself may wobble. A smaller
+# budget (the sizes that only draw speed against size get a third) shortens SETTLED_S in proportion: their
+# 40 rounds take milliseconds, and waiting out 0.25 s each was ~0.3 s of every save spent on no verdict.
 SETTLED_RUNS, SETTLED_S, SETTLED_PRECISION = 40, 0.25, 0.003
 # Before each timed run the GPU spins at least this long, so the host has queued the launch (Python and
 # Triton launch overhead is tens of microseconds) before the GPU reaches the start event: the events
@@ -47,11 +49,12 @@ def time_alternating(functions: dict[str, Callable[[], object]], flush: torch.Te
     total = (sum(per_round.values()) / 1000 + sum(headstarts.values())) + 1e-6  # the spins count against the budget
     runs = max(MIN_RUNS, min(MAX_RUNS, int(budget_s / total)))
     samples: dict[str, list[float]] = {name: [] for name in functions}
+    settle_s = SETTLED_S * min(1.0, budget_s / BUDGET_S)
     started = time.perf_counter()
     for r in range(runs):
         for name, ms in _one_round(functions, flush, reverse=bool(r % 2), spins=spins).items():
             samples[name].append(ms)
-        if r % 10 == 9 and time.perf_counter() - started >= SETTLED_S and settled(samples):
+        if r % 10 == 9 and time.perf_counter() - started >= settle_s and settled(samples):
             break
     return {name: {"median_ms": statistics.median(s), "spread": _spread(s), "runs": len(s)} for name, s in samples.items()}
 

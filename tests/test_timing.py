@@ -237,3 +237,25 @@ def test_a_disagreeing_probe_on_a_gpu_another_program_uses_is_no_accusation(monk
         judge._cross_check_probe(_record())
     failed = judge.result.checks[-1]
     assert failed.name == "integrity" and failed.details["code"] == "timing_forged" and sent[-1][0] == "kill"
+
+
+def test_a_size_that_only_draws_the_curve_settles_in_a_third_of_the_verdicts_time(monkeypatch):
+    """The non-verdict sizes get a third of the budget, and so a third of SETTLED_S: their 40 rounds take
+    milliseconds, and waiting out the verdict's 0.25 s each cost ~0.3 s of every save (kcourse watch)."""
+    from types import SimpleNamespace
+
+    clock = [0.0]
+
+    def one_round(functions, flush, reverse, spins):  # a steady kernel: 1 ms of host time a round
+        clock[0] += 0.001
+        return {name: 1.0 for name in functions}
+
+    monkeypatch.setattr(timing, "_one_round", one_round)
+    monkeypatch.setattr(timing, "_warm_up_and_headstart", lambda fn: 1e-4)
+    monkeypatch.setattr(timing, "_spin_cycles", lambda: 1000)
+    monkeypatch.setattr(timing, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    runs = {}
+    for budget in (timing.BUDGET_S, timing.BUDGET_S / 3):
+        clock[0] = 0.0
+        runs[budget] = timing.time_alternating({"a": None, "b": None}, flush=object(), budget_s=budget)["a"]["runs"]
+    assert runs == {timing.BUDGET_S: 250, timing.BUDGET_S / 3: 90}  # checked every 10 rounds once 0.25 s / 0.083 s passed
