@@ -10,14 +10,15 @@
 // is stored. Each value is read once and written once: 8n bytes, the copy's traffic.
 //
 // What keeps the memory busy: the look-back and the barriers are latency, paid once per tile, so the
-// tiles are big (8K-16K values) and the blocks stay: as many as fit on the GPU, each taking tile after
+// tiles are big (8K-32K values) and the blocks stay: as many as fit on the GPU, each taking tile after
 // tile. A block takes its next ticket while it scans the current tile. With PREFETCH it also copies the
 // next tile into shared memory (cp.async) while it looks back and stores; on an H200 that measured slower
-// than 512-thread tiles loaded when their turn comes (2,340 against 2,615 GB/s), so it is off. One 1024-thread
-// block an SM with 32K-value tiles beat two 512-thread blocks with 16K: 2,831 against 2,719 GB/s on an H200
-// (68% and 66% of copy, torch.cumsum 2,561), and on an H100 2,288 against 2,171 (77%, 73%; torch.cumsum 2,087;
-// that 1024-thread build read 64 predecessors a round trip): fewer, bigger tiles pay the look-back fewer times. Reading 64-128 predecessors a round trip in the
-// look-back, instead of 32, measured no better on either. The layout is warp-striped: a warp's row j is 128 consecutive values, lane l holding 4 of them
+// than 512-thread tiles loaded when their turn comes (2,340 against 2,615 GB/s), so it is off. One
+// 1024-thread block an SM with 32K-value tiles beat two 512-thread blocks with 16K: 2,831 against 2,719
+// GB/s on an H200 (68% and 66% of copy, torch.cumsum 2,561), and on an H100 2,288 against 2,171 (77%, 73%;
+// torch.cumsum 2,087; that 1024-thread build read 64 predecessors a round trip): fewer, bigger tiles pay
+// the look-back fewer times. Reading 64-128 predecessors a round trip, instead of 32, measured no better.
+// The layout is warp-striped: a warp's row j is 128 consecutive values, lane l holding 4 of them
 // as one int4, so loads and stores are coalesced with no shared-memory transpose, and the scan of a row
 // is one warp scan of the lanes' int4 totals.
 #include <cuda/atomic>
