@@ -28,13 +28,15 @@ MISSING, ERROR = "missing", "error"
 
 @dataclass(frozen=True)
 class Job:
-    """One learner × one exercise variant: the file found for it and that file's content hash."""
+    """One learner × one exercise variant: the file found for it and that file's content hash. `timed_sizes`:
+    "all", or "verdict" for only the size the speed verdict is taken at (validate's repeats after the first)."""
 
     learner: str
     exercise: str
     lang: str
     path: Path | None
     sha256: str
+    timed_sizes: str = "all"
 
     @property
     def key(self) -> tuple[str, str, str, str]:
@@ -90,16 +92,17 @@ def visible_gpus() -> list[str]:
 
 
 def grade_row(target: Target, path: Path, seed: int | None, timeout_s: float | None, device: str | None,
-              children: WarmChildren | None = None) -> dict:
+              children: WarmChildren | None = None, timed_sizes: str = "all") -> dict:
     """Grade one file (in a child process, as `kcourse grade --file` does) into a gradebook row. `children`:
-    where to take a child already started for this device (and start the next grade's)."""
+    where to take a child already started for this device (and start the next grade's); `timed_sizes` as
+    grade.grade's."""
     from grader.grade import grade
 
     env = {"CUDA_VISIBLE_DEVICES": device} if device is not None else {}
     compile_only = device is None and target.variant.kind in ("cuda", "cuda_host", "torch_op")  # no child runs
     child = children.take(device) if children is not None and not compile_only else None
     result = grade(target, submission=path, seed=seed, timeout_s=timeout_s, record=False, child_env=env,
-                   child=child)
+                   child=child, timed_sizes=timed_sizes)
     return result_row("", target, result, result.verdict.splitlines()[0] if result.verdict else result.status)
 
 
@@ -138,7 +141,7 @@ class LocalRunner:
             device = slots.get()
             progress.started(job.name)
             try:
-                return grade_row(target, job.path, seed, timeout_s, device, children)
+                return grade_row(target, job.path, seed, timeout_s, device, children, job.timed_sizes)
             finally:
                 progress.stopped(job.name)
                 slots.put(device)

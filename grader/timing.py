@@ -15,7 +15,8 @@ MIN_RUNS, MAX_RUNS, BUDGET_S = 15, 300, 3.0
 # memory-bound kernel at 1 GB settles in ~0.3 s where the whole budget took ~1 s of every save in
 # `kcourse watch`; 0.3% is ten times inside the 3% a solution graded against itself may wobble. A smaller
 # budget (the sizes that only draw speed against size get a third) shortens SETTLED_S in proportion: their
-# 40 rounds take milliseconds, and waiting out 0.25 s each was ~0.3 s of every save spent on no verdict.
+# 40 rounds take milliseconds, and waiting out 0.25 s at each was ~0.3 s of every full grade spent on no
+# verdict (kcourse watch and validate's repeats time the verdict size alone).
 SETTLED_RUNS, SETTLED_S, SETTLED_PRECISION = 40, 0.25, 0.003
 # Before each timed run the GPU spins at least this long, so the host has queued the launch (Python and
 # Triton launch overhead is tens of microseconds) before the GPU reaches the start event: the events

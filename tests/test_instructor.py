@@ -42,6 +42,24 @@ def test_validate_repeat_grades_each_exercise_that_many_times_and_says_how_many_
     assert CliRunner().invoke(main, ["validate", "--repeat", "0"]).exit_code == 2
 
 
+def test_validate_times_every_size_on_a_targets_first_run_and_the_verdict_size_on_its_repeats(monkeypatch):
+    """The repeats' speed verdict is taken at the same size; the other sizes' runs (~2 s a grade) are skipped."""
+    from grader import batch, validation
+
+    asked = []
+
+    def grade_row(target, path, seed, timeout_s, device, children=None, timed_sizes="all"):
+        asked.append((target.spec.id, timed_sizes))
+        result = GradeResult(exercise=target.spec.id, lang=target.variant.lang, source="solutions", seed=1)
+        result.status, result.verdict = "passed", "passed"
+        return batch.result_row("", target, result, "passed")
+
+    monkeypatch.setattr(batch, "grade_row", grade_row)
+    summary, _ = validation.validate(validation.select({"vector_add", "softmax"}, "triton"), repeat=3, workers=1)
+    assert sorted(asked) == sorted([(e, s) for e in ("vector_add", "softmax") for s in ("all", "verdict", "verdict")])
+    assert [row["runs"] for row in summary["rows"]] == ["3/3", "3/3"]
+
+
 def test_one_run_that_is_not_as_expected_makes_the_exercise_unexpected_with_that_runs_verdict():
     from grader.discovery import resolve
     from grader.records import GradeResult

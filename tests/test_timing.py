@@ -242,7 +242,7 @@ def test_a_disagreeing_probe_on_a_gpu_another_program_uses_is_no_accusation(monk
 
 def test_a_size_that_only_draws_the_curve_settles_in_a_third_of_the_verdicts_time(monkeypatch):
     """The non-verdict sizes get a third of the budget, and so a third of SETTLED_S: their 40 rounds take
-    milliseconds, and waiting out the verdict's 0.25 s each cost ~0.3 s of every save (kcourse watch)."""
+    milliseconds, and waiting out the verdict's 0.25 s at each cost ~0.3 s of every full grade."""
     from types import SimpleNamespace
 
     clock = [0.0]
