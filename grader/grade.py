@@ -44,11 +44,13 @@ def learner_file(target: Target, source: str, submission: Path | None) -> Path:
 def grade(target: Target, source: str = "learner", submission: Path | None = None, seed: int | None = None,
           timeout_s: float | None = None, record: bool = True, child_env: dict[str, str] | None = None,
           mode: str = "grade", job_extra: dict | None = None, quick: bool = False,
-          child: sandbox.Child | None = None, sanitize_code: bool = True, timed_sizes: str = "all") -> GradeResult:
+          child: sandbox.Child | None = None, sanitize_code: bool = True, timed_sizes: str = "all",
+          ahead: Judge | None = None) -> GradeResult:
     """Grade one exercise (mode "grade"), or run the learner's code for "profile" / "tune" in the same
     sandbox. `quick`: numerics and integrity only. `child`: a worker already started (kcourse watch).
     `sanitize_code`: run compute-sanitizer on a small case (sanitize.py). `timed_sizes`: "all" the
-    [performance] cases, or "verdict": only the last, where the speed verdict is taken (kcourse watch)."""
+    [performance] cases, or "verdict": only the last, where the speed verdict is taken (kcourse watch).
+    `ahead`: a judge made by judge_ahead() for this `child` and `seed`, its large draws already under way."""
     seed = seed if seed is not None else random.randrange(1, 2**31)
     result = GradeResult(exercise=target.spec.id, lang=target.variant.lang, source=str(submission or source),
                          seed=seed, unit=target.unit, plan=target.plan, threshold=target.spec.performance.threshold)
@@ -66,10 +68,12 @@ def grade(target: Target, source: str = "learner", submission: Path | None = Non
                          "for the exercises and their files", {"code": "missing_file"}))
     else:
         job = {"mode": mode, "sanitize": sanitize_code, "timed_sizes": timed_sizes, **(job_extra or {})}
-        _grade_file(target, path, result, seed, timeout_s, child_env or {}, job, quick, child)
+        _grade_file(target, path, result, seed, timeout_s, child_env or {}, job, quick, child, ahead)
         child = None  # _grade_file closed it
     if child is not None:  # started early for a grade that never ran
         child.close()
+    if ahead is not None and ahead.result is not result:  # not taken up by this grade (it adopts it in _build_and_run)
+        ahead.close()
     hints.annotate(result, target.spec)
     result.finish()
     if record:
@@ -100,7 +104,8 @@ def _extract_notebook(target: Target, path: Path, result: GradeResult) -> Path |
 
 
 def _grade_file(target: Target, path: Path, result: GradeResult, seed: int, timeout_s: float | None,
-                child_env: dict[str, str], job: dict, quick: bool, child: sandbox.Child | None) -> None:
+                child_env: dict[str, str], job: dict, quick: bool, child: sandbox.Child | None,
+                ahead: Judge | None = None) -> None:
     path = _extract_notebook(target, path, result)
     if path is None:
         return
@@ -113,14 +118,14 @@ def _grade_file(target: Target, path: Path, result: GradeResult, seed: int, time
         child = sandbox.Child("cuda" if gpu else "cpu", child_env, job.pop("wrapper", None))
     job.pop("wrapper", None)
     try:
-        _build_and_run(target, path, result, seed, timeout_s, job, quick, gpu, child)
+        _build_and_run(target, path, result, seed, timeout_s, job, quick, gpu, child, ahead)
     finally:
         if child is not None:
             result.output = child.output()
             child.close()
 
 
-def _build_and_run(target, path, result, seed, timeout_s, job, quick, gpu, child) -> None:
+def _build_and_run(target, path, result, seed, timeout_s, job, quick, gpu, child, ahead=None) -> None:
     variant = target.variant
     solution = solution_file(target.spec, variant)
     grading = job["mode"] == "grade"
@@ -128,13 +133,16 @@ def _build_and_run(target, path, result, seed, timeout_s, job, quick, gpu, child
     job.update({"spec_folder": str(target.spec.folder), "lang": variant.lang, "learner": str(path), "seed": seed,
                 "solutions_root": str(solutions_dir()), "mode": job["mode"],
                 "solution": str(solution) if timing and solution.exists() else None})
-    timeout = timeout_s or variant.timeout_s * (1 if gpu else INTERPRETER_TIMEOUT_FACTOR)
+    timeout = _timeout(variant, timeout_s, gpu)
     calibration_data, calibration_error = None, None
     if timing and job["solution"] is None:
         calibration_data, calibration_error = _calibration(target)
     judge = None
-    if grading and child is not None:  # its large inputs are drawn while nvcc builds
-        judge = Judge(target.spec, variant, child, result, seed, timeout, timing, calibration_data)
+    if grading and child is not None:  # its large inputs are drawn while nvcc builds (or were, ahead)
+        if ahead is not None and (ahead.child, ahead.seed, ahead.timing, ahead.timeout_s) == (child, seed, timing, timeout):
+            judge, judge.result = ahead, result
+        else:
+            judge = Judge(target.spec, variant, child, result, seed, timeout, timing, calibration_data)
         judge.prefetch(job)
     try:
         if not _build(target, path, solution, job, result, gpu):
@@ -317,6 +325,27 @@ def _run_tool(child: sandbox.Child, job: dict, timeout: float, result: GradeResu
         death = sandbox.Death(isinstance(exc, sandbox.ChildTimeout), child.proc.wait(), child.last_step)
         code, message = sandbox.death_message(death, timeout)
         result.add(Check("run", FAILED, message, {"code": code}))
+
+
+def judge_ahead(target: Target, child: sandbox.Child | None, seed: int, quick: bool, timed_sizes: str) -> Judge | None:
+    """The judge of a grade that has not started: kcourse watch makes the next grade's (its child and seed
+    chosen) as soon as a grade ends, so the large inputs and their references are drawn while the learner
+    edits, not after the save. None where that grade will run no child (a compile check)."""
+    if child is None:
+        return None
+    gpu = child.device == "cuda"
+    timing = gpu and not quick
+    solution_here = solution_file(target.spec, target.variant).exists()
+    calibration_data = _calibration(target)[0] if timing and not solution_here else None
+    result = GradeResult(exercise=target.spec.id, lang=target.variant.lang, source="", seed=seed)  # the grade's own replaces it
+    judge = Judge(target.spec, target.variant, child, result, seed, _timeout(target.variant, None, gpu), timing,
+                  calibration_data)
+    judge.prefetch({"timed_sizes": timed_sizes})
+    return judge
+
+
+def _timeout(variant, timeout_s: float | None, gpu: bool) -> float:
+    return timeout_s or variant.timeout_s * (1 if gpu else INTERPRETER_TIMEOUT_FACTOR)
 
 
 def _calibration(target: Target) -> tuple[dict | None, str | None]:

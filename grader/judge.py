@@ -228,7 +228,8 @@ class Judge:
             size = input_bytes(self.spec, case)
             if size <= budget:
                 budget -= size
-                self.drawn[k] = self.drawer.submit(self._draw, case, seed, trial, k, True)
+                if k not in self.drawn:  # a judge made ahead (grade.judge_ahead) has drawn it already
+                    self.drawn[k] = self.drawer.submit(self._draw, case, seed, trial, k, True)
 
     def _drawn(self, k: Any, case: Case, seed: int, trial: int) -> tuple[dict, dict]:
         """(file metadata, inputs) of trial k: the prefetched draw, or drawn now."""

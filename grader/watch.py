@@ -7,6 +7,7 @@ fresh child of its own: a crash or a hang costs only that grade."""
 
 from __future__ import annotations
 
+import random
 import time
 from pathlib import Path
 from typing import Callable
@@ -14,7 +15,8 @@ from typing import Callable
 from grader import sandbox
 from grader.discovery import Target
 from grader import store
-from grader.grade import BACKGROUND, cuda_available, grade, learner_file, settle_sanitizer
+from grader.grade import BACKGROUND, cuda_available, grade, judge_ahead, learner_file, settle_sanitizer
+from grader.judge import Judge
 
 POLL_S = 0.05  # a stat() 20 times a second costs nothing and takes ~0.1 s off every save -> verdict
 SETTLE_S = 0.1  # after a change, before grading: an editor that writes in several calls has finished
@@ -25,6 +27,15 @@ def _fresh_child(target: Target) -> sandbox.Child | None:
     if not gpu and target.variant.kind != "triton":
         return None  # compile-only here: no child runs
     return sandbox.Child("cuda" if gpu else "cpu", sandbox.prewarm_env(target.variant.kind) if gpu else None)
+
+
+def _next_grade(target: Target, child: sandbox.Child | None, quick: bool) -> tuple[int, Judge | None]:
+    """The next grade's seed and its judge, whose large inputs and references are drawn from now on, while
+    the learner edits. On an H200 a save of the reduction waited ~0.3 s twice where its 1 GB inputs are
+    handed over (the trial at 2^28, the timed size); the parent's part of that (the draw, the file, the
+    float64 reference) is done before the save now."""
+    seed = random.randrange(1, 2**31)
+    return seed, judge_ahead(target, child, seed, quick, timed_sizes="verdict")
 
 
 def _settle(result, target: Target, superseded: Callable[[], bool], show_later: Callable | None) -> None:
@@ -51,6 +62,7 @@ def watch(target: Target, source: str, submission: Path | None, show: Callable, 
     is passed to `show_later` when it comes, and the grade is recorded then (with it)."""
     path = learner_file(target, source, submission)
     child = _fresh_child(target)
+    seed, ahead = _next_grade(target, child, quick)
     seen, graded = None, 0
     try:
         while max_grades is None or graded < max_grades:
@@ -60,12 +72,18 @@ def watch(target: Target, source: str, submission: Path | None, show: Callable, 
                 continue
             time.sleep(SETTLE_S)  # let an editor finish writing the file
             seen = _stamp(path)
-            result = grade(target, source=source, submission=submission, quick=quick, child=child,
-                           sanitize_code=BACKGROUND if sanitize_code else False, record=False, timed_sizes="verdict")
+            result = grade(target, source=source, submission=submission, quick=quick, child=child, seed=seed,
+                           sanitize_code=BACKGROUND if sanitize_code else False, record=False, timed_sizes="verdict",
+                           ahead=ahead)
+            if ahead is not None:
+                ahead.close()  # the grade closed it if it used it: closing again is safe
             child = _fresh_child(target)  # warms up while the learner reads the verdict
-            graded += 1
             show(result)
+            seed, ahead = _next_grade(target, child, quick)
+            graded += 1
             _settle(result, target, lambda: _stamp(path) != seen, show_later)
     finally:
+        if ahead is not None:
+            ahead.close()
         if child is not None:
             child.close()

@@ -204,3 +204,52 @@ def test_watch_does_not_time_pytorch_beside_you_and_a_grade_does():
     graded = Judge._timing_messages(judge, {"timed_sizes": "all"}, timed)
     assert [m["anchor"] for m in watched] == [False] and all(m["anchor"] for m in graded)
     assert graded[-1]["probe"] and not graded[0]["probe"]  # the probe runs at the verdict's size only
+
+
+@pytest.mark.solutions
+def test_the_next_grades_inputs_are_drawn_while_the_learner_edits_and_that_grade_uses_them(tmp_path, monkeypatch):
+    """After a grade, watch makes the next one's judge (its child and seed chosen): its large inputs and
+    their references are drawn before the save, and the grade that follows runs with that judge."""
+    from grader import judge as judge_module
+    from grader import watch as watch_module
+    from grader.judge import Judge
+
+    monkeypatch.setattr(judge_module, "PREFETCH_BYTES", 0)  # every trial counts as large here
+    made, ran = [], []
+    real_ahead, real_run = watch_module.judge_ahead, Judge.run
+    monkeypatch.setattr(watch_module, "judge_ahead", lambda *a, **k: made.append(real_ahead(*a, **k)) or made[-1])
+    monkeypatch.setattr(Judge, "run", lambda self, job: ran.append(self) or real_run(self, job))
+    target = resolve(["vector_add"], lang="triton")
+    path = tmp_path / "vector_add.py"
+    shutil.copy(ROOT / "solutions" / "vector_add" / "vector_add.py", path)
+    seen = []
+    thread = threading.Thread(target=watch, args=(target, "learner", path, seen.append),
+                              kwargs={"quick": True, "max_grades": 2}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 120
+    while (not seen or len(made) < 2) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    drawn_before_the_save = []
+    while not drawn_before_the_save and time.monotonic() < deadline:
+        drawn_before_the_save = list(made[1].child.dir.glob("in-*.bin"))  # the second grade's inputs, waiting
+        time.sleep(0.05)
+    with open(path, "a") as f:
+        f.write("\n# saved again\n")
+    thread.join(120)
+    assert [r.status for r in seen] == [PASSED, PASSED], [r.verdict for r in seen]
+    assert drawn_before_the_save
+    assert ran == made[:2]  # each grade ran with the judge made before its save
+    assert made[1].result is seen[1] and made[1].seed == seen[1].seed
+
+
+@pytest.mark.solutions
+def test_a_judge_made_ahead_for_another_seed_is_not_used_and_is_closed(tmp_path):
+    from grader import grade as grade_module
+    from grader.watch import _fresh_child
+
+    target = resolve(["vector_add"], lang="triton")
+    child = _fresh_child(target)
+    ahead = grade_module.judge_ahead(target, child, seed=11, quick=True, timed_sizes="verdict")
+    result = grade_module.grade(target, source="solutions", quick=True, child=child, seed=12, record=False, ahead=ahead)
+    assert result.status == PASSED, result.verdict
+    assert ahead.result is not result and ahead.stop.is_set()  # its draws were for seed 11: closed, not used
