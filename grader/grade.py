@@ -142,6 +142,8 @@ def _build_and_run(target, path, result, seed, timeout_s, job, quick, gpu, child
         if ahead is not None and (ahead.child, ahead.seed, ahead.timing, ahead.timeout_s) == (child, seed, timing, timeout):
             judge, judge.result = ahead, result
         else:
+            if ahead is not None:  # made for another grade: its files in this child's folder would clash with ours
+                ahead.close(wait_for_draws=True)
             judge = Judge(target.spec, variant, child, result, seed, timeout, timing, calibration_data)
         judge.prefetch(job)
     try:

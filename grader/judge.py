@@ -94,12 +94,14 @@ class Judge:
         finally:
             self.close()
 
-    def close(self) -> None:
-        """End the threads and the GPU process (also for a grade that ends before run(): a failed build)."""
+    def close(self, wait_for_draws: bool = False) -> None:
+        """End the threads and the GPU process (also for a grade that ends before run(): a failed build).
+        `wait_for_draws`: until a draw under way has written its files (another judge will write the same
+        names in this child's folder)."""
         self.stop.set()
         for _ in range(AHEAD):
             self.slots.release()  # a producer waiting for a slot sees `stop` and ends
-        self.drawer.shutdown(wait=False, cancel_futures=True)  # a failure's verdict does not wait for a draw
+        self.drawer.shutdown(wait=wait_for_draws, cancel_futures=True)  # a failure's verdict does not wait for a draw
         self.pool.shutdown(wait=True, cancel_futures=True)
         if self.gpu is not None:
             self.gpu.shutdown()
