@@ -68,8 +68,9 @@ def test_nothing_pending_changes_nothing():
     assert not settle_sanitizer(result, resolve(["reduction"]).spec, superseded=lambda: False)
 
 
-@pytest.mark.solutions
-def test_watch_grades_each_save_once_and_records_each_grade(tmp_path):
+def _watch_two_saves(tmp_path, before_the_save=lambda deadline: None) -> list[GradeResult]:
+    """Watch a copy of the Triton vector_add solution (quick grades): its first grade, then
+    `before_the_save(deadline)`, then a save and the second grade. The grades, as shown."""
     target = resolve(["vector_add"], lang="triton")
     path = tmp_path / "vector_add.py"
     shutil.copy(ROOT / "solutions" / "vector_add" / "vector_add.py", path)
@@ -80,9 +81,16 @@ def test_watch_grades_each_save_once_and_records_each_grade(tmp_path):
     deadline = time.monotonic() + 120
     while not seen and time.monotonic() < deadline:
         time.sleep(0.1)
+    before_the_save(deadline)
     with open(path, "a") as f:
         f.write("\n# saved again\n")
     thread.join(120)
+    return seen
+
+
+@pytest.mark.solutions
+def test_watch_grades_each_save_once_and_records_each_grade(tmp_path):
+    seen = _watch_two_saves(tmp_path)
     assert [r.status for r in seen] == [PASSED, PASSED], [r.verdict for r in seen]
     assert len([r for r in store.read_all() if r.get("exercise") == "vector_add"]) == 2
 
@@ -219,23 +227,14 @@ def test_the_next_grades_inputs_are_drawn_while_the_learner_edits_and_that_grade
     real_ahead, real_run = watch_module.judge_ahead, Judge.run
     monkeypatch.setattr(watch_module, "judge_ahead", lambda *a, **k: made.append(real_ahead(*a, **k)) or made[-1])
     monkeypatch.setattr(Judge, "run", lambda self, job: ran.append(self) or real_run(self, job))
-    target = resolve(["vector_add"], lang="triton")
-    path = tmp_path / "vector_add.py"
-    shutil.copy(ROOT / "solutions" / "vector_add" / "vector_add.py", path)
-    seen = []
-    thread = threading.Thread(target=watch, args=(target, "learner", path, seen.append),
-                              kwargs={"quick": True, "max_grades": 2}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 120
-    while (not seen or len(made) < 2) and time.monotonic() < deadline:
-        time.sleep(0.1)
     drawn_before_the_save = []
-    while not drawn_before_the_save and time.monotonic() < deadline:
-        drawn_before_the_save = list(made[1].child.dir.glob("in-*.bin"))  # the second grade's inputs, waiting
-        time.sleep(0.05)
-    with open(path, "a") as f:
-        f.write("\n# saved again\n")
-    thread.join(120)
+
+    def look(deadline):  # the second grade's inputs, waiting in its child's folder before the save
+        while (len(made) < 2 or not drawn_before_the_save) and time.monotonic() < deadline:
+            drawn_before_the_save.extend(made[1].child.dir.glob("in-*.bin") if len(made) > 1 else [])
+            time.sleep(0.05)
+
+    seen = _watch_two_saves(tmp_path, look)
     assert [r.status for r in seen] == [PASSED, PASSED], [r.verdict for r in seen]
     assert drawn_before_the_save
     assert ran == made[:2]  # each grade ran with the judge made before its save
