@@ -68,6 +68,17 @@ def entry_from_timing(timing: Any, device: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def entries_from_result(key: str, result: Any) -> dict[str, Any]:
+    """A passed grade's timed sizes as entries for its GPU ({} when it passed nothing or timed nothing).
+    Only sizes where the solution itself ran: a figure taken from the calibration is not a new measurement."""
+    name = (result.device or {}).get("name")
+    if result.status != "passed" or not name:
+        return {}
+    cases = {timing.case: {name: entry_from_timing(timing, result.device)} for timing in result.timings
+             if timing.solution_source == "live solution" and timing.solution_ms}
+    return {key: cases} if cases else {}
+
+
 def lacking(targets: list, entries: dict[str, Any], gpu: str | None) -> list:
     """The targets with a timed size that has no figure for this GPU (`kcourse calibrate --missing`)."""
     def covered(target) -> bool:
@@ -100,10 +111,9 @@ def calibrate(targets: list, grade_fn) -> tuple[dict[str, Any], list[dict[str, A
         result = grade_fn(target)
         row = {"exercise": target.spec.id, "lang": target.variant.lang, "status": result.status, "case": "", "ms": None,
                "roofline_pct": None}
+        for case, gpus in entries_from_result(target.key, result).get(target.key, {}).items():
+            entries.setdefault(target.key, {}).setdefault(case, {}).update(gpus)
         if result.status == "passed" and result.timings:
-            for timing in result.timings:
-                entry = entry_from_timing(timing, result.device)
-                entries.setdefault(target.key, {}).setdefault(timing.case, {})[result.device["name"]] = entry
             last = result.timings[-1]
             row.update(case=last.case, ms=last.solution_ms, roofline_pct=last.solution_roofline_pct)
         rows.append(row)

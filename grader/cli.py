@@ -170,9 +170,13 @@ def list_command(plan_id, show_all) -> None:
 @click.option("--workers", type=int, help="Grades at once (default: one per GPU, each grade seeing only its GPU).")
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--strict", is_flag=True, help="Count exercises that could not run here as failures.")
+@click.option("--calibrate", "write_calibration", is_flag=True,
+              help="With the solutions on a GPU: also record each exercise's figures in calibration/calibration.json "
+                   "(its first run, which times every size), as `kcourse calibrate` does; only exercises ok every run.")
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), help="Also write JUnit XML here.")
 @click.option("--gradescope", type=click.Path(dir_okay=False, path_type=Path), help="Also write Gradescope results.json here.")
-def validate(source, only, lang, plan_id, unit, seed, repeat, workers, as_json, strict, junit, gradescope) -> None:
+def validate(source, only, lang, plan_id, unit, seed, repeat, workers, as_json, strict, write_calibration, junit,
+             gradescope) -> None:
     """Grade every exercise with the solutions (must pass) or the stubs (must not pass), --repeat times each,
     one grade per GPU at once."""
     from grader import validation
@@ -188,12 +192,31 @@ def validate(source, only, lang, plan_id, unit, seed, repeat, workers, as_json, 
                                "solutions/ folder (a learner's kit has none)")
     if repeat < 1:
         raise click.UsageError("--repeat takes a count of 1 or more")
+    if write_calibration and source != "solutions":
+        raise click.UsageError("--calibrate records the solutions' figures: use it with --source solutions")
     summary, results = validation.validate(targets, source=source, seed=seed, repeat=repeat, workers=workers,
                                            progress=not as_json)
     click.echo(json.dumps(summary, indent=2) if as_json else validation.format_summary(summary))
+    if write_calibration:
+        _merge_calibration(validation.calibration_entries(summary, results))
     _export(results, junit, gradescope, annotate=not as_json)
     statuses = [row["outcome"] for row in summary["rows"]]
     sys.exit(exit_code(["failed" if s == "unexpected" else s for s in statuses], strict))
+
+
+def _merge_calibration(entries: dict) -> None:
+    """validate --calibrate's figures into the calibration file (on stderr: stdout may be --json)."""
+    from grader import calibration
+
+    if not entries:
+        click.echo("calibration: nothing recorded (no exercise passed every run with a timed size; "
+                   "calibrating needs a GPU)", err=True)
+        return
+    try:
+        path = calibration.merge(entries)
+    except calibration.CalibrationError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"calibration: figures for {', '.join(sorted(entries))} written to {path}", err=True)
 
 
 @main.command()

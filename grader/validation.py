@@ -82,6 +82,21 @@ def _row(target: Target, results: list[GradeResult], source: str) -> dict:
             "runs": runs, "verdict": verdict}
 
 
+def calibration_entries(summary: dict, results: list[GradeResult]) -> dict:
+    """`validate --calibrate`: each exercise that was as expected every run gives its first run's figures
+    (the run that timed every size), as `kcourse calibrate` would measure them, without grading it again."""
+    from grader.calibration import entries_from_result
+
+    ok = {f"{row['exercise']}:{row['lang']}" for row in summary["rows"] if row["outcome"] == "ok"}
+    entries: dict = {}
+    for result in results:
+        key = f"{result.exercise}:{result.lang}"
+        if key in ok and key not in entries:
+            entries.update(entries_from_result(key, result))
+            ok.discard(key)  # the first run only: the repeats time the verdict size alone
+    return entries
+
+
 def format_summary(summary: dict) -> str:
     want = "pass" if summary["source"] == "solutions" else "fail"
     repeat = summary.get("repeat", 1)

@@ -60,6 +60,38 @@ def test_validate_times_every_size_on_a_targets_first_run_and_the_verdict_size_o
     assert [row["runs"] for row in summary["rows"]] == ["3/3", "3/3"]
 
 
+def test_validate_calibrate_records_each_ok_exercises_first_run_and_nothing_else(monkeypatch, tmp_path):
+    """The first run timed every size beside the solution; an exercise with a failed run records nothing."""
+    from grader import batch
+    from grader.records import Timing
+
+    runs = {"vector_add": 0, "softmax": 0}
+
+    def grade_row(target, path, seed, timeout_s, device, children=None, timed_sizes="all"):
+        runs[target.spec.id] += 1
+        result = GradeResult(exercise=target.spec.id, lang=target.variant.lang, source="solutions", seed=1)
+        passed = target.spec.id == "vector_add" or runs["softmax"] == 1
+        result.status, result.verdict = ("passed", "passed") if passed else ("failed", "speed: 0.5x")
+        result.device = {"name": "GPU A", "copy_gbps": 3000.0}
+        cases = ["n=1", "n=2"] if timed_sizes == "all" else ["n=2"]
+        result.timings = [Timing(case, solution_ms=float(runs[target.spec.id]), unit="GB/s",
+                                 solution_source="live solution") for case in cases]
+        return batch.result_row("", target, result, result.status)
+
+    monkeypatch.setattr(batch, "grade_row", grade_row)
+    path = tmp_path / "calibration.json"
+    monkeypatch.setenv("KCOURSE_CALIBRATION", str(path))
+    result = CliRunner().invoke(main, ["validate", "--only", "vector_add", "--only", "softmax", "--lang", "triton",
+                                       "--repeat", "2", "--workers", "1", "--calibrate"])
+    assert result.exit_code == 1  # softmax's second run failed
+    entries = calibration.load(path)
+    assert list(entries) == ["vector_add:triton"]
+    assert {case: gpus["GPU A"]["solution_ms"] for case, gpus in entries["vector_add:triton"].items()} == {
+        "n=1": 1.0, "n=2": 1.0}
+    refused = CliRunner().invoke(main, ["validate", "--source", "stubs", "--calibrate"])
+    assert refused.exit_code == 2 and "--source solutions" in refused.output
+
+
 def test_one_run_that_is_not_as_expected_makes_the_exercise_unexpected_with_that_runs_verdict():
     from grader.discovery import resolve
     from grader.records import GradeResult
