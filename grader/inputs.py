@@ -301,8 +301,9 @@ def save_tensor(tensor: torch.Tensor, path: Path) -> dict[str, Any]:
     return {"path": str(path), "shape": list(flat.shape), "dtype": str(flat.dtype).removeprefix("torch.")}
 
 
-def load_tensor(meta: dict[str, Any], expected_numel: int | None = None) -> torch.Tensor:
-    """A tensor written by save_tensor; refuses a file whose size does not match its header."""
+def load_tensor(meta: dict[str, Any], expected_numel: int | None = None, mapped: bool = False) -> torch.Tensor:
+    """A tensor written by save_tensor; refuses a file whose size does not match its header. `mapped`: the
+    file's pages themselves (no copy; writes to the tensor reach the file), for a caller that copies it out."""
     dtype = torch_dtype(meta["dtype"])
     shape = [int(s) for s in meta["shape"]]
     numel = math.prod(shape)
@@ -314,4 +315,4 @@ def load_tensor(meta: dict[str, Any], expected_numel: int | None = None) -> torc
         raise ValueError(f"{meta['path']} has {size} bytes for {numel} × {itemsize}")
     if numel == 0:
         return torch.empty(shape, dtype=dtype)
-    return torch.from_file(meta["path"], shared=False, size=numel, dtype=dtype).reshape(shape)
+    return torch.from_file(meta["path"], shared=mapped, size=numel, dtype=dtype).reshape(shape)

@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import torch
 
-from grader import hostload, integrity, loading, memory  # memory binds torch's allocator statistics before learner code loads
+from grader import hostload, integrity, loading, memory, staging  # memory binds torch's allocator statistics before learner code loads
 from grader.orphan import exit_with_parent
 from grader.inputs import in_place_names, load_tensor, make_outputs, place, save_tensor, start_in_place, written_outside
 from grader.records import FAILED, PASSED, Check
@@ -164,7 +164,7 @@ class Worker:
     def _tensors(self, case: Case, message: dict) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         inputs = {}
         for name, meta in message["inputs"].items():
-            values = load_tensor(meta)
+            values = staging.load(meta, self.tensor_device)
             os.unlink(meta["path"])
             inputs[name] = place(values, case.inputs.get(name, {}).get("layout"), self.tensor_device)
         return self.host_memory(inputs), self.host_memory(make_outputs(self.spec, case, self.tensor_device, inputs))
@@ -396,6 +396,7 @@ def warm_up(device: str) -> dict[str, Any]:
         from grader import timing
 
         timing.warm_up()
+        staging.warm_up()
     if os.environ.get("KCOURSE_CHILD_PREWARM") == "profiler":
         integrity.ops_called(lambda: torch.ones(1, device=device) + 1, kind="torch_op")
     return describe_device(device)

@@ -48,29 +48,36 @@ def _attend(acc, l_i, m_i, q, K, V, k_base, v_base, off_b, off_h, lo, hi, offs_m
             stride_kn, stride_kd, stride_vn, stride_vd,
             BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, TMA: tl.constexpr,
             MASKED: tl.constexpr):
-    """Key blocks lo .. hi: scores, the online-softmax update of (m, l) and of the accumulator."""
+    """Key blocks lo .. hi: scores, the online-softmax update of (m, l) and of the accumulator, in the order
+    of the Triton tutorial's Hopper kernel: l is updated last, after the second dot, so fewer values stay live
+    across the dots (measured on an H200: 77-84% of SDPA against 68-71% for the same steps ordered as the
+    algorithm reads, with l updated before the dot)."""
     offs_n = tl.arange(0, BLOCK_N)
     for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         k = _load_rows(K, off_b, off_h, k_base, start_n, n_ctx, stride_kn, stride_kd, BLOCK_N, HEAD_DIM, TMA, MASKED)
-        qk = tl.dot(q, tl.trans(k))
+        qk = tl.dot(q, k.T)
         if MASKED:
             cols = start_n + offs_n
             if CAUSAL:  # key <= query; rows < n_ctx then never see a key >= n_ctx
                 keep = offs_m[:, None] >= cols[None, :]
             else:
                 keep = cols[None, :] < n_ctx
+            # -inf, not the tutorial's -1e6: scaled scores of large inputs can lie below -1e6 themselves.
+            # Only the diagonal or tail blocks pay for the select.
             qk = tl.where(keep, qk * qk_scale, -float("inf"))
             m_new = tl.maximum(m_i, tl.max(qk, 1))  # finite: each row met a visible key in its first block
-            p = tl.math.exp2(qk - m_new[:, None])
+            qk -= m_new[:, None]
         else:
             m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-            p = tl.math.exp2(qk * qk_scale - m_new[:, None])
+            qk = qk * qk_scale - m_new[:, None]
+        p = tl.math.exp2(qk)
         alpha = tl.math.exp2(m_i - m_new)  # what the old max's terms are worth under the new one
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = _load_rows(V, off_b, off_h, v_base, start_n, n_ctx, stride_vn, stride_vd, BLOCK_N, HEAD_DIM, TMA, MASKED)
+        l_new = tl.sum(p, 1)
         acc = acc * alpha[:, None]
+        v = _load_rows(V, off_b, off_h, v_base, start_n, n_ctx, stride_vn, stride_vd, BLOCK_N, HEAD_DIM, TMA, MASKED)
         acc = tl.dot(p.to(v.dtype), v, acc)
+        l_i = l_i * alpha + l_new
         m_i = m_new
     return acc, l_i, m_i
 
@@ -82,8 +89,8 @@ def _configs():
     # 8 warps only with 128 x 128 tiles (smaller ones leave each warp too little work: the tutorial's rule);
     # 64-row tiles for short sequences. Few: each is compiled per dtype, head dimension, causality and path.
     return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s, pre_hook=_block_shapes)
-            for bm, bn, w, s in [(128, 64, 4, 3), (128, 64, 4, 4), (128, 128, 8, 2), (128, 128, 8, 3),
-                                 (128, 32, 4, 4), (64, 64, 4, 3)]]
+            for bm, bn, w, s in [(128, 64, 4, 2), (128, 64, 4, 3), (128, 64, 4, 4), (128, 128, 8, 2),
+                                 (128, 128, 8, 3), (64, 64, 4, 3)]]
 
 
 def _block_shapes(nargs):
