@@ -252,3 +252,14 @@ def test_a_judge_made_ahead_for_another_seed_is_not_used_and_is_closed(tmp_path)
     result = grade_module.grade(target, source="solutions", quick=True, child=child, seed=12, record=False, ahead=ahead)
     assert result.status == PASSED, result.verdict
     assert ahead.result is not result and ahead.stop.is_set()  # its draws were for seed 11: closed, not used
+
+
+def test_a_grading_child_keeps_triton_autotuning_results_on_disk(monkeypatch):
+    """Every grade is a fresh child: without Triton's on-disk autotuning cache each one re-benchmarks every
+    config of every tuning key (most of an FA v2 grade). A learner's own setting is left alone."""
+    from grader.sandbox import child_env
+
+    monkeypatch.delenv("TRITON_CACHE_AUTOTUNING", raising=False)
+    assert child_env("cuda")["TRITON_CACHE_AUTOTUNING"] == "1"
+    monkeypatch.setenv("TRITON_CACHE_AUTOTUNING", "0")
+    assert child_env("cuda")["TRITON_CACHE_AUTOTUNING"] == "0"
