@@ -133,6 +133,9 @@ class Case:
     trials: int | None = None  # None: the spec's `trials`
     sanitize: bool = False  # the case compute-sanitizer runs on (default: sanitize.small_case picks one)
     op_checks: bool = False  # the cases whose first trial runs the [checks] of a registered operator (op_checks.py)
+    # the [tolerance.<name>] table that judges this case's outputs (those without their own table): for a case
+    # whose exact answer is a float32 rounding error away from any honest kernel's, e.g. a gradient p - 1 at p = 1
+    tolerance: str | None = None
 
     @property
     def dtype(self) -> str:
@@ -257,6 +260,9 @@ class ExerciseSpec:
         if output is not None and output.tolerance is not None:
             dtype = output.dtype or case.dtype
             tol = self.tolerance[output.tolerance]
+        elif case.tolerance is not None:
+            dtype = case.dtype
+            tol = self.tolerance[case.tolerance]
         else:
             dtype = case.dtype
             tol = self.tolerance_for(dtype)
@@ -432,7 +438,7 @@ def _tensor(name: str, raw: dict[str, Any], path: Path, output: bool = False) ->
     return tensor
 
 
-CASE_KEYS = ("gpu_only", "inputs", "outputs", "trials", "sanitize", "op_checks")  # the rest of a [[cases]] entry are parameters
+CASE_KEYS = ("gpu_only", "inputs", "outputs", "trials", "sanitize", "op_checks", "tolerance")  # the rest of a [[cases]] entry are parameters
 LAYOUTS = ("contiguous", "row_slice", "transposed", "interleaved")
 SPECIALS = ("neg_inf_entries", "neg_inf_rows", "large")
 
@@ -442,7 +448,8 @@ def _case(raw: dict[str, Any]) -> Case:
     trials = raw.get("trials")
     return Case(params=params, gpu_only=bool(raw.get("gpu_only", False)), inputs=dict(raw.get("inputs", {})),
                 outputs=dict(raw.get("outputs", {})), trials=int(trials) if trials is not None else None,
-                sanitize=bool(raw.get("sanitize", False)), op_checks=bool(raw.get("op_checks", False)))
+                sanitize=bool(raw.get("sanitize", False)), op_checks=bool(raw.get("op_checks", False)),
+                tolerance=raw.get("tolerance"))
 
 
 def _validate_case_tensors(spec: "ExerciseSpec", case: Case, path: Path) -> None:
@@ -493,6 +500,9 @@ def _validate(spec: ExerciseSpec, path: Path) -> None:
                             f"[tolerance.{out.tolerance}] with atol and rtol, or remove the key")
     for case in spec.cases + spec.performance.cases:
         spec.tolerance_for(case.dtype)
+        if case.tolerance is not None and case.tolerance not in spec.tolerance:
+            raise SpecError(f"{path}: case {case.label()}: tolerance = {case.tolerance!r} names no table: add "
+                            f"[tolerance.{case.tolerance}] with atol and rtol, or remove the key")
         _validate_case_tensors(spec, case, path)
     _validate_memory_limit(spec, path)
     _validate_work_models(spec, path)

@@ -21,6 +21,7 @@ from cuda_rows import cuda_cases, misaligned_rows, rows_at_stride_n, verdict
 from grader.checking import load_reference
 from grader.discovery import discover_exercises, resolve
 from grader.grade import grade
+from grader.inputs import generate
 from simulated_kernels import first_failure
 
 SPEC = discover_exercises()["cross_entropy"]
@@ -153,6 +154,28 @@ def test_each_classic_mistake_fails_on_the_case_built_for_it(name):
     cases = [c for c in CASES if fragment in c.label()]
     assert cases, f"no case has {fragment!r}"
     assert verdict(SPEC, cases[0], run) == code
+
+
+def test_p_minus_1_at_a_single_class_fits_its_own_tolerance_and_not_the_bfloat16_one():
+    """M = V = 1: p = 1, so loss and gradient are exactly 0. A kernel computing p = exp2(x log2e - lse log2e)
+    with a fused multiply-add (the solution: one FMA and one EX2) is an ulp or two of float32 off: on an H200
+    1 of 10 validate runs failed at the bfloat16 table's atol of 1e-14 (1.19e-7 off). The case names its own."""
+    case = next(c for c in SPEC.cases if c.params.get("V") == 1)
+    dlogits = next(t for t in SPEC.outputs if t.name == "dlogits")
+    log2e = torch.tensor(1.4426950408889634, dtype=torch.float32).double()
+
+    def fma_exp2(x, c):  # exp2(fmaf(x, log2e, -c)): the product unrounded, one rounding at the end
+        return torch.exp2((x.double() * log2e - c.double()).float())
+
+    worst = 0.0
+    for seed in range(300):
+        x = generate(SPEC, case, seed)["logits"].float()
+        s = fma_exp2(x, (x * log2e.float()))  # the row's one term, exp2 of x log2e - max log2e
+        lse = x + torch.log(s)
+        p = fma_exp2(x, lse * log2e.float())
+        worst = max(worst, float((p - 1).abs().max()), float((lse - x).abs().max()))
+    assert SPEC.tolerance_for("bfloat16").atol < worst < SPEC.tolerance_of(case, dlogits).atol, worst
+    assert SPEC.tolerance_of(case, dlogits).atol < 1e-6  # a missing "- 1" (off by 1) still fails
 
 
 @pytest.mark.nvcc

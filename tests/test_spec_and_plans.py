@@ -58,6 +58,16 @@ def test_spec_without_tolerance_for_a_case_dtype_is_rejected(tmp_path):
         load_spec(folder)
 
 
+def test_a_case_may_name_its_own_tolerance_table_and_it_must_exist(tmp_path):
+    with pytest.raises(SpecError, match=r"tolerance = 'exact_zero' names no table: add \[tolerance.exact_zero\]"):
+        load_spec(write_spec(tmp_path / "missing", case_extra='tolerance = "exact_zero"\n'))
+    spec = load_spec(write_spec(tmp_path / "named", case_extra='tolerance = "loose"\n[[cases]]\nn = 4\n'
+                                "[tolerance.loose]\natol = 1e-6\nrtol = 0\n"))
+    named, plain = spec.cases
+    assert "tolerance" not in named.params
+    assert spec.tolerance_of(named).atol == 1e-6 and spec.tolerance_of(plain).atol == 0
+
+
 def test_expressions_allow_arithmetic_on_case_names_only():
     assert exprs.evaluate("2 * M * N * K", {"M": 2, "N": 3, "K": 4}) == 48
     assert exprs.evaluate_int("n // 4 + 1", {"n": 9}) == 3
