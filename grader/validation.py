@@ -63,7 +63,9 @@ def validate(targets: list[Target], source: str = "solutions", seed: int | None 
         shown.finished(job.name, row)
     shown.close()
     rows = [_row(t, by_target[t.key], source) for t in targets]
-    return {"source": source, "repeat": repeat, "rows": rows}, [r for t in targets for r in by_target[t.key]]
+    summary = {"source": source, "repeat": repeat, "rows": rows,
+               "figures": [f for t, row in zip(targets, rows) if (f := _figures(row, by_target[t.key], source))]}
+    return summary, [r for t in targets for r in by_target[t.key]]
 
 
 def _row(target: Target, results: list[GradeResult], source: str) -> dict:
@@ -80,6 +82,27 @@ def _row(target: Target, results: list[GradeResult], source: str) -> dict:
     verdict = shown.verdict.splitlines()[0][:110] if shown.verdict else ""
     return {"exercise": target.spec.id, "lang": target.variant.lang, "status": shown.status, "outcome": outcome,
             "runs": runs, "verdict": verdict}
+
+
+def _figures(row: dict, results: list[GradeResult], source: str) -> dict | None:
+    """A solution that passed every run, at the size its speed verdict is taken (the first run's last timed
+    size), beside PyTorch timed in the same process: the figures an instructor puts in the course's table."""
+    if source != "solutions" or row["outcome"] != "ok" or not results or not results[0].timings:
+        return None
+    timed = results[0].timings[-1]
+    if timed.solution_rate is None or timed.solution_source != "live solution":
+        return None
+    return {"exercise": row["exercise"], "lang": row["lang"], "case": timed.case, "unit": timed.unit,
+            "solution": timed.solution_rate, "roofline_pct": timed.solution_roofline_pct, "torch": timed.torch_rate}
+
+
+def format_figures(figures: list[dict]) -> str:
+    rows = [[f["exercise"], f["lang"], f["case"], f"{f['solution']:,.0f} {f['unit']}",
+             f"{f['roofline_pct']:.0f}%" if f["roofline_pct"] is not None else "",
+             f"{f['torch']:,.0f}" if f["torch"] else "", f"{f['solution'] / f['torch']:.2f}x" if f["torch"] else ""]
+            for f in figures]
+    return ("the solutions at the verdict size (first run), PyTorch timed beside them:\n"
+            + table(rows, ["exercise", "lang", "size", "solution", "of roofline", "torch", "vs torch"]))
 
 
 def calibration_entries(summary: dict, results: list[GradeResult]) -> dict:
@@ -106,5 +129,6 @@ def format_summary(summary: dict) -> str:
     times = f" --repeat {repeat}" if repeat > 1 else ""
     title = f"validate --source {summary['source']}{times} (each must {want}{' every time' if times else ''}):\n"
     head = ["as expected" if c == "runs" else c for c in columns]
+    figures = f"\n\n{format_figures(summary['figures'])}" if summary.get("figures") else ""
     return (title + table(rows, head)
-            + f"\n{counts['ok']} ok, {counts['unexpected']} unexpected, {counts['skipped']} skipped")
+            + f"\n{counts['ok']} ok, {counts['unexpected']} unexpected, {counts['skipped']} skipped" + figures)

@@ -74,7 +74,8 @@ def test_validate_calibrate_records_each_ok_exercises_first_run_and_nothing_else
         result.status, result.verdict = ("passed", "passed") if passed else ("failed", "speed: 0.5x")
         result.device = {"name": "GPU A", "copy_gbps": 3000.0}
         cases = ["n=1", "n=2"] if timed_sizes == "all" else ["n=2"]
-        result.timings = [Timing(case, solution_ms=float(runs[target.spec.id]), unit="GB/s",
+        result.timings = [Timing(case, solution_ms=float(runs[target.spec.id]), unit="GB/s", solution_rate=2900.0,
+                                 solution_roofline_pct=96.7, torch_rate=2000.0 if timed_sizes == "all" else None,
                                  solution_source="live solution") for case in cases]
         return batch.result_row("", target, result, result.status)
 
@@ -88,6 +89,10 @@ def test_validate_calibrate_records_each_ok_exercises_first_run_and_nothing_else
     assert list(entries) == ["vector_add:triton"]
     assert {case: gpus["GPU A"]["solution_ms"] for case, gpus in entries["vector_add:triton"].items()} == {
         "n=1": 1.0, "n=2": 1.0}
+    # the solutions' figures beside PyTorch at the verdict size: only for the exercise that passed every run
+    figures = result.output[result.output.index("PyTorch timed beside them"):]
+    assert "vector_add" in figures and "n=2" in figures and "2,900 GB/s" in figures and "97%" in figures
+    assert "2,000" in figures and "1.45x" in figures and "softmax" not in figures
     refused = CliRunner().invoke(main, ["validate", "--source", "stubs", "--calibrate"])
     assert refused.exit_code == 2 and "--source solutions" in refused.output
 
