@@ -21,6 +21,7 @@ from grader.spec import BUILDS
 BACKGROUND = "background"  # sanitize_code=BACKGROUND: the verdict does not wait for compute-sanitizer
 PENDING = "sanitizer_pending"
 INTERPRETER_TIMEOUT_FACTOR = 3  # the Triton interpreter is far slower than a GPU
+WRAPPER_EXIT_S = 120  # a wrapped child's exit: Nsight Compute writes its report then (seconds for a few kernels)
 
 
 def cuda_available() -> bool:
@@ -121,6 +122,8 @@ def _grade_file(target: Target, path: Path, result: GradeResult, seed: int, time
         _build_and_run(target, path, result, seed, timeout_s, job, quick, gpu, child, ahead)
     finally:
         if child is not None:
+            if child.wrapped:  # killing its process group at once would lose the wrapper's report (ncu's)
+                child.finish(WRAPPER_EXIT_S)
             result.output = child.output()
             child.close()
 

@@ -74,6 +74,7 @@ class Child:
         """`module`: the child's program, speaking the worker protocol (grader.capstone.child does too)."""
         self.device = device
         self.visible_devices = (extra_env or {}).get("CUDA_VISIBLE_DEVICES")  # the GPU a multi-GPU batch gave it
+        self.wrapped = bool(wrapper)  # run under a tool (ncu) that writes its report after the worker exits
         self.dir = _work_dir()
         self.last_step = "starting"
         self.ready: dict[str, Any] | None = None

@@ -17,8 +17,10 @@ from grader.discovery import Target
 from grader.build import build_shared_library, format_resources, gpu_arch
 from grader.grade import cuda_available, grade, learner_file
 from grader.records import GradeResult
+from grader.worker_tools import LEARNER_RANGE
 
 NCU_METRICS = ("Duration", "Memory Throughput", "DRAM Throughput", "Compute (SM) Throughput")
+NCU_LAUNCHES = 20  # kernels profiled inside the learner's range: enough for a multi-kernel submission
 NOT_LEARNER_KERNELS = ("at::", "void at::", "distribution", "elementwise_kernel", "fill", "cub::")
 
 
@@ -46,19 +48,34 @@ def run_profile(target: Target, out_dir: Path, submission: Path | None = None, s
         raise ToolError(_failure(result))
     record = {"kind": "profile", "exercise": target.spec.id, "lang": target.variant.lang, "at": time.time(),
               "device": result.device.get("name", "CPU"), **result.extra["profile"],
-              "ncu": _ncu_metrics(target, submission, source, ncu_path) if ncu_path else []}
+              **(_ncu_metrics(target, submission, source, ncu_path) if ncu_path else {"ncu": []})}
     store.append(record)
     return record
 
 
-def _ncu_metrics(target: Target, submission: Path | None, source: str, ncu_path: str) -> list[dict[str, str]]:
+def _ncu_metrics(target: Target, submission: Path | None, source: str, ncu_path: str) -> dict[str, Any]:
+    """Speed-of-Light rows of the learner's kernels, or a note saying why Nsight Compute gave none."""
     log = Path(tempfile.mkdtemp(prefix="kcourse-ncu-")) / "ncu.csv"
     wrapper = [ncu_path, "--clock-control", "none", "--csv", "--section", "SpeedOfLight", "--target-processes", "all",
-               "--launch-count", "60", "--log-file", str(log)]
-    grade(target, source=source, submission=submission, mode="profile", record=False,
-          job_extra={"trace_path": str(log.with_suffix(".json")), "wrapper": wrapper},
-          timeout_s=target.variant.timeout_s * 10)
-    return parse_ncu(log.read_text()) if log.exists() else []
+               "--nvtx", "--nvtx-include", f"{LEARNER_RANGE}/", "--launch-count", str(NCU_LAUNCHES),
+               "--log-file", str(log)]
+    result = grade(target, source=source, submission=submission, mode="counters", record=False,
+                   job_extra={"wrapper": wrapper}, timeout_s=target.variant.timeout_s * 10)
+    text = log.read_text(errors="replace") if log.exists() else ""
+    rows = parse_ncu(text)
+    return {"ncu": rows} if rows else {"ncu": [], "ncu_note": _ncu_silence(text, result)}
+
+
+def _ncu_silence(text: str, result: Any) -> str:
+    """Why an Nsight Compute run recorded no kernel of the learner's: its own errors first, then the grade's."""
+    errors = [line.strip() for line in text.splitlines()
+              if line.startswith(("==ERROR==", "==WARNING==")) and "Note:" not in line]  # not its clock-control note
+    if errors:
+        return "Nsight Compute said: " + " | ".join(errors[:3])
+    if "counters" not in result.extra:
+        return f"the run under Nsight Compute did not finish: {_failure(result)}"
+    return ("Nsight Compute profiled no kernel inside the learner's calls (all were library kernels, or the "
+            "calls launched none): check that your code launches its own kernel")
 
 
 def parse_ncu(text: str) -> list[dict[str, str]]:
@@ -85,6 +102,8 @@ def format_profile(record: dict[str, Any]) -> str:
     if record.get("streams"):  # from the trace: did copies and kernels run at the same time?
         text += (f"\nGPU work on {record['streams']} stream(s) over the {record['calls']} calls; at most "
                  f"{record['most_at_once']} operations at once; two or more at once {record['overlap_pct']:.0f}% of the busy time")
+    if record.get("ncu_note"):
+        text += "\nNsight Compute: nothing recorded. " + record["ncu_note"]
     if record.get("ncu"):
         text += "\nNsight Compute:\n" + table([[m["kernel"], m["metric"], f"{m['value']} {m['unit']}"] for m in record["ncu"]],
                                              ["kernel", "metric", "value"])

@@ -87,3 +87,18 @@ def test_a_plain_tiled_matmul_meets_the_threshold_and_tunes_over_tile_sizes():
     assert all(r["correct"] and r["ms"] for r in record["rows"]) and record["best"]
     print(f"\ntiled matmul: ratio {result.timings[-1].ratio:.2f} of the solution; tune: "
           + ", ".join(f"{r['config']} {r['ms']:.3f} ms" for r in record["rows"]))
+
+
+def test_nsight_compute_profiles_the_learners_kernel_not_the_childs_start_up(tmp_path):
+    """`profile --ncu` once recorded nothing: ncu's launch count went on the child's own start-up kernels.
+    The learner's calls are now one NVTX range, and only kernels inside it are profiled."""
+    import shutil
+
+    from grader import tools
+
+    if shutil.which("ncu") is None:
+        pytest.skip("Nsight Compute (ncu) is not on PATH")
+    record = tools.run_profile(resolve(("reduction",)), tmp_path, source="solutions", ncu=True)
+    assert record["ncu"], record.get("ncu_note")
+    assert {"Duration", "DRAM Throughput"} <= {m["metric"] for m in record["ncu"]}
+    print("\n" + tools.format_profile(record))

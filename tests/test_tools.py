@@ -64,6 +64,33 @@ def test_ncu_csv_is_reduced_to_the_learners_kernels():
                     {"kernel": "softmax_kernel", "metric": "DRAM Throughput", "value": "91.5", "unit": "%"}]
 
 
+@pytest.mark.solutions
+def test_a_wrapped_child_may_finish_after_the_worker(tmp_path):
+    """A wrapper (Nsight Compute) writes its report once the worker has exited: the grade waits for that
+    instead of killing the process group on the tool's result, which lost every `profile --ncu` report."""
+    report = tmp_path / "report.txt"
+    wrapper = ["sh", "-c", f'"$@"; sleep 1; echo written > {report}', "wrapper"]
+    result = grade(resolve(("softmax",)), source="solutions", mode="counters", record=False,
+                   job_extra={"wrapper": wrapper})
+    assert "counters" in result.extra, result.verdict
+    assert report.read_text() == "written\n"
+
+
+def test_an_empty_nsight_compute_run_says_why():
+    """`profile --ncu` once came back with no rows and no word (ncu spent its launch count on the child's
+    start-up kernels): an empty run now names its cause, ncu's own error first."""
+    ran = type("Result", (), {"extra": {"counters": {}}, "checks": [], "verdict": "passed"})()
+    failed = type("Result", (), {"extra": {}, "checks": [], "verdict": "failed: load"})()
+    assert "ERR_NVGPUCTRPERM" in tools._ncu_silence("==ERROR== ERR_NVGPUCTRPERM - no permission\n", ran)
+    assert "did not finish: failed: load" in tools._ncu_silence("", failed)
+    clocks = "==WARNING== Note: Running with unmodified GPU clocks.\n"  # said on every run: not a cause
+    assert "launches its own kernel" in tools._ncu_silence(clocks, ran)
+    assert "launches its own kernel" in tools._ncu_silence('"ID","Kernel Name"\n', ran)
+    text = tools.format_profile({"exercise": "scan", "lang": "cuda", "case": "n=8", "calls": 5, "device": "GPU",
+                                 "top": [], "trace": "t.json", "ncu": [], "ncu_note": "Nsight Compute said: x"})
+    assert "Nsight Compute: nothing recorded. Nsight Compute said: x" in text
+
+
 def test_notebook_has_a_baseline_a_tagged_cell_and_profiling(tmp_path):
     path = write_notebook(resolve(("softmax",)), tmp_path / "replace_op.ipynb")
     nb = nbformat.read(str(path), as_version=4)
