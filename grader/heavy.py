@@ -4,7 +4,8 @@ A float64 attention backward at its timed sizes is about 3 TFLOP: minutes on the
 second on an H100's float64 units. The grader itself never opens CUDA (the learner's child owns the GPU,
 and a context in the parent would outlive its crashes), so an exercise whose spec says
 `reference_device = "cuda"` gets this one more process, running only kit code: it applies the inputs'
-transforms (an attention forward) and computes the float64 references there. The random draws stay on
+transforms (an attention forward) and computes the float64 references there, for the cases heavy enough
+to be worth it (worth_it: the timed sizes; the small numerics cases stay on the CPU, ready at once). The random draws stay on
 the CPU, so the values are the same on every machine; only the float64 arithmetic moves. The judge waits
 for the timed sizes' references before timing starts: nothing of ours runs on the GPU while it is timed.
 """
@@ -18,9 +19,12 @@ from typing import Any
 import torch
 import torch.multiprocessing  # noqa: F401  (registers the reductions that pass tensors through shared memory)
 
-from grader.spec import Case, ExerciseSpec
+from grader.spec import Case, ExerciseSpec, Variant
 
 _references: dict[str, Any] = {}  # per process: reference.py loaded once
+# A case whose work is under this goes to the CPU as before: its float64 reference takes tens of ms there, less
+# than the GPU process's start (spawn, torch, a CUDA context: seconds), which the first trials would wait for.
+HEAVY_FLOPS = 1e9
 
 
 class GpuCompute:
@@ -49,6 +53,21 @@ def wanted(spec: ExerciseSpec) -> bool:
     from grader.build import gpu_arch
 
     return spec.reference_device == "cuda" and gpu_arch() is not None
+
+
+def worth_it(spec: ExerciseSpec, variant: Variant, case: Case) -> bool:
+    """Whether this case's inputs and reference are made in the GPU process: its work (the spec's flops
+    expression) is HEAVY_FLOPS or more, or the spec gives no way to tell."""
+    from grader import exprs, speed
+    from grader.inputs import element_size
+
+    flops = speed.work_model(spec, variant)[0]
+    if flops is None:
+        return True
+    try:
+        return exprs.evaluate(flops, {**case.params, "elem": element_size(case.dtype)}) >= HEAVY_FLOPS
+    except Exception:  # an expression naming a parameter this case lacks: as the spec asked, on the GPU
+        return True
 
 
 def _see_only(visible_devices: str | None) -> None:

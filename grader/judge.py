@@ -249,7 +249,7 @@ class Judge:
         if not ahead:
             self.refs[k] = self._reference_of(inputs, case)
             return metas, inputs
-        self.refs[k] = self._reference_of(inputs, case) if self.gpu is not None else \
+        self.refs[k] = self._reference_of(inputs, case) if self._on_gpu(case) else \
             _done(lambda: reference_outputs(self.reference, self.spec, inputs, case.params))
         needed = self.keep_inputs or op_checks.wanted(self.spec, case, trial)  # else not held while it waits
         return metas, inputs if needed else {}
@@ -267,13 +267,18 @@ class Judge:
         return {"op_checks": {"grad_outputs": [save_tensor(g, self.child.dir / f"in-{k}-grad{i}.bin")
                                                for i, g in enumerate(grads)]}}
 
+    def _on_gpu(self, case: Case) -> bool:
+        """A heavy case of an exercise whose spec asks for references on the GPU (heavy.py); the small
+        ones stay on the CPU, so the first trials do not wait for the GPU process to start."""
+        return self.gpu is not None and heavy.worth_it(self.spec, self.variant, case)
+
     def _generate(self, case: Case, seed: int, trial: int = 0) -> dict:
-        if self.gpu is not None:
+        if self._on_gpu(case):
             return self.gpu.generate(case, seed, trial)
         return generate(self.spec, case, seed, trial)
 
     def _reference_of(self, inputs: dict, case: Case) -> Future:
-        if self.gpu is not None:
+        if self._on_gpu(case):
             return self.gpu.reference(inputs, case.params)
         return self.pool.submit(reference_outputs, self.reference, self.spec, inputs, case.params)
 

@@ -70,3 +70,21 @@ def test_the_reference_process_sees_only_the_grading_childs_gpu():
         assert compute.executor.submit(os.getenv, "CUDA_VISIBLE_DEVICES").result(timeout=120) == "1"
     finally:
         compute.shutdown()
+
+
+@pytest.mark.parametrize("exercise", ["matmul", "flash_attention_v2", "flash_attention_v2_backward", "linear_gelu"])
+def test_small_cases_stay_on_the_cpu_and_the_timed_sizes_go_to_the_gpu(exercise):
+    """The first trials must not wait for the GPU process to start (seconds): a case whose float64 reference
+    is cheap is drawn and checked on the CPU; the timed sizes, up to a TFLOP each, are the GPU's."""
+    target = resolve((exercise,))
+    spec, variant = target.spec, target.variant
+    assert not heavy.worth_it(spec, variant, spec.cases[0])
+    assert all(heavy.worth_it(spec, variant, case) for case in spec.performance.cases)
+
+
+def test_a_spec_without_a_work_model_keeps_every_case_on_the_gpu():
+    import dataclasses
+
+    target = resolve(("softmax",))
+    spec = dataclasses.replace(target.spec, performance=dataclasses.replace(target.spec.performance, flops=None))
+    assert heavy.worth_it(spec, target.variant, spec.cases[0])
