@@ -13,6 +13,7 @@ for the timed sizes' references before timing starts: nothing of ours runs on th
 from __future__ import annotations
 
 import multiprocessing
+import threading
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
 
@@ -25,6 +26,7 @@ _references: dict[str, Any] = {}  # per process: reference.py loaded once
 # A case whose work is under this goes to the CPU as before: its float64 reference takes tens of ms there, less
 # than the GPU process's start (spawn, torch, a CUDA context: seconds), which the first trials would wait for.
 HEAVY_FLOPS = 1e9
+GATE_LIMIT_S = 180.0  # the longest a grading child may take to get ready (sandbox.START_LIMIT_S)
 
 
 class GpuCompute:
@@ -33,16 +35,26 @@ class GpuCompute:
     (grade-batch and validate grade on several GPUs from one process; on another GPU they would share it
     with a grade being timed there)."""
 
-    def __init__(self, spec: ExerciseSpec, reference: str = "reference", visible_devices: str | None = None):
+    def __init__(self, spec: ExerciseSpec, reference: str = "reference", visible_devices: str | None = None,
+                 gate: threading.Event | None = None):
+        """`gate`: set once the grading child is ready. Until then it may be measuring this GPU's copy and
+        matmul ceilings (worker.device_ceilings), which work of ours beside it would make read low."""
         self.spec, self.reference_name = spec, reference  # the function of reference.py (spec.Variant.reference)
+        self.gate = gate
         self.executor = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
                                             initializer=_see_only, initargs=(visible_devices,))
 
     def generate(self, case: Case, seed: int, trial: int = 0) -> dict[str, torch.Tensor]:
+        self._wait_for_the_gate()
         return self.executor.submit(_generate, self.spec, case, seed, trial).result()
 
     def reference(self, inputs: dict[str, torch.Tensor], params: dict[str, Any]) -> Future:
+        self._wait_for_the_gate()
         return self.executor.submit(_reference, self.spec, inputs, params, self.reference_name)
+
+    def _wait_for_the_gate(self) -> None:
+        if self.gate is not None:
+            self.gate.wait(GATE_LIMIT_S)  # a child that never gets ready ends the grade, and close() opens the gate
 
     def shutdown(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)

@@ -47,7 +47,11 @@ class Judge:
         self.reference = load_reference(spec.folder / "reference.py", variant.reference)
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="kcourse-reference")
         # float64 references on the GPU: the child's own
-        self.gpu = heavy.GpuCompute(spec, variant.reference, child.visible_devices) if heavy.wanted(spec) else None
+        self.child_ready = threading.Event()  # the GPU process's work waits for it (heavy.GpuCompute's gate)
+        if child.ready is not None:
+            self.child_ready.set()
+        self.gpu = heavy.GpuCompute(spec, variant.reference, child.visible_devices, self.child_ready) \
+            if heavy.wanted(spec) else None
         self.stop = threading.Event()
         self.slots = threading.Semaphore(AHEAD)
         self.refs: dict[Any, Future] = {}
@@ -66,6 +70,7 @@ class Judge:
     # --- the whole grade -------------------------------------------------------------------------
     def run(self, job: dict[str, Any]) -> None:
         ready = self.child.wait_ready()
+        self.child_ready.set()
         self.result.device = ready.get("device", {})
         started = time.monotonic()
         self.phases["start"] = round(started - self.child.started, 3)
@@ -99,6 +104,7 @@ class Judge:
         `wait_for_draws`: until a draw under way has written its files (another judge will write the same
         names in this child's folder)."""
         self.stop.set()
+        self.child_ready.set()  # a draw waiting to use the GPU process goes on, and finds it shut down
         for _ in range(AHEAD):
             self.slots.release()  # a producer waiting for a slot sees `stop` and ends
         self.drawer.shutdown(wait=wait_for_draws, cancel_futures=True)  # a failure's verdict does not wait for a draw

@@ -88,3 +88,36 @@ def test_a_spec_without_a_work_model_keeps_every_case_on_the_gpu():
     target = resolve(("softmax",))
     spec = dataclasses.replace(target.spec, performance=dataclasses.replace(target.spec.performance, flops=None))
     assert heavy.worth_it(spec, target.variant, spec.cases[0])
+
+
+def test_the_gpu_process_waits_until_the_child_is_ready():
+    """A grading child's first job on a machine is measuring the GPU's copy and matmul ceilings: a float64
+    reference beside it would make them read low (and a low ceiling is kept). Work waits for the gate."""
+    import threading
+    import time
+    from concurrent.futures import Future
+
+    submitted = []
+
+    class Executor:
+        def submit(self, *args):
+            submitted.append(time.monotonic())
+            future = Future()
+            future.set_result([])
+            return future
+
+        def shutdown(self, **_):
+            pass
+
+    gate = threading.Event()
+    compute = heavy.GpuCompute(_backward().spec, gate=gate)
+    compute.executor.shutdown()
+    compute.executor = Executor()
+    worker = threading.Thread(target=compute.reference, args=({}, {}))
+    worker.start()
+    time.sleep(0.3)
+    assert not submitted
+    opened = time.monotonic()
+    gate.set()
+    worker.join(5)
+    assert submitted and submitted[0] >= opened
