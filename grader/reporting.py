@@ -183,7 +183,8 @@ TUNE = {"exercise": _text_or("?"), "lang": _text_or("?"), "device": _device_name
 PROFILE_ROW = {"name": _text_or("?"), "calls": _text, "device_us": _number, "cpu_us": _number}
 NCU_ROW = {"kernel": _text, "metric": _text, "value": _text, "unit": _text}
 PROFILE = {"exercise": _text_or("?"), "lang": _text_or("?"), "device": _device_name, "case": _text, "calls": _text,
-           "trace": _text_or("(no trace recorded)"), "top": _rows(PROFILE_ROW), "ncu": _rows(NCU_ROW)}
+           "trace": _text_or("(no trace recorded)"), "top": _rows(PROFILE_ROW), "ncu": _rows(NCU_ROW),
+           "ncu_note": _text}
 COMPARE_ROW = {"label": _text_or("?"), "file": _text, "exercise": _text, "lang": _text, "status": _text_or("unknown"),
                "verdict": _text, "numerics": _text_or("?"), "speed": _text_or("not run"), "case": _text, "unit": _text,
                "ms": _number, "rate": _number, "roofline_pct": _number, "ratio": _number, "solution_ms": _number,

@@ -48,6 +48,7 @@ def recorded(isolated_state):
                   "best": {"config": "num_warps=2", "ms": 0.025}})
     store.append({"kind": "profile", "exercise": "softmax", "lang": "triton", "device": GPU["name"], "case": "M=4096 N=4096",
                   "calls": 5, "trace": "/tmp/trace.json", "ncu": [],
+                  "ncu_note": "Nsight Compute said: ==ERROR== ERR_NVGPUCTRPERM",
                   "top": [{"name": "softmax_kernel", "calls": 5, "device_us": 250.0, "cpu_us": 40.0}]})
     return isolated_state / "reports"
 
@@ -67,6 +68,7 @@ def test_day2_compares_the_two_triton_scripts(recorded):
 def test_day4_has_the_notebook_grade_and_the_profiler_table(recorded):
     text = reporting.render("day4").read_text()
     assert "| softmax_kernel | 5 | 250.0 | 40.0 |" in text
+    assert "Nsight Compute: nothing recorded. Nsight Compute said: ==ERROR== ERR_NVGPUCTRPERM" in text  # never silent
     assert "softmax (triton) | M=4096 N=4096 | 0.06" in text  # the notebook's own grade
 
 
