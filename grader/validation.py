@@ -92,8 +92,11 @@ def _figures(row: dict, results: list[GradeResult], source: str) -> dict | None:
     timed = results[0].timings[-1]
     if timed.solution_rate is None or timed.solution_source != "live solution":
         return None
+    # a host-side exercise's anchor is its own serial run (spec performance.baseline_args), not PyTorch
+    serial = timed.baseline_ms / timed.learner_ms if timed.baseline_ms and timed.learner_ms else None
     return {"exercise": row["exercise"], "lang": row["lang"], "case": timed.case, "unit": timed.unit,
-            "solution": timed.solution_rate, "roofline_pct": timed.solution_roofline_pct, "torch": timed.torch_rate}
+            "solution": timed.solution_rate, "roofline_pct": timed.solution_roofline_pct, "torch": timed.torch_rate,
+            "vs_serial": serial, "serial_args": timed.baseline_args}
 
 
 def format_figures(figures: list[dict]) -> str:
@@ -101,8 +104,11 @@ def format_figures(figures: list[dict]) -> str:
              f"{f['roofline_pct']:.0f}%" if f["roofline_pct"] is not None else "",
              f"{f['torch']:,.0f}" if f["torch"] else "", f"{f['solution'] / f['torch']:.2f}x" if f["torch"] else ""]
             for f in figures]
+    serial = [f"{f['exercise']} ({f['lang']}): {f['vs_serial']:.2f}x its own run with {f['serial_args']}"
+              for f in figures if f.get("vs_serial")]
     return ("the solutions at the verdict size (first run), PyTorch timed beside them:\n"
-            + table(rows, ["exercise", "lang", "size", "solution", "of roofline", "torch", "vs torch"]))
+            + table(rows, ["exercise", "lang", "size", "solution", "of roofline", "torch", "vs torch"])
+            + "".join("\n" + line for line in serial))
 
 
 def calibration_entries(summary: dict, results: list[GradeResult]) -> dict:

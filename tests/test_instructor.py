@@ -230,3 +230,16 @@ def test_validate_solutions_without_a_solutions_folder_is_a_clear_usage_error(tm
     monkeypatch.setattr("grader.paths.solutions_dir", lambda: tmp_path / "solutions")
     result = CliRunner().invoke(main, ["validate", "--source", "solutions"])
     assert result.exit_code == 2 and "solutions/ folder" in result.output
+
+
+def test_a_host_side_exercises_figures_name_its_speedup_over_its_own_serial_run():
+    """stream_overlap's anchor is its own one-stream run, not PyTorch: validate's table says the speedup."""
+    from grader import validation
+    from grader.records import Timing
+
+    result = GradeResult(exercise="stream_overlap", lang="cuda", source="solutions", seed=1)
+    result.timings = [Timing("n=67108864 n_streams=4", learner_ms=10.0, solution_ms=10.0, unit="GB/s", solution_rate=84.0,
+                             baseline_ms=20.4, baseline_args="n_streams=1", solution_source="live solution")]
+    row = {"exercise": "stream_overlap", "lang": "cuda", "outcome": "ok"}
+    text = validation.format_figures([validation._figures(row, [result], "solutions")])
+    assert "84 GB/s" in text and "stream_overlap (cuda): 2.04x its own run with n_streams=1" in text
