@@ -143,6 +143,7 @@ class RecordingChild:
 
     def __init__(self, folder):
         self.dir, self.sent, self.visible_devices, self.device = folder, [], None, "cpu"
+        self.ready = None  # not started yet, as while nvcc builds
 
     def send(self, message):
         self.sent.append(message)
