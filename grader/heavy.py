@@ -5,8 +5,8 @@ second on an H100's float64 units. The grader itself never opens CUDA (the learn
 and a context in the parent would outlive its crashes), so an exercise whose spec says
 `reference_device = "cuda"` gets this one more process, running only kit code: it applies the inputs'
 transforms (an attention forward) and computes the float64 references there, for the cases heavy enough
-to be worth it (worth_it: the timed sizes; the small numerics cases stay on the CPU, ready at once). The random draws stay on
-the CPU, so the values are the same on every machine; only the float64 arithmetic moves. The judge waits
+to be worth it (worth_it: the timed sizes; the small numerics cases stay on the CPU, ready at once). The
+random draws stay on the CPU, so the values are the same on every machine; only the float64 arithmetic moves. The judge waits
 for the timed sizes' references before timing starts: nothing of ours runs on the GPU while it is timed.
 """
 
@@ -71,13 +71,12 @@ def worth_it(spec: ExerciseSpec, variant: Variant, case: Case) -> bool:
     """Whether this case's inputs and reference are made in the GPU process: its work (the spec's flops
     expression) is HEAVY_FLOPS or more, or the spec gives no way to tell."""
     from grader import exprs, speed
-    from grader.inputs import element_size
 
     flops = speed.work_model(spec, variant)[0]
     if flops is None:
         return True
     try:
-        return exprs.evaluate(flops, {**case.params, "elem": element_size(case.dtype)}) >= HEAVY_FLOPS
+        return exprs.evaluate(flops, speed.expression_names(case)) >= HEAVY_FLOPS
     except Exception:  # an expression naming a parameter this case lacks: as the spec asked, on the GPU
         return True
 

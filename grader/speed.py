@@ -28,10 +28,15 @@ def work_model(spec: ExerciseSpec, variant: Variant) -> tuple[str | None, str | 
     return flops, nbytes, perf.bound == "compute" or (not perf.bound and flops is not None and nbytes is None)
 
 
+def expression_names(case: Case) -> dict[str, Any]:
+    """What a spec's flops and bytes expressions may name: the case's parameters and `elem`, its element size."""
+    return {**case.params, "elem": element_size(case.dtype)}
+
+
 def work_and_ceiling(spec: ExerciseSpec, variant: Variant, case: Case, device: dict[str, Any]) -> tuple[float | None, float | None, str]:
     """(work in the reported unit, this GPU's ceiling in that unit, unit) for one timed size."""
     flops, nbytes, compute_bound = work_model(spec, variant)
-    names = {**case.params, "elem": element_size(case.dtype)}
+    names = expression_names(case)
     host = variant.kind == "cuda_host"  # host transfers have no device roofline
     if compute_bound:
         return exprs.evaluate(flops, names) / 1e12, None if host else device.get(_matmul_ceiling(case.dtype)), "TFLOP/s"
