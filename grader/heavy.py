@@ -43,6 +43,9 @@ class GpuCompute:
         self.gate = gate
         self.executor = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
                                             initializer=_see_only, initargs=(visible_devices,))
+        # Started now, not at the first heavy case: spawning, importing torch and opening a CUDA context take
+        # seconds, which then pass while the child starts and nvcc builds (or, in watch, while the learner edits)
+        self.warm_up = self.executor.submit(_warm_up, spec, reference)
 
     def generate(self, case: Case, seed: int, trial: int = 0) -> dict[str, torch.Tensor]:
         self._wait_for_the_gate()
@@ -89,6 +92,19 @@ def _see_only(visible_devices: str | None) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = visible_devices
 
 
+def _warm_up(spec: ExerciseSpec, function: str) -> None:
+    """Everything the first reference needs but its arithmetic. A CUDA context's start is not work on the
+    GPU's memory or SMs, so it need not wait for the gate. A failure here shows at the first real task."""
+    from grader.checking import load_reference
+    from grader.inputs import generate  # noqa: F401  (imported now, not when the first case is drawn)
+
+    try:
+        _references.setdefault(f"{spec.folder}:{function}", load_reference(spec.folder / "reference.py", function))
+        torch.zeros(1, device="cuda")
+    except Exception:
+        pass
+
+
 def _generate(spec: ExerciseSpec, case: Case, seed: int, trial: int) -> dict[str, torch.Tensor]:
     from grader.inputs import generate
 
@@ -100,7 +116,7 @@ def _reference(spec: ExerciseSpec, inputs: dict[str, torch.Tensor], params: dict
     from grader.checking import load_reference, reference_outputs
 
     key = f"{spec.folder}:{function}"
-    if key not in _references:
+    if key not in _references:  # _warm_up did not load it (it failed there)
         _references[key] = load_reference(spec.folder / "reference.py", function)
     on_gpu = {name: t.to("cuda") for name, t in inputs.items()}
     outs = [o.cpu() for o in reference_outputs(_references[key], spec, on_gpu, params)]

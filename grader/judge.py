@@ -225,10 +225,11 @@ class Judge:
 
     # --- drawing inputs ------------------------------------------------------------------------------
     def prefetch(self, job: dict[str, Any]) -> None:
-        """Start drawing, before the build: the trials of PREFETCH_BYTES or more, then the timed sizes, as
-        far as PREFETCH_BUDGET goes."""
+        """Start drawing, before the build: the trials of PREFETCH_BYTES or more and those whose reference
+        is the GPU process's (a GFLOP or more: the one wait numerics would otherwise have), then the timed
+        sizes, as far as PREFETCH_BUDGET goes."""
         wanted = [(k, case, seed, trial) for k, (_, case, trial, seed) in enumerate(self._trials())
-                  if input_bytes(self.spec, case) >= PREFETCH_BYTES]
+                  if input_bytes(self.spec, case) >= PREFETCH_BYTES or self._on_gpu(case)]
         if self.timing:
             wanted += [(f"t{index}", case, self._timed_seed(index), 0) for index, case in self._timed_cases(job)]
         budget = PREFETCH_BUDGET

@@ -121,3 +121,19 @@ def test_the_gpu_process_waits_until_the_child_is_ready():
     gate.set()
     worker.join(5)
     assert submitted and submitted[0] >= opened
+
+
+def test_the_gpu_process_warms_up_as_soon_as_it_is_made():
+    """Its start (spawn, torch, the reference, a CUDA context: seconds) must pass while the child starts and
+    nvcc builds, not when the first heavy case asks for a reference. Where CUDA is missing the warm-up still
+    ends (the first real task reports the problem)."""
+    spec = _backward().spec
+    heavy._references.clear()
+    heavy._warm_up(spec, "reference")
+    assert f"{spec.folder}:reference" in heavy._references
+
+    compute = heavy.GpuCompute(spec)
+    try:
+        assert compute.warm_up.result(timeout=120) is None  # submitted at construction; ends without CUDA too
+    finally:
+        compute.shutdown()
