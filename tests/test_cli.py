@@ -79,3 +79,20 @@ def test_validate_solutions_passes_and_stubs_fail_for_triton():
     assert solutions.exit_code == 0 and "0 unexpected" in solutions.output
     stubs = run("validate", "--source", "stubs", "--only", "softmax")
     assert stubs.exit_code == 0 and "1 ok" in stubs.output
+
+
+def test_the_command_ends_at_once_with_its_exit_code_and_every_line_written(tmp_path):
+    """`kcourse grade` skips the interpreter's teardown (most of a second with torch loaded): the exit code,
+    the whole output and the record must still be there."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "KCOURSE_HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-m", "grader", "grade", "vector_add", "--lang", "triton", "--json",
+                           "--seed", "5"], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 1, done.stderr
+    assert json.loads(done.stdout)["status"] == "failed"
+    assert "leaked" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+    records = list(tmp_path.rglob("results.jsonl"))
+    assert records and json.loads(records[0].read_text().splitlines()[-1])["status"] == "failed"
