@@ -1,6 +1,8 @@
 """How fast a learner hears back, on this machine (issue 7): the import floor, one-shot grades, and
 `kcourse watch` re-grades (save -> verdict, the next worker already warm). Not a test: run it on a GPU
-machine and read the figures.   Usage: python scripts/feedback_bench.py [EXERCISE ...]"""
+machine and read the figures.   Usage: python scripts/feedback_bench.py [EXERCISE ...]
+`--steps EXERCISE [LANG]`: instead, grade the solution twice in this process (cold, then warm) and print the
+longest waits between the grading child's events: where a slow grade's seconds go, case by case."""
 
 from __future__ import annotations
 
@@ -109,7 +111,25 @@ def _timeline(events: list[tuple[float, str]], saved: float) -> str:
     return ", ".join(marks)
 
 
+def slowest_steps(exercise: str, lang: str | None, shown: int = 12) -> None:
+    from grader.discovery import resolve
+    from grader.grade import grade
+
+    events = _record_events()
+    for run in ("cold", "warm"):
+        events.clear()
+        started = time.perf_counter()
+        result = grade(resolve((exercise,), lang=lang), source="solutions")
+        print(f"{exercise} {run}: {time.perf_counter() - started:.1f} s, {result.status}, phases {result.phases}")
+        waits = sorted(((b - a, text) for (a, text), (b, _) in zip(events, events[1:])), reverse=True)
+        for seconds, text in waits[:shown]:
+            print(f"  {seconds:6.2f} s after {text}")
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--steps"]:
+        slowest_steps(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None)
+        return
     only = sys.argv[1:]  # exercise ids to bench (default: all of EXERCISES)
     print(f"import floor (python -c 'import torch; torch.zeros(1, device=\"cuda\")'): {import_floor():.2f} s")
     for words, lang, solution in [e for e in EXERCISES if not only or e[0][0] in only]:
