@@ -79,14 +79,35 @@ def _op_recorder():
             super().__init__()
             self.names: set[str] = set()
 
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if not _called_from_triton():
-                self.names.add(func.name())
-            if func.namespace not in ("aten", "prims"):
-                return _inside_operator(self, func, args, kwargs or {})
-            return func(*args, **(kwargs or {}))
-
+    # Set after the class is made: TorchDispatchMode wraps a __torch_dispatch__ defined in the class body so
+    # that torch.compile never traces into it, and that wrapper imports torch._dynamo at the first operator:
+    # 1-3 s in the first trial of every Triton grade (the interpreter's copies are operators), for nothing
+    # while no code compiles. _dispatch keeps that protection for when something does.
+    OpRecorder.__torch_dispatch__ = _dispatch
     return OpRecorder()
+
+
+def _dispatch(recorder, func, types, args=(), kwargs=None):
+    if "torch._dynamo" in sys.modules:  # torch.compile is loaded (the learner's code may compile): as torch wraps it
+        return _record_without_dynamo()(recorder, func, types, args, kwargs)
+    return _record(recorder, func, types, args, kwargs)
+
+
+def _record(recorder, func, types, args=(), kwargs=None):
+    if not _called_from_triton():
+        recorder.names.add(func.name())
+    if func.namespace not in ("aten", "prims"):
+        return _inside_operator(recorder, func, args, kwargs or {})
+    return func(*args, **(kwargs or {}))
+
+
+_RECORD_WITHOUT_DYNAMO: list = []
+
+
+def _record_without_dynamo():
+    if not _RECORD_WITHOUT_DYNAMO:
+        _RECORD_WITHOUT_DYNAMO.append(torch._disable_dynamo(_record, recursive=True))
+    return _RECORD_WITHOUT_DYNAMO[0]
 
 
 def _inside_operator(recorder, func, args, kwargs):

@@ -132,3 +132,20 @@ def test_a_grader_error_while_drawing_inputs_is_the_graders_not_a_hang(monkeypat
     check = failing(result)
     assert check.name == "grader" and check.status == "error" and "the input transform broke" in check.message
     assert not any(c.name == "run" for c in result.checks)  # no verdict on the learner's code
+
+
+def test_recording_the_operators_does_not_load_torch_compile_and_still_sees_them_once_it_is_loaded():
+    """torch wraps a dispatch mode's handler so torch.compile stays out of it, and that wrapper imports
+    torch._dynamo at the first operator: 1-3 s of every Triton grade. The recorder pays it only when the code
+    has loaded torch.compile itself, and sees the operators either way."""
+    import subprocess
+    import sys
+
+    code = ("import sys, torch\nfrom grader import integrity\n"
+            "_, before = integrity.ops_called(lambda: torch.ones(3) + 1)\n"
+            "loaded = 'torch._dynamo' in sys.modules\n"
+            "import torch._dynamo\n"
+            "_, after = integrity.ops_called(lambda: torch.ones(3) * 2)\n"
+            "print(loaded, 'aten::add.Tensor' in before, 'aten::mul.Tensor' in after)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["False", "True", "True"], done.stderr[-2000:]
