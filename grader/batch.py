@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Protocol
 
+from grader import sandbox
 from grader.batch_progress import Progress
 from grader.discovery import Target
 from grader.exports import gradescope_json
@@ -99,7 +100,7 @@ def grade_row(target: Target, path: Path, seed: int | None, timeout_s: float | N
     from grader.grade import grade
 
     env = {"CUDA_VISIBLE_DEVICES": device} if device is not None else {}
-    compile_only = device is None and target.variant.kind in ("cuda", "cuda_host", "torch_op")  # no child runs
+    compile_only = device is None and target.variant.kind in sandbox.COMPILED_ONLY_ON_CPU  # no child runs
     child = children.take(device) if children is not None and not compile_only else None
     result = grade(target, submission=path, seed=seed, timeout_s=timeout_s, record=False, child_env=env,
                    child=child, timed_sizes=timed_sizes)

@@ -111,7 +111,7 @@ def _grade_file(target: Target, path: Path, result: GradeResult, seed: int, time
     if path is None:
         return
     variant, gpu = target.variant, cuda_available()
-    compile_only = not gpu and variant.kind in ("cuda", "cuda_host", "torch_op")
+    compile_only = not gpu and variant.kind in sandbox.COMPILED_ONLY_ON_CPU
     if child is not None and (compile_only or child.device != ("cuda" if gpu else "cpu")):
         child.close()  # started early on a guess this machine turned out not to fit (e.g. torch without CUDA)
         child = None

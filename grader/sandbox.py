@@ -168,21 +168,28 @@ class Child:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+# Kinds of exercise that only compile on a machine without a GPU: no child runs them there.
+COMPILED_ONLY_ON_CPU = ("cuda", "cuda_host", "torch_op")
+
+
 def early_child(kind: str = "") -> Child | None:
-    """A GPU worker started before the grader imports torch, so that the two start-ups overlap (a one-shot
-    `kcourse grade` pays them once, not one after the other). None without a GPU (grade() starts the
-    child it needs) or with KCOURSE_DEVICE=cpu. `kind`: the exercise's, for what the worker pre-warms."""
-    if os.environ.get("KCOURSE_DEVICE", "").lower() == "cpu":
-        return None
+    """The worker, started before the grader imports torch, so that the two start-ups overlap (a one-shot
+    `kcourse grade` pays them once, not one after the other): a GPU worker where nvidia-smi sees a GPU, else
+    the interpreter's (KCOURSE_DEVICE=cpu too); None where no child will run. grade() replaces a guess that
+    turns out wrong (torch without CUDA). `kind`: the exercise's, for what the worker pre-warms."""
     from grader.build import gpu_arch
 
-    return Child("cuda", prewarm_env(kind)) if gpu_arch() else None
+    if os.environ.get("KCOURSE_DEVICE", "").lower() != "cpu" and gpu_arch():
+        return Child("cuda", prewarm_env(kind))
+    return None if kind in COMPILED_ONLY_ON_CPU else Child("cpu", prewarm_env(kind))
 
 
 def prewarm_env(kind: str) -> dict[str, str]:
-    """A torch operator's integrity check runs under torch's profiler, whose first use costs seconds:
-    the worker pays it while it waits for the job (worker.warm_up reads this)."""
-    return {"KCOURSE_CHILD_PREWARM": "profiler"} if kind == "torch_op" else {}
+    """What the worker pays while it waits for the job (worker.warm_up reads this): a torch operator's
+    integrity check runs under torch's profiler, whose first use costs seconds; a Triton file's first line
+    imports triton (0.3 s)."""
+    return {"KCOURSE_CHILD_PREWARM": {"torch_op": "profiler", "triton": "triton"}[kind]} \
+        if kind in ("torch_op", "triton") else {}
 
 
 @dataclass

@@ -24,9 +24,9 @@ SETTLE_S = 0.1  # after a change, before grading: an editor that writes in sever
 
 def _fresh_child(target: Target) -> sandbox.Child | None:
     gpu = cuda_available()
-    if not gpu and target.variant.kind != "triton":
+    if not gpu and target.variant.kind in sandbox.COMPILED_ONLY_ON_CPU:
         return None  # compile-only here: no child runs
-    return sandbox.Child("cuda" if gpu else "cpu", sandbox.prewarm_env(target.variant.kind) if gpu else None)
+    return sandbox.Child("cuda" if gpu else "cpu", sandbox.prewarm_env(target.variant.kind))
 
 
 def _next_grade(target: Target, child: sandbox.Child | None, quick: bool) -> tuple[int, Judge | None]:

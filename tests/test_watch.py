@@ -99,12 +99,24 @@ def test_a_torch_operator_worker_pays_the_profilers_start_up_before_its_job(monk
     from grader import sandbox, worker
 
     assert sandbox.prewarm_env("torch_op") == {"KCOURSE_CHILD_PREWARM": "profiler"}
-    assert sandbox.prewarm_env("cuda") == {} and sandbox.prewarm_env("triton") == {}
+    assert sandbox.prewarm_env("cuda") == {} and sandbox.prewarm_env("triton") == {"KCOURSE_CHILD_PREWARM": "triton"}
     seen = []
     monkeypatch.setenv("KCOURSE_CHILD_PREWARM", "profiler")
     monkeypatch.setattr(worker.integrity, "ops_called", lambda fn, kind: seen.append(kind) or (fn(), set()))
     worker.warm_up("cpu")
     assert seen == ["torch_op"]
+
+
+def test_a_triton_worker_imports_triton_before_its_job():
+    import os
+    import subprocess
+    import sys
+
+    code = "import sys; from grader import worker; worker.warm_up('cpu'); print('triton.language' in sys.modules)"
+    env = {"KCOURSE_CHILD_PREWARM": "triton", "TRITON_INTERPRET": "1"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, **env},
+                          timeout=120)
+    assert done.stdout.strip() == "True", done.stderr[-2000:]
 
 
 def test_watch_times_only_the_verdicts_size_unless_a_memory_bar_needs_every_size(monkeypatch):
