@@ -9,6 +9,7 @@ torch did the work. The parent turns this evidence into the verdict."""
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from pathlib import Path
@@ -101,13 +102,9 @@ def _record(recorder, func, types, args=(), kwargs=None):
     return func(*args, **(kwargs or {}))
 
 
-_RECORD_WITHOUT_DYNAMO: list = []
-
-
+@functools.cache
 def _record_without_dynamo():
-    if not _RECORD_WITHOUT_DYNAMO:
-        _RECORD_WITHOUT_DYNAMO.append(torch._disable_dynamo(_record, recursive=True))
-    return _RECORD_WITHOUT_DYNAMO[0]
+    return torch._disable_dynamo(_record, recursive=True)
 
 
 def _inside_operator(recorder, func, args, kwargs):

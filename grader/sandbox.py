@@ -184,12 +184,14 @@ def early_child(kind: str = "") -> Child | None:
     return None if kind in COMPILED_ONLY_ON_CPU else Child("cpu", prewarm_env(kind))
 
 
+# What a worker pays while it waits for the job (worker.warm_up reads it), by kind: a torch operator's
+# integrity check runs under torch's profiler, whose first use costs seconds; a Triton file's first line
+# imports triton (0.3 s).
+PREWARM = {"torch_op": "profiler", "triton": "triton"}
+
+
 def prewarm_env(kind: str) -> dict[str, str]:
-    """What the worker pays while it waits for the job (worker.warm_up reads this): a torch operator's
-    integrity check runs under torch's profiler, whose first use costs seconds; a Triton file's first line
-    imports triton (0.3 s)."""
-    return {"KCOURSE_CHILD_PREWARM": {"torch_op": "profiler", "triton": "triton"}[kind]} \
-        if kind in ("torch_op", "triton") else {}
+    return {"KCOURSE_CHILD_PREWARM": PREWARM[kind]} if kind in PREWARM else {}
 
 
 @dataclass
