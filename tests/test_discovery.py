@@ -61,3 +61,16 @@ def test_finding_an_exercise_does_not_import_torch():
             "all_targets(); from grader.sandbox import early_child; print('torch' in sys.modules)")
     found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert found.stdout.strip() == "False"
+
+
+def test_without_a_gpu_the_interpreters_worker_starts_early_and_a_cuda_file_gets_none(monkeypatch):
+    """The early worker overlaps its torch import with the grader's on a CPU machine too (a one-shot Triton
+    grade 10 s -> 4 s on two cores); a CUDA file there is only compiled, so no worker is started for it."""
+    from grader import build, sandbox
+
+    monkeypatch.setattr(build, "gpu_arch", lambda: None)
+    started = []
+    monkeypatch.setattr(sandbox, "Child", lambda device, env: started.append((device, env)) or device)
+    assert sandbox.early_child("triton") == "cpu"
+    assert started == [("cpu", {"KCOURSE_CHILD_PREWARM": "triton"})]
+    assert all(sandbox.early_child(kind) is None for kind in ("cuda", "cuda_host", "torch_op"))
