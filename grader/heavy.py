@@ -60,6 +60,11 @@ class GpuCompute:
             self.gate.wait(GATE_LIMIT_S)  # a child that never gets ready ends the grade, and close() opens the gate
 
     def shutdown(self) -> None:
+        """Ends the process now, whatever it is doing. A grade that ends early (a build error) must not wait
+        for the warm-up (seconds): the exit handlers of concurrent.futures join a pool's process after its
+        running task. Its work is ours alone and none of it is wanted any more."""
+        for process in list((getattr(self.executor, "_processes", None) or {}).values()):
+            process.terminate()
         self.executor.shutdown(wait=False, cancel_futures=True)
 
 

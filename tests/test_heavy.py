@@ -137,3 +137,27 @@ def test_the_gpu_process_warms_up_as_soon_as_it_is_made():
         assert compute.warm_up.result(timeout=120) is None  # submitted at construction; ends without CUDA too
     finally:
         compute.shutdown()
+
+
+def test_ending_a_grade_ends_the_gpu_process_at_once_even_while_it_warms_up():
+    """A learner's build error ends the grade within a second or two: the process still importing torch
+    for its warm-up is stopped, not waited for (the exit handlers would wait for its running task)."""
+    import time
+
+    def ended(pid: int) -> bool:  # gone, or a zombie the pool has not reaped yet (Linux's /proc)
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+        except OSError:  # no such file, or no such process while it is read
+            return True
+
+    compute = heavy.GpuCompute(_backward().spec)
+    deadline = time.monotonic() + 60
+    while not compute.executor._processes and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pids = list(compute.executor._processes)
+    started = time.monotonic()
+    compute.shutdown()
+    while not all(ended(pid) for pid in pids) and time.monotonic() - started < 10:
+        time.sleep(0.02)
+    assert time.monotonic() - started < 1.5  # its warm-up alone takes seconds (spawn, torch)
