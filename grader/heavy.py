@@ -6,8 +6,9 @@ and a context in the parent would outlive its crashes), so an exercise whose spe
 `reference_device = "cuda"` gets this one more process, running only kit code: it applies the inputs'
 transforms (an attention forward) and computes the float64 references there, for the cases heavy enough
 to be worth it (worth_it: the timed sizes; the small numerics cases stay on the CPU, ready at once). The
-random draws stay on the CPU, so the values are the same on every machine; only the float64 arithmetic moves. The judge waits
-for the timed sizes' references before timing starts: nothing of ours runs on the GPU while it is timed.
+random draws stay on the CPU, so the values are the same on every machine; only the float64 arithmetic
+moves. The judge waits for the timed sizes' references before timing starts: nothing of ours runs on the
+GPU while it is timed.
 """
 
 from __future__ import annotations
@@ -100,14 +101,23 @@ def _see_only(visible_devices: str | None) -> None:
 def _warm_up(spec: ExerciseSpec, function: str) -> None:
     """Everything the first reference needs but its arithmetic. A CUDA context's start is not work on the
     GPU's memory or SMs, so it need not wait for the gate. A failure here shows at the first real task."""
-    from grader.checking import load_reference
     from grader.inputs import generate  # noqa: F401  (imported now, not when the first case is drawn)
 
     try:
-        _references.setdefault(f"{spec.folder}:{function}", load_reference(spec.folder / "reference.py", function))
+        _reference_function(spec, function)
         torch.zeros(1, device="cuda")
     except Exception:
         pass
+
+
+def _reference_function(spec: ExerciseSpec, function: str):
+    """reference.py's function, loaded once per process (by the warm-up, or by the first reference)."""
+    from grader.checking import load_reference
+
+    key = f"{spec.folder}:{function}"
+    if key not in _references:
+        _references[key] = load_reference(spec.folder / "reference.py", function)
+    return _references[key]
 
 
 def _generate(spec: ExerciseSpec, case: Case, seed: int, trial: int) -> dict[str, torch.Tensor]:
@@ -118,13 +128,10 @@ def _generate(spec: ExerciseSpec, case: Case, seed: int, trial: int) -> dict[str
 
 def _reference(spec: ExerciseSpec, inputs: dict[str, torch.Tensor], params: dict[str, Any],
                function: str = "reference") -> list[torch.Tensor]:
-    from grader.checking import load_reference, reference_outputs
+    from grader.checking import reference_outputs
 
-    key = f"{spec.folder}:{function}"
-    if key not in _references:  # _warm_up did not load it (it failed there)
-        _references[key] = load_reference(spec.folder / "reference.py", function)
     on_gpu = {name: t.to("cuda") for name, t in inputs.items()}
-    outs = [o.cpu() for o in reference_outputs(_references[key], spec, on_gpu, params)]
+    outs = [o.cpu() for o in reference_outputs(_reference_function(spec, function), spec, on_gpu, params)]
     del on_gpu
     torch.cuda.empty_cache()  # hand the memory back before the learner's code is timed
     return outs

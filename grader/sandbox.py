@@ -179,9 +179,15 @@ def early_child(kind: str = "") -> Child | None:
     turns out wrong (torch without CUDA). `kind`: the exercise's, for what the worker pre-warms."""
     from grader.build import gpu_arch
 
-    if os.environ.get("KCOURSE_DEVICE", "").lower() != "cpu" and gpu_arch():
-        return Child("cuda", prewarm_env(kind))
-    return None if kind in COMPILED_ONLY_ON_CPU else Child("cpu", prewarm_env(kind))
+    return child_for(kind, os.environ.get("KCOURSE_DEVICE", "").lower() != "cpu" and bool(gpu_arch()))
+
+
+def child_for(kind: str, gpu: bool) -> Child | None:
+    """The worker for an exercise of this kind, pre-warmed for it: on the GPU, or the interpreter's; None
+    where no child runs (a CUDA file without a GPU is only compiled)."""
+    if not gpu and kind in COMPILED_ONLY_ON_CPU:
+        return None
+    return Child("cuda" if gpu else "cpu", prewarm_env(kind))
 
 
 # What a worker pays while it waits for the job (worker.warm_up reads it), by kind: a torch operator's

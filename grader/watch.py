@@ -23,10 +23,7 @@ SETTLE_S = 0.1  # after a change, before grading: an editor that writes in sever
 
 
 def _fresh_child(target: Target) -> sandbox.Child | None:
-    gpu = cuda_available()
-    if not gpu and target.variant.kind in sandbox.COMPILED_ONLY_ON_CPU:
-        return None  # compile-only here: no child runs
-    return sandbox.Child("cuda" if gpu else "cpu", sandbox.prewarm_env(target.variant.kind))
+    return sandbox.child_for(target.variant.kind, cuda_available())
 
 
 def _next_grade(target: Target, child: sandbox.Child | None, quick: bool) -> tuple[int, Judge | None]:

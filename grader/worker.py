@@ -397,9 +397,10 @@ def warm_up(device: str) -> dict[str, Any]:
 
         timing.warm_up()
         staging.warm_up()
-    if os.environ.get("KCOURSE_CHILD_PREWARM") == "profiler":
+    prewarm = os.environ.get("KCOURSE_CHILD_PREWARM")  # sandbox.PREWARM
+    if prewarm == "profiler":
         integrity.ops_called(lambda: torch.ones(1, device=device) + 1, kind="torch_op")
-    if os.environ.get("KCOURSE_CHILD_PREWARM") == "triton":
+    if prewarm == "triton":
         import triton.language  # noqa: F401  (the learner's file imports it first thing)
     return describe_device(device)
 
