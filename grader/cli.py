@@ -83,10 +83,13 @@ def main() -> None:
 def grade(words, lang, plan_id, source, submission, seed, timeout, as_json, strict, junit, gradescope, quick, verbose,
           no_sanitize) -> None:
     """Grade one exercise: `kcourse grade week2 reduction` or `kcourse grade reduction`."""
+    from grader import heavy
     from grader.sandbox import early_child
 
     target = _resolve(words, lang, plan_id, submission)
     child = early_child(target.variant.kind)  # before the import below: the worker's start-up overlaps the grader's
+    if child is not None and child.device == "cuda":  # and so does that of the float64 references' GPU process
+        heavy.start_early(target.spec, target.variant.reference, child.visible_devices)
 
     from grader.grade import grade as run_grade
 

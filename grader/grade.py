@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from grader import build, calibration, hints, kit, occupancy, op_build, sandbox, sanitize, store
+from grader import build, calibration, heavy, hints, kit, occupancy, op_build, sandbox, sanitize, store
 from grader.judge import Judge
 from grader.paths import course_root, solutions_dir
 from grader.discovery import Target, solution_file, stub_file
@@ -73,6 +73,7 @@ def grade(target: Target, source: str = "learner", submission: Path | None = Non
         child = None  # _grade_file closed it
     if child is not None:  # started early for a grade that never ran
         child.close()
+    heavy.discard_early()  # the same for the references' GPU process
     if ahead is not None and ahead.result is not result:  # not taken up by this grade (it adopts it in _build_and_run)
         ahead.close()
     hints.annotate(result, target.spec)

@@ -18,12 +18,16 @@ import threading
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
 
-import torch
-import torch.multiprocessing  # noqa: F401  (registers the reductions that pass tensors through shared memory)
+from typing import TYPE_CHECKING
 
 from grader.spec import Case, ExerciseSpec, Variant
 
+if TYPE_CHECKING:  # torch is imported where it is used: `kcourse grade` starts this process before its own import
+    import torch
+
 _references: dict[str, Any] = {}  # per process: reference.py loaded once
+# Pools started by `kcourse grade` before the grader imported torch (start_early), by (folder, function, GPUs)
+_early: dict[tuple[str, str, str | None], tuple[ProcessPoolExecutor, Future]] = {}
 # A case whose work is under this goes to the CPU as before: its float64 reference takes tens of ms there, less
 # than the GPU process's start (spawn, torch, a CUDA context: seconds), which the first trials would wait for.
 HEAVY_FLOPS = 1e9
@@ -40,13 +44,12 @@ class GpuCompute:
                  gate: threading.Event | None = None):
         """`gate`: set once the grading child is ready. Until then it may be measuring this GPU's copy and
         matmul ceilings (worker.device_ceilings), which work of ours beside it would make read low."""
+        import torch.multiprocessing  # noqa: F401  (registers the reductions that pass tensors through shared memory)
+
         self.spec, self.reference_name = spec, reference  # the function of reference.py (spec.Variant.reference)
         self.gate = gate
-        self.executor = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
-                                            initializer=_see_only, initargs=(visible_devices,))
-        # Started now, not at the first heavy case: spawning, importing torch and opening a CUDA context take
-        # seconds, which then pass while the child starts and nvcc builds (or, in watch, while the learner edits)
-        self.warm_up = self.executor.submit(_warm_up, spec, reference)
+        early = _early.pop(_early_key(spec, reference, visible_devices), None)
+        self.executor, self.warm_up = early or _start(spec, reference, visible_devices)
 
     def generate(self, case: Case, seed: int, trial: int = 0) -> dict[str, torch.Tensor]:
         self._wait_for_the_gate()
@@ -61,12 +64,43 @@ class GpuCompute:
             self.gate.wait(GATE_LIMIT_S)  # a child that never gets ready ends the grade, and close() opens the gate
 
     def shutdown(self) -> None:
-        """Ends the process now, whatever it is doing. A grade that ends early (a build error) must not wait
-        for the warm-up (seconds): the exit handlers of concurrent.futures join a pool's process after its
-        running task. Its work is ours alone and none of it is wanted any more."""
-        for process in list((getattr(self.executor, "_processes", None) or {}).values()):
-            process.terminate()
-        self.executor.shutdown(wait=False, cancel_futures=True)
+        _terminate(self.executor)
+
+
+def start_early(spec: ExerciseSpec, reference: str, visible_devices: str | None) -> None:
+    """Start the GPU process for the grade about to run, before the grader imports torch (`kcourse grade`),
+    so that its start-up (spawn, torch, a CUDA context: seconds) overlaps the grader's and the child's
+    rather than following them; the grade's GpuCompute takes it up. Nothing where it is not wanted."""
+    if wanted(spec):
+        _early[_early_key(spec, reference, visible_devices)] = _start(spec, reference, visible_devices)
+
+
+def discard_early() -> None:
+    """End a process start_early made for a grade that never got to its numerics (a missing file, a build
+    that failed before the judge was made)."""
+    while _early:
+        _terminate(_early.popitem()[1][0])
+
+
+def _early_key(spec: ExerciseSpec, reference: str, visible_devices: str | None) -> tuple[str, str, str | None]:
+    return str(spec.folder), reference, visible_devices
+
+
+def _start(spec: ExerciseSpec, reference: str, visible_devices: str | None) -> tuple[ProcessPoolExecutor, Future]:
+    """The pool and its warm-up, submitted at once: spawning, importing torch and opening a CUDA context take
+    seconds, which then pass while the child starts and nvcc builds (or, in watch, while the learner edits)."""
+    executor = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_see_only, initargs=(visible_devices,))
+    return executor, executor.submit(_warm_up, spec, reference)
+
+
+def _terminate(executor: ProcessPoolExecutor) -> None:
+    """Ends the process now, whatever it is doing. A grade that ends early (a build error) must not wait
+    for the warm-up (seconds): the exit handlers of concurrent.futures join a pool's process after its
+    running task. Its work is ours alone and none of it is wanted any more."""
+    for process in list((getattr(executor, "_processes", None) or {}).values()):
+        process.terminate()
+    executor.shutdown(wait=False, cancel_futures=True)
 
 
 def wanted(spec: ExerciseSpec) -> bool:
@@ -101,6 +135,8 @@ def _see_only(visible_devices: str | None) -> None:
 def _warm_up(spec: ExerciseSpec, function: str) -> None:
     """Everything the first reference needs but its arithmetic. A CUDA context's start is not work on the
     GPU's memory or SMs, so it need not wait for the gate. A failure here shows at the first real task."""
+    import torch
+
     from grader.inputs import generate  # noqa: F401  (imported now, not when the first case is drawn)
 
     try:
@@ -128,6 +164,8 @@ def _generate(spec: ExerciseSpec, case: Case, seed: int, trial: int) -> dict[str
 
 def _reference(spec: ExerciseSpec, inputs: dict[str, torch.Tensor], params: dict[str, Any],
                function: str = "reference") -> list[torch.Tensor]:
+    import torch
+
     from grader.checking import reference_outputs
 
     on_gpu = {name: t.to("cuda") for name, t in inputs.items()}

@@ -161,3 +161,32 @@ def test_ending_a_grade_ends_the_gpu_process_at_once_even_while_it_warms_up():
     while not all(ended(pid) for pid in pids) and time.monotonic() - started < 10:
         time.sleep(0.02)
     assert time.monotonic() - started < 1.5  # its warm-up alone takes seconds (spawn, torch)
+
+
+def test_a_process_started_before_the_grade_is_taken_up_by_it(monkeypatch):
+    """`kcourse grade` starts the GPU process before it imports torch (its start-up then overlaps the
+    grader's and the child's); the grade's GpuCompute takes that one up rather than starting another,
+    and one started for a grade that never got that far is ended."""
+    monkeypatch.setattr("grader.build.gpu_arch", lambda: "sm_90")
+    spec = _backward().spec
+    heavy.start_early(spec, "reference", None)
+    early = heavy._early[heavy._early_key(spec, "reference", None)][0]
+    compute = heavy.GpuCompute(spec, "reference")
+    try:
+        assert compute.executor is early and not heavy._early
+    finally:
+        compute.shutdown()
+
+    heavy.start_early(spec, "reference", "1")
+    assert heavy._early
+    heavy.discard_early()
+    assert not heavy._early
+
+
+def test_the_module_the_grader_starts_it_from_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, grader.heavy; print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True).stdout.strip() == "False"
