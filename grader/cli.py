@@ -8,6 +8,7 @@ import atexit
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -15,6 +16,8 @@ import click
 from grader import console
 from grader.discovery import ResolveError, resolve
 from grader.spec import SpecError
+
+STARTED = time.monotonic()  # for the `imports` phase: the grader's own start-up (Python's is before this)
 
 SOURCES = click.Choice(["learner", "stubs", "solutions"])
 LANGS = "cuda|triton|VERSION"  # a version's name; the spec checks it and lists the ones an exercise has
@@ -83,18 +86,17 @@ def main() -> None:
 def grade(words, lang, plan_id, source, submission, seed, timeout, as_json, strict, junit, gradescope, quick, verbose,
           no_sanitize) -> None:
     """Grade one exercise: `kcourse grade week2 reduction` or `kcourse grade reduction`."""
-    from grader import heavy
-    from grader.sandbox import early_child
+    from grader import early
 
     target = _resolve(words, lang, plan_id, submission)
-    child = early_child(target.variant.kind)  # before the import below: the worker's start-up overlaps the grader's
-    if child is not None and child.device == "cuda":  # and so does that of the float64 references' GPU process
-        heavy.start_early(target.spec, target.variant.reference, child.visible_devices)
+    child = early.start(target, source, submission)  # before the import below: their start-ups overlap it
 
     from grader.grade import grade as run_grade
 
+    imports = time.monotonic() - STARTED
     result = run_grade(target, source=source, submission=submission, seed=seed, timeout_s=timeout, quick=quick,
                        sanitize_code=not no_sanitize, child=child)
+    result.phases = {"imports": round(imports, 3), **result.phases}  # this process's (the child's are `start`)
     click.echo(json.dumps(result.to_dict(), indent=2) if as_json else console.format_grade(result))
     if verbose and not as_json:
         click.echo(console.format_phases(result))

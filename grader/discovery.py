@@ -32,6 +32,15 @@ def discover_exercises(folder: Path | None = None) -> dict[str, ExerciseSpec]:
     return {p.parent.name: load_spec(p.parent) for p in sorted(folder.glob("*/spec.toml"))}
 
 
+def learner_file(target: Target, source: str, submission: Path | None) -> Path:
+    """The file a grade runs: --file, the hidden solution (--source solutions), or the exercise's stub."""
+    if submission is not None:
+        return submission.resolve()
+    if source == "solutions":
+        return solution_file(target.spec, target.variant)
+    return stub_file(target.spec, target.variant)
+
+
 def solution_file(spec: ExerciseSpec, variant: Variant) -> Path:
     return solutions_dir() / spec.id / variant.stub
 

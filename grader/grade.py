@@ -14,7 +14,7 @@ from typing import Callable
 from grader import build, calibration, heavy, hints, kit, occupancy, op_build, sandbox, sanitize, store
 from grader.judge import Judge
 from grader.paths import course_root, solutions_dir
-from grader.discovery import Target, solution_file, stub_file
+from grader.discovery import Target, learner_file, solution_file
 from grader.records import ERROR, FAILED, PASSED, SKIPPED, Check, GradeResult, Timing
 from grader.spec import BUILDS
 
@@ -32,14 +32,6 @@ def cuda_available() -> bool:
     import torch
 
     return torch.version.cuda is not None and build.gpu_arch() is not None
-
-
-def learner_file(target: Target, source: str, submission: Path | None) -> Path:
-    if submission is not None:
-        return submission.resolve()
-    if source == "solutions":
-        return solution_file(target.spec, target.variant)
-    return stub_file(target.spec, target.variant)
 
 
 def grade(target: Target, source: str = "learner", submission: Path | None = None, seed: int | None = None,
