@@ -1,6 +1,7 @@
 """How fast a learner hears back, on this machine (issue 7): the import floor, one-shot grades, and
 `kcourse watch` re-grades (save -> verdict, the next worker already warm). Not a test: run it on a GPU
 machine and read the figures.   Usage: python scripts/feedback_bench.py [EXERCISE ...]
+`--one-shot`: the floor and one-shot grades only, twice each.
 `--steps EXERCISE [LANG]`: instead, grade the solution twice in this process (cold, then warm) and print the
 longest waits between the grading child's events: where a slow grade's seconds go, case by case."""
 
@@ -130,12 +131,14 @@ def main() -> None:
     if sys.argv[1:2] == ["--steps"]:
         slowest_steps(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None)
         return
-    only = sys.argv[1:]  # exercise ids to bench (default: all of EXERCISES)
+    one_shot_only = "--one-shot" in sys.argv  # twice each (the second with nvcc's and the sanitizer's caches warm)
+    only = [a for a in sys.argv[1:] if a != "--one-shot"]  # exercise ids to bench (default: all of EXERCISES)
     print(f"import floor (python -c 'import torch; torch.zeros(1, device=\"cuda\")'): {import_floor():.2f} s")
     for words, lang, solution in [e for e in EXERCISES if not only or e[0][0] in only]:
-        total, phases = one_shot(words, lang, solution)
-        print(f"{' '.join(words)}: one-shot grade {total:.2f} s ({phases})")
-        for quick in (False, True):
+        for _ in range(2 if one_shot_only else 1):
+            total, phases = one_shot(words, lang, solution)
+            print(f"{' '.join(words)}: one-shot grade {total:.2f} s ({phases})", flush=True)
+        for quick in () if one_shot_only else (False, True):
             figures = ", ".join(f"{s:.2f} s ({status})" for s, status in watch_latencies(words, lang, solution, quick=quick))
             print(f"  watch{' --quick' if quick else ''}: save -> verdict {figures}")
 
