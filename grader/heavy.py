@@ -16,9 +16,7 @@ from __future__ import annotations
 import multiprocessing
 import threading
 from concurrent.futures import Future, ProcessPoolExecutor
-from typing import Any
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from grader.spec import Case, ExerciseSpec, Variant
 
