@@ -73,6 +73,7 @@ def test_every_grade_is_recorded_in_the_store():
 
 
 def test_a_missing_solutions_folder_is_an_error_not_a_traceback(monkeypatch, tmp_path):
-    monkeypatch.setattr("grader.grade.solution_file", lambda spec, variant: tmp_path / "nope.py")
+    for where in ("grader.discovery.solution_file", "grader.grade.solution_file"):  # the file graded, the one timed
+        monkeypatch.setattr(where, lambda spec, variant: tmp_path / "nope.py")
     result = grade(resolve(("softmax",)), source="solutions", seed=1)
     assert result.status == "error" and "does not exist" in result.verdict
