@@ -75,8 +75,11 @@ def test_final_report_lists_graded_exercises(isolated_state):
 
 @pytest.mark.solutions
 def test_validate_solutions_passes_and_stubs_fail_for_triton():
-    solutions = run("validate", "--source", "solutions", "--lang", "triton")
-    assert solutions.exit_code == 0 and "0 unexpected" in solutions.output
+    """The command, on a few exercises: every Triton solution passes under the interpreter in
+    test_grading_cpu.py, and CI (.ci/run) validates the whole catalog (this once took 4 minutes of it again)."""
+    solutions = run("validate", "--source", "solutions", "--lang", "triton", "--only", "vector_add",
+                    "--only", "softmax", "--only", "layer_norm")
+    assert solutions.exit_code == 0 and "0 unexpected" in solutions.output and "3 ok" in solutions.output
     stubs = run("validate", "--source", "stubs", "--only", "softmax")
     assert stubs.exit_code == 0 and "1 ok" in stubs.output
 
