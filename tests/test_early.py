@@ -3,9 +3,9 @@ references' GPU process and nvcc, so that a one-shot grade pays the import once,
 
 import shutil
 import threading
-from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 from grader import build, early, heavy, sandbox
 from grader.discovery import resolve
@@ -30,7 +30,7 @@ def test_the_early_build_fills_the_cache_the_grades_own_build_reads(tmp_path, mo
     _on_a_gpu_machine(monkeypatch, started_early)
     target = resolve(("vector_add",), lang="cuda")
     learner = tmp_path / "mine.cu"
-    shutil.copy(Path("solutions/vector_add/vector_add.cu"), learner)
+    shutil.copy(ROOT / "exercises" / "vector_add" / "vector_add.cu", learner)  # the stub: a learner's kit has it too
 
     assert isinstance(early.start(target, "learner", learner), _Child)
     for thread in [t for t in threading.enumerate() if t.name == "kcourse-early-build"]:
