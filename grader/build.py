@@ -145,6 +145,12 @@ def build_shared_library(source: Path, arch: str | None = None, nvcc: str | None
     return result
 
 
+def build_variant(source: Path, variant, arch: str | None) -> BuildResult:
+    """A CUDA exercise's file built as its spec says (the libraries it links, what it requires). The grade, the
+    early build of `kcourse grade` and the capstone all build through here, so they share one cache key."""
+    return build_shared_library(source, arch, link=variant.link, requires=variant.requires)
+
+
 def arch_flags(arch: str) -> list[str]:
     """nvcc's target flags. An arch-specific target (sm_90a: wgmma, TMA multicast, setmaxnreg, which ThunderKittens
     uses) is named as its virtual and real architecture together: nvcc 13 reads -arch=sm_90a as sm_90a code plus

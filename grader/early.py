@@ -28,11 +28,10 @@ def _build_in_background(path: Path, target: Target) -> None:
     an exit never waits for it, and its outcome is read from the cache, never from here."""
     if path.suffix != ".cu" or not path.exists():  # a notebook's code is extracted first, by the grade
         return
-    variant = target.variant
 
     def run() -> None:
         try:
-            build.build_shared_library(path, build.gpu_arch(), link=variant.link, requires=variant.requires)
+            build.build_variant(path, target.variant, build.gpu_arch())
         except Exception:  # the grade's own build meets the same problem and reports it
             pass
 

@@ -356,7 +356,7 @@ def _calibration(target: Target) -> tuple[dict | None, str | None]:
 
 def _build_raw_cuda(path: Path, solution: Path | None, job: dict, result: GradeResult, gpu: bool, variant) -> bool:
     arch = build.gpu_arch() if gpu else None
-    built = build.build_shared_library(path, arch, link=variant.link, requires=variant.requires)
+    built = build.build_variant(path, variant, arch)
     result.build = built.to_dict()
     if built.skipped:  # the machine lacks a library the spec links or requires (cuBLAS, ThunderKittens): not the learner's
         result.add(Check("build", SKIPPED, built.log, {"code": built.skip_code}))
@@ -383,7 +383,7 @@ def _build_raw_cuda(path: Path, solution: Path | None, job: dict, result: GradeR
         return False
     job["learner_library"] = built.library
     if solution is not None:
-        solution_build = build.build_shared_library(solution, arch, link=variant.link, requires=variant.requires)
+        solution_build = build.build_variant(solution, variant, arch)
         job["solution_library"] = solution_build.library if solution_build.ok else None
         if not solution_build.ok:
             job["solution"] = None

@@ -160,7 +160,7 @@ def build_cuda(choices: list[Choice], gpu_arch: str | None) -> None:
         variant = targets[f"{choice.exercise}:{choice.lang}"].variant
         if variant.kind not in ("cuda", "cuda_host"):
             continue
-        built = build.build_shared_library(Path(choice.file), gpu_arch, link=variant.link, requires=variant.requires)
+        built = build.build_variant(Path(choice.file), variant, gpu_arch)
         if built.ok:
             choice.library = built.library
         else:
