@@ -38,6 +38,15 @@ BYTE_POISON = 0xA5
 # default payload), so "never written" is told from "computed NaN" (an overflow: a stability bug).
 POISON_BITS = {torch.float32: (torch.int32, 0x7FC5A5A5), torch.float64: (torch.int64, 0x7FF8A5A5A5A5A5A5),
                torch.float16: (torch.int16, 0x7E5A), torch.bfloat16: (torch.int16, 0x7FC5)}
+# Outputs an entry point allocates itself come from torch's caching allocator: the worker leaves this 2-byte
+# pattern in the blocks it will hand out next (worker.poison_free_memory). One pattern for every dtype, because
+# which freed block each output lands in is the allocator's choice (a float16 `out` once landed in the block
+# poisoned for a float32 `lse`, and a kernel that wrote nothing was told its tail was missing): read as float16
+# or bfloat16 it is 0x7FC5, as float32 0x7FC57FC5, as float64 0x7FC57FC57FC57FC5, each a NaN whose payload
+# no arithmetic produces.
+FREE_POISON = {torch.float32: 0x7FC57FC5, torch.float64: 0x7FC57FC57FC57FC5, torch.float16: 0x7FC5,
+               torch.bfloat16: 0x7FC5}
+ALLOCATOR_BLOCK = 512  # bytes: the caching allocator hands out multiples of this
 CHUNK = 1 << 22  # elements drawn per generator: chunks are drawn in parallel, and the result does not
 #                  depend on how many threads drew them
 ROW_SLICE_PAD = 37  # a row slice of a tensor this many columns wider: its row stride is not its width
@@ -223,11 +232,19 @@ def poison(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
+def free_poison_block(like: torch.Tensor) -> torch.Tensor:
+    """A block of whole allocator blocks, at least `like`'s bytes, holding FREE_POISON: freed, it is what the
+    caching allocator hands the next allocation of that size, in whichever dtype it is read."""
+    nbytes = -(-max(like.numel() * like.element_size(), 1) // ALLOCATOR_BLOCK) * ALLOCATOR_BLOCK
+    return torch.empty(nbytes // 2, dtype=torch.int16, device=like.device).fill_(FREE_POISON[torch.float16])
+
+
 def unwritten(tensor: torch.Tensor) -> torch.Tensor:
     """Mask of elements still holding the poison: never written by the kernel."""
     if tensor.dtype in POISON_BITS:
         int_dtype, bits = POISON_BITS[tensor.dtype]
-        return tensor.contiguous().view(int_dtype) == bits
+        as_bits = tensor.contiguous().view(int_dtype)
+        return (as_bits == bits) | (as_bits == FREE_POISON[tensor.dtype])
     if tensor.dtype == torch.uint8:
         return tensor == BYTE_POISON
     return tensor == INT_POISON if not tensor.is_floating_point() else torch.isnan(tensor)

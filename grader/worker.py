@@ -327,12 +327,13 @@ def pinned(tensor: torch.Tensor) -> torch.Tensor:
 
 def poison_free_memory(outputs: dict[str, torch.Tensor]) -> None:
     """For entry points that allocate their own outputs: leave poison in the blocks the caching
-    allocator will hand out next, so elements the kernel never writes still show."""
-    from grader.inputs import poison
+    allocator will hand out next, so elements the kernel never writes still show (in any of the outputs' dtypes:
+    inputs.FREE_POISON)."""
+    from grader.inputs import free_poison_block
 
     for t in outputs.values():
         if t.is_cuda and t.is_floating_point():
-            poison(torch.empty_like(t))  # freed at once; its poisoned block is what the allocator reuses
+            free_poison_block(t)  # freed at once; its poisoned block is what the allocator reuses
 
 
 def describe_device(device: str) -> dict[str, Any]:

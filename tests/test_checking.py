@@ -1,7 +1,7 @@
 import torch
 
 from grader.checking import compare, looks_cached, make_inputs, make_outputs
-from grader.inputs import generate, make_outputs as outputs_in_layout, place, poison
+from grader.inputs import free_poison_block, generate, make_outputs as outputs_in_layout, place, poison
 from grader.discovery import discover_exercises
 from grader.spec import Case, Tolerance
 
@@ -21,6 +21,18 @@ def test_outputs_start_poisoned_with_nan():
     spec = discover_exercises()["softmax"]
     out = make_outputs(spec, Case({"M": 2, "N": 3}), "cpu")["out"]
     assert torch.isnan(out).all()
+
+
+def test_an_output_in_a_block_poisoned_for_another_dtype_is_still_never_written():
+    # H200: the FA v2 CUDA stub (which writes nothing) returned a float16 `out` in the block poisoned for its
+    # float32 `lse`, and heard "62 of 64 elements never written — does your last block handle the tail?"
+    for made_for in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
+        block = free_poison_block(torch.empty(3, dtype=made_for))
+        assert block.numel() * block.element_size() == 512  # a whole allocator block, not the tensor's 6-24 bytes
+        for read_as in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+            landed = block.view(read_as)[:64 // read_as.itemsize]
+            result = compare("out", landed, torch.ones(landed.numel(), dtype=torch.float64), TOL, "N=1")
+            assert result.code == "not_written", (made_for, read_as, result.message)
 
 
 def test_partly_written_output_names_the_count_and_first_index():
