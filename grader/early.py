@@ -11,6 +11,7 @@ from pathlib import Path
 
 from grader import build, heavy, sandbox
 from grader.discovery import Target, learner_file
+from grader.spec import NVCC_KINDS
 
 
 def start(target: Target, source: str, submission: Path | None) -> sandbox.Child | None:
@@ -18,7 +19,7 @@ def start(target: Target, source: str, submission: Path | None) -> sandbox.Child
     child = sandbox.early_child(target.variant.kind)
     if child is not None and child.device == "cuda":
         heavy.start_early(target.spec, target.variant.reference, child.visible_devices)
-        if target.variant.kind in ("cuda", "cuda_host"):
+        if target.variant.kind in NVCC_KINDS:
             _build_in_background(learner_file(target, source, submission), target)
     return child
 

@@ -16,7 +16,7 @@ from grader.judge import Judge
 from grader.paths import course_root, solutions_dir
 from grader.discovery import Target, learner_file, solution_file
 from grader.records import ERROR, FAILED, PASSED, SKIPPED, Check, GradeResult, Timing
-from grader.spec import BUILDS
+from grader.spec import BUILDS, NVCC_KINDS
 
 BACKGROUND = "background"  # sanitize_code=BACKGROUND: the verdict does not wait for compute-sanitizer
 PENDING = "sanitizer_pending"
@@ -157,7 +157,7 @@ def _build_and_run(target, path, result, seed, timeout_s, job, quick, gpu, child
 def _build(target, path, solution, job, result, gpu) -> bool:
     """Compile what this kind of exercise compiles before its child runs; False if the grade ends here."""
     variant, started = target.variant, time.monotonic()
-    if variant.kind in ("cuda", "cuda_host"):
+    if variant.kind in NVCC_KINDS:
         ok = _build_raw_cuda(path, solution if job["solution"] else None, job, result, gpu, variant)
         result.phases["build"] = round(time.monotonic() - started, 3)
         return ok

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import torch
 
-from grader.spec import Argument, Variant
+from grader.spec import NVCC_KINDS, Argument, Variant
 
 _CTYPES = {"int32": ctypes.c_int, "int64": ctypes.c_int64, "float32": ctypes.c_float, "float64": ctypes.c_double}
 
@@ -36,7 +36,7 @@ class Caller:
         args = []
         for arg in self.variant.args:
             value = argument_value(arg, tensors, params)
-            if self.variant.kind in ("cuda", "cuda_host"):
+            if self.variant.kind in NVCC_KINDS:
                 if isinstance(value, torch.Tensor):
                     value = ctypes.c_void_p(value.data_ptr())
                 else:
@@ -60,7 +60,7 @@ def load(variant: Variant, source: Path, library: str | None, role: str, renamed
     """`renamed`: text replaced in a Python source before it runs (op namespaces, so two files' operators coexist)."""
     if variant.kind == "triton":
         return Caller(variant, _load_python(variant, source, role, renamed))
-    if variant.kind in ("cuda", "cuda_host"):
+    if variant.kind in NVCC_KINDS:
         return Caller(variant, _load_shared_library(variant, source, library))
     if variant.kind == "torch_op":
         return Caller(variant, _load_torch_op(variant, source, role))

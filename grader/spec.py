@@ -28,6 +28,7 @@ KINDS = {
     "torch_op": "a PyTorch operator registered with TORCH_LIBRARY, built with torch's extension builder",
 }
 LANG_OF_KIND = {"triton": "triton", "cuda": "cuda", "cuda_host": "cuda", "torch_op": "cuda"}
+NVCC_KINDS = ("cuda", "cuda_host")  # built by the kit with nvcc into a shared library and called through ctypes
 DTYPES = ("float64", "float32", "float16", "bfloat16", "int32", "int64", "uint8")
 INITS = ("normal", "uniform", "positive")
 HOST_MEMORY = ("pageable", "pinned")
@@ -353,7 +354,7 @@ def _libraries(names: Any, kind: str, where: str) -> list[str]:
     """`link = ["cublas"]`: names as `-l` takes them (no `lib` prefix, no `.so`), for nvcc-built kinds."""
     if not isinstance(names, list) or not all(isinstance(n, str) and _LIBRARY_NAME.match(n) for n in names):
         raise SpecError(f"{where} = {names!r}: give a list of library names as -l takes them, e.g. [\"cublas\"]")
-    if names and kind not in ("cuda", "cuda_host"):
+    if names and kind not in NVCC_KINDS:
         raise SpecError(f"{where}: only kinds \"cuda\" and \"cuda_host\" link libraries (a torch_op is built by "
                         "torch's extension builder, which links torch's own): remove it")
     return list(names)
@@ -366,7 +367,7 @@ def _requirements(names: Any, kind: str, where: str) -> list[str]:
     """`requires = ["thunderkittens"]`: known names, on kinds the kit builds with nvcc itself."""
     if not isinstance(names, list) or any(n not in REQUIREMENTS for n in names):
         raise SpecError(f"{where} = {names!r}: give a list of {', '.join(REQUIREMENTS)}")
-    if names and kind not in ("cuda", "cuda_host"):
+    if names and kind not in NVCC_KINDS:
         raise SpecError(f"{where}: only kinds \"cuda\" and \"cuda_host\" take requires (the kit builds them with nvcc): "
                         "remove it, or make the variant one of those kinds")
     return list(names)
