@@ -7,6 +7,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -386,8 +387,9 @@ def progress(plan_id) -> None:
     """Your plan as a checklist: each week/day, its topic and your best result (and the latest where it differs)."""
     from grader.progress import format_progress
 
+    width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None  # a file or a pipe gets whole lines
     try:
-        click.echo(format_progress(plan_id))
+        click.echo(format_progress(plan_id, width))
     except ResolveError as exc:
         raise click.UsageError(str(exc)) from None
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+import textwrap
+
 from grader.records import GradeResult
 
 MARKS = {"passed": "PASS", "failed": "FAIL", "error": "ERROR", "skipped": "SKIP"}
@@ -61,10 +64,32 @@ def num(value, fmt: str = "{:.4g}") -> str:
     return "—" if value is None else fmt.format(value)
 
 
-def table(rows: list[list[str]], header: list[str]) -> str:
-    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
+def table(rows: list[list[str]], header: list[str], width: int | None = None, wrap: tuple[int, ...] = ()) -> str:
+    """Columns padded to their longest cell. `width`: the columns numbered in `wrap` are wrapped onto more lines
+    so that a row fits in that many characters (a terminal's), where the table would be wider."""
+    cells = [[str(c) for c in r] for r in rows]
+    widths = _fit([max(len(r[i]) for r in cells + [header]) for i in range(len(header))], width, wrap)
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    return "\n".join([fmt.format(*header), fmt.format(*("-" * w for w in widths))] + [fmt.format(*map(str, r)) for r in rows])
+    lines = [fmt.format(*header).rstrip(), fmt.format(*("-" * w for w in widths))]
+    for row in cells:
+        parts = [textwrap.wrap(c, w, break_long_words=False, break_on_hyphens=False) or [""] if i in wrap else [c]
+                 for i, (c, w) in enumerate(zip(row, widths))]
+        lines += [fmt.format(*line).rstrip() for line in itertools.zip_longest(*parts, fillvalue="")]
+    return "\n".join(lines)
+
+
+def _fit(widths: list[int], width: int | None, wrap: tuple[int, ...]) -> list[int]:
+    """Column widths that fit `width`: the wrapped columns share what the others leave, in proportion to their
+    natural widths, never narrower than MIN_WRAPPED (a narrow terminal gets a wider table, not one word a line)."""
+    gaps = 2 * (len(widths) - 1)
+    if width is None or not wrap or sum(widths) + gaps <= width:
+        return widths
+    left = width - gaps - sum(w for i, w in enumerate(widths) if i not in wrap)
+    natural = sum(widths[i] for i in wrap)
+    return [max(MIN_WRAPPED, min(w, left * w // natural)) if i in wrap else w for i, w in enumerate(widths)]
+
+
+MIN_WRAPPED = 24
 
 
 def format_phases(result: GradeResult) -> str:

@@ -197,7 +197,9 @@ def progress_rows(plan_id: str | None = None) -> tuple[str, list[list[str]]]:
     return plan.title, rows
 
 
-def format_progress(plan_id: str | None = None) -> str:
+def format_progress(plan_id: str | None = None, width: int | None = None) -> str:
+    """`width`: a terminal's, to wrap the topic and what counts in (a unit's line was up to 250 characters)."""
     title, rows = progress_rows(plan_id)
     done = sum(r[3] == "done" for r in rows)
-    return f"{title}: {done} of {len(rows)} done\n" + table(rows, ["", "unit", "topic", "status", "what counts"])
+    return f"{title}: {done} of {len(rows)} done\n" + table(rows, ["", "unit", "topic", "status", "what counts"],
+                                                            width=width, wrap=(2, 4))

@@ -65,3 +65,18 @@ def test_the_day4_report_shows_the_notebooks_own_grade_after_a_newer_grade_of_th
     grade("failed", "exercises/softmax/softmax.py", exercise="softmax")
     text = reporting.render("day4").read_text()
     assert "| softmax | cuda | passed | passed: numerics |" in text
+
+
+def test_progress_in_a_terminal_wraps_topic_and_what_counts_to_its_width():
+    from grader.progress import format_progress
+
+    whole = format_progress("cuda-11-week")
+    assert max(len(line) for line in whole.splitlines()) > 150  # a file or a pipe: one line a unit, as before
+    wrapped = format_progress("cuda-11-week", width=100)
+    assert max(len(line) for line in wrapped.splitlines()) <= 100
+
+    def words(text):  # the header's rule of dashes is as wide as its column
+        return sorted(w for w in text.split() if set(w) != {"-"})
+    assert words(wrapped) == words(whole)  # every word still there
+    narrow = format_progress("cuda-11-week", width=40)  # too narrow to fit: wider than asked, not a word a line
+    assert 40 < max(len(line) for line in narrow.splitlines()) <= 80 and words(narrow) == words(whole)
