@@ -12,6 +12,8 @@ MARKS = {"passed": "PASS", "failed": "FAIL", "error": "ERROR", "skipped": "SKIP"
 
 def format_grade(result: GradeResult) -> str:
     where = f"{result.unit} " if result.unit else ""
+    if result.unit and result.plan and result.plan != _default_plan_id():  # `grade day12 softmax` found its plan
+        where = f"{result.unit} ({result.plan}) "
     lines = [f"{where}{result.exercise} ({result.lang}) — source: {result.source}, seed {result.seed}"]
     if result.device.get("name"):
         lines.append(f"device: {result.device['name']}")
@@ -25,6 +27,13 @@ def format_grade(result: GradeResult) -> str:
     if result.status == "failed" and any(c.name == "numerics" for c in result.checks):
         lines.append(f"   reproduce with: {reproduce_command(result)}")
     return "\n".join(lines)
+
+
+def _default_plan_id() -> str | None:
+    from grader.plans import default_plan, load_plans
+
+    plans = load_plans()
+    return default_plan(plans).id if plans else None
 
 
 def format_check(check) -> str:

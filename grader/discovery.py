@@ -72,12 +72,15 @@ def resolve(words: tuple[str, ...], lang: str | None = None, plan_id: str | None
         return _by_id(exercises, words[0], lang)
     if len(words) != 2:
         raise ResolveError("give an exercise id (kcourse grade reduction) or a week/day and an id (kcourse grade week2 reduction)")
-    plan = pick_plan(load_plans(), plan_id)
     unit_key, exercise_id = words
+    plan = _plan_of(unit_key, exercise_id, lang, plan_id)
     unit = plan.unit(unit_key)
     if unit is None:
         raise ResolveError(f"plan {plan.id!r} has no {unit_key!r}." + suggest(unit_key, [u.key for u in plan.units]))
     listed = [e for e in unit.exercises if e.id == exercise_id and (lang is None or e.lang in (None, lang))]
+    if not listed and not unit.exercises and not unit.planned:
+        raise ResolveError(f"{unit_key} of {plan.id!r} ({unit.title}) has no exercise to grade: "
+                           f"`kcourse progress --plan {plan.id}` says what counts for it")
     if not listed:
         names = [e.id for e in unit.exercises]
         planned = f" ({unit_key} also plans: {', '.join(unit.planned)}, not written yet)" if unit.planned else ""
@@ -89,6 +92,27 @@ def resolve(words: tuple[str, ...], lang: str | None = None, plan_id: str | None
     target = _by_id(exercises, exercise_id, lang or listed[0].lang)
     target.unit, target.plan = unit_key, plan.id
     return target
+
+
+def _plan_of(unit_key: str, exercise_id: str, lang: str | None, plan_id: str | None) -> Plan:
+    """--plan's plan; else the default plan where it has the unit; else the one plan whose unit lists the exercise
+    (`kcourse grade day12 tiled_softmax` is the 100-day plan's); several such plans are a question, never a guess."""
+    plans = load_plans()
+    default = pick_plan(plans, plan_id)
+    if plan_id is not None or default.unit(unit_key) is not None:
+        return default
+    having = [p for p in plans.values() if p.unit(unit_key) is not None]
+    listing = [p for p in having if any(e.id == exercise_id and (lang is None or e.lang in (None, lang))
+                                        for e in p.unit(unit_key).exercises)]
+    if len(listing) > 1:
+        commands = " or ".join(f"--plan {p.id}" for p in listing)
+        raise ResolveError(f"{unit_key} {exercise_id} is in several plans ({', '.join(p.id for p in listing)}): "
+                           f"add {commands}")
+    if not listing and len(having) > 1:
+        offers = "; ".join(f"{p.id}'s: {', '.join(e.id for e in p.unit(unit_key).exercises) or 'none'}" for p in having)
+        raise ResolveError(f"no plan's {unit_key} has the exercise {exercise_id!r} ({offers}). "
+                           f"`kcourse list --plan PLAN` shows a plan's exercises")
+    return (listing or having or [default])[0]
 
 
 def _by_id(exercises: dict[str, ExerciseSpec], exercise_id: str, lang: str | None) -> Target:

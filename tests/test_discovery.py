@@ -30,6 +30,17 @@ def test_unknown_week_lists_what_exists():
         resolve(("week22", "reduction"))
 
 
+def test_a_day_the_default_plan_lacks_resolves_in_the_plan_that_lists_the_exercise_there():
+    assert resolve(("day12", "softmax")).plan == "challenge-100-day"  # `kcourse grade day12 softmax`
+    assert resolve(("day2", "vector_add")).plan == "triton-5-day"  # the 100-day plan's day 2 is device functions
+    with pytest.raises(ResolveError, match="day2 of 'challenge-100-day' has no exercise 'vector_add'"):
+        resolve(("day2", "vector_add"), plan_id="challenge-100-day")  # --plan is obeyed, never second-guessed
+    with pytest.raises(ResolveError, match="challenge-100-day's: matrix_add, matrix_transform; triton-5-day's"):
+        resolve(("day3", "softmax"))  # two plans have a day 3, neither with softmax: both are listed
+    with pytest.raises(ResolveError, match="no exercise to grade: `kcourse progress --plan challenge-100-day`"):
+        resolve(("day99", "anything"))  # the portfolio
+
+
 def test_exercise_not_in_that_week_names_the_week_and_its_exercises():
     with pytest.raises(ResolveError, match=r"week2 of 'cuda-11-week' has no exercise 'softmax'.*Known: matmul, reduction"):
         resolve(("week2", "softmax"))

@@ -88,3 +88,14 @@ def test_the_verdict_of_a_compile_failure_names_the_error():
 
     result = grade(resolve(("reduction",)), submission=submission("reduction_broken.cu"), seed=5)
     assert result.verdict == 'reduction_broken.cu did not compile: reduction_broken.cu:5: error: identifier "undefined_function" is undefined'
+
+
+def test_a_grade_found_in_another_plan_than_the_default_names_that_plan_in_its_first_line():
+    from grader.console import format_grade
+    from grader.records import GradeResult
+
+    def first_line(unit, plan):
+        return format_grade(GradeResult(exercise="softmax", lang="cuda", source="learner", seed=1, unit=unit, plan=plan)
+                            .finish()).splitlines()[0]
+    assert first_line("day12", "challenge-100-day").startswith("day12 (challenge-100-day) softmax (cuda)")
+    assert first_line("week5", "cuda-11-week").startswith("week5 softmax (cuda)")  # the default plan goes unsaid
