@@ -96,7 +96,7 @@ def resolve(words: tuple[str, ...], lang: str | None = None, plan_id: str | None
 
 def _plan_of(unit_key: str, exercise_id: str, lang: str | None, plan_id: str | None) -> Plan:
     """--plan's plan; else the default plan where it has the unit; else the one plan whose unit lists the exercise
-    (`kcourse grade day12 tiled_softmax` is the 100-day plan's); several such plans are a question, never a guess."""
+    (`kcourse grade day12 softmax` is the 100-day plan's); several such plans are a question, never a guess."""
     plans = load_plans()
     default = pick_plan(plans, plan_id)
     if plan_id is not None or default.unit(unit_key) is not None:
