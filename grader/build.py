@@ -145,10 +145,11 @@ def build_shared_library(source: Path, arch: str | None = None, nvcc: str | None
     return result
 
 
-def build_variant(source: Path, variant, arch: str | None) -> BuildResult:
+def build_variant(source: Path, variant, arch: str | None, defines: dict[str, object] | None = None) -> BuildResult:
     """A CUDA exercise's file built as its spec says (the libraries it links, what it requires). The grade, the
-    early build of `kcourse grade` and the capstone all build through here, so they share one cache key."""
-    return build_shared_library(source, arch, link=variant.link, requires=variant.requires)
+    early build of `kcourse grade` and the capstone all build through here, so they share one cache key;
+    `kcourse tune` adds the configuration's `defines`."""
+    return build_shared_library(source, arch, defines=defines, link=variant.link, requires=variant.requires)
 
 
 def arch_flags(arch: str) -> list[str]:

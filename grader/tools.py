@@ -14,9 +14,10 @@ from typing import Any
 from grader import store
 from grader.console import num, table
 from grader.discovery import Target
-from grader.build import build_shared_library, format_resources, gpu_arch
+from grader.build import build_variant, format_resources, gpu_arch
 from grader.grade import cuda_available, grade, learner_file
 from grader.records import GradeResult
+from grader.spec import NVCC_KINDS
 from grader.worker_tools import LEARNER_RANGE
 
 NCU_METRICS = ("Duration", "Memory Throughput", "DRAM Throughput", "Compute (SM) Throughput")
@@ -115,7 +116,7 @@ def run_tune(target: Target, submission: Path | None = None, source: str = "lear
         raise ToolError(f"{target.spec.id} ({target.variant.lang}) exposes no tunable parameters "
                         "(its spec.toml has no [tuning." + target.variant.lang + "] table)")
     job_extra, builds = {}, {}
-    if target.variant.kind in ("cuda", "cuda_host"):
+    if target.variant.kind in NVCC_KINDS:
         builds = _build_configurations(target, learner_file(target, source, submission))
         job_extra = {"tune_libraries": {label: b.library for label, b in builds.items() if b.ok},
                      "tune_build_errors": {label: b.log for label, b in builds.items() if not b.ok}}
@@ -136,8 +137,8 @@ def _build_configurations(target: Target, path: Path) -> dict[str, Any]:
     from grader.worker_tools import config_label, configurations
 
     arch = gpu_arch() if cuda_available() else None
-    return {config_label(c): build_shared_library(path, arch, defines=c, link=target.variant.link,
-                                                      requires=target.variant.requires) for c in configurations(target.spec, target.variant.lang)}
+    return {config_label(c): build_variant(path, target.variant, arch, defines=c)
+            for c in configurations(target.spec, target.variant.lang)}
 
 
 def _compiled_only(builds: dict[str, Any]) -> dict[str, Any]:

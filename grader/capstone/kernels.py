@@ -152,13 +152,14 @@ def build_cuda(choices: list[Choice], gpu_arch: str | None) -> None:
     """Compile the raw CUDA kernels chosen (in the parent, as `kcourse grade` does); one that does not build
     falls back to PyTorch with the compiler's first complaint."""
     from grader import build
+    from grader.spec import NVCC_KINDS
 
     targets = _targets()
     for choice in choices:
         if not choice.yours:
             continue
         variant = targets[f"{choice.exercise}:{choice.lang}"].variant
-        if variant.kind not in ("cuda", "cuda_host"):
+        if variant.kind not in NVCC_KINDS:
             continue
         built = build.build_variant(Path(choice.file), variant, gpu_arch)
         if built.ok:
