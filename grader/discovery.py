@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader.paths import exercises_dir, solutions_dir
-from grader.plans import Plan, default_plan, load_plans
+from grader.plans import Plan, PlanExercise, Unit, default_plan, load_plans
 from grader.spec import ExerciseSpec, SpecError, Variant, load_spec
 
 
@@ -77,7 +77,7 @@ def resolve(words: tuple[str, ...], lang: str | None = None, plan_id: str | None
     unit = plan.unit(unit_key)
     if unit is None:
         raise ResolveError(f"plan {plan.id!r} has no {unit_key!r}." + suggest(unit_key, [u.key for u in plan.units]))
-    listed = [e for e in unit.exercises if e.id == exercise_id and (lang is None or e.lang in (None, lang))]
+    listed = _listed(unit, exercise_id, lang)
     if not listed and not unit.exercises and not unit.planned:
         raise ResolveError(f"{unit_key} of {plan.id!r} ({unit.title}) has no exercise to grade: "
                            f"`kcourse progress --plan {plan.id}` says what counts for it")
@@ -98,12 +98,11 @@ def _plan_of(unit_key: str, exercise_id: str, lang: str | None, plan_id: str | N
     """--plan's plan; else the default plan where it has the unit; else the one plan whose unit lists the exercise
     (`kcourse grade day12 softmax` is the 100-day plan's); several such plans are a question, never a guess."""
     plans = load_plans()
-    default = pick_plan(plans, plan_id)
-    if plan_id is not None or default.unit(unit_key) is not None:
-        return default
+    picked = pick_plan(plans, plan_id)  # --plan's, or the default
+    if plan_id is not None or picked.unit(unit_key) is not None:
+        return picked
     having = [p for p in plans.values() if p.unit(unit_key) is not None]
-    listing = [p for p in having if any(e.id == exercise_id and (lang is None or e.lang in (None, lang))
-                                        for e in p.unit(unit_key).exercises)]
+    listing = [p for p in having if _listed(p.unit(unit_key), exercise_id, lang)]
     if len(listing) > 1:
         commands = " or ".join(f"--plan {p.id}" for p in listing)
         raise ResolveError(f"{unit_key} {exercise_id} is in several plans ({', '.join(p.id for p in listing)}): "
@@ -112,7 +111,12 @@ def _plan_of(unit_key: str, exercise_id: str, lang: str | None, plan_id: str | N
         offers = "; ".join(f"{p.id}'s: {', '.join(e.id for e in p.unit(unit_key).exercises) or 'none'}" for p in having)
         raise ResolveError(f"no plan's {unit_key} has the exercise {exercise_id!r} ({offers}). "
                            f"`kcourse list --plan PLAN` shows a plan's exercises")
-    return (listing or having or [default])[0]
+    return (listing or having or [picked])[0]
+
+
+def _listed(unit: Unit, exercise_id: str, lang: str | None) -> list[PlanExercise]:
+    """The unit's entries for this exercise in this language (any language without --lang)."""
+    return [e for e in unit.exercises if e.id == exercise_id and (lang is None or e.lang in (None, lang))]
 
 
 def _by_id(exercises: dict[str, ExerciseSpec], exercise_id: str, lang: str | None) -> Target:
