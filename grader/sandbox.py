@@ -69,11 +69,17 @@ def child_env(device: str, extra: dict[str, str] | None = None) -> dict[str, str
 class Child:
     """One worker process. `send` writes a JSON line to its stdin; `event` reads its next event."""
 
+    @staticmethod
+    def visible_devices_for(extra_env: dict[str, str] | None) -> str | None:
+        """The child's CUDA_VISIBLE_DEVICES: what a multi-GPU batch gave it, else what this grader was given (the
+        child inherits it); the sanitizer, the references and gpushare look at that GPU, not the first."""
+        return (extra_env or {}).get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
+
     def __init__(self, device: str, extra_env: dict[str, str] | None = None, wrapper: list[str] | None = None,
                  module: str = "grader.worker"):
         """`module`: the child's program, speaking the worker protocol (grader.capstone.child does too)."""
         self.device = device
-        self.visible_devices = (extra_env or {}).get("CUDA_VISIBLE_DEVICES")  # the GPU a multi-GPU batch gave it
+        self.visible_devices = self.visible_devices_for(extra_env)
         self.wrapped = bool(wrapper)  # run under a tool (ncu) that writes its report after the worker exits
         self.dir = _work_dir()
         self.last_step = "starting"

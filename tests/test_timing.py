@@ -129,6 +129,24 @@ def test_where_the_probe_disagrees_another_programs_work_on_the_gpu_is_named_and
     assert gpushare.other_gpu_processes(None) == []  # no nvidia-smi: nothing known, the probe's verdict stands
 
 
+def test_the_gpu_searched_for_other_programs_is_the_grading_childs_own(monkeypatch):
+    """On a machine of several GPUs, a grader given GPU 1 (CUDA_VISIBLE_DEVICES=1, by a queue or a class
+    server) once asked nvidia-smi about GPU 0, found another lane's grades there and called an honest timing
+    "shared". The child's GPU is its UUID where it sent one (CUDA's order of GPUs need not be nvidia-smi's),
+    else the CUDA_VISIBLE_DEVICES it inherited or was given."""
+    from grader import gpushare
+    from grader.sandbox import Child
+
+    assert gpushare.nvidia_smi_id("1", "808331cc-c7be-48af") == "GPU-808331cc-c7be-48af"
+    assert gpushare.nvidia_smi_id(None, "GPU-808331cc") == "GPU-808331cc"
+    assert gpushare.nvidia_smi_id("3,1") == "3" and gpushare.nvidia_smi_id(None) == "0"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert Child.visible_devices_for(None) == "1"  # inherited from the grader
+    assert Child.visible_devices_for({"CUDA_VISIBLE_DEVICES": "2"}) == "2"  # given by grade-batch
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert Child.visible_devices_for(None) is None
+
+
 def test_a_probe_burst_starts_only_after_the_graders_clock_has():
     """Child side: after each probe_start the child waits for the grader's go before it runs anything, so a
     grader slow to wake (a learner's CPU burners) can only lengthen the burst it measures, never shorten it."""
