@@ -15,28 +15,30 @@ import shutil
 import subprocess
 
 
-def nvidia_smi_id(visible_devices: str | None, uuid: str | None = None) -> str:
-    """The grading child's GPU as nvidia-smi's `-i` takes it: by the UUID the child read from CUDA where it
-    sent one (CUDA's order of GPUs need not be nvidia-smi's), else its CUDA_VISIBLE_DEVICES' first entry, else
+def nvidia_smi_ids(visible_devices: str | None, uuid: str | None = None) -> list[str]:
+    """The grading child's GPU as nvidia-smi's `-i` takes it, best first: the UUID the child read from CUDA where
+    it sent one (CUDA's order of GPUs need not be nvidia-smi's), then its CUDA_VISIBLE_DEVICES' first entry, or
     the first GPU."""
-    if uuid:
-        return uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
-    return (visible_devices or "0").split(",")[0].strip() or "0"
+    index = (visible_devices or "0").split(",")[0].strip() or "0"
+    return ([uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"] if uuid else []) + [index]
 
 
-def other_gpu_processes(device: str | None) -> list[str]:
-    """"pid name" of each process nvidia-smi lists on `device` (nvidia_smi_id's answer; the first GPU when
-    None) that this process did not start. Empty where nvidia-smi is missing or sees none (a container
-    often cannot see other containers' processes) and off Linux."""
+def other_gpu_processes(*devices: str) -> list[str]:
+    """"pid name" of each process nvidia-smi lists on the GPU (the first of `devices`, nvidia_smi_ids' answer,
+    that nvidia-smi knows; the first GPU when none is given) that this process did not start. Empty where
+    nvidia-smi is missing or sees none (a container often cannot see other containers' processes) and off Linux."""
     smi = shutil.which("nvidia-smi")
     if not smi:
         return []
-    try:
-        out = subprocess.run([smi, "--query-compute-apps=pid,process_name", "--format=csv,noheader",
-                              "-i", device or "0"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    if out.returncode != 0:
+    for device in devices or ("0",):
+        try:
+            out = subprocess.run([smi, "--query-compute-apps=pid,process_name", "--format=csv,noheader",
+                                  "-i", device], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return []
+        if out.returncode == 0:
+            break
+    else:
         return []
     own = {os.getpid(), *descendants(os.getpid())}
     # a pid this machine's /proc does not show is another PID namespace's (a container's view of the host's

@@ -440,8 +440,8 @@ class Judge:
                                          "bursts": traced})
         if not disagreement:
             return None
-        sharers = gpushare.other_gpu_processes(gpushare.nvidia_smi_id(self.child.visible_devices,
-                                                                          (self.result.device or {}).get("uuid")))
+        sharers = gpushare.other_gpu_processes(*gpushare.nvidia_smi_ids(self.child.visible_devices,
+                                                                            (self.result.device or {}).get("uuid")))
         if sharers:
             return Check("speed", ERROR, f"not judged: another program used this GPU while your kernel was timed "
                          f"({', '.join(sharers[:3])}), and the grader's clock and your timing disagree ({disagreement}); "

@@ -126,7 +126,7 @@ def test_where_the_probe_disagrees_another_programs_work_on_the_gpu_is_named_and
         assert others == ["1 other_students_training"]
     assert gpushare.parse_apps("No running processes found\n") == []
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    assert gpushare.other_gpu_processes(None) == []  # no nvidia-smi: nothing known, the probe's verdict stands
+    assert gpushare.other_gpu_processes() == []  # no nvidia-smi: nothing known, the probe's verdict stands
 
 
 def test_the_gpu_searched_for_other_programs_is_the_grading_childs_own(monkeypatch):
@@ -137,14 +137,31 @@ def test_the_gpu_searched_for_other_programs_is_the_grading_childs_own(monkeypat
     from grader import gpushare
     from grader.sandbox import Child
 
-    assert gpushare.nvidia_smi_id("1", "808331cc-c7be-48af") == "GPU-808331cc-c7be-48af"
-    assert gpushare.nvidia_smi_id(None, "GPU-808331cc") == "GPU-808331cc"
-    assert gpushare.nvidia_smi_id("3,1") == "3" and gpushare.nvidia_smi_id(None) == "0"
+    assert gpushare.nvidia_smi_ids("1", "808331cc-c7be-48af") == ["GPU-808331cc-c7be-48af", "1"]
+    assert gpushare.nvidia_smi_ids(None, "GPU-808331cc") == ["GPU-808331cc", "0"]
+    assert gpushare.nvidia_smi_ids("3,1") == ["3"] and gpushare.nvidia_smi_ids(None) == ["0"]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
     assert Child.visible_devices_for(None) == "1"  # inherited from the grader
     assert Child.visible_devices_for({"CUDA_VISIBLE_DEVICES": "2"}) == "2"  # given by grade-batch
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     assert Child.visible_devices_for(None) is None
+
+
+def test_a_uuid_nvidia_smi_does_not_know_falls_back_to_the_index(tmp_path, monkeypatch):
+    """A UUID nvidia-smi rejects (a MIG instance's, a driver that spells it otherwise) must not hide another
+    program on the GPU: the next id is asked."""
+    import sys
+
+    from grader import gpushare
+
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text('#!/bin/sh\ncase "$*" in *GPU-*) echo "No devices were found" >&2; exit 6;; esac\n'
+                    "echo '1, /opt/lab/other_students_training'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{__import__('os').environ['PATH']}")
+    found = gpushare.other_gpu_processes(*gpushare.nvidia_smi_ids("1", "808331cc-c7be"))
+    if sys.platform.startswith("linux"):
+        assert found == ["1 other_students_training"]
 
 
 def test_a_probe_burst_starts_only_after_the_graders_clock_has():
@@ -245,12 +262,12 @@ def test_a_disagreeing_probe_on_a_gpu_another_program_uses_is_no_accusation(monk
     from grader.records import ERROR
 
     monkeypatch.setattr(speed, "probe_disagrees", lambda record, probe: "your run reported 0.1 ms per call, but ...")
-    monkeypatch.setattr(gpushare, "other_gpu_processes", lambda device: ["4242 train.py"])
+    monkeypatch.setattr(gpushare, "other_gpu_processes", lambda *devices: ["4242 train.py"])
     judge, _ = _probe_judge()
     check = judge._cross_check_probe(_record())
     assert check.name == "speed" and check.status == ERROR and check.details["code"] == "gpu_shared"
     assert "4242 train.py" in check.message and "nvidia-smi" in check.message
-    monkeypatch.setattr(gpushare, "other_gpu_processes", lambda device: [])
+    monkeypatch.setattr(gpushare, "other_gpu_processes", lambda *devices: [])
     judge, sent = _probe_judge()
     with pytest.raises(Finished):  # nobody else on the GPU: the disagreement is the child's
         judge._cross_check_probe(_record())
