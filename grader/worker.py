@@ -344,7 +344,7 @@ def describe_device(device: str) -> dict[str, Any]:
         "type": "cuda", "name": props.name, "capability": f"{props.major}.{props.minor}",
         "memory_gb": round(props.total_memory / 1e9, 1), "multiprocessors": props.multi_processor_count,
         "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),  # grade-batch gives each worker one GPU
-        "uuid": str(getattr(props, "uuid", "") or "") or None,  # which GPU it is, whatever the order (gpushare)
+        "uuid": str(props.uuid) if hasattr(props, "uuid") else None,  # which GPU, whatever the order (gpushare)
         **device_ceilings(props.name),
     }
 

@@ -197,7 +197,6 @@ def test_each_classic_mistake_fails_when_graded_on_the_gpu(name):
 def bfloat16_ptx_ops(fp_fusion: str, monkeypatch) -> set[str]:
     """The floating-point instructions Triton emits for the bf16_arithmetic fixture on an sm_90 (compiled here,
     no GPU needed), with TRITON_DEFAULT_FP_FUSION set to `fp_fusion`."""
-    import importlib.util
     import re
 
     triton = pytest.importorskip("triton")
@@ -205,9 +204,7 @@ def bfloat16_ptx_ops(fp_fusion: str, monkeypatch) -> set[str]:
     from triton.compiler import ASTSource
 
     monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", fp_fusion)
-    module_spec = importlib.util.spec_from_file_location("bo_bf16", submission("broadcast_ops_bf16_arithmetic.py"))
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
+    module = load_compiled(submission("broadcast_ops_bf16_arithmetic.py"), "bo_bf16_ptx")
     pointers = {f"{name}_ptr": "*bf16" for name in ("x", "scale", "bias", "out")}
     signature = {**pointers, **dict.fromkeys(("M", "N", "x_row_stride", "out_row_stride"), "i32"),
                  "threshold": "fp32", "leaky": "fp32", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr"}

@@ -131,8 +131,8 @@ def test_where_the_probe_disagrees_another_programs_work_on_the_gpu_is_named_and
 
 def test_the_gpu_searched_for_other_programs_is_the_grading_childs_own(monkeypatch):
     """On a machine of several GPUs, a grader given GPU 1 (CUDA_VISIBLE_DEVICES=1, by a queue or a class
-    server) once asked nvidia-smi about GPU 0, found another lane's grades there and called an honest timing
-    "shared". The child's GPU is its UUID where it sent one (CUDA's order of GPUs need not be nvidia-smi's),
+    server) once asked nvidia-smi about GPU 0, found another lane's grades there and let a patched timer off as
+    "not judged: GPU shared". The child's GPU is its UUID where it sent one (CUDA's order of GPUs need not be nvidia-smi's),
     else the CUDA_VISIBLE_DEVICES it inherited or was given."""
     from grader import gpushare
     from grader.sandbox import Child
@@ -150,6 +150,7 @@ def test_the_gpu_searched_for_other_programs_is_the_grading_childs_own(monkeypat
 def test_a_uuid_nvidia_smi_does_not_know_falls_back_to_the_index(tmp_path, monkeypatch):
     """A UUID nvidia-smi rejects (a MIG instance's, a driver that spells it otherwise) must not hide another
     program on the GPU: the next id is asked."""
+    import os
     import sys
 
     from grader import gpushare
@@ -158,7 +159,7 @@ def test_a_uuid_nvidia_smi_does_not_know_falls_back_to_the_index(tmp_path, monke
     fake.write_text('#!/bin/sh\ncase "$*" in *GPU-*) echo "No devices were found" >&2; exit 6;; esac\n'
                     "echo '1, /opt/lab/other_students_training'\n")
     fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}:{__import__('os').environ['PATH']}")
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     found = gpushare.other_gpu_processes(*gpushare.nvidia_smi_ids("1", "808331cc-c7be"))
     if sys.platform.startswith("linux"):
         assert found == ["1 other_students_training"]
