@@ -1,0 +1,207 @@
+"""A solution's design options timed beside its PyTorch anchor and a copy, on a GPU: the evidence for its defaults.
+
+    python3 scripts/design_bench.py scan | histogram | layer_norm_backward     (repository root, GPU machine)
+
+scan: solutions/scan/scan.cu built with REGPIPE (the next tile's loads issued into registers before this tile's
+look-back) at several THREADS x ITEMS x BLOCKS_PER_SM, beside its default build. histogram (Triton) and
+layer_norm_backward: the solutions with their keyword options (one-warp programs, programs per SM) beside the
+pipelined designs of scripts/design_kernels.py (`stages`: Triton's pipeliner copies the next tiles or rows into
+shared memory). Every candidate is checked against PyTorch
+first (a wrong one is named and dropped), then all are timed alternately in one process (grader.timing: L2
+flushed, median) with the anchor and a copy, and printed fastest first in GB/s and % of the measured copy.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
+import design_kernels  # noqa: E402
+from grader import timing  # noqa: E402
+
+SCAN_BUILDS = [(1024, 16, 1), (1024, 12, 1), (1024, 8, 1), (512, 32, 1), (512, 16, 2), (512, 24, 1), (768, 16, 1),
+               (256, 32, 2), (256, 16, 4)]  # REGPIPE: (THREADS, ITEMS, BLOCKS_PER_SM), none spilling (nvcc -Xptxas -v)
+
+
+def solution_module(path: str):
+    spec = importlib.util.spec_from_file_location(Path(path).stem + "_solution", ROOT / path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def correct_only(candidates: dict[str, Callable[[], None]], is_right: Callable[[], bool]) -> dict[str, Callable]:
+    """Runs each candidate once and keeps those whose output is right; a build or launch that fails is named."""
+    kept = {}
+    for name, run in candidates.items():
+        try:
+            run()
+            torch.cuda.synchronize()
+            right = is_right()
+        except Exception as error:  # too much shared memory for this GPU and the like: say so, go on
+            print(f"  {name}: {type(error).__name__}: {str(error).splitlines()[0][:120] if str(error) else ''}")
+            continue
+        print(f"  {name}: {'ok' if right else 'WRONG: dropped'}", flush=True)
+        if right:
+            kept[name] = run
+    return kept
+
+
+def print_rates(title: str, runs: dict[str, Callable[[], object]], nbytes: int, copy_gbps: float) -> None:
+    measured = timing.time_alternating(runs)
+    print(f"\n{title} on {torch.cuda.get_device_name()} (copy {copy_gbps:.0f} GB/s)")
+    for name, m in sorted(measured.items(), key=lambda kv: kv[1]["median_ms"]):
+        rate = nbytes / (m["median_ms"] / 1000) / 1e9
+        print(f"  {name:44s} {m['median_ms'] * 1000:9.1f} us {rate:6.0f} GB/s {100 * rate / copy_gbps:4.0f}%", flush=True)
+
+
+# --- scan ----------------------------------------------------------------------------------------------------------
+
+def build_scan(label: str, defines: list[str], folder: str):
+    library = f"{folder}/{label.replace(' ', '_')}.so"
+    command = ["nvcc", "-O3", "-arch=sm_90", "-shared", "-Xcompiler", "-fPIC", *[f"-D{d}" for d in defines], "-o",
+               library, str(ROOT / "solutions/scan/scan.cu")]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode:
+        print(f"  {label}: did not build\n{done.stderr[-600:]}")
+        return None
+    lib = ctypes.CDLL(library)
+    lib.scan.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+    return lib
+
+
+def scan_is_right(lib, values: torch.Tensor) -> bool:
+    """Ragged sizes, x and y 4 bytes past 16-byte alignment, and each call twice (the statuses carry an epoch)."""
+    for n in (1, 7, 1000, 1025, 4097, 65537, 1_000_003, 4_194_319, 2**26 + 27, 2**27):
+        for offset in (0, 1):
+            x = values[offset:offset + n]
+            y = torch.full((n + offset,), -7, dtype=torch.int32, device="cuda")[offset:]
+            for _ in range(2):
+                lib.scan(x.data_ptr(), y.data_ptr(), n)
+                if not torch.equal(y, torch.cumsum(x, 0, dtype=torch.int32)):
+                    return False
+    return True
+
+
+def _report(name: str, right: bool) -> bool:
+    print(f"  {name}: {'ok' if right else 'WRONG: dropped'}", flush=True)
+    return right
+
+
+def bench_scan() -> None:
+    jobs = {"solution (default build)": []}
+    jobs.update({f"REGPIPE THREADS={t} ITEMS={i} BLOCKS_PER_SM={b}": ["REGPIPE=1", f"THREADS={t}", f"ITEMS={i}",
+                                                                       f"BLOCKS_PER_SM={b}"] for t, i, b in SCAN_BUILDS})
+    folder = tempfile.mkdtemp(prefix="scan_builds_")
+    with ThreadPoolExecutor(8) as pool:
+        libraries = dict(zip(jobs, pool.map(lambda item: build_scan(item[0], item[1], folder), jobs.items())))
+    values = torch.randint(-16, 32, (2**27 + 64,), dtype=torch.int32, device="cuda")
+    good = {name: lib for name, lib in libraries.items() if lib is not None and _report(name, scan_is_right(lib, values))}
+    copy_gbps = timing.measure_copy_bandwidth()
+    for n in (2**24, 2**27):
+        x, y = values[:n], torch.empty(n, dtype=torch.int32, device="cuda")
+        runs = {name: (lambda lib=lib: lib.scan(x.data_ptr(), y.data_ptr(), n)) for name, lib in good.items()}
+        runs["torch.cumsum"] = lambda: torch.cumsum(x, 0, dtype=torch.int32, out=y)
+        runs["copy (y.copy_(x))"] = lambda: y.copy_(x)
+        print_rates(f"scan n=2^{n.bit_length() - 1} int32", runs, 8 * n, copy_gbps)
+
+
+# --- histogram (Triton) --------------------------------------------------------------------------------------------
+
+def histogram_candidates(solution, x: torch.Tensor, counts: torch.Tensor) -> dict[str, Callable[[], None]]:
+    """The solution as it is and with one- or two-warp programs; the pipelined design at the same shapes."""
+    candidates = {"solution (defaults)": lambda: solution.histogram(x, counts)}
+    for block, tiles, warps in ((1024, 32, 1), (512, 64, 1), (1024, 32, 2)):
+        candidates[f"solution BLOCK={block} TILES={tiles} num_warps={warps}"] = (
+            lambda b=block, t=tiles, w=warps: solution.histogram(x, counts, BLOCK=b, TILES=t, num_warps=w))
+    for block, tiles, warps in ((1024, 32, 1), (512, 64, 1), (1024, 32, 2), (2048, 16, 4), (2048, 32, 4), (4096, 16, 8)):
+        for stages in (3, 4):
+            candidates[f"pipelined BLOCK={block} TILES={tiles} num_warps={warps} stages={stages}"] = (
+                lambda b=block, t=tiles, w=warps, s=stages: design_kernels.histogram_pipelined(x, counts, b, t, w, s))
+    return candidates
+
+
+def bench_histogram() -> None:
+    solution = solution_module("solutions/histogram/histogram.py")
+    copy_gbps = timing.measure_copy_bandwidth()
+    for n, one_bin in ((2**28, False), (2**26, True)):
+        x = (torch.full((n,), 7, dtype=torch.int32, device="cuda") if one_bin
+             else torch.randint(0, 256, (n,), dtype=torch.int32, device="cuda"))
+        want = torch.bincount(x, minlength=256).to(torch.int32)
+        counts = torch.empty(256, dtype=torch.int32, device="cuda")
+
+        runs = correct_only(histogram_candidates(solution, x, counts), lambda: torch.equal(counts, want))
+        as_float = x.float()  # torch.histc counts floating point; the conversion is left out of its time
+        runs["torch.bincount"] = lambda: torch.bincount(x, minlength=256)
+        runs["torch.histc"] = lambda: torch.histc(as_float, bins=256, min=0, max=256)
+        print_rates(f"histogram n={n} {'all in one bin' if one_bin else 'uniform'} int32 (4n bytes; copy moves 8n)",
+                    runs, 4 * n, copy_gbps)
+
+
+# --- layer_norm_backward (Triton) ----------------------------------------------------------------------------------
+
+def layer_norm_backward_options() -> dict[str, tuple[str, dict]]:
+    """name -> ("solution" or "pipelined", keyword arguments)."""
+    options = {"solution (defaults)": ("solution", {})}
+    for warps, programs_per_sm in ((4, 4), (8, 1), (8, 3), (16, 1)):
+        options[f"solution num_warps={warps} programs_per_sm={programs_per_sm}"] = (
+            "solution", {"num_warps": warps, "programs_per_sm": programs_per_sm})
+    for warps in (4, 8, 16):
+        for stages in (2, 3, 4):
+            for programs_per_sm in (1, 2, 3):
+                options[f"pipelined num_warps={warps} stages={stages} programs_per_sm={programs_per_sm}"] = (
+                    "pipelined", {"num_warps": warps, "stages": stages, "programs_per_sm": programs_per_sm})
+    return options
+
+
+def bench_layer_norm_backward() -> None:
+    solution = solution_module("solutions/layer_norm_backward/layer_norm_backward.py")
+    copy_gbps = timing.measure_copy_bandwidth()
+    for M, N, dtype in ((4096, 4096, torch.float32), (16384, 4096, torch.bfloat16)):
+        x = torch.randn(M, N, device="cuda").to(dtype)
+        w = (torch.rand(N, device="cuda") + 0.5).to(dtype)
+        dy = torch.randn(M, N, device="cuda").to(dtype)
+        _, mean, rstd = torch.ops.aten.native_layer_norm(x.float(), [N], None, None, 1e-5)
+        mean, rstd = mean.view(M), rstd.view(M)
+        dx, dw, db = torch.empty_like(x), torch.empty(N, device="cuda"), torch.empty(N, device="cuda")
+        want = torch.ops.aten.native_layer_norm_backward(dy.double(), x.double(), [N], mean.double(), rstd.double(),
+                                                         w.double(), w.double(), [True, True, True])
+        rtol = 1e-5 if dtype == torch.float32 else 1e-2
+
+        def run(design: str, options: dict) -> None:
+            for out in (dx, dw, db):
+                out.fill_(float("nan"))
+            if design == "solution":
+                solution.layer_norm_backward(x, w, dy, mean, rstd, dx, dw, db, **options)
+            else:
+                design_kernels.layer_norm_backward_pipelined(solution, x, w, dy, mean, rstd, dx, dw, db, **options)
+
+        def is_right() -> bool:  # the tolerances of tests/test_layer_norm_backward.py's GPU figures test
+            return (torch.allclose(dx.double(), want[0], atol=1e-3, rtol=rtol)
+                    and torch.allclose(dw.double(), want[1], atol=5e-3, rtol=1e-4)
+                    and torch.allclose(db.double(), want[2], atol=5e-3, rtol=1e-4))
+
+        candidates = {name: (lambda d=d, o=o: run(d, o)) for name, (d, o) in layer_norm_backward_options().items()}
+        runs = correct_only(candidates, is_right)
+        runs["torch native_layer_norm_backward"] = lambda: torch.ops.aten.native_layer_norm_backward(
+            dy, x, [N], mean, rstd, w, w, [True, True, True])
+        moved = 3 * M * N * x.element_size() + N * w.element_size() + 8 * M + 8 * N
+        print_rates(f"layer_norm_backward {M}x{N} {str(dtype)[6:]}", runs, moved, copy_gbps)
+
+
+BENCHES = {"scan": bench_scan, "histogram": bench_histogram, "layer_norm_backward": bench_layer_norm_backward}
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2 or sys.argv[1] not in BENCHES:
+        sys.exit(f"usage: python3 scripts/design_bench.py {' | '.join(BENCHES)}")
+    BENCHES[sys.argv[1]]()
