@@ -4,6 +4,8 @@
 # records each validated solution's figures in $OUT/calibration*.json (merge them into calibration/ after).
 # On a machine of several GPUs, one lane per GPU takes the next line as it frees up (CUDA_VISIBLE_DEVICES
 # pins it; its records, calibration and log are its own, the build cache is shared: builds lock it).
+# A line still running when the lane's time is up gets SIGINT, as Ctrl-C would (pytest then prints the failures so far
+# and where it stopped; a plain kill lost them), and SIGKILL 20 s later.
 # Task lines: "validate ID[:LANG]" (validate --repeat ${REPEAT:-10} --calibrate) or "sh COMMAND"; '#' skips.
 # Usage (repository root, wheels from ../shared/device/prepare-wheels.sh in .whl/):
 #   OUT=$OUT TASKS=queue.txt LANE_S=540 bash scripts/device_queue.sh      # LANES=1 to use one GPU only
@@ -33,9 +35,9 @@ lane() {  # $1: the GPU this lane owns
     t0=$(date +%s); echo "=== [gpu $gpu] $line (left ${left}s)" >>"$log"
     case "$line" in
       validate\ *) v=${line#validate }; local lang=(); [[ "$v" == *:* ]] && lang=(--lang "${v#*:}")
-        timeout "$left" python3 -m grader validate --only "${v%%:*}" "${lang[@]}" --repeat "${REPEAT:-10}" --calibrate \
+        timeout -s INT -k 20 "$left" python3 -m grader validate --only "${v%%:*}" "${lang[@]}" --repeat "${REPEAT:-10}" --calibrate \
           >>"$log" 2>"$out/err$gpu.txt"; rc=$?; tail -5 "$out/err$gpu.txt" >>"$log" ;;
-      sh\ *) timeout "$left" bash -c "${line#sh }" >>"$log" 2>&1; rc=$? ;;
+      sh\ *) timeout -s INT -k 20 "$left" bash -c "${line#sh }" >>"$log" 2>&1; rc=$? ;;
       *) echo "unknown task line (want 'validate ID[:LANG]' or 'sh COMMAND')" >>"$log"; rc=2 ;;
     esac
     echo "DONE rc=$rc $(( $(date +%s) - t0 ))s :: [gpu $gpu] $line" >>"$log"
