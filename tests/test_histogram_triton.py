@@ -125,8 +125,6 @@ def test_the_race_played_as_a_gpu_interleaves_it_fails_once_two_programs_overlap
 
 @pytest.mark.gpu
 @pytest.mark.solutions
-@pytest.mark.xfail(reason="open (issue 10): the solution reaches 1,298 GB/s = 43% of copy on the H100 (torch.histc 838); "
-                          "tl.histogram's shared-memory atomics need a faster design", strict=False)
 def test_the_solution_passes_near_copy_bandwidth_and_beats_torch_histc():
     from cuda_checks import figures
 
@@ -137,7 +135,10 @@ def test_the_solution_passes_near_copy_bandwidth_and_beats_torch_histc():
     print(f"histogram (triton): uniform at 2^28 {uniform.learner_rate:.0f} GB/s ({uniform.roofline_pct:.0f}% of copy), "
           f"all in one bin at 2^26 {one_bin.learner_rate:.0f} GB/s ({one_bin.roofline_pct:.0f}%); torch.histc "
           f"{uniform.torch_rate:.0f} / {one_bin.torch_rate:.0f} GB/s")
-    assert uniform.roofline_pct >= 85 and uniform.learner_ms < uniform.torch_ms
+    assert uniform.learner_ms < uniform.torch_ms
+    if uniform.roofline_pct < 85:  # right and faster than torch, as asserted; the bar itself is open
+        pytest.xfail("open (issue 10): below 85% of copy (H100: 1,298 GB/s = 43%, torch.histc 838; H200: 1,338 = 32%); "
+                     "`python3 scripts/design_bench.py histogram` times pipelined loads and one-warp programs")
 
 
 @pytest.mark.gpu

@@ -227,10 +227,6 @@ def gpu_inputs(M, N, dtype):
 
 @pytest.mark.gpu
 @pytest.mark.solutions
-@pytest.mark.xfail(reason="open (issue 10): 2,336 / 2,256 GB/s = 78% / 75% of copy on the H100 (torch 1,167 / 1,217); "
-                          "two 8-warp programs an SM since: 2,804 / 3,168 GB/s = 66% / 75% on the H200 (torch 1,573 / "
-                          "1,647); the multi-row kernel (session 21, one row a step at N = 4096): 2,525 / 3,122 = 59% / "
-                          "73% by kcourse calibrate: below the 85% bar", strict=False)
 @pytest.mark.parametrize("M, N, dtype", [(4096, 4096, torch.float32), (16384, 4096, torch.bfloat16)])
 def test_ladder_figures_and_the_solution_beats_torch_near_copy_bandwidth(M, N, dtype):
     from grader import timing
@@ -268,8 +264,11 @@ def test_ladder_figures_and_the_solution_beats_torch_near_copy_bandwidth(M, N, d
     for name, rate in gbps.items():
         print(f"  {name:40s} {measured[name]['median_ms'] * 1000:8.1f} us  {rate:6.0f} GB/s  "
               f"{100 * rate / copy_gbps:4.0f}% of roofline")
-    assert gbps["4. solution (occupancy-sized grid)"] >= 0.85 * copy_gbps
     assert gbps["4. solution (occupancy-sized grid)"] > gbps["torch native_layer_norm_backward"]
+    if gbps["4. solution (occupancy-sized grid)"] < 0.85 * copy_gbps:  # right and faster than torch, as asserted
+        pytest.xfail("open (issue 10): below 85% of copy (H100: 2,336 / 2,256 GB/s = 78% / 75%, torch 1,167 / 1,217; "
+                     "H200: 2,804 / 3,168 = 66% / 75%, torch 1,573 / 1,647); `python3 scripts/design_bench.py "
+                     "layer_norm_backward` times the pipelined design")
 
 
 @pytest.mark.gpu
