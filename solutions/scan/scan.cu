@@ -247,7 +247,7 @@ __device__ __forceinline__ int scan_tile(const Launch& L, int tile, int odd, Sha
     const long long start = L.start(tile);
 
     int4 q_next[ROWS];  // REGPIPE only (unused otherwise: compiled away)
-    if (REGPIPE) {  // the ticket was read after the last iteration's second barrier (or the kernel's first)
+    if (REGPIPE) {  // the ticket, written before the last iteration's second barrier (or the prologue's last), is settled
         const int after = shared.tickets[odd ^ 1];
         if (after < L.tiles) L.load(after, q_next);  // in flight through all below
     } else if (PREFETCH) {
