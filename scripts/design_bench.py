@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
-import subprocess
 import sys
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
@@ -28,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 import design_kernels  # noqa: E402
 from grader import timing  # noqa: E402
+from grader.build import build_shared_library, gpu_arch  # noqa: E402
 
 SCAN_BUILDS = [(1024, 16, 1), (1024, 12, 1), (1024, 8, 1), (512, 32, 1), (512, 16, 2), (512, 24, 1), (768, 16, 1),
                (256, 32, 2), (256, 16, 4)]  # REGPIPE: (THREADS, ITEMS, BLOCKS_PER_SM), none spilling (nvcc -Xptxas -v)
@@ -54,10 +53,14 @@ def correct_only(candidates: dict[str, Callable[[], None]], poison: Callable[[],
         except Exception as error:  # too much shared memory for this GPU and the like: say so, go on
             print(f"  {name}: {type(error).__name__}: {str(error).splitlines()[0][:120] if str(error) else ''}")
             continue
-        print(f"  {name}: {'ok' if right else 'WRONG: dropped'}", flush=True)
-        if right:
+        if said_right(name, right):
             kept[name] = run
     return kept
+
+
+def said_right(name: str, right: bool) -> bool:
+    print(f"  {name}: {'ok' if right else 'WRONG: dropped'}", flush=True)
+    return right
 
 
 def print_rates(title: str, runs: dict[str, Callable[[], object]], nbytes: int, copy_gbps: float) -> None:
@@ -70,15 +73,13 @@ def print_rates(title: str, runs: dict[str, Callable[[], object]], nbytes: int, 
 
 # --- scan ----------------------------------------------------------------------------------------------------------
 
-def build_scan(label: str, defines: list[str], folder: str):
-    library = f"{folder}/{label.replace(' ', '_')}.so"
-    command = ["nvcc", "-O3", "-std=c++17", "-arch=sm_90", "-lineinfo", "-shared", "-Xcompiler", "-fPIC",  # grader.build's
-               *[f"-D{d}" for d in defines], "-o", library, str(ROOT / "solutions/scan/scan.cu")]
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode:
-        print(f"  {label}: did not build\n{done.stderr[-600:]}")
+def build_scan(label: str, defines: dict[str, int]):
+    """The solution built as a grade builds it (grader.build: its flags, its cache), with `defines`."""
+    built = build_shared_library(ROOT / "solutions/scan/scan.cu", gpu_arch(), defines=defines)
+    if not built.ok:
+        print(f"  {label}: did not build\n{built.log[-600:]}")
         return None
-    lib = ctypes.CDLL(library)
+    lib = ctypes.CDLL(built.library)
     lib.scan.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
     return lib
 
@@ -96,20 +97,14 @@ def scan_is_right(lib, values: torch.Tensor) -> bool:
     return True
 
 
-def _report(name: str, right: bool) -> bool:
-    print(f"  {name}: {'ok' if right else 'WRONG: dropped'}", flush=True)
-    return right
-
-
 def bench_scan() -> None:
-    jobs = {"solution (default build)": []}
-    jobs.update({f"REGPIPE THREADS={t} ITEMS={i} BLOCKS_PER_SM={b}": ["REGPIPE=1", f"THREADS={t}", f"ITEMS={i}",
-                                                                       f"BLOCKS_PER_SM={b}"] for t, i, b in SCAN_BUILDS})
-    folder = tempfile.mkdtemp(prefix="scan_builds_")
-    with ThreadPoolExecutor(8) as pool:
-        libraries = dict(zip(jobs, pool.map(lambda item: build_scan(item[0], item[1], folder), jobs.items())))
+    jobs = {"solution (default build)": {}}
+    jobs.update({f"REGPIPE THREADS={t} ITEMS={i} BLOCKS_PER_SM={b}": {"REGPIPE": 1, "THREADS": t, "ITEMS": i,
+                                                                       "BLOCKS_PER_SM": b} for t, i, b in SCAN_BUILDS})
+    with ThreadPoolExecutor(8) as pool:  # the build cache locks itself: parallel builds are safe
+        libraries = dict(zip(jobs, pool.map(lambda item: build_scan(*item), jobs.items())))
     values = torch.randint(-16, 32, (2**27 + 64,), dtype=torch.int32, device="cuda")
-    good = {name: lib for name, lib in libraries.items() if lib is not None and _report(name, scan_is_right(lib, values))}
+    good = {name: lib for name, lib in libraries.items() if lib is not None and said_right(name, scan_is_right(lib, values))}
     copy_gbps = timing.measure_copy_bandwidth()
     for n in (2**24, 2**27):
         x, y = values[:n], torch.empty(n, dtype=torch.int32, device="cuda")

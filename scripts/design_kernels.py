@@ -47,11 +47,12 @@ def layer_norm_backward_pipelined_kernel(x_ptr, w_ptr, dy_ptr, mean_ptr, rstd_pt
         r = tl.cast(row, tl.int64)
         x = tl.load(x_ptr + r * x_row_stride + cols, mask=col_mask, other=0.0).to(tl.float32)
         dy = tl.load(dy_ptr + r * dy_row_stride + cols, mask=col_mask, other=0.0).to(tl.float32)
-        xhat = tl.where(col_mask, (x - tl.load(mean_ptr + row)) * tl.load(rstd_ptr + row), 0.0)
+        rstd = tl.load(rstd_ptr + row)
+        xhat = tl.where(col_mask, (x - tl.load(mean_ptr + row)) * rstd, 0.0)
         wdy = w * dy
         c1 = tl.sum(xhat * wdy, axis=0) / n_cols
         c2 = tl.sum(wdy, axis=0) / n_cols
-        dx = (wdy - (xhat * c1 + c2)) * tl.load(rstd_ptr + row)
+        dx = (wdy - (xhat * c1 + c2)) * rstd
         tl.store(dx_ptr + r * dx_row_stride + cols, dx.to(dx_ptr.dtype.element_ty), mask=col_mask)
         dw += dy * xhat
         db += dy
