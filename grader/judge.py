@@ -310,6 +310,19 @@ class Judge:
         return judge_output(self.spec, spec_out, out, ref, tol, label, inputs=self.checked_inputs.get(k),
                             params=case.params, device=self.result.device)
 
+    @staticmethod
+    def _outside_message(label: str, case: Case, names: list[str]) -> str:
+        """A store outside an output: past its end, or (an output that is a row slice) into the gaps between rows."""
+        sliced = [n for n in names if case.outputs.get(n, {}).get("layout") == "row_slice"]
+        if sliced:  # the classic cause there is a row stride taken to be the row's width
+            return (f"{label}: your code wrote outside {', '.join(names)}: {', '.join(sliced)} is a row slice of a "
+                    "wider matrix here, and a store landed past its end or in the gap after one of its rows — step "
+                    "from row to row by the row stride (leading dimension) you are given, not by the number of "
+                    "columns, and check the index before every store")
+        return (f"{label}: your code wrote past the end of {', '.join(names)} (into the poisoned guard after it): "
+                "threads past the last element stored anyway — check the index before every store (if (i < n); in "
+                "2-D if (row < rows && col < cols); in Triton mask= on tl.store)")
+
     def _judge_trial(self, event: dict, case: Case, trial: int, k: int, trials) -> None:
         label = self._label(case, trial)
         bad_ops = integrity.forbidden_ops(set(event.get("ops", [])))
@@ -321,10 +334,8 @@ class Judge:
             self._fail("integrity", f"{label}: your code modified its input {', '.join(event['modified'])} in place; "
                        "inputs are read-only — write only to the outputs", code="input_modified")
         if event.get("outside"):
-            self._fail("numerics", f"{label}: your code wrote past the end of {', '.join(event['outside'])} (into the "
-                       "poisoned guard after it): threads past the last element stored anyway — check the index "
-                       "before every store (if (i < n); in 2-D if (row < rows && col < cols); in Triton mask= on "
-                       "tl.store)", code="out_of_bounds", case=case.params, trial=trial + 1, outputs=event["outside"])
+            self._fail("numerics", self._outside_message(label, case, event["outside"]), code="out_of_bounds",
+                       case=case.params, trial=trial + 1, outputs=event["outside"])
         got = self._outputs(event, case)
         refs = self.refs[k].result()
         previous = self.refs[k - 1].result() if trial > 0 else None

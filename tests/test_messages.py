@@ -99,3 +99,14 @@ def test_a_grade_found_in_another_plan_than_the_default_names_that_plan_in_its_f
                             .finish()).splitlines()[0]
     assert first_line("day12", "challenge-100-day").startswith("day12 (challenge-100-day) softmax (cuda)")
     assert first_line("week5", "cuda-11-week").startswith("week5 softmax (cuda)")  # the default plan goes unsaid
+
+
+def test_a_store_outside_a_row_sliced_output_points_at_the_row_stride_not_the_bounds_check():
+    from grader.judge import Judge
+    from grader.spec import Case
+
+    sliced = Case(params={"M": 3, "N": 2}, outputs={"C": {"layout": "row_slice"}})
+    message = Judge._outside_message("M=3 N=2, trial 1", sliced, ["C"])
+    assert "C is a row slice" in message and "row stride (leading dimension)" in message
+    plain = Judge._outside_message("n=1, trial 1", Case(params={"n": 1}), ["out"])
+    assert "wrote past the end of out" in plain and "if (i < n)" in plain

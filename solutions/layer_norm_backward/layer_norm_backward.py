@@ -1,14 +1,14 @@
 """Solution — layer norm backward: dx row by row, dw and db reduced over rows in two deterministic stages.
 
-Stage 1 launches as many programs as the GPU holds at once (the occupancy the compiled kernel allows,
-as the Triton tutorial on fused softmax sizes its grid), at most two of 8 warps per SM at N = 4096. Each
-program keeps weight and its running dw and db in float32 registers, walks the groups of ROWS rows pid,
-pid + P, pid + 2P, ... and for each group reads x and dy once (the next group's loads issued before this
-group's sums, so memory is always busy), writes dx once and adds dy * xhat and dy to its running sums; at
-the end it stores them as row pid of a [P, N] float32 buffer. ROWS is 4096 / BLOCK (at least 1): a row of
-256 values is one KB, and a program that waits on one at a time leaves memory idle (the capstone's layer
-norms, N = 256: 0.40 ms a call with one row a program, 0.14 ms with 16, on the H200). No two programs touch the same buffer row: no locks, no atomics, and the
-same answer every run. Stage 2 sums the P rows of each column block. So x and dy are read once, dx is
+Stage 1 launches a program or two of 8 warps per SM at N = 4096 (as many as keep STAGED_BYTES of loads in
+flight an SM, no more than the GPU holds at once). Each program keeps weight and its running dw and db in
+float32 registers, walks the groups of ROWS rows pid, pid + P, pid + 2P, ... and for each group reads x and dy
+once (the loop's num_stages has the compiler copy the next groups into shared memory while this one is summed,
+so memory is always busy), writes dx once and adds dy * xhat and dy to its running sums; at the end it stores
+them as row pid of a [P, N] float32 buffer. ROWS is 4096 / BLOCK (at least 1): a row of 256 values is one KB,
+and a program that waits on one at a time leaves memory idle (the capstone's layer norms, N = 256: 0.40 ms a
+call with one row a program, 0.14 ms with 16, on the H200). No two programs touch the same buffer row: no
+locks, no atomics, and the same answer every run. Stage 2 sums the P rows of each column block. So x and dy are read once, dx is
 written once, and the partials add 2 * 2 * P * N * 4 bytes (a few % at the timed sizes).
 
 Rows longer than 8192 columns (not timed) take a looping kernel: the two row sums over column blocks,
@@ -19,9 +19,16 @@ import torch
 import triton
 import triton.language as tl
 
-MAX_FUSED = 8192  # longest row kept in registers (x, dy, the next x and dy, weight, dw, db: 16 a thread at 16 warps)
+MAX_FUSED = 8192  # longest row kept in registers (x, dy, weight, dw, db: 16 a thread at 16 warps)
 LONG_BLOCK = 4096  # column block of the looping kernel (8 elements a thread at 16 warps)
 SUM_BLOCK_M, SUM_BLOCK_N = 64, 32  # stage 2 tile: 32 columns (128-byte rows) give N / 32 programs
+# Stage 1's loads are staged in shared memory STAGES groups deep, and the grid is sized so that each SM holds
+# about STAGED_BYTES of them: at 4096 columns, 2 programs an SM in bfloat16 and 1 in float32. On the H200
+# (scripts/design_bench.py layer_norm_backward) that reached 3,583 GB/s, 85% of copy, at 16384x4096 bfloat16
+# (1 program an SM: 69%; 3: 69%) and 3,292, 78%, at 4096x4096 float32 (2 an SM: 73%).
+STAGES = 3
+STAGED_BYTES = 96 * 1024
+REDUCTION_SHARED = 8 * 1024  # what the row sums' exchange between warps needs besides
 CPU_PROGRAMS = 16  # under the interpreter: the number of programs only changes how the rows are shared
 CPU_SUM_BLOCK_N = 1024  # and each program costs time there: wide stage 2 tiles, few programs
 
@@ -29,30 +36,22 @@ CPU_SUM_BLOCK_N = 1024  # and each program costs time there: wide stage 2 tiles,
 @triton.jit
 def layer_norm_backward_kernel(x_ptr, w_ptr, dy_ptr, mean_ptr, rstd_ptr, dx_ptr, dw_part_ptr, db_part_ptr,
                                x_row_stride, dy_row_stride, dx_row_stride, n_rows, n_cols,
-                               BLOCK: tl.constexpr, ROWS: tl.constexpr):
+                               BLOCK: tl.constexpr, ROWS: tl.constexpr, STAGES: tl.constexpr):
     pid = tl.program_id(0)
-    step = tl.num_programs(0)
     cols = tl.arange(0, BLOCK)
     col_mask = cols < n_cols
     w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
     dw = tl.zeros([ROWS, BLOCK], tl.float32)
     db = tl.zeros([ROWS, BLOCK], tl.float32)
-    n_groups = tl.cdiv(n_rows, ROWS)
     offs = tl.arange(0, ROWS)
-    rows = tl.cast(pid * ROWS + offs, tl.int64)
-    mask = (rows < n_rows)[:, None] & col_mask[None, :]
-    x_next = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0)
-    dy_next = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=mask, other=0.0)
-    for group in range(pid, n_groups, step):
-        x = x_next.to(tl.float32)
-        dy = dy_next.to(tl.float32)
+    # num_stages: the compiler copies the next STAGES - 1 groups' x and dy into shared memory (cp.async) while
+    # this group is summed and stored, so memory is always busy
+    for group in tl.range(pid, tl.cdiv(n_rows, ROWS), tl.num_programs(0), num_stages=STAGES):
         rows = tl.cast(group * ROWS + offs, tl.int64)
         row_mask = rows < n_rows
         mask = row_mask[:, None] & col_mask[None, :]
-        after = tl.cast(tl.minimum(group + step, n_groups - 1) * ROWS + offs, tl.int64)
-        after_mask = (after < n_rows)[:, None] & col_mask[None, :]
-        x_next = tl.load(x_ptr + after[:, None] * x_row_stride + cols[None, :], mask=after_mask, other=0.0)
-        dy_next = tl.load(dy_ptr + after[:, None] * dy_row_stride + cols[None, :], mask=after_mask, other=0.0)
+        x = tl.load(x_ptr + rows[:, None] * x_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         mean = tl.load(mean_ptr + rows, mask=row_mask, other=0.0)[:, None]
         rstd = tl.load(rstd_ptr + rows, mask=row_mask, other=0.0)[:, None]
         xhat = tl.where(mask, (x - mean) * rstd, 0.0)
@@ -146,14 +145,29 @@ def _resident_programs(kernel, args: tuple, consts: dict, num_warps: int) -> int
     return _RESIDENT[key]
 
 
+def _stages(x: torch.Tensor, dy: torch.Tensor, group: int) -> int:
+    """STAGES, or fewer where one program's staged groups would not fit in an SM's shared memory (float32 rows
+    of 8192 on an A100, of 4096 on a GPU with 100 KB an SM); 1 stages nothing: each group is loaded when its
+    turn comes."""
+    if not x.is_cuda:
+        return STAGES
+    shared = triton.runtime.driver.active.utils.get_device_properties(x.device.index or 0)["max_shared_mem"]
+    per_stage = group * (x.element_size() + dy.element_size())
+    return max(1, min(STAGES, (shared - REDUCTION_SHARED) // per_stage))
+
+
 def _programs(kernel, args: tuple, consts: dict, num_warps: int, programs_per_sm: int | None) -> int:
-    x = args[0]
+    x, dy = args[0], args[2]
     if not x.is_cuda:
         return CPU_PROGRAMS
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count
     if programs_per_sm:  # `kcourse tune layer_norm_backward` tries a few
         return sms * programs_per_sm
-    return min(2 * sms, _resident_programs(kernel, args, consts, num_warps))  # more than 2 an SM measured slower
+    per_sm = 2  # the looping kernel: more than 2 an SM measured slower
+    if "STAGES" in consts:  # as many programs as keep STAGED_BYTES an SM in shared memory, in flight from DRAM
+        staged = consts["STAGES"] * consts["ROWS"] * consts["BLOCK"] * (x.element_size() + dy.element_size())
+        per_sm = max(1, STAGED_BYTES // staged)
+    return min(per_sm * sms, _resident_programs(kernel, args, consts, num_warps))
 
 
 def layer_norm_backward(x: torch.Tensor, weight: torch.Tensor, dy: torch.Tensor, mean: torch.Tensor,
@@ -163,13 +177,12 @@ def layer_norm_backward(x: torch.Tensor, weight: torch.Tensor, dy: torch.Tensor,
     fused = triton.next_power_of_2(n_cols) <= MAX_FUSED
     kernel = layer_norm_backward_kernel if fused else layer_norm_backward_long_kernel
     block = triton.next_power_of_2(n_cols) if fused else LONG_BLOCK
-    # 16 elements of each row a thread (8 warps at 4096 columns, 16 at 8192), two programs an SM: on the H200
-    # `kcourse tune` measured 3,049 GB/s for 8 warps x 2 an SM against 2,523 for 16 warps x 1 (bf16 16384x4096):
-    # while one program reduces its row (the sums wait on shared memory and barriers), the other's loads run
+    # 16 elements of each row a thread (8 warps at 4096 columns, 16 at 8192); before the loads were staged, the
+    # H200 measured 3,049 GB/s for 8 warps x 2 an SM against 2,523 for 16 warps x 1 (bf16 16384x4096)
     rows = max(1, 4096 // block) if fused else 1
     num_warps = num_warps or max(4, min(16, rows * block // 512))
     args = (x, weight, dy, mean, rstd, dx, dw, db, x.stride(0), dy.stride(0), dx.stride(0), n_rows, n_cols)
-    consts = {"BLOCK": block, "ROWS": rows} if fused else {"BLOCK": block}
+    consts = {"BLOCK": block, "ROWS": rows, "STAGES": _stages(x, dy, rows * block)} if fused else {"BLOCK": block}
     programs = min(triton.cdiv(n_rows, rows), _programs(kernel, args, consts, num_warps, programs_per_sm))
     # the programs' partial rows: float32, however many rows each program sums
     partials = torch.empty((2, programs, n_cols), dtype=torch.float32, device=x.device)

@@ -18,9 +18,9 @@
 // GB/s on an H200 (68% and 66% of copy, torch.cumsum 2,561), and on an H100 2,288 against 2,171 (77%, 73%;
 // torch.cumsum 2,087; that 1024-thread build read 64 predecessors a round trip): fewer, bigger tiles pay
 // the look-back fewer times. Reading 64-128 predecessors a round trip, instead of 32, measured no better.
-// REGPIPE (off until measured: `python3 scripts/design_bench.py scan` on a GPU) issues the next tile's loads
-// into registers at the top of each iteration, so they are in flight through this tile's look-back, scan and
-// stores; two tiles then live in registers, so its builds take fewer values a thread (8-16 at 1024 threads).
+// Loading the next tile into registers before this one's look-back (nine builds of 256-1024 threads, 8-32
+// values a thread: two tiles then share the registers) measured 1,845-2,493 GB/s at 2^27 on an H200, against
+// this build's 2,904 in the same run: smaller tiles pay the look-back more often than the overlap saves.
 // The layout is warp-striped: a warp's row j is 128 consecutive values, lane l holding 4 of them
 // as one int4, so loads and stores are coalesced with no shared-memory transpose, and the scan of a row
 // is one warp scan of the lanes' int4 totals.
@@ -40,12 +40,6 @@
 #ifndef PREFETCH  // 1: the next tile is copied to shared memory while this one is scanned; 0: loaded when its turn comes
 #define PREFETCH 0
 #endif
-#ifndef REGPIPE  // 1: the next tile's loads go into registers at the top of each iteration (two tiles live in registers)
-#define REGPIPE 0
-#endif
-#ifndef BLOCKS_PER_SM  // __launch_bounds__' minimum blocks an SM (REGPIPE builds of 256-512 threads want 2-4)
-#define BLOCKS_PER_SM ((1024 + THREADS - 1) / THREADS)
-#endif
 #ifndef SLEEP_NS  // the look-back's pause before it reads its window again (0: spin)
 #define SLEEP_NS 0
 #endif
@@ -58,7 +52,6 @@ constexpr int MAX_TILES = INT_MAX / TILE + 1;
 constexpr int STAGE_BYTES = PREFETCH ? TILE * (int)sizeof(int) : 0;  // shared memory for the next tile
 constexpr unsigned FULL = 0xffffffffu;
 static_assert(ITEMS % 4 == 0 && THREADS % 32 == 0 && THREADS <= 1024, "ITEMS: a multiple of 4; THREADS: whole warps");
-static_assert(!(PREFETCH && REGPIPE), "PREFETCH (shared memory) and REGPIPE (registers) are two ways to stage the next tile: pick one");
 
 // A tile's status word: the value in the low 32 bits, a tag in the high 32: the call's number ("epoch",
 // 30 bits) and a 2-bit flag. One 64-bit store publishes both, so a reader never sees a flag without its
@@ -232,25 +225,16 @@ struct Launch {
         if (full(tile)) copy_rows_async<true>(x, start(tile), n, threadIdx.x % 32, slots);
         else copy_rows_async<false>(x, start(tile), n, threadIdx.x % 32, slots);
     }
-    __device__ void load(int tile, int4 (&q)[ROWS]) const {
-        if (full(tile)) load_rows<true>(x, start(tile), n, threadIdx.x % 32, q);
-        else load_rows<false>(x, start(tile), n, threadIdx.x % 32, q);
-    }
 };
 
 // Scans one tile (the block's iteration k, of parity `odd`); returns the block's next tile (tiles or more: none).
-// With REGPIPE, q holds this tile's values on entry and the next tile's on return.
 template <bool FULL_TILE>
-__device__ __forceinline__ int scan_tile(const Launch& L, int tile, int odd, Shared& shared, int4* slots,
-                                         int4 (&q)[ROWS]) {
+__device__ __forceinline__ int scan_tile(const Launch& L, int tile, int odd, Shared& shared, int4* slots) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const long long start = L.start(tile);
 
-    int4 q_next[ROWS];  // REGPIPE only (unused otherwise: compiled away)
-    if (REGPIPE) {  // the ticket, written before the last iteration's second barrier (or the prologue's last), is settled
-        const int after = shared.tickets[odd ^ 1];
-        if (after < L.tiles) L.load(after, q_next);  // in flight through all below
-    } else if (PREFETCH) {
+    int4 q[ROWS];
+    if (PREFETCH) {
         __pipeline_wait_prior(0);  // this thread's copies have landed
 #pragma unroll
         for (int j = 0; j < ROWS; ++j) q[j] = slots[j * 32 + lane];
@@ -283,14 +267,10 @@ __device__ __forceinline__ int scan_tile(const Launch& L, int tile, int odd, Sha
 #pragma unroll
     for (int j = 0; j < ROWS; ++j) add(q[j], tile_prefix);
     store_rows<FULL_TILE>(L.y, start, L.n, lane, q);
-    if (REGPIPE) {
-#pragma unroll
-        for (int j = 0; j < ROWS; ++j) q[j] = q_next[j];
-    }
     return next;
 }
 
-__global__ void __launch_bounds__(THREADS, BLOCKS_PER_SM)  // by default at most 64 registers a thread
+__global__ void __launch_bounds__(THREADS, (1024 + THREADS - 1) / THREADS)  // at most 64 registers a thread
 scan_kernel(Launch L) {
     extern __shared__ int4 stage[];  // PREFETCH: the next tile, ROWS x 32 int4 slots per warp
     __shared__ Shared shared;
@@ -300,14 +280,8 @@ scan_kernel(Launch L) {
     int tile = shared.tickets[0];
     if (threadIdx.x == TICKET_THREAD && tile < L.tiles) shared.tickets[1] = take_ticket(L.tiles);  // read after a barrier
     if (PREFETCH && tile < L.tiles) L.prefetch(tile, slots);
-    int4 q[ROWS];
-    if (REGPIPE) {
-        __syncthreads();  // tickets[1] is read at the top of the first iteration
-        if (tile < L.tiles) L.load(tile, q);
-    }
     for (int odd = 0; tile < L.tiles; odd ^= 1)
-        tile = L.full(tile) ? scan_tile<true>(L, tile, odd, shared, slots, q)
-                            : scan_tile<false>(L, tile, odd, shared, slots, q);
+        tile = L.full(tile) ? scan_tile<true>(L, tile, odd, shared, slots) : scan_tile<false>(L, tile, odd, shared, slots);
 }
 
 extern "C" void scan(const int* x, int* y, int n) {
