@@ -457,7 +457,9 @@ class Judge:
             return Check("speed", ERROR, f"not judged: another program used this GPU while your kernel was timed "
                          f"({', '.join(sharers[:3])}), and the grader's clock and your timing disagree ({disagreement}); "
                          "grade again when `nvidia-smi` shows the GPU free", {"code": "gpu_shared"})
-        self._fail("integrity", disagreement + ": was the timer patched?", code="timing_forged")
+        self._fail("integrity", disagreement + ": was the timer patched? If not, your Python code spends that long "
+                   "on the host each call while the GPU waits (a device-properties query, an allocation, a compile or "
+                   "a .item() in every call): do such work once and keep it", code="timing_forged")
         return None
 
 

@@ -274,6 +274,8 @@ def test_a_disagreeing_probe_on_a_gpu_another_program_uses_is_no_accusation(monk
         judge._cross_check_probe(_record())
     failed = judge.result.checks[-1]
     assert failed.name == "integrity" and failed.details["code"] == "timing_forged" and sent[-1][0] == "kill"
+    # an honest wrapper slow on the host looks the same to the clock: the message names that cause too
+    assert "was the timer patched? If not, your Python code spends that long on the host" in failed.message
 
 
 def test_a_size_that_only_draws_the_curve_settles_in_a_third_of_the_verdicts_time(monkeypatch):

@@ -15,6 +15,8 @@ Rows longer than 8192 columns (not timed) take a looping kernel: the two row sum
 then the update, with the program's partial row kept in its own slice of the buffer in global memory.
 """
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -151,9 +153,15 @@ def _stages(x: torch.Tensor, dy: torch.Tensor, group: int) -> int:
     turn comes."""
     if not x.is_cuda:
         return STAGES
-    shared = triton.runtime.driver.active.utils.get_device_properties(x.device.index or 0)["max_shared_mem"]
     per_stage = group * (x.element_size() + dy.element_size())
-    return max(1, min(STAGES, (shared - REDUCTION_SHARED) // per_stage))
+    return max(1, min(STAGES, (_max_shared(x.device.index or 0) - REDUCTION_SHARED) // per_stage))
+
+
+@functools.cache
+def _max_shared(device: int) -> int:
+    """Bytes of shared memory a program may have on this GPU. Asked once: the driver's query of the device's
+    properties took about a millisecond a call on the H200, ten times the kernel."""
+    return triton.runtime.driver.active.utils.get_device_properties(device)["max_shared_mem"]
 
 
 def _programs(kernel, args: tuple, consts: dict, num_warps: int, programs_per_sm: int | None) -> int:
