@@ -1,8 +1,9 @@
 """Solution — 256-bin histogram of int32 values in Triton: privatised per-program counts, few atomics.
 
 Each program owns a chunk of TILES * BLOCK consecutive values. It walks the chunk a tile at a time and
-counts each tile with tl.histogram (on the GPU: atomics on one 256-bin histogram in the program's shared
-memory, which never leaves the SM), keeping a running int32 count per bin in registers. Only at the end
+counts each tile with tl.histogram (on the GPU: each warp's ballots and popcounts, added into one 256-bin
+histogram in the program's shared memory, which never leaves the SM), keeping a running int32 count per bin
+in registers. tl.histogram's instructions, not memory, are the limit: exercises/histogram/README.md. Only at the end
 does it touch `counts`: one tl.atomic_add per non-empty bin, 256 at most per program, instead of one per
 value. The masked lanes of the last tile are excluded from the count (`mask=`), not loaded as 0 and
 counted in bin 0. `counts` is zeroed first (a memset), since the kernel only adds to it.
