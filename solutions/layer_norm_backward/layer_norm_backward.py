@@ -8,8 +8,8 @@ so memory is always busy), writes dx once and adds dy * xhat and dy to its runni
 them as row pid of a [P, N] float32 buffer. ROWS is 4096 / BLOCK (at least 1): a row of 256 values is one KB,
 and a program that waits on one at a time leaves memory idle (the capstone's layer norms, N = 256: 0.40 ms a
 call with one row a program, 0.14 ms with 16, on the H200). No two programs touch the same buffer row: no
-locks, no atomics, and the same answer every run. Stage 2 sums the P rows of each column block. So x and dy are read once, dx is
-written once, and the partials add 2 * 2 * P * N * 4 bytes (a few % at the timed sizes).
+locks, no atomics, and the same answer every run. Stage 2 sums the P rows of each column block. So x and dy
+are read once, dx is written once, and the partials add 2 * 2 * P * N * 4 bytes (a few % at the timed sizes).
 
 Rows longer than 8192 columns (not timed) take a looping kernel: the two row sums over column blocks,
 then the update, with the program's partial row kept in its own slice of the buffer in global memory.
@@ -26,8 +26,9 @@ LONG_BLOCK = 4096  # column block of the looping kernel (8 elements a thread at 
 SUM_BLOCK_M, SUM_BLOCK_N = 64, 32  # stage 2 tile: 32 columns (128-byte rows) give N / 32 programs
 # Stage 1's loads are staged in shared memory STAGES groups deep, and the grid is sized so that each SM holds
 # about STAGED_BYTES of them: at 4096 columns, 2 programs an SM in bfloat16 and 1 in float32. On the H200
-# (scripts/design_bench.py layer_norm_backward) that reached 3,583 GB/s, 85% of copy, at 16384x4096 bfloat16
-# (1 program an SM: 69%; 3: 69%) and 3,292, 78%, at 4096x4096 float32 (2 an SM: 73%).
+# (scripts/design_bench.py layer_norm_backward, validate) that reached 3,535-3,583 GB/s, 84-85% of copy, at
+# 16384x4096 bfloat16 (1 program an SM: 69-71%; 3: 67-69%) and 3,164-3,292, 75-78%, at 4096x4096 float32
+# (2 an SM: 71-73%).
 STAGES = 3
 STAGED_BYTES = 96 * 1024
 REDUCTION_SHARED = 8 * 1024  # what the row sums' exchange between warps needs besides
@@ -147,14 +148,13 @@ def _resident_programs(kernel, args: tuple, consts: dict, num_warps: int) -> int
     return _RESIDENT[key]
 
 
-def _stages(x: torch.Tensor, dy: torch.Tensor, group: int) -> int:
-    """STAGES, or fewer where one program's staged groups would not fit in an SM's shared memory (float32 rows
-    of 8192 on an A100, of 4096 on a GPU with 100 KB an SM); 1 stages nothing: each group is loaded when its
-    turn comes."""
+def _stages(x: torch.Tensor, group_bytes: int) -> int:
+    """STAGES, or fewer where one program's staged groups (group_bytes each: a group's x and dy) would not fit
+    in an SM's shared memory (float32 rows of 8192 on an A100, of 4096 on a GPU with 100 KB an SM); 1 stages
+    nothing: each group is loaded when its turn comes."""
     if not x.is_cuda:
         return STAGES
-    per_stage = group * (x.element_size() + dy.element_size())
-    return max(1, min(STAGES, (_max_shared(x.device.index or 0) - REDUCTION_SHARED) // per_stage))
+    return max(1, min(STAGES, (_max_shared(x.device.index or 0) - REDUCTION_SHARED) // group_bytes))
 
 
 @functools.cache
@@ -164,17 +164,17 @@ def _max_shared(device: int) -> int:
     return triton.runtime.driver.active.utils.get_device_properties(device)["max_shared_mem"]
 
 
-def _programs(kernel, args: tuple, consts: dict, num_warps: int, programs_per_sm: int | None) -> int:
-    x, dy = args[0], args[2]
+def _programs(kernel, args: tuple, consts: dict, num_warps: int, programs_per_sm: int | None,
+              staged_bytes: int | None) -> int:
+    """Stage 1's grid. staged_bytes: what one program stages in shared memory (None: the looping kernel)."""
+    x = args[0]
     if not x.is_cuda:
         return CPU_PROGRAMS
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count
     if programs_per_sm:  # `kcourse tune layer_norm_backward` tries a few
         return sms * programs_per_sm
-    per_sm = 2  # the looping kernel: more than 2 an SM measured slower
-    if "STAGES" in consts:  # as many programs as keep STAGED_BYTES an SM in shared memory, in flight from DRAM
-        staged = consts["STAGES"] * consts["ROWS"] * consts["BLOCK"] * (x.element_size() + dy.element_size())
-        per_sm = max(1, STAGED_BYTES // staged)
+    # as many programs as keep STAGED_BYTES an SM on their way from DRAM; the looping kernel: 2 (more measured slower)
+    per_sm = max(1, STAGED_BYTES // staged_bytes) if staged_bytes else 2
     return min(per_sm * sms, _resident_programs(kernel, args, consts, num_warps))
 
 
@@ -190,8 +190,10 @@ def layer_norm_backward(x: torch.Tensor, weight: torch.Tensor, dy: torch.Tensor,
     rows = max(1, 4096 // block) if fused else 1
     num_warps = num_warps or max(4, min(16, rows * block // 512))
     args = (x, weight, dy, mean, rstd, dx, dw, db, x.stride(0), dy.stride(0), dx.stride(0), n_rows, n_cols)
-    consts = {"BLOCK": block, "ROWS": rows, "STAGES": _stages(x, dy, rows * block)} if fused else {"BLOCK": block}
-    programs = min(triton.cdiv(n_rows, rows), _programs(kernel, args, consts, num_warps, programs_per_sm))
+    group_bytes = rows * block * (x.element_size() + dy.element_size())  # a group's x and dy
+    consts = {"BLOCK": block, "ROWS": rows, "STAGES": _stages(x, group_bytes)} if fused else {"BLOCK": block}
+    staged_bytes = consts["STAGES"] * group_bytes if fused else None
+    programs = min(triton.cdiv(n_rows, rows), _programs(kernel, args, consts, num_warps, programs_per_sm, staged_bytes))
     # the programs' partial rows: float32, however many rows each program sums
     partials = torch.empty((2, programs, n_cols), dtype=torch.float32, device=x.device)
     args = (*args[:6], partials[0], partials[1], *args[8:])
