@@ -1,9 +1,9 @@
 """A solution's design options timed beside its PyTorch anchor and a copy, on a GPU: the evidence for its defaults.
 
-    python3 scripts/design_bench.py scan | histogram | layer_norm_backward     (repository root, GPU machine)
+    python3 scripts/design_bench.py scan | scan-trace | histogram | layer_norm_backward   (repository root, GPU)
 
 scan: solutions/scan/scan.cu's default build beside a few others of its defines (as `kcourse tune scan` builds
-them). histogram (Triton) and layer_norm_backward: the solutions with their keyword options (tiles, warps, programs
+them); scan-trace: its TRACE builds' per-tile phase times (loads, look-back, stores), to see where the time goes. histogram (Triton) and layer_norm_backward: the solutions with their keyword options (tiles, warps, programs
 an SM); for the histogram also tl.histogram counting with no loads at all (scripts/design_kernels.py), its ceiling.
 Every candidate is checked against PyTorch first, into poisoned outputs (a wrong one is named and
 dropped), then all are timed alternately in one process (grader.timing: L2 flushed, median) with the anchor, and
@@ -145,6 +145,45 @@ def bench_histogram() -> None:
                     runs, 4 * n, copy_gbps)
 
 
+def bench_scan_trace() -> None:
+    """Where a tile's time goes: TRACE builds record, per tile, when its loads were issued, when they had landed
+    and been summed, when its prefix was known (the look-back) and when its stores were issued. Medians over the
+    tiles of a 2^27 call, in microseconds, and the time memory had no loads of a block in flight."""
+    import statistics
+
+    values = torch.randint(-16, 32, (2**27,), dtype=torch.int32, device="cuda")
+    y = torch.empty_like(values)
+    for label, defines in (("default build", {"TRACE": 1}), ("PREFETCH=1", {"TRACE": 1, "PREFETCH": 1})):
+        lib = build_scan(label, defines)
+        if lib is None:
+            continue
+        lib.scan_trace.argtypes = [ctypes.c_void_p, ctypes.c_int]
+        for _ in range(3):  # warm: the last call's trace is read
+            lib.scan(values.data_ptr(), y.data_ptr(), values.numel())
+        torch.cuda.synchronize()
+        trace = torch.zeros((1 << 16, 5), dtype=torch.int64)
+        tiles = lib.scan_trace(trace.data_ptr(), 1 << 16)
+        rows = trace[:tiles]
+        rows = rows[rows[:, 3] > 0]  # tiles this call traced
+        t0 = rows[:, 0].min().item()
+        phases = {"loads landed, tile summed": rows[:, 1] - rows[:, 0],
+                  "look-back (prefix known)": rows[:, 2] - rows[:, 1],
+                  "prefix added, stores issued": rows[:, 3] - rows[:, 2]}
+        print(f"\nscan 2^27 {label}: {len(rows)} tiles, {(rows[:, 3].max().item() - t0) / 1000:.1f} us first load to "
+              f"last store issued; per tile (median / 90th percentile, us):")
+        for name, d in phases.items():
+            d = d.double() / 1000
+            print(f"  {name:34s} {d.median().item():7.2f} / {d.quantile(0.9).item():7.2f}")
+        by_block = {}
+        for row in sorted(rows.tolist(), key=lambda r: (r[4], r[0])):
+            by_block.setdefault(row[4], []).append(row)
+        gaps = [b[0] - a[3] for rows_ in by_block.values() for a, b in zip(rows_, rows_[1:])]
+        loading = sum(r[1] - r[0] for rows_ in by_block.values() for r in rows_)
+        span = sum(rows_[-1][3] - rows_[0][0] for rows_ in by_block.values())
+        print(f"  between a block's tiles (median)   {statistics.median(gaps) / 1000:7.2f}")
+        print(f"  share of each SM's time waiting for its tile's loads: {100 * loading / span:.0f}%")
+
+
 # --- layer_norm_backward (Triton) ----------------------------------------------------------------------------------
 
 def layer_norm_backward_options() -> dict[str, dict]:
@@ -189,7 +228,7 @@ def bench_layer_norm_backward() -> None:
         print_rates(f"layer_norm_backward {M}x{N} {str(dtype)[6:]}", runs, moved, copy_gbps)
 
 
-BENCHES = {"scan": bench_scan, "histogram": bench_histogram, "layer_norm_backward": bench_layer_norm_backward}
+BENCHES = {"scan": bench_scan, "scan-trace": bench_scan_trace, "histogram": bench_histogram, "layer_norm_backward": bench_layer_norm_backward}
 
 if __name__ == "__main__":
     if len(sys.argv) != 2 or sys.argv[1] not in BENCHES:

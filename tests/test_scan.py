@@ -132,6 +132,17 @@ def test_stub_and_solution_build_for_sm_90_and_the_solution_spills_nothing():
 
 
 @pytest.mark.nvcc
+@pytest.mark.solutions
+def test_the_solutions_trace_build_compiles_without_spills():
+    """TRACE=1 (scripts/design_bench.py scan-trace times each tile's phases) must build as the grade builds."""
+    from grader import build
+
+    result = build.build_shared_library(ROOT / "solutions" / "scan" / "scan.cu", "sm_90", defines={"TRACE": 1})
+    assert result.ok, result.log
+    assert result.resources and not any(r["spill_stores"] for r in result.resources), result.resources
+
+
+@pytest.mark.nvcc
 def test_the_fixtures_compile_for_sm_90():
     compile_fixtures(FIXTURES)
 
