@@ -148,7 +148,7 @@ def bench_histogram() -> None:
 def bench_scan_trace() -> None:
     """Where a tile's time goes: TRACE builds record, per tile, when its loads were issued, when they had landed
     and been summed, when its prefix was known (the look-back) and when its stores were issued. Medians over the
-    tiles of a 2^27 call, in microseconds, and the time memory had no loads of a block in flight."""
+    tiles of a 2^27 call, in microseconds, and the share of each SM's time spent waiting for its loads."""
     import statistics
 
     values = torch.randint(-16, 32, (2**27,), dtype=torch.int32, device="cuda")
@@ -157,30 +157,31 @@ def bench_scan_trace() -> None:
         lib = build_scan(label, defines)
         if lib is None:
             continue
-        lib.scan_trace.argtypes = [ctypes.c_void_p, ctypes.c_int]
+        lib.scan_trace.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
         for _ in range(3):  # warm: the last call's trace is read
             lib.scan(values.data_ptr(), y.data_ptr(), values.numel())
         torch.cuda.synchronize()
         trace = torch.zeros((1 << 16, 5), dtype=torch.int64)
-        tiles = lib.scan_trace(trace.data_ptr(), 1 << 16)
+        khz = ctypes.c_int(0)
+        tiles = lib.scan_trace(trace.data_ptr(), 1 << 16, ctypes.byref(khz))
         rows = trace[:tiles]
         rows = rows[rows[:, 3] > 0]  # tiles this call traced
-        t0 = rows[:, 0].min().item()
+        us = 1000.0 / khz.value  # microseconds a cycle, at the rated clock (each SM's counter is its own)
         phases = {"loads landed, tile summed": rows[:, 1] - rows[:, 0],
                   "look-back (prefix known)": rows[:, 2] - rows[:, 1],
                   "prefix added, stores issued": rows[:, 3] - rows[:, 2]}
-        print(f"\nscan 2^27 {label}: {len(rows)} tiles, {(rows[:, 3].max().item() - t0) / 1000:.1f} us first load to "
-              f"last store issued; per tile (median / 90th percentile, us):")
+        print(f"\nscan 2^27 {label}: {len(rows)} tiles; per tile (median / 90th percentile, us at "
+              f"{khz.value / 1000:.0f} MHz):")
         for name, d in phases.items():
-            d = d.double() / 1000
+            d = d.double() * us
             print(f"  {name:34s} {d.median().item():7.2f} / {d.quantile(0.9).item():7.2f}")
-        by_block = {}
+        by_sm = {}  # one block an SM in these builds: an SM's tiles are its block's, in order
         for row in sorted(rows.tolist(), key=lambda r: (r[4], r[0])):
-            by_block.setdefault(row[4], []).append(row)
-        gaps = [b[0] - a[3] for rows_ in by_block.values() for a, b in zip(rows_, rows_[1:])]
-        loading = sum(r[1] - r[0] for rows_ in by_block.values() for r in rows_)
-        span = sum(rows_[-1][3] - rows_[0][0] for rows_ in by_block.values())
-        print(f"  between a block's tiles (median)   {statistics.median(gaps) / 1000:7.2f}")
+            by_sm.setdefault(row[4], []).append(row)
+        gaps = [b[0] - a[3] for done in by_sm.values() for a, b in zip(done, done[1:])]
+        loading = sum(r[1] - r[0] for done in by_sm.values() for r in done)
+        span = sum(done[-1][3] - done[0][0] for done in by_sm.values())
+        print(f"  between a block's tiles (median)   {statistics.median(gaps) * us:7.2f}")
         print(f"  share of each SM's time waiting for its tile's loads: {100 * loading / span:.0f}%")
 
 

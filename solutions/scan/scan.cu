@@ -67,18 +67,17 @@ __device__ unsigned tile_counter;  // the next ticket; the block taking the laun
 
 using DeviceWord = cuda::atomic_ref<unsigned long long, cuda::thread_scope_device>;
 
-// TRACE: when each tile's phases ended, by the GPU's nanosecond clock, as thread 0 of its block saw them:
-// 0 its loads issued, 1 loaded and summed (after the first barrier), 2 its prefix known (after the second),
-// 3 its stores issued; and 4 the SM it ran on. scan_trace() copies them out after a call.
+// TRACE: when each tile's phases ended, by its SM's cycle counter (clock64: exact, but each SM's own), as
+// thread 0 of its block saw them: 0 its loads issued, 1 loaded and summed (after the first barrier), 2 its
+// prefix known (after the second), 3 its stores issued; and 4 the SM it ran on. scan_trace() copies them out.
 constexpr int TRACE_TILES = TRACE ? 1 << 16 : 1, TRACE_FIELDS = 5;
 __device__ unsigned long long tile_trace[TRACE_TILES][TRACE_FIELDS];
 
 __device__ __forceinline__ void mark(int tile, int phase) {
     if (!TRACE || threadIdx.x != 0 || tile >= TRACE_TILES) return;
-    unsigned long long now, sm;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-    asm volatile("{ .reg .u32 s; mov.u32 s, %%smid; cvt.u64.u32 %0, s; }" : "=l"(sm));
-    tile_trace[tile][phase] = now;
+    unsigned sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    tile_trace[tile][phase] = (unsigned long long)clock64();
     tile_trace[tile][4] = sm;
 }
 
@@ -330,10 +329,14 @@ extern "C" void scan(const int* x, int* y, int n) {
     scan_kernel<<<tiles < resident ? tiles : resident, THREADS, STAGE_BYTES>>>(launch);
 }
 
-// TRACE builds: the last call's phase times (see tile_trace), `tiles` rows of TRACE_FIELDS values, at most TRACE_TILES.
-extern "C" int scan_trace(unsigned long long* out, int tiles) {
+// TRACE builds: the last call's phase times (see tile_trace), `tiles` rows of TRACE_FIELDS values, at most
+// TRACE_TILES; *khz: the SM clock's rated rate, to turn cycles into time.
+extern "C" int scan_trace(unsigned long long* out, int tiles, int* khz) {
     if (!TRACE) return 0;
     tiles = tiles < TRACE_TILES ? tiles : TRACE_TILES;
+    int device = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(khz, cudaDevAttrClockRate, device);
     cudaDeviceSynchronize();
     cudaMemcpyFromSymbol(out, tile_trace, sizeof(unsigned long long) * TRACE_FIELDS * tiles);
     return tiles;
