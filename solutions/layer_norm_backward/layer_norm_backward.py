@@ -139,7 +139,7 @@ def _resident_programs(kernel, args: tuple, consts: dict, num_warps: int) -> int
     if key not in _RESIDENT:
         compiled = kernel.warmup(*args, grid=(1,), **consts, num_warps=num_warps)
         compiled._init_handles()
-        props = triton.runtime.driver.active.utils.get_device_properties(key[1])
+        props = _device_properties(key[1])
         threads = num_warps * 32
         per_sm = min(props["max_num_regs"] // max(1, compiled.n_regs * threads), 2048 // threads)
         if compiled.metadata.shared:
@@ -154,14 +154,15 @@ def _stages(x: torch.Tensor, group_bytes: int) -> int:
     nothing: each group is loaded when its turn comes."""
     if not x.is_cuda:
         return STAGES
-    return max(1, min(STAGES, (_max_shared(x.device.index or 0) - REDUCTION_SHARED) // group_bytes))
+    shared = _device_properties(x.device.index or 0)["max_shared_mem"]  # bytes a program may have
+    return max(1, min(STAGES, (shared - REDUCTION_SHARED) // group_bytes))
 
 
 @functools.cache
-def _max_shared(device: int) -> int:
-    """Bytes of shared memory a program may have on this GPU. Asked once: the driver's query of the device's
-    properties took about a millisecond a call on the H200, ten times the kernel."""
-    return triton.runtime.driver.active.utils.get_device_properties(device)["max_shared_mem"]
+def _device_properties(device: int) -> dict:
+    """The driver's account of the GPU (SMs, registers, shared memory). Asked once: the query took about a
+    millisecond a call on the H200, ten times the kernel."""
+    return triton.runtime.driver.active.utils.get_device_properties(device)
 
 
 def _programs(kernel, args: tuple, consts: dict, num_warps: int, programs_per_sm: int | None,
