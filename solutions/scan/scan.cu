@@ -1,29 +1,33 @@
 // Solution — inclusive prefix sum of int32 in one pass: decoupled look-back (Merrill & Garland, CUB's
-// design).
+// design), with every tile's total published an iteration before its look-back.
 //
 // Tiles of TILE values are handed out in order by a global counter (a "ticket"), so every tile's
-// predecessors are already being worked on. A block loads its tile with 16-byte loads, sums it (each
-// thread its ITEMS values, then the warps' totals) and publishes the tile's total (its "aggregate") at
-// once. Warp 0 then looks back over the predecessors' status words, 32 at a time, adding aggregates until
-// it meets one that has published its inclusive prefix, and publishes the tile's own prefix; meanwhile the
-// other warps scan their values in registers. Then every value gets the prefix of the tiles before it and
-// is stored. Each value is read once and written once: 8n bytes, the copy's traffic.
+// predecessors are already being worked on. Each tile publishes its total (its "aggregate"); a tile's look-back
+// reads its predecessors' status words, 32 at a time, adding aggregates until it meets one that has published
+// its inclusive prefix, and publishes its own prefix. Each value is read once and written once: 8n bytes,
+// the copy's traffic.
 //
-// What keeps the memory busy: the look-back and the barriers are latency, paid once per tile, so the
-// tiles are big (8K-32K values) and the blocks stay: as many as fit on the GPU, each taking tile after
-// tile. A block takes its next ticket while it scans the current tile. With PREFETCH it also copies the
-// next tile into shared memory (cp.async) while it looks back and stores; on an H200 that measured slower
-// than 512-thread tiles loaded when their turn comes (2,340 against 2,615 GB/s), so it is off. One
-// 1024-thread block an SM with 32K-value tiles beat two 512-thread blocks with 16K: 2,831 against 2,719
-// GB/s on an H200 (68% and 66% of copy, torch.cumsum 2,561), and on an H100 2,288 against 2,171 (77%, 73%;
-// torch.cumsum 2,087; that 1024-thread build read 64 predecessors a round trip): fewer, bigger tiles pay
-// the look-back fewer times. Reading 64-128 predecessors a round trip, instead of 32, measured no better.
-// Loading the next tile into registers before this one's look-back (nine builds of 256-1024 threads, 8-32
-// values a thread: two tiles then share the registers) measured 1,845-2,493 GB/s at 2^27 on an H200, against
-// this build's 2,904 in the same run: smaller tiles pay the look-back more often than the overlap saves.
-// The layout is warp-striped: a warp's row j is 128 consecutive values, lane l holding 4 of them
-// as one int4, so loads and stores are coalesced with no shared-memory transpose, and the scan of a row
-// is one warp scan of the lanes' int4 totals.
+// A block holds two tiles in shared memory: the one it scans (t) and the next (t1). Each iteration it reads t
+// into registers, starts copying the tile after next (t2, cp.async) into t's buffer, waits for t1's copy,
+// sums t1 and publishes t1's aggregate; only then does warp 0 look back for t (whose aggregate went out an
+// iteration ago) while the other warps scan their values in registers, and then t is stored. So when any
+// tile looks back, the tiles before it have published their aggregates, and the SM's memory traffic (t2's
+// copy, t's stores) goes on during the look-back.
+//
+// Why, by measurement (H200, 2^27 values, copy 4,160-4,250 GB/s; scripts/design_bench.py scan and scan-trace):
+// the design before this one loaded each tile when its turn came and published its aggregate once loaded:
+// 2,873-2,928 GB/s, 68%, torch.cumsum (CUB) 2,556, 60%. Its trace: a tile's loads 3.1-3.5 us, its look-back 3-4
+// us (90th percentile 9-10), its stores 2.9-3.3; the SM moved no data during the look-back, which waited for
+// predecessors whose loads had started at the same time as its own. Prefetching the next tile during the
+// look-back (2,665) or only during the stores (2,629) did not help: the prefetched tile's aggregate still went
+// out only when its block came to it, so the look-backs grew to 6-9 us. Loading the next tile into
+// registers (two tiles sharing them: smaller tiles) measured 1,845-2,493. This design: 3,605 GB/s, 85% (1024
+// threads x 24 values, two 96 KB buffers); 1024 x 16 3,498 (82%); 512 x 32 3,465; reading 64-128
+// predecessors a round trip 3,360-3,521 (the walk back is short once aggregates are out).
+// The layout is warp-striped: a warp's row j is 128 consecutive values, lane l holding 4 of them as one int4,
+// so loads and stores are coalesced with no transpose, and the scan of a row is one warp scan of the lanes'
+// int4 totals. Each thread copies and reads only its own shared-memory slots, so waiting for its own copies
+// is all the synchronisation the buffers need.
 #include <cuda/atomic>
 #include <cuda_pipeline.h>
 #include <cuda_runtime.h>
@@ -34,27 +38,33 @@
 #ifndef THREADS  // `kcourse tune scan` rebuilds with every combination of [tuning.cuda] in spec.toml
 #define THREADS 1024
 #endif
-#ifndef ITEMS    // values per thread, a multiple of 4
-#define ITEMS 32
+#ifndef ITEMS    // values per thread, a multiple of 4; two tiles of THREADS x ITEMS ints in shared memory
+#define ITEMS 24
 #endif
-#ifndef PREFETCH  // 1: the next tile is copied to shared memory while this one is scanned; 0: loaded when its turn comes
-#define PREFETCH 0
+#ifndef READS    // predecessors each lane of the look-back reads a round trip (a window of 32 x READS)
+#define READS 1
 #endif
-#ifndef SLEEP_NS  // the look-back's pause before it reads its window again (0: spin)
-#define SLEEP_NS 0
-#endif
-#ifndef TRACE  // 1: each tile's phases timed (scripts/design_bench.py scan-trace reads them; not for grading)
+#ifndef TRACE    // 1: each tile's phases timed (scripts/design_bench.py scan-trace reads them; not for grading)
 #define TRACE 0
 #endif
 
+// Where a GPU's shared memory holds less than two tiles of ITEMS values, the host launches a build of
+// smaller tiles: 16 values a thread (128 KB at 1024 threads: an A100's 164 KB a block), else 8 (64 KB:
+// consumer cards' 99 KB).
+constexpr int MID_ITEMS = ITEMS > 16 ? 16 : ITEMS, SMALL_ITEMS = 8;
 constexpr int WARPS = THREADS / 32;
-constexpr int ROWS = ITEMS / 4;              // int4s per thread: a warp's rows of 128 values
-constexpr int WARP_ITEMS = 32 * ITEMS;
-constexpr int TILE = THREADS * ITEMS;
-constexpr int MAX_TILES = INT_MAX / TILE + 1;
-constexpr int STAGE_BYTES = PREFETCH ? TILE * (int)sizeof(int) : 0;  // shared memory for the next tile
 constexpr unsigned FULL = 0xffffffffu;
-static_assert(ITEMS % 4 == 0 && THREADS % 32 == 0 && THREADS <= 1024, "ITEMS: a multiple of 4; THREADS: whole warps");
+static_assert(ITEMS % 4 == 0 && ITEMS >= SMALL_ITEMS && THREADS % 32 == 0 && THREADS <= 1024,
+              "ITEMS: a multiple of 4, at least 8; THREADS: whole warps");
+
+template <int ITEMS_>
+struct Tiling {
+    static constexpr int ROWS = ITEMS_ / 4;        // int4s per thread: a warp's rows of 128 values
+    static constexpr int WARP_ITEMS = 32 * ITEMS_;
+    static constexpr int TILE = THREADS * ITEMS_;
+    static constexpr int STAGE_BYTES = 2 * TILE * (int)sizeof(int);
+};
+constexpr int MAX_TILES = INT_MAX / Tiling<SMALL_ITEMS>::TILE + 1;
 
 // A tile's status word: the value in the low 32 bits, a tag in the high 32: the call's number ("epoch",
 // 30 bits) and a 2-bit flag. One 64-bit store publishes both, so a reader never sees a flag without its
@@ -68,8 +78,9 @@ __device__ unsigned tile_counter;  // the next ticket; the block taking the laun
 using DeviceWord = cuda::atomic_ref<unsigned long long, cuda::thread_scope_device>;
 
 // TRACE: when each tile's phases ended, by its SM's cycle counter (clock64: exact, but each SM's own), as
-// thread 0 of its block saw them: 0 its loads issued, 1 loaded and summed (after the first barrier), 2 its
-// prefix known (after the second), 3 its stores issued; and 4 the SM it ran on. scan_trace() copies them out.
+// thread 0 of its block saw them: 0 the tile's iteration began (the tile in shared memory), 1 the next tile
+// landed, summed and its aggregate published (after the first barrier), 2 this tile's prefix known (after the
+// second), 3 its stores issued; and 4 the SM it ran on. scan_trace() copies them out.
 constexpr int TRACE_TILES = TRACE ? 1 << 16 : 1, TRACE_FIELDS = 5;
 __device__ unsigned long long tile_trace[TRACE_TILES][TRACE_FIELDS];
 
@@ -97,77 +108,76 @@ __device__ __forceinline__ int take_ticket(int tiles) {
     return (int)ticket;
 }
 
-// The sum of every value before this tile (called by all 32 lanes of warp 0). Publishes the tile's
-// aggregate first, so the tiles after it can go on without waiting for this look-back, then its prefix.
+// Tile 0's total is its inclusive prefix: published as one at once.
+__device__ __forceinline__ void publish_aggregate(int tile, int total, unsigned epoch) {
+    publish(&tile_status[tile], epoch << 2 | (tile == 0 ? PREFIX : AGGREGATE), total);
+}
+
+// The sum of every value before this tile (called by all 32 lanes of warp 0); publishes the tile's prefix (its
+// aggregate is already out). Lane l's k-th read of a window is the predecessor window - (32 k + l).
 __device__ int look_back(int tile, int total, unsigned epoch, int lane) {
+    if (tile == 0) return 0;
     const unsigned aggregate_tag = epoch << 2 | AGGREGATE, prefix_tag = epoch << 2 | PREFIX;
-    if (tile == 0) {
-        if (lane == 0) publish(&tile_status[0], prefix_tag, total);
-        return 0;
-    }
-    if (lane == 0) publish(&tile_status[tile], aggregate_tag, total);
     int exclusive = 0;
-    for (int window = tile - 1;; window -= 32) {  // lane 0 reads the nearest predecessor
-        const int pred = window - lane;
+    for (int window = tile - 1;; window -= 32 * READS) {
         for (;;) {
-            const unsigned long long word = pred >= 0 ? read_status(&tile_status[pred])
-                                                      : (unsigned long long)prefix_tag << 32;  // before tile 0: 0
-            const unsigned tag = (unsigned)(word >> 32);
-            const int value = (int)(unsigned)word;
-            const unsigned empty = __ballot_sync(FULL, tag != aggregate_tag && tag != prefix_tag);
-            const unsigned prefixes = __ballot_sync(FULL, tag == prefix_tag);
-            const unsigned nearest_prefix = prefixes & (0u - prefixes);  // its bit, or 0
-            if (prefixes && (empty & (nearest_prefix - 1)) == 0) {  // a prefix, everything nearer published
-                const int nearest = __ffs(prefixes) - 1;
-                exclusive += __reduce_add_sync(FULL, lane <= nearest ? value : 0);
+            unsigned long long word[READS];
+#pragma unroll
+            for (int k = 0; k < READS; ++k) {  // all in flight at once: one round trip
+                const int pred = window - (k * 32 + lane);
+                word[k] = pred >= 0 ? read_status(&tile_status[pred])
+                                    : (unsigned long long)prefix_tag << 32;  // before tile 0: a prefix of 0
+            }
+            int sum = 0;
+            bool found = false, all_published = true;
+#pragma unroll
+            for (int k = 0; k < READS && !found && all_published; ++k) {  // nearest 32 first
+                const unsigned tag = (unsigned)(word[k] >> 32);
+                const int value = (int)(unsigned)word[k];
+                const unsigned empty = __ballot_sync(FULL, tag != aggregate_tag && tag != prefix_tag);
+                const unsigned prefixes = __ballot_sync(FULL, tag == prefix_tag);
+                const unsigned nearest_prefix = prefixes & (0u - prefixes);  // its bit, or 0
+                if (prefixes && (empty & (nearest_prefix - 1)) == 0) {  // a prefix, everything nearer published
+                    sum += __reduce_add_sync(FULL, lane <= __ffs(prefixes) - 1 ? value : 0);
+                    found = true;
+                } else if (!empty) {
+                    sum += __reduce_add_sync(FULL, value);  // 32 aggregates
+                } else {
+                    all_published = false;  // one not out yet (rare: aggregates go out an iteration early)
+                }
+            }
+            if (found) {
+                exclusive += sum;
                 if (lane == 0) publish(&tile_status[tile], prefix_tag, exclusive + total);
                 return exclusive;
             }
-            if (!empty) {  // 32 aggregates: add them, look further back
-                exclusive += __reduce_add_sync(FULL, value);
+            if (all_published) {  // 32 x READS aggregates: add them, look further back
+                exclusive += sum;
                 break;
             }
-            if (SLEEP_NS > 0) __nanosleep(SLEEP_NS);  // a predecessor is still loading: read the window again
         }
     }
 }
 
-// How many of a warp's values from `start` on are below n (0 .. WARP_ITEMS): its part of a partial tile.
-__device__ __forceinline__ int values_left(long long start, long long n) {
-    return (int)(n - start < 0 ? 0 : n - start < WARP_ITEMS ? n - start : WARP_ITEMS);
+template <int ITEMS_>
+__device__ __forceinline__ int values_left(long long start, long long n) {  // a warp's part of a partial tile
+    constexpr int W = Tiling<ITEMS_>::WARP_ITEMS;
+    return (int)(n - start < 0 ? 0 : n - start < W ? n - start : W);
 }
 
-// Row j of this warp's values: 128 consecutive values from `start + 128 j`, lane l holding 4 of them.
-template <bool FULL_TILE>
-__device__ __forceinline__ void load_rows(const int* x, long long start, long long n, int lane, int4 (&q)[ROWS]) {
-    if (FULL_TILE) {
-        const int4* x4 = reinterpret_cast<const int4*>(x + start);
-#pragma unroll
-        for (int j = 0; j < ROWS; ++j) q[j] = __ldg(x4 + j * 32 + lane);  // all in flight before the first add
-    } else {  // the last tile (or unaligned pointers): values past n count as 0
-        const int* xs = x + start;
-        const int left = values_left(start, n);
-#pragma unroll
-        for (int j = 0; j < ROWS; ++j) {
-            const int e = j * 128 + 4 * lane;
-            q[j] = make_int4(e < left ? xs[e] : 0, e + 1 < left ? xs[e + 1] : 0, e + 2 < left ? xs[e + 2] : 0,
-                             e + 3 < left ? xs[e + 3] : 0);
-        }
-    }
-}
-
-// PREFETCH: the same rows copied into this lane's own slots of shared memory (slot j * 32 + lane), so only
-// this thread ever writes or reads them: waiting for its own copies is all the synchronisation they need.
-template <bool FULL_TILE>
-__device__ __forceinline__ void copy_rows_async(const int* x, long long start, long long n, int lane, int4* slots) {
+// This thread's rows of a tile into its own slots (slot j * 32 + lane of its warp's part of a buffer):
+// row j is 128 consecutive values from `start + 128 j`, lane l copying 4 of them.
+template <int ITEMS_>
+__device__ __forceinline__ void copy_rows_async(const int* x, long long start, long long n, bool full_tile, int lane,
+                                                int4* slots) {
     const int* xs = x + start;
-    const int left = values_left(start, n);
+    const int left = values_left<ITEMS_>(start, n);
 #pragma unroll
-    for (int j = 0; j < ROWS; ++j) {
+    for (int j = 0; j < Tiling<ITEMS_>::ROWS; ++j) {
         const int e = j * 128 + 4 * lane;
-        if (FULL_TILE) {
+        if (full_tile) {
             __pipeline_memcpy_async(&slots[j * 32 + lane], xs + e, sizeof(int4));
-        } else {
+        } else {  // the last tile (or unaligned pointers): values past n count as 0
             int* slot = reinterpret_cast<int*>(&slots[j * 32 + lane]);
 #pragma unroll
             for (int k = 0; k < 4; ++k) {
@@ -176,20 +186,20 @@ __device__ __forceinline__ void copy_rows_async(const int* x, long long start, l
             }
         }
     }
-    __pipeline_commit();
 }
 
-template <bool FULL_TILE>
-__device__ __forceinline__ void store_rows(int* y, long long start, long long n, int lane, const int4 (&q)[ROWS]) {
-    if (FULL_TILE) {
+template <int ITEMS_>
+__device__ __forceinline__ void store_rows(int* y, long long start, long long n, bool full_tile, int lane,
+                                           const int4 (&q)[Tiling<ITEMS_>::ROWS]) {
+    if (full_tile) {
         int4* y4 = reinterpret_cast<int4*>(y + start);
 #pragma unroll
-        for (int j = 0; j < ROWS; ++j) y4[j * 32 + lane] = q[j];
+        for (int j = 0; j < Tiling<ITEMS_>::ROWS; ++j) y4[j * 32 + lane] = q[j];
     } else {
         int* ys = y + start;
-        const int left = values_left(start, n);
+        const int left = values_left<ITEMS_>(start, n);
 #pragma unroll
-        for (int j = 0; j < ROWS; ++j) {
+        for (int j = 0; j < Tiling<ITEMS_>::ROWS; ++j) {
             const int e = j * 128 + 4 * lane;
             if (e < left) ys[e] = q[j].x;
             if (e + 1 < left) ys[e + 1] = q[j].y;
@@ -202,10 +212,13 @@ __device__ __forceinline__ void store_rows(int* y, long long start, long long n,
 __device__ __forceinline__ void add(int4& q, int v) { q.x += v, q.y += v, q.z += v, q.w += v; }
 
 // Each lane's 4 values of each row become this warp's inclusive prefix sums, starting from `before`.
+template <int ROWS>
 __device__ __forceinline__ void scan_rows(int4 (&q)[ROWS], int before, int lane) {
+#pragma unroll
+    for (int j = 0; j < ROWS; ++j) q[j].y += q[j].x, q[j].z += q[j].y, q[j].w += q[j].z;  // within each int4
     int inclusive[ROWS];  // per row: the lane's int4 total, then its inclusive scan over the lanes
 #pragma unroll
-    for (int j = 0; j < ROWS; ++j) inclusive[j] = q[j].w;  // q already scanned within each int4
+    for (int j = 0; j < ROWS; ++j) inclusive[j] = q[j].w;
 #pragma unroll
     for (int d = 1; d < 32; d <<= 1) {
 #pragma unroll
@@ -222,13 +235,15 @@ __device__ __forceinline__ void scan_rows(int4 (&q)[ROWS], int before, int lane)
 }
 
 struct Shared {
-    int warp_totals[WARPS];
+    int warp_totals[2][WARPS];  // by buffer: the warps' totals of the tile in it (summed as it landed)
     int tile_prefix;
-    int tickets[2];  // the block's next two tiles: iteration k reads slot (k + 1) % 2 and refills slot k % 2
+    int tickets[3];             // iteration k: this tile k % 3, the next (k + 1) % 3, the one after (k + 2) % 3
 };
 
 constexpr int TICKET_THREAD = THREADS - 32;  // lane 0 of the last warp: its wait for the atomic hides behind the look-back
+constexpr int NO_TILE = INT_MAX;             // a ticket slot with no ticket (the block took its last one)
 
+template <int ITEMS_>
 struct Launch {
     const int* x;
     int* y;
@@ -236,86 +251,132 @@ struct Launch {
     unsigned epoch;
     bool aligned;  // x and y 16-byte aligned: whole tiles move as int4s
 
+    static constexpr int TILE = Tiling<ITEMS_>::TILE;
     __device__ bool full(int tile) const { return aligned && (long long)(tile + 1) * TILE <= n; }
-    __device__ long long start(int tile) const { return (long long)tile * TILE + (long long)(threadIdx.x / 32) * WARP_ITEMS; }
-    __device__ void prefetch(int tile, int4* slots) const {
-        if (full(tile)) copy_rows_async<true>(x, start(tile), n, threadIdx.x % 32, slots);
-        else copy_rows_async<false>(x, start(tile), n, threadIdx.x % 32, slots);
+    __device__ long long start(int tile) const {
+        return (long long)tile * TILE + (long long)(threadIdx.x / 32) * Tiling<ITEMS_>::WARP_ITEMS;
+    }
+    // Commits a group even with no tile, so "all groups but the newest landed" always means the older tile.
+    __device__ void copy(int tile, int4* slots) const {
+        if (tile < tiles) copy_rows_async<ITEMS_>(x, start(tile), n, full(tile), threadIdx.x % 32, slots);
+        __pipeline_commit();
     }
 };
 
-// Scans one tile (the block's iteration k, of parity `odd`); returns the block's next tile (tiles or more: none).
-template <bool FULL_TILE>
-__device__ __forceinline__ int scan_tile(const Launch& L, int tile, int odd, Shared& shared, int4* slots) {
+// Waits for the copy of `tile` into `slots` (every group but the newest), sums it and publishes its
+// aggregate; its warps' totals go to shared.warp_totals[buffer] for when its turn comes.
+template <int ITEMS_>
+__device__ __forceinline__ void sum_ahead(const Launch<ITEMS_>& L, int tile, int buffer, const int4* slots,
+                                          Shared& shared) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const long long start = L.start(tile);
-
-    mark(tile, 0);
-    int4 q[ROWS];
-    if (PREFETCH) {
-        __pipeline_wait_prior(0);  // this thread's copies have landed
-#pragma unroll
-        for (int j = 0; j < ROWS; ++j) q[j] = slots[j * 32 + lane];
-    } else {
-        load_rows<FULL_TILE>(L.x, start, L.n, lane, q);
-    }
+    __pipeline_wait_prior(1);
     int thread_total = 0;
 #pragma unroll
-    for (int j = 0; j < ROWS; ++j) {  // scan within each int4; its last value is its total
-        q[j].y += q[j].x, q[j].z += q[j].y, q[j].w += q[j].z;
-        thread_total += q[j].w;
+    for (int j = 0; j < Tiling<ITEMS_>::ROWS; ++j) {
+        const int4 v = slots[j * 32 + lane];
+        thread_total += v.x + v.y + v.z + v.w;
     }
     const int warp_total = __reduce_add_sync(FULL, thread_total);
-    if (lane == 0) shared.warp_totals[warp] = warp_total;
+    if (lane == 0) shared.warp_totals[buffer][warp] = warp_total;
     __syncthreads();
-    mark(tile, 1);
-
-    const int next = shared.tickets[odd ^ 1];  // taken last iteration (or before the first)
-    if (threadIdx.x == TICKET_THREAD && next < L.tiles) shared.tickets[odd] = take_ticket(L.tiles);  // the tile after it
-    if (PREFETCH && next < L.tiles) L.prefetch(next, slots);  // the slots were read (and used) above
-    const int warp_value = lane < WARPS ? shared.warp_totals[lane] : 0;
-    const int warps_before = __reduce_add_sync(FULL, lane < warp ? warp_value : 0);
-    if (warp == 0) {  // the tile's total goes out before any of the scan's work
-        const int before = look_back(tile, __reduce_add_sync(FULL, warp_value), L.epoch, lane);
-        if (lane == 0) shared.tile_prefix = before;
+    if (warp == 0 && tile < L.tiles) {
+        const int total = __reduce_add_sync(FULL, lane < WARPS ? shared.warp_totals[buffer][lane] : 0);
+        if (lane == 0) publish_aggregate(tile, total, L.epoch);
     }
-    scan_rows(q, warps_before, lane);  // warps 1.. overlap this with warp 0's look-back
-    __syncthreads();
-    mark(tile, 2);
-
-    const int tile_prefix = shared.tile_prefix;
-#pragma unroll
-    for (int j = 0; j < ROWS; ++j) add(q[j], tile_prefix);
-    store_rows<FULL_TILE>(L.y, start, L.n, lane, q);
-    mark(tile, 3);
-    return next;
 }
 
-__global__ void __launch_bounds__(THREADS, (1024 + THREADS - 1) / THREADS)  // at most 64 registers a thread
-scan_kernel(Launch L) {
-    extern __shared__ int4 stage[];  // PREFETCH: the next tile, ROWS x 32 int4 slots per warp
-    __shared__ Shared shared;
-    int4* slots = stage + (threadIdx.x / 32) * ROWS * 32;
+// The block's first tile and the next: tickets taken, copies started, the first tile's aggregate out.
+// Returns the first tile (tiles or more: the block has none).
+template <int ITEMS_>
+__device__ __forceinline__ int start_block(const Launch<ITEMS_>& L, Shared& shared, int4* mine) {
     if (threadIdx.x == 0) shared.tickets[0] = take_ticket(L.tiles);
     __syncthreads();
-    int tile = shared.tickets[0];
-    if (threadIdx.x == TICKET_THREAD && tile < L.tiles) shared.tickets[1] = take_ticket(L.tiles);  // read after a barrier
-    if (PREFETCH && tile < L.tiles) L.prefetch(tile, slots);
-    for (int odd = 0; tile < L.tiles; odd ^= 1)
-        tile = L.full(tile) ? scan_tile<true>(L, tile, odd, shared, slots) : scan_tile<false>(L, tile, odd, shared, slots);
+    const int tile = shared.tickets[0];
+    if (tile >= L.tiles) return tile;
+    if (threadIdx.x == 0) shared.tickets[1] = take_ticket(L.tiles);
+    L.copy(tile, mine);
+    __syncthreads();
+    const int next = shared.tickets[1];
+    if (threadIdx.x == 0) shared.tickets[2] = next < L.tiles ? take_ticket(L.tiles) : NO_TILE;
+    L.copy(next, mine + Tiling<ITEMS_>::TILE / 4);
+    sum_ahead(L, tile, 0, mine, shared);  // its barrier also makes tickets[2] visible
+    return tile;
+}
+
+template <int ITEMS_>
+__global__ void __launch_bounds__(THREADS, 1) scan_kernel(Launch<ITEMS_> L) {
+    using T = Tiling<ITEMS_>;
+    extern __shared__ int4 stage[];  // two tiles: buffer b at stage + b * TILE / 4, each warp its ROWS x 32 slots
+    __shared__ Shared shared;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int4* const mine = stage + warp * T::ROWS * 32;
+    int tile = start_block(L, shared, mine);
+    if (tile >= L.tiles) return;
+
+    for (int k = 0, b = 0;; ++k, b ^= 1) {  // this tile in buffer b (landed), the next one's copy in flight
+        mark(tile, 0);
+        const int next = shared.tickets[(k + 1) % 3], after = shared.tickets[(k + 2) % 3];
+        int4 q[T::ROWS];
+#pragma unroll
+        for (int j = 0; j < T::ROWS; ++j) q[j] = mine[b * T::TILE / 4 + j * 32 + lane];
+        L.copy(after, mine + b * T::TILE / 4);  // the tile after next, into the slots just read
+        const int warp_value = lane < WARPS ? shared.warp_totals[b][lane] : 0;
+        const int warps_before = __reduce_add_sync(FULL, lane < warp ? warp_value : 0);
+        const int total = __reduce_add_sync(FULL, warp_value);
+        sum_ahead(L, next, b ^ 1, mine + (b ^ 1) * T::TILE / 4, shared);  // the next tile's aggregate goes out
+        mark(tile, 1);
+        if (threadIdx.x == TICKET_THREAD) shared.tickets[k % 3] = after < L.tiles ? take_ticket(L.tiles) : NO_TILE;
+        if (warp == 0) {
+            const int before = look_back(tile, total, L.epoch, lane);
+            if (lane == 0) shared.tile_prefix = before;
+        }
+        scan_rows(q, warps_before, lane);  // warps 1.. overlap this with warp 0's look-back
+        __syncthreads();
+        mark(tile, 2);
+        const int tile_prefix = shared.tile_prefix;
+#pragma unroll
+        for (int j = 0; j < T::ROWS; ++j) add(q[j], tile_prefix);
+        store_rows<ITEMS_>(L.y, L.start(tile), L.n, L.full(tile), lane, q);
+        mark(tile, 3);
+        if (next >= L.tiles) return;
+        tile = next;
+    }
+}
+
+// The blocks of one build that fit on the GPU at once (0: none: its shared memory does not fit).
+template <int ITEMS_>
+int resident_blocks(int sms) {
+    int per_sm = 0;
+    if (cudaFuncSetAttribute(scan_kernel<ITEMS_>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             Tiling<ITEMS_>::STAGE_BYTES) != cudaSuccess) {
+        cudaGetLastError();  // not sticky: clear it so the caller's error check sees only its own
+        return 0;
+    }
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, scan_kernel<ITEMS_>, THREADS, Tiling<ITEMS_>::STAGE_BYTES);
+    return sms * per_sm;
+}
+
+template <int ITEMS_>
+void launch(const int* x, int* y, int n, unsigned epoch, int resident) {
+    const bool aligned = ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(y)) & 15) == 0;
+    const int tiles = (int)(((long long)n + Tiling<ITEMS_>::TILE - 1) / Tiling<ITEMS_>::TILE);
+    const Launch<ITEMS_> L{x, y, n, tiles, epoch, aligned};
+    scan_kernel<ITEMS_><<<tiles < resident ? tiles : resident, THREADS, Tiling<ITEMS_>::STAGE_BYTES>>>(L);
 }
 
 extern "C" void scan(const int* x, int* y, int n) {
     static unsigned epoch = 0;  // this call's number, 1 .. 2^30 - 1: the zeroed words of a first call never match
     static int resident = 0;    // blocks that fit on the GPU at once
+    static int items = ITEMS;   // values a thread of the largest build this GPU's shared memory holds
     if (n <= 0) return;
     if (resident == 0) {
-        int sms = 0, per_sm = 0, device = 0;
+        int sms = 0, device = 0;
         cudaGetDevice(&device);
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-        cudaFuncSetAttribute(scan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, STAGE_BYTES);
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, scan_kernel, THREADS, STAGE_BYTES);
-        resident = sms * per_sm > 0 ? sms * per_sm : 1;
+        if ((resident = resident_blocks<ITEMS>(sms)) > 0) items = ITEMS;
+        else if ((resident = resident_blocks<MID_ITEMS>(sms)) > 0) items = MID_ITEMS;
+        else resident = resident_blocks<SMALL_ITEMS>(sms), items = SMALL_ITEMS;
+        if (resident <= 0) resident = 1;
         void* address = nullptr;  // the statuses and the counter start at 0 (also what compute-sanitizer's initcheck wants)
         cudaGetSymbolAddress(&address, tile_status);
         cudaMemset(address, 0, sizeof(tile_status));
@@ -323,10 +384,9 @@ extern "C" void scan(const int* x, int* y, int n) {
         cudaMemset(address, 0, sizeof(tile_counter));
     }
     epoch = epoch % MAX_EPOCH + 1;
-    const bool aligned = ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(y)) & 15) == 0;
-    const int tiles = (int)(((long long)n + TILE - 1) / TILE);
-    const Launch launch{x, y, n, tiles, epoch, aligned};
-    scan_kernel<<<tiles < resident ? tiles : resident, THREADS, STAGE_BYTES>>>(launch);
+    if (items == ITEMS) launch<ITEMS>(x, y, n, epoch, resident);
+    else if (items == MID_ITEMS) launch<MID_ITEMS>(x, y, n, epoch, resident);
+    else launch<SMALL_ITEMS>(x, y, n, epoch, resident);
 }
 
 // TRACE builds: the last call's phase times (see tile_trace), `tiles` rows of TRACE_FIELDS values, at most
