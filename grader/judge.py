@@ -424,10 +424,35 @@ class Judge:
 
     def _cross_check_probe(self, record) -> Check | None:
         """Fails the grade where the grader's own clock disagrees with the child's timing; where another
-        program shares the GPU, returns the speed check that says so instead (gpushare.py)."""
-        bursts, traced, trace = [], [], _probe_trace()
+        program shares the GPU, returns the speed check that says so instead (gpushare.py).
+
+        A disagreement is probed once more before it counts: a moment when the whole GPU runs slow passes (an
+        H200 once ran the flush-only baseline, the solution and the learner 2x slow for one probe's 60 ms,
+        failing a correct scan 1 grade in 20); a patched timer disagrees again."""
         pid = int((self.child.ready or {}).get("pid") or self.child.proc.pid)  # sent before learner code ran
         self.child.send({"go": True})
+        disagreement = self._probe_round(record, pid)
+        if disagreement:
+            self.child.send({"probe_again": True})
+            disagreement = self._probe_round(record, pid)
+        if not disagreement:
+            self.child.send({"probe_again": False})  # the child ends as after any grade
+            return None
+        sharers = gpushare.other_gpu_processes(*gpushare.nvidia_smi_ids(self.child.visible_devices,
+                                                                            (self.result.device or {}).get("uuid")))
+        if sharers:
+            return Check("speed", ERROR, f"not judged: another program used this GPU while your kernel was timed "
+                         f"({', '.join(sharers[:3])}), and the grader's clock and your timing disagree ({disagreement}); "
+                         "grade again when `nvidia-smi` shows the GPU free", {"code": "gpu_shared"})
+        self._fail("integrity", disagreement + ": was the timer patched? If not, your Python code spends that long "
+                   "on the host each call while the GPU waits (a device-properties query, an allocation, a compile or "
+                   "a .item() in every call): do such work once and keep it", code="timing_forged")
+        return None
+
+    def _probe_round(self, record, pid: int) -> str | None:
+        """One probe: each contestant's bursts timed by this process's clock (the child has its go); what
+        speed.probe_disagrees says of them."""
+        bursts, traced, trace = [], [], _probe_trace()
         contestants = 3 if record.solution_source == "live solution" else 2
         for _ in range(contestants * speed.PROBE_BURSTS):
             start = self._expect("probe_start")
@@ -449,18 +474,7 @@ class Judge:
             hostload.write_trace(trace, {"exercise": self.spec.id, "lang": self.variant.lang,
                                          "claimed_ms": record.learner_ms, "verdict": disagreement or "agrees",
                                          "bursts": traced})
-        if not disagreement:
-            return None
-        sharers = gpushare.other_gpu_processes(*gpushare.nvidia_smi_ids(self.child.visible_devices,
-                                                                            (self.result.device or {}).get("uuid")))
-        if sharers:
-            return Check("speed", ERROR, f"not judged: another program used this GPU while your kernel was timed "
-                         f"({', '.join(sharers[:3])}), and the grader's clock and your timing disagree ({disagreement}); "
-                         "grade again when `nvidia-smi` shows the GPU free", {"code": "gpu_shared"})
-        self._fail("integrity", disagreement + ": was the timer patched? If not, your Python code spends that long "
-                   "on the host each call while the GPU waits (a device-properties query, an allocation, a compile or "
-                   "a .item() in every call): do such work once and keep it", code="timing_forged")
-        return None
+        return disagreement
 
 
 def _probe_trace() -> str | None:

@@ -186,9 +186,9 @@ def test_a_probe_burst_starts_only_after_the_graders_clock_has():
     assert log.count("run") >= 3 * 3
 
 
-def _probe_judge(burst_s: float = 0.0):
-    """A Judge whose child is a script of probe events (baseline and learner, three bursts each); `sent` records
-    each message the judge sends, with the time."""
+def _probe_judge(burst_s: float = 0.0, rounds: int = 1):
+    """A Judge whose child is a script of `rounds` probes' events (baseline and learner, three bursts each);
+    `sent` records each message the judge sends ("go", or the probe_again it sends after a probe), with the time."""
     import time as clock
 
     from grader import judge as judge_module
@@ -201,11 +201,12 @@ def _probe_judge(burst_s: float = 0.0):
         proc = type("P", (), {"pid": 1})()
 
         def __init__(self):
-            self.script = [{"event": kind, "who": who, "runs": 10} for who in ("baseline", "learner")
-                           for _ in range(3) for kind in ("probe_start", "probe_end")]
+            self.script = [{"event": kind, "who": who, "runs": 10} for _ in range(rounds)
+                           for who in ("baseline", "learner") for _ in range(3) for kind in ("probe_start", "probe_end")]
 
         def send(self, message):
-            sent.append(("go", clock.monotonic()))
+            kind = f"probe_again={message['probe_again']}" if "probe_again" in message else "go"
+            sent.append((kind, clock.monotonic()))
 
         def event(self, deadline):
             message = self.script.pop(0)
@@ -240,7 +241,7 @@ def test_the_grader_starts_its_clock_before_it_lets_a_burst_run(monkeypatch):
     seen = {}
     monkeypatch.setattr(speed, "probe_disagrees", lambda record, probe: seen.update(probe) or None)
     assert judge._cross_check_probe(_record()) is None
-    assert len(sent) == 1 + 6  # the go that starts the probe, then one a burst
+    assert [kind for kind, _ in sent] == ["go"] * (1 + 6) + ["probe_again=False"]  # the probe's go, one a burst, done
     assert seen["learner"]["wall_s"] >= 0.02 and seen["baseline"]["wall_s"] >= 0.02
 
 
@@ -264,18 +265,45 @@ def test_a_disagreeing_probe_on_a_gpu_another_program_uses_is_no_accusation(monk
 
     monkeypatch.setattr(speed, "probe_disagrees", lambda record, probe: "your run reported 0.1 ms per call, but ...")
     monkeypatch.setattr(gpushare, "other_gpu_processes", lambda *devices: ["4242 train.py"])
-    judge, _ = _probe_judge()
+    judge, _ = _probe_judge(rounds=2)
     check = judge._cross_check_probe(_record())
     assert check.name == "speed" and check.status == ERROR and check.details["code"] == "gpu_shared"
     assert "4242 train.py" in check.message and "nvidia-smi" in check.message
     monkeypatch.setattr(gpushare, "other_gpu_processes", lambda *devices: [])
-    judge, sent = _probe_judge()
-    with pytest.raises(Finished):  # nobody else on the GPU: the disagreement is the child's
+    judge, sent = _probe_judge(rounds=2)
+    with pytest.raises(Finished):  # nobody else on the GPU, and the second probe disagrees too: the child's
         judge._cross_check_probe(_record())
     failed = judge.result.checks[-1]
     assert failed.name == "integrity" and failed.details["code"] == "timing_forged" and sent[-1][0] == "kill"
     # an honest wrapper slow on the host looks the same to the clock: the message names that cause too
     assert "was the timer patched? If not, your Python code spends that long on the host" in failed.message
+
+
+def test_a_probe_that_disagrees_once_is_probed_again_and_a_slow_moment_of_the_gpu_passes(monkeypatch):
+    """An H200 once ran everything (the flush-only baseline, the solution, the learner) 2x slow for one probe,
+    failing a correct scan as a patched timer 1 grade in 20. A disagreement is probed once more: a slow moment
+    passes; a patched timer disagrees again (above)."""
+    from grader import speed
+
+    verdicts = ["your run reported 0.3 ms per call, but the grader's own clock measured 0.66 ms", None]
+    monkeypatch.setattr(speed, "probe_disagrees", lambda record, probe: verdicts.pop(0))
+    judge, sent = _probe_judge(rounds=2)
+    assert judge._cross_check_probe(_record()) is None and judge.result.checks == []
+    kinds = [kind for kind, _ in sent]
+    assert kinds == ["go"] * 7 + ["probe_again=True"] + ["go"] * 6 + ["probe_again=False"]
+
+
+def test_the_child_probes_again_each_time_the_parent_asks_and_ends_when_it_does_not():
+    from grader.worker import Worker
+
+    replies, probes = [{"go": True}, {"probe_again": True}, {"probe_again": False}, {"never": "read"}], []
+
+    class Child:
+        read_message = lambda self: replies.pop(0)  # noqa: E731
+        _probe = lambda self, functions, host: probes.append(host)  # noqa: E731
+
+    Worker._probe_while_asked(Child(), {}, host=False)
+    assert probes == [False, False] and replies == [{"never": "read"}]
 
 
 def test_a_size_that_only_draws_the_curve_settles_in_a_third_of_the_verdicts_time(monkeypatch):
