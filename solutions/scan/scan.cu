@@ -44,6 +44,9 @@
 #ifndef READS    // predecessors each lane of the look-back reads a round trip (a window of 32 x READS)
 #define READS 1
 #endif
+#ifndef SPREAD   // 1: a call too small to give every SM a tile of ITEMS values runs a build of smaller tiles
+#define SPREAD 0
+#endif
 #ifndef TRACE    // 1: each tile's phases timed (scripts/design_bench.py scan-trace reads them; not for grading)
 #define TRACE 0
 #endif
@@ -364,19 +367,29 @@ void launch(const int* x, int* y, int n, unsigned epoch, int resident) {
     scan_kernel<ITEMS_><<<tiles < resident ? tiles : resident, THREADS, Tiling<ITEMS_>::STAGE_BYTES>>>(L);
 }
 
+// Which build a call of n values runs (0: ITEMS, 1: MID_ITEMS, 2: SMALL_ITEMS), given each build's resident
+// blocks (0: its shared memory does not fit this GPU): the largest that fits; with SPREAD, the largest whose
+// tiles give every resident block one, so a small call is spread over every SM (else the smallest that fits).
+int pick_build(int n, const int (&resident)[3]) {
+    const long long tile[3] = {Tiling<ITEMS>::TILE, Tiling<MID_ITEMS>::TILE, Tiling<SMALL_ITEMS>::TILE};
+    int smallest = 2;
+    while (smallest > 0 && resident[smallest] <= 0) --smallest;
+    for (int b = 0; b < 3; ++b)
+        if (resident[b] > 0 && (!SPREAD || ((long long)n + tile[b] - 1) / tile[b] >= resident[b])) return b;
+    return smallest;
+}
+
 extern "C" void scan(const int* x, int* y, int n) {
     static unsigned epoch = 0;  // this call's number, 1 .. 2^30 - 1: the zeroed words of a first call never match
-    static int resident = 0;    // blocks that fit on the GPU at once
-    static int items = ITEMS;   // values a thread of the largest build this GPU's shared memory holds
+    static int resident[3] = {-1, -1, -1};  // each build's blocks that fit on the GPU at once (-1: not asked yet)
     if (n <= 0) return;
-    if (resident == 0) {
+    if (resident[0] < 0) {
         int sms = 0, device = 0;
         cudaGetDevice(&device);
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-        if ((resident = resident_blocks<ITEMS>(sms)) > 0) items = ITEMS;
-        else if ((resident = resident_blocks<MID_ITEMS>(sms)) > 0) items = MID_ITEMS;
-        else resident = resident_blocks<SMALL_ITEMS>(sms), items = SMALL_ITEMS;
-        if (resident <= 0) resident = 1;
+        resident[0] = resident_blocks<ITEMS>(sms);
+        resident[1] = resident_blocks<MID_ITEMS>(sms);
+        resident[2] = resident_blocks<SMALL_ITEMS>(sms);
         void* address = nullptr;  // the statuses and the counter start at 0 (also what compute-sanitizer's initcheck wants)
         cudaGetSymbolAddress(&address, tile_status);
         cudaMemset(address, 0, sizeof(tile_status));
@@ -384,9 +397,11 @@ extern "C" void scan(const int* x, int* y, int n) {
         cudaMemset(address, 0, sizeof(tile_counter));
     }
     epoch = epoch % MAX_EPOCH + 1;
-    if (items == ITEMS) launch<ITEMS>(x, y, n, epoch, resident);
-    else if (items == MID_ITEMS) launch<MID_ITEMS>(x, y, n, epoch, resident);
-    else launch<SMALL_ITEMS>(x, y, n, epoch, resident);
+    const int build = pick_build(n, resident);
+    const int blocks = resident[build] > 0 ? resident[build] : 1;  // none fits: the launch reports why
+    if (build == 0) launch<ITEMS>(x, y, n, epoch, blocks);
+    else if (build == 1) launch<MID_ITEMS>(x, y, n, epoch, blocks);
+    else launch<SMALL_ITEMS>(x, y, n, epoch, blocks);
 }
 
 // TRACE builds: the last call's phase times (see tile_trace), `tiles` rows of TRACE_FIELDS values, at most
