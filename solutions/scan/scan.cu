@@ -21,9 +21,13 @@
 // predecessors whose loads had started at the same time as its own. Prefetching the next tile during the
 // look-back (2,665) or only during the stores (2,629) did not help: the prefetched tile's aggregate still went
 // out only when its block came to it, so the look-backs grew to 6-9 us. Loading the next tile into
-// registers (two tiles sharing them: smaller tiles) measured 1,845-2,493. This design: 3,605 GB/s, 85% (1024
-// threads x 24 values, two 96 KB buffers); 1024 x 16 3,498 (82%); 512 x 32 3,465; reading 64-128
-// predecessors a round trip 3,360-3,521 (the walk back is short once aggregates are out).
+// registers (two tiles sharing them: smaller tiles) measured 1,845-2,493. This design: 3,605-3,622 GB/s, 85%
+// (1024 threads x 24 values, two 96 KB buffers; its trace: look-back 2.2 us, 4.3 at the 90th percentile, with
+// the copies and stores going on); 1024 x 28 3,657 (86%, but 224 KB: Hopper only); 1024 x 16 3,483-3,498 (82%);
+// 512 x 32 3,465; reading 64-128 predecessors a round trip 3,360-3,521 (the walk back is short once aggregates
+// are out). At 2^24 it is level with the design before (2,591-2,661 GB/s against 2,628); at 2^20, 43 tiles on
+// 132 SMs, it is slower (502 against 824; torch.cumsum 684): SPREAD=1, smaller tiles for small calls, is the
+// option to time.
 // The layout is warp-striped: a warp's row j is 128 consecutive values, lane l holding 4 of them as one int4,
 // so loads and stores are coalesced with no transpose, and the scan of a row is one warp scan of the lanes'
 // int4 totals. Each thread copies and reads only its own shared-memory slots, so waiting for its own copies
