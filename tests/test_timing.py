@@ -306,6 +306,44 @@ def test_the_child_probes_again_each_time_the_parent_asks_and_ends_when_it_does_
     assert probes == [False, False] and replies == [{"never": "read"}]
 
 
+def test_the_judge_and_a_real_childs_probe_agree_on_every_message_when_it_probes_twice(monkeypatch):
+    """Both sides together: the judge's _cross_check_probe against Worker._probe_while_asked (the real child-side
+    code, in a thread, over queues in place of the pipes). The first probe disagrees, the second agrees: the child
+    probes twice, ends when told, and the grade stands."""
+    import queue
+    import threading
+
+    from grader import speed
+    from grader.worker import Worker
+
+    to_child, to_parent = queue.Queue(), queue.Queue()
+
+    class ChildSide:
+        device = "cpu"
+        events = type("Events", (), {"send": lambda self, kind, **kw: to_parent.put({"event": kind, **kw})})()
+        read_message = lambda self: to_child.get(timeout=10)  # noqa: E731
+        sync = lambda self: None  # noqa: E731
+        _once, _probe = Worker._once, Worker._probe
+
+    class Pipes:
+        ready, visible_devices = {"pid": 1}, None
+        proc = type("P", (), {"pid": 1})()
+        send = lambda self, message: to_child.put(message)  # noqa: E731
+        event = lambda self, deadline: to_parent.get(timeout=10)  # noqa: E731
+
+    verdicts = ["your run reported 0.3 ms per call, but the grader's own clock measured 0.66 ms", None]
+    monkeypatch.setattr(speed, "probe_disagrees", lambda record, probe: verdicts.pop(0))
+    ended = []  # set only when the child-side code returns (a queue timeout in it would end the thread too)
+    child = threading.Thread(target=lambda: ended.append(Worker._probe_while_asked(ChildSide(), {"learner": lambda: None},
+                                                                                 False)))
+    child.start()
+    judge, _ = _probe_judge()
+    judge.child = Pipes()
+    assert judge._cross_check_probe(_record()) is None and judge.result.checks == []
+    child.join(timeout=10)
+    assert ended == [None] and verdicts == [] and to_child.empty() and to_parent.empty()
+
+
 def test_a_size_that_only_draws_the_curve_settles_in_a_third_of_the_verdicts_time(monkeypatch):
     """The non-verdict sizes get a third of the budget, and so a third of SETTLED_S: their 40 rounds take
     milliseconds, and waiting out the verdict's 0.25 s at each cost ~0.3 s of every full grade."""
