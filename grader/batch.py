@@ -102,8 +102,9 @@ def grade_row(target: Target, path: Path, seed: int | None, timeout_s: float | N
     env = {"CUDA_VISIBLE_DEVICES": device} if device is not None else {}
     compile_only = device is None and target.variant.kind in sandbox.COMPILED_ONLY_ON_CPU  # no child runs
     child = children.take(device) if children is not None and not compile_only else None
+    settle = (lambda: children.settle(device)) if child is not None else None  # the next grade's spare, warming up
     result = grade(target, submission=path, seed=seed, timeout_s=timeout_s, record=False, child_env=env,
-                   child=child, timed_sizes=timed_sizes)
+                   child=child, timed_sizes=timed_sizes, before_timing=settle)
     return result_row("", target, result, result.verdict.splitlines()[0] if result.verdict else result.status)
 
 

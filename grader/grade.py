@@ -38,12 +38,14 @@ def grade(target: Target, source: str = "learner", submission: Path | None = Non
           timeout_s: float | None = None, record: bool = True, child_env: dict[str, str] | None = None,
           mode: str = "grade", job_extra: dict | None = None, quick: bool = False,
           child: sandbox.Child | None = None, sanitize_code: bool = True, timed_sizes: str = "all",
-          ahead: Judge | None = None) -> GradeResult:
+          ahead: Judge | None = None, before_timing: Callable[[], None] | None = None) -> GradeResult:
     """Grade one exercise (mode "grade"), or run the learner's code for "profile" / "tune" in the same
     sandbox. `quick`: numerics and integrity only. `child`: a worker already started (kcourse watch).
     `sanitize_code`: run compute-sanitizer on a small case (sanitize.py). `timed_sizes`: "all" the
     [performance] cases, or "verdict": only the last, where the speed verdict is taken (kcourse watch).
-    `ahead`: a judge made by judge_ahead() for this `child` and `seed`, its large draws already under way."""
+    `ahead`: a judge made by judge_ahead() for this `child` and `seed`, its large draws already under way.
+    `before_timing`: called before the timed runs, to end what the caller has going on this GPU (grade-batch:
+    the next grade's child warming up); the grade's own compute-sanitizer run always ends first."""
     seed = seed if seed is not None else random.randrange(1, 2**31)
     result = GradeResult(exercise=target.spec.id, lang=target.variant.lang, source=str(submission or source),
                          seed=seed, unit=target.unit, plan=target.plan, threshold=target.spec.performance.threshold)
@@ -61,7 +63,7 @@ def grade(target: Target, source: str = "learner", submission: Path | None = Non
                          "for the exercises and their files", {"code": "missing_file"}))
     else:
         job = {"mode": mode, "sanitize": sanitize_code, "timed_sizes": timed_sizes, **(job_extra or {})}
-        _grade_file(target, path, result, seed, timeout_s, child_env or {}, job, quick, child, ahead)
+        _grade_file(target, path, result, seed, timeout_s, child_env or {}, job, quick, child, ahead, before_timing)
         child = None  # _grade_file closed it
     if child is not None:  # started early for a grade that never ran
         child.close()
@@ -99,7 +101,7 @@ def _extract_notebook(target: Target, path: Path, result: GradeResult) -> Path |
 
 def _grade_file(target: Target, path: Path, result: GradeResult, seed: int, timeout_s: float | None,
                 child_env: dict[str, str], job: dict, quick: bool, child: sandbox.Child | None,
-                ahead: Judge | None = None) -> None:
+                ahead: Judge | None = None, before_timing: Callable[[], None] | None = None) -> None:
     path = _extract_notebook(target, path, result)
     if path is None:
         return
@@ -112,7 +114,7 @@ def _grade_file(target: Target, path: Path, result: GradeResult, seed: int, time
         child = sandbox.Child("cuda" if gpu else "cpu", child_env, job.pop("wrapper", None))
     job.pop("wrapper", None)
     try:
-        _build_and_run(target, path, result, seed, timeout_s, job, quick, gpu, child, ahead)
+        _build_and_run(target, path, result, seed, timeout_s, job, quick, gpu, child, ahead, before_timing)
     finally:
         if child is not None:
             if child.wrapped:  # killing its process group at once would lose the wrapper's report (ncu's)
@@ -121,7 +123,7 @@ def _grade_file(target: Target, path: Path, result: GradeResult, seed: int, time
             child.close()
 
 
-def _build_and_run(target, path, result, seed, timeout_s, job, quick, gpu, child, ahead=None) -> None:
+def _build_and_run(target, path, result, seed, timeout_s, job, quick, gpu, child, ahead=None, before_timing=None) -> None:
     variant = target.variant
     solution = solution_file(target.spec, variant)
     grading = job["mode"] == "grade"
@@ -148,7 +150,7 @@ def _build_and_run(target, path, result, seed, timeout_s, job, quick, gpu, child
         if not grading:
             _run_tool(child, job, timeout, result)
         elif judge is not None:
-            _judge(target, path, job, result, gpu, quick, judge, calibration_error)
+            _judge(target, path, job, result, gpu, quick, judge, calibration_error, before_timing)
     finally:
         if judge is not None:
             judge.close()
@@ -170,7 +172,7 @@ def _build(target, path, solution, job, result, gpu) -> bool:
     return True
 
 
-def _judge(target, path, job, result, gpu, quick, judge, calibration_error) -> None:
+def _judge(target, path, job, result, gpu, quick, judge, calibration_error, before_timing=None) -> None:
     """The child runs the learner's code; the judge decides; compute-sanitizer runs beside or after."""
     variant = target.variant
     before = kit.snapshot(), kit.append_only_state(store.results_path())
@@ -178,8 +180,9 @@ def _judge(target, path, job, result, gpu, quick, judge, calibration_error) -> N
     background = job.get("sanitize") == BACKGROUND
     if variant.kind != "torch_op" and not background:  # raw CUDA and Triton: the tools overlap the child's start and numerics
         memory_safety.start()
-    if not background:
-        judge.before_timing = memory_safety.finish
+    # nothing else of ours on the GPU while the child times: the sanitizer's processes, then the caller's
+    settling = ([] if background else [memory_safety.finish]) + ([before_timing] if before_timing else [])
+    judge.before_timing = lambda: [settle() for settle in settling]
     judge.run(job)
     if variant.kind == "triton" and not gpu:
         _lint_for_the_gpu(path, result)

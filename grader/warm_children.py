@@ -3,8 +3,11 @@
 A grade's child spends seconds importing torch and starting CUDA before it can run anything; `kcourse grade`
 hides part of that behind the build, but a cached build takes about a second, so in a class of hundreds of
 files most of each grade's start is paid in full. Here, when a grade takes its child, the next one starts
-at once, so its start-up runs while this grade builds, checks and times (on the CPU: the spare holds a CUDA
-context but runs nothing, so the grade's own child is the only one working on the GPU). Every child is fresh: none runs
+at once, so its start-up runs while this grade builds and checks. Not while it times: a spare's start-up
+(its CUDA context, the page-locked buffers, the timer's calibration) works on the GPU, and once overlapped a
+grade's probe (an H200 ran everything 2x slow for both of a probe's looks: a correct scan failed as a patched
+timer, 1 grade in 10), so a grade waits for its spare to be ready before timing (settle) and from then on the
+spare holds a CUDA context but runs nothing. Every child is fresh: none runs
 two learners' code. An unused child ends itself after IDLE_S (KCOURSE_CHILD_IDLE_S), so a worker left idle
 holds no CUDA context, and with its parent (grader/orphan.py)."""
 
@@ -35,6 +38,23 @@ class WarmChildren:
             child = None
         self._start(device)
         return child
+
+    def settle(self, device: str | None) -> None:
+        """Wait until the spare started for this slot's next grade has warmed up, so that its start-up is over
+        before the calling grade times (grade.grade's before_timing). A spare that fails to start is dropped:
+        take() starts another."""
+        key = (threading.get_ident(), device)
+        with self._lock:
+            child = self._ready.get(key)
+        if child is None:
+            return
+        try:
+            child.wait_ready()
+        except (sandbox.ChildGone, sandbox.ChildTimeout):
+            with self._lock:
+                if self._ready.get(key) is child:
+                    del self._ready[key]
+            child.close()
 
     def close(self) -> None:
         with self._lock:

@@ -37,3 +37,73 @@ def test_a_spare_child_nobody_takes_ends_itself():
         assert children.take(None) is None  # an ended spare is not handed out; a new one is started instead
     finally:
         children.close()
+
+
+def test_settle_returns_once_the_spare_has_warmed_up_and_drops_one_that_died():
+    children = WarmChildren()
+    try:
+        children.settle(None)  # no spare yet: nothing to wait for
+        children.take(None)
+        spare = children._ready[next(iter(children._ready))]
+        children.settle(None)
+        assert spare.ready is not None  # its start-up is over: from now on it runs nothing
+        spare.kill()
+        spare.proc.wait()
+        spare.ready = None  # as if it had died before warming up
+        children.settle(None)
+        assert not children._ready, "a spare that died was kept for the next grade"
+    finally:
+        children.close()
+
+
+def test_grade_batch_settles_the_next_grades_spare_before_it_times(monkeypatch, tmp_path):
+    """The spare's CUDA start-up once made a correct scan's probe disagree with its timing (1 grade in 10):
+    grade_row hands the grade a before_timing that waits for it."""
+    from grader import batch, discovery, grade
+
+    target = discovery.resolve(("vector_add",), lang="triton")
+    seen = {}
+
+    class Graded(Exception):
+        pass
+
+    def fake_grade(target, **kwargs):
+        kwargs["before_timing"]()
+        seen["spare_ready"] = all(c.ready is not None for c in children._ready.values())
+        kwargs["child"].close()
+        raise Graded
+
+    monkeypatch.setattr(grade, "grade", fake_grade)
+    children = WarmChildren()
+    try:
+        children.take(None)  # the first grade's spare, the child the grade below takes
+        try:
+            batch.grade_row(target, tmp_path / "x.py", 1, None, None, children)
+        except Graded:
+            pass
+        assert seen == {"spare_ready": True} and children._ready
+    finally:
+        children.close()
+
+
+def test_before_timing_ends_the_sanitizer_first_then_what_the_caller_has_on_the_gpu(monkeypatch, tmp_path):
+    from grader import discovery, grade
+    from grader.records import GradeResult
+
+    order = []
+
+    class TimingJudge:  # a judge that reaches the timing phase at once
+        child = type("C", (), {"visible_devices": None})()
+        phases: dict = {}
+        before_timing = None
+
+        def run(self, job):
+            self.before_timing()
+            order.append("timing")
+
+    monkeypatch.setattr(grade._MemorySafety, "finish", lambda self: order.append("sanitizer"))
+    target = discovery.resolve(("vector_add",), lang="triton")
+    result = GradeResult(exercise="vector_add", lang="triton", source="x", seed=1)
+    grade._judge(target, tmp_path / "x.py", {"sanitize": True}, result, True, False, TimingJudge(), None,
+                 lambda: order.append("spare settled"))
+    assert order[:3] == ["sanitizer", "spare settled", "timing"]
