@@ -25,9 +25,11 @@
 // (1024 threads x 24 values, two 96 KB buffers; its trace: look-back 2.2 us, 4.3 at the 90th percentile, with
 // the copies and stores going on); 1024 x 28 3,657 (86%, but 224 KB: Hopper only); 1024 x 16 3,483-3,498 (82%);
 // 512 x 32 3,465; reading 64-128 predecessors a round trip 3,360-3,521 (the walk back is short once aggregates
-// are out). At 2^24 it is level with the design before (2,591-2,661 GB/s against 2,628); at 2^20, 43 tiles on
-// 132 SMs, it is slower (502 against 824; torch.cumsum 684): SPREAD=1, smaller tiles for small calls, is the
-// option to time.
+// are out). At 2^24 it is level with the design before (2,591-2,661 GB/s against 2,628). At 2^20 its 24-value
+// tiles are 43 for 132 SMs: 502-552 GB/s, slower than the design before (824) and torch.cumsum (684-728); so a
+// call too small to give every resident block a tile runs a build of smaller tiles (SPREAD, the default: 8
+// values a thread at 2^20, 128 tiles): 892 GB/s beside torch's 728 in the same run, 2^24 and 2^27 unchanged
+// (their calls fill the GPU with 24-value tiles, the same kernel as SPREAD=0).
 // The layout is warp-striped: a warp's row j is 128 consecutive values, lane l holding 4 of them as one int4,
 // so loads and stores are coalesced with no transpose, and the scan of a row is one warp scan of the lanes'
 // int4 totals. Each thread copies and reads only its own shared-memory slots, so waiting for its own copies
@@ -49,7 +51,7 @@
 #define READS 1
 #endif
 #ifndef SPREAD   // 1: a call too small to give every SM a tile of ITEMS values runs a build of smaller tiles
-#define SPREAD 0
+#define SPREAD 1
 #endif
 #ifndef TRACE    // 1: each tile's phases timed (scripts/design_bench.py scan-trace reads them; not for grading)
 #define TRACE 0
