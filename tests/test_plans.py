@@ -180,6 +180,12 @@ def test_kernel_days_map_to_their_exercises():
     assert exercises(days["day20"]) == [("rope", "cuda")] and exercises(days["day23"]) == [("occupancy", "cuda")]
     assert exercises(days["day18"]) == [("atomic_max", "cuda"), ("histogram", "cuda", "extra")]
     assert exercises(days["day21"]) == [("transpose", "cuda")]
+    # day 25 is a CUDA day: its kernels integrated into one are CUDA (Triton's fusion, from day 29 on, is extra)
+    assert exercises(days["day25"]) == [("stream_overlap", "cuda"), ("residual_activation", "cuda"),
+                                        ("fusion", "triton", "extra")]
+    # day 28's synthesis tables every exercise days 15-25 required, in their order
+    weeks = [e for d in range(15, 26) for e in exercises(days[f"day{d}"]) if "extra" not in e]
+    assert exercises(days["day28"]) == list(dict.fromkeys(weeks)) and days["day28"].requires == ["report"]
     assert exercises(days["day43"]) == [("flash_attention_v1", "triton")]
     assert exercises(days["day46"]) == [("layer_norm", "triton"), ("layer_norm_backward", "triton")]
     # days 29-51 (issue 10's Triton exercises): each kernel day names its exercise, none is left planned
@@ -190,7 +196,7 @@ def test_kernel_days_map_to_their_exercises():
     assert not any(days[f"day{d}"].planned for d in (31, 33, 34, 39, 40, 41, 46, 47, 48, 49, 50, 64, 66, 67, 69))
     assert exercises(days["day64"]) == [("fusion", "triton")] and exercises(days["day66"]) == [("autograd_function", "triton")]
     # every day of the table: its kernels have exercises (day 19's cuBLAS self-attention is cublas_attention,
-    # day 25's chained pipeline is fusion); nothing is left planned
+    # day 25's kernels integrated into one pass are residual_activation); nothing is left planned
     assert not any(unit.planned for unit in days.values())
 
 
@@ -242,7 +248,7 @@ def test_the_transformer_course_follows_its_document_in_order():
         [("add2", "jit"), ("add2", "setup"), ("add2", "cmake"), ("gelu_op", "cuda", "extra")],
         [("reduction", "cuda")], [("matmul", "cuda")], [("layer_norm", "cuda")], [("softmax", "cuda")],
         [("cross_entropy", "cuda")], [("adamw", "cuda")], [("residual_activation", "cuda"), ("gelu_op", "cuda", "extra")],
-        [("embedding", "cuda"), ("embedding_backward", "cuda")],
+        [("embedding", "cuda"), ("embedding_backward", "cuda"), ("cublas_gemm", "cuda")],  # the LM head: one GEMM
         [("self_attention", "cuda"), ("flash_attention_v1", "cuda", "extra")], []]
     assert "three ways" in steps[0].deliverable and "torch.ops.load_library" in steps[0].deliverable
     assert steps[1].requires == ["compare:reduction:cuda", "profile:reduction:cuda"]
