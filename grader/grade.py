@@ -180,9 +180,14 @@ def _judge(target, path, job, result, gpu, quick, judge, calibration_error, befo
     background = job.get("sanitize") == BACKGROUND
     if variant.kind != "torch_op" and not background:  # raw CUDA and Triton: the tools overlap the child's start and numerics
         memory_safety.start()
-    # nothing else of ours on the GPU while the child times: the sanitizer's processes, then the caller's
-    settling = ([] if background else [memory_safety.finish]) + ([before_timing] if before_timing else [])
-    judge.before_timing = lambda: [settle() for settle in settling]
+
+    def quiet_gpu() -> None:  # nothing else of ours on the GPU while the child times
+        if not background:
+            memory_safety.finish()  # the sanitizer's processes
+        if before_timing is not None:
+            before_timing()  # the caller's (grade-batch: the next grade's child warming up)
+
+    judge.before_timing = quiet_gpu
     judge.run(job)
     if variant.kind == "triton" and not gpu:
         _lint_for_the_gpu(path, result)
