@@ -138,6 +138,39 @@ def test_the_solutions_trace_build_compiles_without_spills():
     build_without_spills([ROOT / "solutions" / "scan" / "scan.cu"], defines={"TRACE": 1})
 
 
+PICKER = """#include "SOLUTION"
+#include <cstdio>
+int main() {  // pick_build for 2^20, 2^22, 2^24, 2^27 values, each build's resident blocks given
+    const int resident[2][3] = {{132, 132, 132}, {0, 132, 132}};
+    for (const auto& blocks : resident)
+        for (int n : {1 << 20, 1 << 22, 1 << 24, 1 << 27}) printf("%d", pick_build(n, blocks));
+    printf("\\n");
+}
+"""
+
+
+@pytest.mark.nvcc
+@pytest.mark.solutions
+@pytest.mark.parametrize("defines, picks", [
+    ({}, "20002111"),  # 2^20: 43 tiles of 24 values for 132 blocks: the 8-value build (128 tiles); else as they fit
+    ({"SPREAD": 0}, "00001111"),  # the largest build that fits, whatever the size
+    ({"SPREAD_MIN": 6}, "22102211"),  # six tiles a block: 16-value tiles at 2^24, 8-value at 2^22
+])
+def test_each_call_runs_the_largest_build_whose_tiles_fill_the_gpu(tmp_path, defines, picks):
+    """The host's choice of build (runs here: pick_build calls no CUDA); 0: 24 values a thread, 1: 16, 2: 8;
+    the second four: a GPU whose shared memory does not hold two 24-value tiles."""
+    import subprocess
+
+    from grader import build
+
+    source = tmp_path / "picker.cu"
+    source.write_text(PICKER.replace("SOLUTION", str(ROOT / "solutions" / "scan" / "scan.cu")))
+    flags = [f"-D{k}={v}" for k, v in defines.items()]
+    subprocess.run([build.find_nvcc(), "-std=c++17", "-arch=sm_90", *flags, "-o", str(tmp_path / "picker"),
+                    str(source)], check=True, capture_output=True)
+    assert subprocess.run([str(tmp_path / "picker")], capture_output=True, text=True, check=True).stdout.strip() == picks
+
+
 @pytest.mark.nvcc
 def test_the_fixtures_compile_for_sm_90():
     compile_fixtures(FIXTURES)

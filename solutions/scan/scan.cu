@@ -53,6 +53,9 @@
 #ifndef SPREAD   // 1: a call too small to give every SM a tile of ITEMS values runs a build of smaller tiles
 #define SPREAD 1
 #endif
+#ifndef SPREAD_MIN  // with SPREAD: the tiles every resident block must get from a build before a smaller one is used
+#define SPREAD_MIN 1    // (scripts/design_bench.py scan times 4 and 6: a mid-size call may gain from more, smaller tiles)
+#endif
 #ifndef TRACE    // 1: each tile's phases timed (scripts/design_bench.py scan-trace reads them; not for grading)
 #define TRACE 0
 #endif
@@ -375,13 +378,14 @@ void launch(const int* x, int* y, int n, unsigned epoch, int resident) {
 
 // Which build a call of n values runs (0: ITEMS, 1: MID_ITEMS, 2: SMALL_ITEMS), given each build's resident
 // blocks (0: its shared memory does not fit this GPU): the largest that fits; with SPREAD, the largest whose
-// tiles give every resident block one, so a small call is spread over every SM (else the smallest that fits).
+// tiles give every resident block SPREAD_MIN, so a small call is spread over every SM (else the smallest that fits).
 int pick_build(int n, const int (&resident)[3]) {
     const long long tile[3] = {Tiling<ITEMS>::TILE, Tiling<MID_ITEMS>::TILE, Tiling<SMALL_ITEMS>::TILE};
     int smallest = 2;
     while (smallest > 0 && resident[smallest] <= 0) --smallest;
     for (int b = 0; b < 3; ++b)
-        if (resident[b] > 0 && (!SPREAD || ((long long)n + tile[b] - 1) / tile[b] >= resident[b])) return b;
+        if (resident[b] > 0 && (!SPREAD || ((long long)n + tile[b] - 1) / tile[b] >= (long long)SPREAD_MIN * resident[b]))
+            return b;
     return smallest;
 }
 
