@@ -96,6 +96,33 @@ def test_the_project_is_the_learners_file_under_the_stubs_name_beside_the_given_
     assert (project / "add2_ops.cpp").stat().st_mtime_ns == before
 
 
+def test_a_jit_build_killed_midway_does_not_make_the_next_one_wait_for_its_lock(tmp_path, monkeypatch):
+    """torch's JIT loader leaves its `lock` file behind when killed and the next load waits for it to go:
+    a grade stopped during a build (Ctrl-C, its time limit) made every later grade of the exercise hang."""
+    import fcntl
+
+    import torch.utils.cpp_extension
+
+    folder = tmp_path / "build"
+    folder.mkdir()
+    (folder / "lock").write_text("")  # what a killed build leaves
+    seen = {}
+
+    def load(name, sources, build_directory, **kwargs):
+        seen["stale lock"] = (Path(build_directory) / "lock").exists()
+        with open(Path(build_directory) / ".lock", "w") as other:  # another grader's build must wait meanwhile
+            try:
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                seen["held"] = False
+            except BlockingIOError:
+                seen["held"] = True
+
+    monkeypatch.setattr(torch.utils.cpp_extension, "load", load)
+    gelu = exercise("gelu_op").variants["cuda"]
+    op_build.build(gelu, ROOT / "exercises" / "gelu_op" / "gelu_op.cu", "kcourse_gelu_op_test", folder)
+    assert seen == {"stale lock": False, "held": True}
+
+
 def test_a_failed_builds_log_is_cut_to_its_errors_with_file_names():
     project = Path("/tmp/kc/project")
     log = ("-- The CXX compiler identification is GNU 12\n-- Configuring done\n[1/3] Building CUDA object x.o\n"

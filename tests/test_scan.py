@@ -152,9 +152,9 @@ int main() {  // pick_build for 2^20, 2^22, 2^24, 2^27 values, each build's resi
 @pytest.mark.nvcc
 @pytest.mark.solutions
 @pytest.mark.parametrize("defines, picks", [
-    ({}, "20002111"),  # 2^20: 43 tiles of 24 values for 132 blocks: the 8-value build (128 tiles); else as they fit
+    ({}, "22102211"),  # six tiles a block: 8-value tiles at 2^20 and 2^22, 16-value at 2^24, 24-value at 2^27
     ({"SPREAD": 0}, "00001111"),  # the largest build that fits, whatever the size
-    ({"SPREAD_MIN": 6}, "22102211"),  # six tiles a block: 16-value tiles at 2^24, 8-value at 2^22
+    ({"SPREAD_MIN": 1}, "20002111"),  # one tile a block: 2^20's 43 tiles of 24 values for 132 blocks take 8-value ones
 ])
 def test_each_call_runs_the_largest_build_whose_tiles_fill_the_gpu(tmp_path, defines, picks):
     """The host's choice of build (runs here: pick_build calls no CUDA); 0: 24 values a thread, 1: 16, 2: 8;
