@@ -161,7 +161,6 @@ def _load_torch_op(variant: Variant, source: Path, role: str) -> Callable:
     # two different files get two names, so their operators never clash in one process.
     name = op_build.extension_name(variant, source)
     build_dir = build_cache_dir() / name
-    build_dir.mkdir(parents=True, exist_ok=True)
     try:
         library = op_build.build(variant, source, name, build_dir)
     except op_build.BuildFailed as exc:
