@@ -185,6 +185,24 @@ def list_command(plan_id, show_all) -> None:
         raise click.UsageError(str(exc)) from None
 
 
+def _allow_unisolated_option(command):
+    return click.option("--allow-unisolated", is_flag=True,
+                        help="Run learner code even where this machine cannot box it (no Landlock): only for code "
+                             "you trust, such as your own solutions and stubs.")(command)
+
+
+def _require_box(allowed: bool) -> None:
+    """Many learners' code, or the kit's own validation, runs boxed or not at all unless the caller says so."""
+    from grader import box
+
+    boxed, why = box.available()
+    if not boxed and not allowed:
+        raise click.UsageError(f"learner code cannot be boxed here: {why}. Grade on Linux 5.13 or later with "
+                               "Landlock enabled, or pass --allow-unisolated to run it with your user's rights")
+    if not boxed:
+        click.echo(f"isolation: none ({why}); --allow-unisolated was given", err=True)
+
+
 @main.command()
 @click.option("--source", type=SOURCES, default="solutions", show_default=True, envvar="KCOURSE_SOURCE",
               help="solutions: every solution must pass; stubs: every stub must fail (env KCOURSE_SOURCE).")
@@ -203,11 +221,14 @@ def list_command(plan_id, show_all) -> None:
                    "(its first run, which times every size), as `kcourse calibrate` does; only exercises ok every run.")
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), help="Also write JUnit XML here.")
 @click.option("--gradescope", type=click.Path(dir_okay=False, path_type=Path), help="Also write Gradescope results.json here.")
+@_allow_unisolated_option
 def validate(source, only, lang, plan_id, unit, seed, repeat, workers, as_json, strict, write_calibration, junit,
-             gradescope) -> None:
+             gradescope, allow_unisolated) -> None:
     """Grade every exercise with the solutions (must pass) or the stubs (must not pass), --repeat times each,
     one grade per GPU at once."""
     from grader import validation
+
+    _require_box(allow_unisolated)
 
     try:
         targets = validation.select(only=set(only), lang=lang, plan_id=plan_id, unit=unit)
@@ -348,9 +369,12 @@ def _cluster_options(command):
 @click.option("--timeout", type=float, help="Seconds each learner's code may run.")
 @click.option("--regrade", is_flag=True, help="Grade every submission again, even those the gradebook holds.")
 @_cluster_options
-def grade_batch(submissions, only, lang, plan_id, unit, out_dir, workers, seed, timeout, regrade, **cluster) -> None:
+@_allow_unisolated_option
+def grade_batch(submissions, only, lang, plan_id, unit, out_dir, workers, seed, timeout, regrade, allow_unisolated,
+                **cluster) -> None:
     """Instructors: grade every learner folder in SUBMISSIONS into a gradebook and a leaderboard; on this
     machine, or on a Dask cluster (--scheduler, --cluster; docs/grading-a-class.md)."""
+    _require_box(allow_unisolated)
     from grader import batch, leaderboard, validation
     from grader.batch_progress import Progress
     from grader.cluster import ClusterError

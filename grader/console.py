@@ -17,6 +17,8 @@ def format_grade(result: GradeResult) -> str:
     lines = [f"{where}{result.exercise} ({result.lang}) — source: {result.source}, seed {result.seed}"]
     if result.device.get("name"):
         lines.append(f"device: {result.device['name']}")
+    if result.isolation.startswith("none"):
+        lines.append(f"isolation: {result.isolation}")
     lines.extend(format_check(check) for check in result.checks)
     for t in result.timings:
         lines.append("  " + format_timing(t))

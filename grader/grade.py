@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from grader import build, calibration, heavy, hints, kit, occupancy, op_build, sandbox, sanitize, store
+from grader import box, build, calibration, heavy, hints, kit, occupancy, op_build, sandbox, sanitize, store
 from grader.judge import Judge
 from grader.paths import course_root, solutions_dir
 from grader.discovery import Target, learner_file, solution_file
@@ -147,6 +147,9 @@ def _build_and_run(target, path, result, seed, timeout_s, job, quick, gpu, child
     try:
         if not _build(target, path, solution, job, result, gpu):
             return
+        staged = _box_the_child(target, path, job, child, result) if child is not None else {}
+        if judge is not None:
+            judge.staged_solution = staged
         if not grading:
             _run_tool(child, job, timeout, result)
         elif judge is not None:
@@ -154,6 +157,49 @@ def _build_and_run(target, path, result, seed, timeout_s, job, quick, gpu, child
     finally:
         if judge is not None:
             judge.close()
+
+
+def _box_the_child(target: Target, path: Path, job: dict, child: sandbox.Child, result: GradeResult) -> dict[Path, Path]:
+    """The child's box (box.py), sent with the job; the solution moves to the child's scratch folder, where
+    the judge copies it just before timing ({instructor's file: its place there}): until then the learner's
+    code cannot read it, and the box never lets it read solutions/."""
+    staged = {}
+    for key in ("solution", "solution_library"):
+        if job.get(key):
+            real = Path(job[key])
+            staged[real] = child.dir / "solution" / real.name
+            job[key] = str(staged[real])
+    home = sandbox.box_home(_box_id(path, result))
+    job["box_home"] = str(home)
+    boxed, why = box.available()
+    if os.environ.get(box.UNBOXED_ENV) == "1":
+        boxed, why = False, f"{box.UNBOXED_ENV}=1 is set"
+    result.isolation = why if boxed else f"none ({why})"
+    if not boxed:
+        job["box"] = None
+        return staged
+    reads = [Path(p) for p in [job.get("learner_library"), *job.get("tune_libraries", {}).values()] if p]
+    writes = [home, *_operator_build_dirs(target, path, staged)]
+    if job.get("trace_path"):  # kcourse profile's trace, written by the child into the learner's reports folder
+        writes.append(Path(job["trace_path"]).parent)
+    job["box"] = box.policy(child.dir, path, course_root(), reads, writes).to_dict()
+    return staged
+
+
+def _box_id(path: Path, result: GradeResult) -> str:
+    """Whose caches the child gets: the learner's own files share one; a submission's folder (grade-batch:
+    one per learner) gets its own, so no learner's code reads kernels another's compiled."""
+    if result.source in ("learner", "stubs", "solutions"):
+        return "local"
+    import hashlib
+
+    return "submission-" + hashlib.sha256(str(path.resolve().parent).encode()).hexdigest()[:16]
+
+
+def _operator_build_dirs(target: Target, path: Path, staged: dict[Path, Path]) -> list[Path]:
+    """A torch operator is built inside the box: its build folders (named by content, not listable) are writable."""
+    sources = [path, *(real for real in staged if real.suffix != ".so")]
+    return [folder for source in sources for folder in op_build.box_build_dirs(target.variant, source)]
 
 
 def _build(target, path, solution, job, result, gpu) -> bool:
@@ -175,7 +221,7 @@ def _build(target, path, solution, job, result, gpu) -> bool:
 def _judge(target, path, job, result, gpu, quick, judge, calibration_error, before_timing=None) -> None:
     """The child runs the learner's code; the judge decides; compute-sanitizer runs beside or after."""
     variant = target.variant
-    before = kit.snapshot(), kit.append_only_state(store.results_path())
+    before = kit.contents(), kit.append_only_state(store.results_path())
     memory_safety = _MemorySafety(target, path, job, gpu, result, judge.child.visible_devices)
     background = job.get("sanitize") == BACKGROUND
     if variant.kind != "torch_op" and not background:  # raw CUDA and Triton: the tools overlap the child's start and numerics
@@ -227,7 +273,8 @@ class _MemorySafety:
                                  {"code": "no_gpu"})
         else:
             self.running = sanitize.start(self.target.spec, self.target.variant, self.path,
-                                          self.job.get("learner_library"), self.visible_devices)
+                                          self.job.get("learner_library"), self.visible_devices,
+                                          boxed=self.job.get("box") is not None, box_home=self.job.get("box_home"))
 
     def leave_running(self) -> None:
         """The verdict goes out now; the tools' verdict follows (settle_sanitizer), unless it is already known."""
@@ -288,14 +335,17 @@ def _add_skipped_speed(result: GradeResult, gpu: bool, quick: bool, variant) -> 
                          {"code": "no_gpu"}))
 
 
-def _check_kit_untouched(before: tuple[dict[str, str], tuple[int, str]], result: GradeResult) -> None:
-    touched = kit.changed(before[0], kit.snapshot())
+def _check_kit_untouched(before: tuple[dict[str, bytes], tuple[int, str]], result: GradeResult) -> None:
+    """A kit file the learner's run changed (possible only where no box ran) is put back as it was before the
+    run, so a changed kit never judges a later grade; the grade fails, naming it."""
+    touched = kit.restore(before[0])
     if kit.rewritten(store.results_path(), before[1]):
         touched.append(str(store.results_path()))
     if touched:
-        result.add(Check("integrity", FAILED, f"your code changed files of the kit while it ran: {', '.join(touched[:5])}. "
-                         "Restore them (git checkout -- FILE, or download the kit again); a kernel must not touch "
-                         "the grader, the specs, the references or your results", {"code": "kit_modified", "files": touched}))
+        result.add(Check("integrity", FAILED, f"your code changed files of the kit while it ran: {', '.join(touched[:5])} "
+                         "(the kit's files were put back as they were). A kernel must not touch the grader, the specs, "
+                         "the references or your results: remove that code and grade again",
+                         {"code": "kit_modified", "files": touched}))
 
 
 def _lint_for_the_gpu(path: Path, result: GradeResult) -> None:

@@ -10,6 +10,7 @@ and the timed sizes' inputs are drawn from the start (`prefetch`, while nvcc bui
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 import time
 import traceback
@@ -66,6 +67,7 @@ class Judge:
         self.drawn: dict[Any, Future] = {}  # trial k or "t{index}" -> (file metadata, inputs), drawn ahead
         self.producer_error: tuple[BaseException, str] | None = None  # (error, traceback) of the producer thread
         self.before_timing: Callable[[], None] = lambda: None
+        self.staged_solution: dict[Path, Path] = {}  # the solution's files -> their place in the child's folder
 
     # --- the whole grade -------------------------------------------------------------------------
     def run(self, job: dict[str, Any]) -> None:
@@ -372,6 +374,7 @@ class Judge:
         if self.gpu is not None:  # nothing of ours on the GPU while the child times
             for index, _ in timed:
                 self.refs[f"t{index}"].result()
+        self._stage_solution()
         self.child.send({"time": messages})
         records = [self._one_timed_case(index, case) for index, case in timed]
         self.result.timings = records
@@ -382,6 +385,12 @@ class Judge:
         self.result.add(check)
         self._add_if(memory.verdict(self.spec, records))
         self._mark("timing", started)
+
+    def _stage_solution(self) -> None:
+        """The solution, copied where the boxed child can read it, now that no trial remains (grade._box_the_child)."""
+        for real, staged in self.staged_solution.items():
+            staged.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(real, staged)
 
     def _timing_messages(self, job: dict[str, Any], timed: list[tuple[int, Case]]) -> list[dict[str, Any]]:
         """What the child is told to time, a message per size."""

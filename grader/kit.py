@@ -32,6 +32,32 @@ def trusted_files(root: Path | None = None) -> list[Path]:
     return sorted({p for pattern in TRUSTED for p in root.glob(pattern) if p.is_file()})
 
 
+def contents(root: Path | None = None) -> dict[str, bytes]:
+    """Each trusted file's bytes, by path relative to the kit's root (about 1 MB, read in a few ms)."""
+    root = root or course_root()
+    found = {}
+    for path in trusted_files(root):
+        try:
+            found[str(path.relative_to(root))] = path.read_bytes()
+        except OSError:
+            pass
+    return found
+
+
+def restore(before: dict[str, bytes], root: Path | None = None) -> list[str]:
+    """Put back every trusted file that differs from `before` (and remove any that appeared); their names."""
+    root = root or course_root()
+    now = contents(root)
+    touched = sorted(name for name in set(before) | set(now) if before.get(name) != now.get(name))
+    for name in touched:
+        path = root / name
+        if name in before:
+            path.write_bytes(before[name])
+        else:
+            path.unlink(missing_ok=True)
+    return touched
+
+
 def snapshot(root: Path | None = None) -> dict[str, str]:
     """Digest of each trusted file, by path relative to the kit's root."""
     root = root or course_root()

@@ -29,6 +29,18 @@ class BuildFailed(Exception):
     """The build stopped; the message is what the learner needs from its log."""
 
 
+def box_build_dirs(variant: Variant, source: Path) -> list[Path]:
+    """The folder a boxed child builds this operator in, made now (a Landlock rule needs it to exist); [] for
+    other kinds. Named by content and never listable from the box: no other build is in reach."""
+    if variant.kind != "torch_op":
+        return []
+    from grader.paths import build_cache_dir
+
+    folder = build_cache_dir() / extension_name(variant, source)
+    folder.mkdir(parents=True, exist_ok=True)
+    return [folder]
+
+
 def extension_name(variant: Variant, source: Path) -> str:
     """kcourse_<stem>_<digest of every file of the project>: one namespace per distinct project."""
     digest = hashlib.sha256(source.read_bytes())

@@ -72,6 +72,7 @@ class GradeResult:
     started_at: float = field(default_factory=time.time)
     duration_s: float = 0.0
     kind: str = "grade"
+    isolation: str = ""  # what boxed the learner's code (box.py), or "none (why)"
 
     def add(self, check: Check) -> Check:
         self.checks.append(check)

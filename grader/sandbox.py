@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grader.box import release_pids_cgroup
 from grader.paths import course_root
 
 OUTPUT_LIMIT = 4000
@@ -54,8 +55,24 @@ def _work_dir() -> Path:
     return Path(tempfile.mkdtemp(prefix="kcourse-", dir=base))
 
 
-def child_env(device: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+def box_home(name: str = "local") -> Path:
+    """A child's own writable caches (Triton's kernels and autotuning results), by owner: the learner's own
+    grades share "local"; each grade-batch submission folder gets its own, so no learner's box reads
+    kernels another learner's grade compiled. The job names it; the child switches to it before the box."""
+    from grader.paths import build_cache_dir
+
+    path = build_cache_dir().parent / "box" / re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def child_env(device: str, extra: dict[str, str] | None = None, scratch: Path | None = None) -> dict[str, str]:
     env = dict(os.environ, PYTHONUNBUFFERED="1", KCOURSE_CHILD_DEVICE=device, **(extra or {}))
+    home = box_home()
+    # CUDA's own JIT cache is off: it would be one more folder shared by every learner's box
+    env.update(TRITON_CACHE_DIR=str(home / "triton"), TRITON_HOME=str(home), CUDA_CACHE_DISABLE="1")
+    if scratch is not None:
+        env["TMPDIR"] = str(scratch)  # nvcc's and ptxas's temporary files: the box writes nowhere else
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(course_root()), env.get("PYTHONPATH")]))
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"  # read by triton at import: set before the child starts
@@ -89,7 +106,7 @@ class Child:
         self._output = open(self.dir / "output.txt", "wb")
         command = [*(wrapper or []), sys.executable, "-m", module, str(write_fd)]
         self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=self._output, stderr=subprocess.STDOUT,
-                                     env=child_env(device, extra_env), cwd=self.dir, pass_fds=(write_fd,),
+                                     env=child_env(device, extra_env, self.dir), cwd=self.dir, pass_fds=(write_fd,),
                                      start_new_session=True)
         os.close(write_fd)
         self._events = read_fd
@@ -168,6 +185,7 @@ class Child:
             return  # closed already
         self.kill()
         self.proc.wait()
+        release_pids_cgroup(self.proc.pid)
         self._output.close()
         os.close(self._events)
         self._events = None

@@ -135,9 +135,10 @@ class Sanitizer:
 
 
 def start(spec: ExerciseSpec, variant: Variant, source: Path, library: str | None,
-          visible_devices: str | None = None) -> Sanitizer | Check:
+          visible_devices: str | None = None, boxed: bool = False, box_home: str | None = None) -> Sanitizer | Check:
     """Starts the tools on the learner's code, or returns the check at once (cached, or skipped and why).
-    `visible_devices`: the grading child's CUDA_VISIBLE_DEVICES, where a batch gave it one GPU."""
+    `visible_devices`: the grading child's CUDA_VISIBLE_DEVICES, where a batch gave it one GPU. `boxed`: the
+    learner's code runs in the grade's box (box.py) here too, with `box_home` for its caches."""
     tool_path = executable()
     case = small_case(spec, variant)
     if tool_path is None:
@@ -153,7 +154,8 @@ def start(spec: ExerciseSpec, variant: Variant, source: Path, library: str | Non
         return cached
     folder = Path(tempfile.mkdtemp(prefix="kcourse-sanitize-"))
     sanitizer = Sanitizer(tools, case, key, folder, skipped=dict(variant.sanitizer_skip))
-    job = _write_job(spec, variant, source, library, case, folder)
+    policy = _box(variant, source, library, folder, box_home) if boxed else None
+    job = _write_job(spec, variant, source, library, case, folder, policy, box_home)
     for tool in tools:
         sanitizer.processes[tool] = _launch(tool_path, tool, variant.kind, job, folder, visible_devices)
     return sanitizer
@@ -167,7 +169,7 @@ def _launch(tool_path: str, tool: str, kind: str, job: Path, folder: Path,
         command += ["--leak-check", "full"]
     if tool == "racecheck":
         command += ["--racecheck-report", "hazard"]
-    env = dict(os.environ, PYTORCH_NO_CUDA_MEMORY_CACHING="1", PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTORCH_NO_CUDA_MEMORY_CACHING="1", PYTHONUNBUFFERED="1", TMPDIR=str(folder))
     if visible_devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = visible_devices
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(course_root()), env.get("PYTHONPATH")]))
@@ -183,14 +185,25 @@ def _python() -> str:
     return sys.executable
 
 
-def _write_job(spec, variant, source, library, case, folder) -> Path:
+def _box(variant: Variant, source: Path, library: str | None, folder: Path, box_home: str | None) -> dict:
+    """The box sanitize_run enters before it imports anything: it writes only its folder and its caches."""
+    from grader import box, op_build
+
+    writes = [Path(box_home)] if box_home else []
+    writes += op_build.box_build_dirs(variant, source)
+    reads = [Path(library)] if library else []
+    return box.policy(folder, source, course_root(), reads, writes).to_dict()
+
+
+def _write_job(spec, variant, source, library, case, folder, box_policy: dict | None = None,
+               box_home: str | None = None) -> Path:
     values = generate(spec, case, SEED)
     tensors = {}
     for name, tensor in values.items():
         tensors[name] = save_tensor(tensor, folder / f"{name}.in")
     job = {"kind": variant.kind, "entry": variant.entry, "library": library, "source": str(source),
            "spec_folder": str(spec.folder), "lang": variant.lang, "params": case.params, "inputs": tensors,
-           "args": _raw_arguments(spec, variant, case, tensors, folder)}
+           "args": _raw_arguments(spec, variant, case, tensors, folder), "box": box_policy, "box_home": box_home}
     path = folder / "job.json"
     path.write_text(json.dumps(job))
     return path

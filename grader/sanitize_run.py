@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -95,6 +96,12 @@ def run_torch(job: dict) -> None:
 
 def main() -> int:
     job = json.loads(Path(sys.argv[1]).read_text())
+    if job.get("box"):  # before anything is imported or started: every thread of this process is boxed
+        from grader import box
+
+        box.enter(box.Policy(**job["box"]))
+        if job.get("box_home"):
+            os.environ.update(TRITON_CACHE_DIR=os.path.join(job["box_home"], "triton"), TRITON_HOME=job["box_home"])
     (run_raw if job["kind"] in ("cuda", "cuda_host") else run_torch)(job)
     return 0
 

@@ -32,6 +32,10 @@ from grader.spec import Case, ExerciseSpec, load_spec
 CUDA_HINT = ("Find the faulting access with: compute-sanitizer python -m grader grade ... "
              "(an index past the end of an array, or a host pointer used on the device?)")
 PROBE_S = 0.05  # each contestant's wall-clock probe runs about this long
+BOXED = False  # set once this process is in the grading box (box.py)
+BOX_REFUSED = ("\n  the grading box refused this: learner code may read the Python and CUDA installation, the "
+               "kit's specs and references and its own files, and write only its working folder; it has no network, "
+               "and cannot read solutions/, your results or other learners' files. Compute the answer in your kernel")
 
 
 class Stop(Exception):
@@ -99,6 +103,7 @@ class Worker:
 
     # --- steps -------------------------------------------------------------------------------
     def run(self) -> None:
+        self.enter_box()
         self.progress("loading your code")
         self.solution_watch = integrity.SolutionWatch(self.job.get("solutions_root"), self.learner_path)
         learner = self._load(self.learner_path, self.job.get("learner_library"), "learner")
@@ -113,6 +118,28 @@ class Worker:
         message = self.read_message()
         if "time" in message:
             self.time_cases(learner, message["time"])
+
+    def enter_box(self) -> None:
+        """Into the box the parent drew (box.py) before any learner code loads; a box that fails ends the run."""
+        import tempfile
+
+        from grader import box
+
+        tempfile.tempdir = self.job["work_dir"]  # Python's temporary files: the box writes nowhere else
+        if self.job.get("box_home"):  # this learner's own compiled-kernel caches (Triton reads these at compile time)
+            home = self.job["box_home"]
+            os.environ.update(TRITON_CACHE_DIR=os.path.join(home, "triton"), TRITON_HOME=home)
+        if not self.job.get("box"):
+            return
+        try:
+            box.enter(box.Policy(**self.job["box"]))
+            global BOXED
+            BOXED = True
+        except (box.BoxError, OSError) as exc:
+            self.events.send("check", check=Check("grader", "error", f"the grading box could not be set up: {exc} — "
+                                                  "grade again; if it persists, report it to your instructor",
+                                                  {"code": "box_failed"}).__dict__)
+            raise Stop from None
 
     def _load(self, path: Path, library: str | None, role: str) -> loading.Caller:
         try:
@@ -388,7 +415,8 @@ def learner_error(exc: BaseException, learner_file: Path) -> str:
     text = str(exc).strip()
     if len(text) > 2000:
         text = text[:2000] + " ..."
-    return f"{type(exc).__name__}: {text}{where}"
+    refused = BOXED and isinstance(exc, PermissionError)
+    return f"{type(exc).__name__}: {text}{where}" + (BOX_REFUSED if refused else "")
 
 
 def write_result(path: str, data: dict[str, Any]) -> None:

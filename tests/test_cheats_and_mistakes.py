@@ -9,6 +9,8 @@ from grader.grade import grade
 
 VECTOR_ADD = ("week4", "vector_add")
 
+pytestmark = pytest.mark.slow  # every test grades a fixture in a real child process
+
 
 def failing_check(result):
     return next(c for c in result.checks if c.status in ("failed", "error"))
@@ -94,7 +96,20 @@ def test_an_exception_shows_the_learners_frames_not_the_graders():
 
 
 @pytest.mark.solutions
-def test_loading_the_instructors_solution_is_caught():
+def test_loading_the_instructors_solution_is_refused_by_the_box():
+    from grader import box
+
+    if not box.available()[0]:
+        pytest.skip("no Landlock here: the unboxed test below covers this machine")
+    check = failing_check(grade_file(("softmax",), "softmax_imports_solution.py"))
+    assert "solutions/softmax/softmax.py" in check.message and "the grading box refused this" in check.message
+
+
+@pytest.mark.solutions
+def test_loading_the_instructors_solution_unboxed_is_caught(monkeypatch):
+    from grader import box
+
+    monkeypatch.setenv(box.UNBOXED_ENV, "1")
     check = failing_check(grade_file(("softmax",), "softmax_imports_solution.py"))
     assert check.name == "integrity" and check.details["code"] == "solution_loaded"
     assert "softmax.py" in check.message

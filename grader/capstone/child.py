@@ -30,6 +30,10 @@ def main(event_fd: int) -> None:
             from grader.capstone import train
 
             job = dict(json.loads(line), device=device)
+            if job.get("box"):  # before any learner kernel loads (box.py)
+                from grader import box
+
+                box.enter(box.Policy(**job.pop("box")))
             {"capstone": train.capstone, "block": train.block_check}[job["mode"]](job, events.send)
     except BaseException as exc:  # a grader bug, or learner code escaping every guard: still say what happened
         events.send("error", message=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()[-4000:])

@@ -9,6 +9,7 @@ is mostly PyTorch's, and PyTorch's glue around a kernel costs time)."""
 
 from __future__ import annotations
 
+import os
 import random
 import statistics
 import time
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from grader import sandbox, store
+from grader.paths import course_root
 from grader.capstone import kernels
 from grader.records import FAILED, PASSED, SKIPPED, Check
 from grader.spec import tomllib
@@ -76,6 +78,7 @@ def choose(source: str, low_precision: str, use: dict[str, Path], interpret_all:
 def run_child(job: dict[str, Any], gpu: bool, timeout_s: float, on_event: Callable[[dict], None]) -> tuple[list[dict], str, dict]:
     """The child's result events ("run", "block"), how it ended ("" when it finished) and its device."""
     child = sandbox.Child("cuda" if gpu else "cpu", module="grader.capstone.child")
+    job = {**job, "box": _box(job, child)}
     results, ended, device = [], "", {}
     deadline = time.monotonic() + timeout_s
     try:
@@ -100,6 +103,19 @@ def run_child(job: dict[str, Any], gpu: bool, timeout_s: float, on_event: Callab
     if ended and output.strip():
         ended += "\nits output ended with:\n" + output.strip()[-1500:]
     return results, ended, device
+
+
+def _box(job: dict[str, Any], child: sandbox.Child) -> dict | None:
+    """The capstone child's box (box.py): it reads the learner's kernel files, their libraries and the data,
+    and writes its own folder and caches; None where no box is possible (the report's runs say so)."""
+    from grader import box
+
+    if not box.available()[0] or os.environ.get(box.UNBOXED_ENV) == "1":
+        return None
+    files = [Path(p) for c in job.get("choices", []) for p in (c.get("file"), c.get("library")) if p]
+    files += [Path(job["data"])] if job.get("data") else []
+    first = files[0] if files else course_root() / "grader"
+    return box.policy(child.dir, first, course_root(), files, [sandbox.box_home()]).to_dict()
 
 
 def _seed(seed: int | None) -> int:
