@@ -50,8 +50,7 @@ class Driver:
         self.cuda.cuDevicePrimaryCtxReset_v2(self.device)
 
 
-def run_raw(job: dict) -> None:
-    driver = Driver()
+def run_raw(job: dict, driver: Driver) -> None:
     library = ctypes.CDLL(job["library"])
     entry = getattr(library, job["entry"])
     entry.restype = None
@@ -96,14 +95,29 @@ def run_torch(job: dict) -> None:
 
 def main() -> int:
     job = json.loads(Path(sys.argv[1]).read_text())
-    if job.get("box"):  # before anything is imported or started: every thread of this process is boxed
-        from grader import box
-
-        box.enter(box.Policy(**job["box"]))
-        if job.get("box_home"):
-            os.environ.update(TRITON_CACHE_DIR=os.path.join(job["box_home"], "triton"), TRITON_HOME=job["box_home"])
-    (run_raw if job["kind"] in ("cuda", "cuda_host") else run_torch)(job)
+    raw = job["kind"] in ("cuda", "cuda_host")
+    driver = Driver() if raw else _torch_on_the_gpu()
+    enter_box(job)
+    run_raw(job, driver) if raw else run_torch(job)
     return 0
+
+
+def _torch_on_the_gpu() -> None:
+    import torch
+
+    torch.zeros(1, device="cuda")
+
+
+def enter_box(job: dict) -> None:
+    """The grade's box (box.py), once CUDA is up: under compute-sanitizer, cuInit fails inside it (error 304, its
+    tools' connection being made then); learner code loads only after this."""
+    if not job.get("box"):
+        return
+    from grader import box
+
+    box.enter(box.Policy(**job["box"]))
+    if job.get("box_home"):
+        os.environ.update(TRITON_CACHE_DIR=os.path.join(job["box_home"], "triton"), TRITON_HOME=job["box_home"])
 
 
 if __name__ == "__main__":

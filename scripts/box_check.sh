@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Issue 38 on a GPU machine: the box's attacks and hardening tests, every kind of exercise validated boxed
-# (solutions pass, stubs fail), and one-shot grade times boxed against unboxed (KCOURSE_UNBOXED=1).
+# (solutions pass, stubs fail; the torch operator built cold inside the box), one-shot grade times boxed
+# against unboxed (KCOURSE_UNBOXED=1), and the sanitizer's and the capstone's GPU tests, boxed too.
 # Usage (repository root): bash scripts/box_check.sh   (files land in $OUT when set)
 set -u
-export PYTHONUNBUFFERED=1 KCOURSE_HOME=${KCOURSE_HOME:-/tmp/kcourse-home} KCOURSE_CACHE=${KCOURSE_CACHE:-/tmp/kcourse-cache}
+export PYTHONUNBUFFERED=1 KCOURSE_HOME=${KCOURSE_HOME:-/tmp/kcourse-home} KCOURSE_CACHE=$(mktemp -d)  # cold builds
 out=${OUT:-/tmp/kcourse-out}; mkdir -p "$out"
 k="python3 -m grader"
 only="--only vector_add --only softmax --only reduction --only gelu_op --only stream_overlap"
@@ -27,4 +28,5 @@ for x in "softmax" "reduction" "gelu_op"; do
   done
 done
 unset KCOURSE_UNBOXED
-timeout 400 python3 -m pytest -q -p no:cacheprovider -x tests/test_box.py tests/test_hardening.py 2>&1 | tail -15
+timeout 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_sanitizer.py tests/test_capstone.py 2>&1 | tail -4
+timeout 300 python3 -m pytest -q -p no:cacheprovider tests/test_box.py tests/test_hardening.py 2>&1 | tail -8
