@@ -355,6 +355,16 @@ def _cluster_options(command):
     return cluster_options(command)
 
 
+def _require_committed_kit(allowed: bool) -> None:
+    """A class is graded by the kit as committed: every learner judged by the same grader and references."""
+    from grader import kit
+
+    changed = kit.differs_from_git() or []
+    if changed and not allowed:
+        raise click.UsageError(f"the kit differs from git in {len(changed)} file(s): {', '.join(changed[:5])}. Commit "
+                               "or restore them (`git checkout -- FILE`), or pass --allow-modified-kit")
+
+
 @main.command("grade-batch")
 @click.argument("submissions", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--only", "only", multiple=True, help="Only this exercise id (repeatable).")
@@ -368,13 +378,16 @@ def _cluster_options(command):
 @click.option("--seed", type=int)
 @click.option("--timeout", type=float, help="Seconds each learner's code may run.")
 @click.option("--regrade", is_flag=True, help="Grade every submission again, even those the gradebook holds.")
+@click.option("--allow-modified-kit", is_flag=True, envvar="KCOURSE_ALLOW_MODIFIED_KIT", help="Grade even though the kit's grader, specs, references or "
+              "calibration differ from git (your uncommitted edits judge every learner).")
 @_cluster_options
 @_allow_unisolated_option
-def grade_batch(submissions, only, lang, plan_id, unit, out_dir, workers, seed, timeout, regrade, allow_unisolated,
-                **cluster) -> None:
+def grade_batch(submissions, only, lang, plan_id, unit, out_dir, workers, seed, timeout, regrade, allow_modified_kit,
+                allow_unisolated, **cluster) -> None:
     """Instructors: grade every learner folder in SUBMISSIONS into a gradebook and a leaderboard; on this
     machine, or on a Dask cluster (--scheduler, --cluster; docs/grading-a-class.md)."""
     _require_box(allow_unisolated)
+    _require_committed_kit(allow_modified_kit)
     from grader import batch, leaderboard, validation
     from grader.batch_progress import Progress
     from grader.cluster import ClusterError

@@ -19,6 +19,10 @@ def format_grade(result: GradeResult) -> str:
         lines.append(f"device: {result.device['name']}")
     if result.isolation.startswith("none"):
         lines.append(f"isolation: {result.isolation}")
+    if result.kit_changes:
+        shown = ", ".join(result.kit_changes[:3]) + (", ..." if len(result.kit_changes) > 3 else "")
+        lines.append(f"kit: {len(result.kit_changes)} file(s) differ from git ({shown}): this grade judged with them; "
+                     "`git diff` shows them, `git checkout -- FILE` restores one")
     lines.extend(format_check(check) for check in result.checks)
     for t in result.timings:
         lines.append("  " + format_timing(t))

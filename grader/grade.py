@@ -53,6 +53,7 @@ def grade(target: Target, source: str = "learner", submission: Path | None = Non
     result.scoring = dict(target.spec.scoring)
     result.file = _relative(path)
     tampered = kit.differs_from_shipped()
+    result.kit_changes = kit.differs_from_git() or []
     if tampered:
         result.add(Check("kit", ERROR, f"these files of the kit differ from the kit as shipped: {', '.join(tampered[:5])}. "
                          "Restore them (git checkout -- FILE, or download the kit again): a grade made with a changed "

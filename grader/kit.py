@@ -97,6 +97,35 @@ def write_manifest(root: Path) -> Path:
     return path
 
 
+def differs_from_git(root: Path | None = None) -> list[str] | None:
+    """Trusted files whose content is not what git's index holds (None where the kit is no git checkout, or git
+    is missing): git's blob ids, so nothing is read but the files themselves and one `git ls-files`."""
+    import subprocess
+
+    root = root or course_root()
+    if not (root / ".git").exists():
+        return None
+    try:
+        listed = subprocess.run(["git", "ls-files", "-s", "--", *TRUSTED], cwd=root, capture_output=True, text=True,
+                                timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if listed.returncode != 0:
+        return None
+    indexed = {line.split("\t", 1)[1]: line.split()[1] for line in listed.stdout.splitlines() if "\t" in line}
+    now = {str(p.relative_to(root)): p for p in trusted_files(root)}
+    return sorted(name for name in set(indexed) | set(now) if indexed.get(name) != _blob_id(now.get(name)))
+
+
+def _blob_id(path: Path | None) -> str | None:
+    """git's id of a file's content (sha1 of "blob <size>\\0" and the bytes)."""
+    try:
+        data = path.read_bytes() if path is not None else None
+    except OSError:
+        return None
+    return None if data is None else hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
 def differs_from_shipped(root: Path | None = None) -> list[str]:
     """Trusted files that differ from the kit's manifest ([] where there is none: an instructor's tree)."""
     root = root or course_root()

@@ -73,6 +73,7 @@ class GradeResult:
     duration_s: float = 0.0
     kind: str = "grade"
     isolation: str = ""  # what boxed the learner's code (box.py), or "none (why)"
+    kit_changes: list[str] = field(default_factory=list)  # trusted files that differ from git's index (a checkout)
 
     def add(self, check: Check) -> Check:
         self.checks.append(check)

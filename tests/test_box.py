@@ -171,3 +171,30 @@ def test_the_box_costs_little_to_enter(tmp_path):
     seconds = float(subprocess.run([os.sys.executable, "-c", code], capture_output=True, text=True, check=True,
                                    cwd=ROOT).stdout)
     assert seconds < 0.1
+
+
+def test_grade_batch_refuses_a_kit_that_differs_from_git_and_names_the_files(monkeypatch, tmp_path):
+    from grader import kit
+
+    monkeypatch.delenv("KCOURSE_ALLOW_MODIFIED_KIT")
+    monkeypatch.setattr(kit, "differs_from_git", lambda root=None: ["exercises/softmax/reference.py"])
+    refused = CliRunner().invoke(main, ["grade-batch", str(tmp_path)])
+    assert refused.exit_code == 2 and "exercises/softmax/reference.py" in refused.output
+    assert "--allow-modified-kit" in refused.output
+
+
+def test_a_trusted_file_changed_since_git_is_named_in_the_grade_header(tmp_path):
+    """Git's blob ids of the working files against the index: an edited reference shows, a stub does not."""
+    from grader import kit
+
+    root = tmp_path / "kit"
+    (root / "exercises" / "x").mkdir(parents=True)
+    (root / "exercises" / "x" / "reference.py").write_text("def reference(a):\n    return a\n")
+    (root / "exercises" / "x" / "x.py").write_text("# the learner's file\n")
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    subprocess.run(["git", "add", "."], cwd=root, check=True)
+    assert kit.differs_from_git(root) == []
+    (root / "exercises" / "x" / "reference.py").write_text("def reference(a):\n    return a * 0\n")
+    (root / "exercises" / "x" / "x.py").write_text("# edited\n")
+    assert kit.differs_from_git(root) == ["exercises/x/reference.py"]
+    assert kit.differs_from_git(tmp_path) is None  # no checkout
