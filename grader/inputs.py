@@ -208,8 +208,8 @@ def place(values: torch.Tensor, layout: str | None, device: str) -> torch.Tensor
     if not layout or layout == "contiguous":
         return values.to(device).contiguous()
     if layout == "row_slice":
-        wide = torch.full((*values.shape[:-1], values.shape[-1] + ROW_SLICE_PAD), float("nan"),
-                          dtype=values.dtype, device=device)
+        wide = poison(torch.empty((*values.shape[:-1], values.shape[-1] + ROW_SLICE_PAD), dtype=values.dtype,
+                                  device=device))  # NaN for floats, the integer poison for integer inputs
         view = wide[..., : values.shape[-1]]
         view.copy_(values)
         return view

@@ -142,7 +142,7 @@ class Judge:
             if event["event"] == kind:
                 return event
             if event["event"] == "check":
-                self._child_failure(event["check"])
+                self._child_failure(event.get("check"))
             if event["event"] == "done":
                 raise ChildGone
             if event["event"] == "garbled":
@@ -153,7 +153,7 @@ class Judge:
         """The child reports failures of the learner's code; a "passed" from it is a forgery."""
         try:
             reported = Check(**check)
-        except TypeError:
+        except TypeError:  # not a check's fields (or no check at all): a forgery too
             reported = Check("integrity", "passed", "")
         if reported.status not in (FAILED, ERROR):
             self._fail("integrity", f"the grading process reported its own verdict ({reported.name}: {reported.status}): "

@@ -239,10 +239,18 @@ def death_message(death: Death, timeout_s: float) -> tuple[str, str]:
                            "ends? (a loop bound that never changes, a barrier not every thread reaches, a spin-wait)")
     code = death.returncode or 0
     if code < 0:
-        name = signal.Signals(-code).name
+        name = _signal_name(-code)
         hint = {"SIGSEGV": " — a bad pointer: a device pointer used on the host, or an index past an array?",
                 "SIGABRT": " — an assertion or a C++ exception in your code?",
                 "SIGFPE": " — an integer division by zero?"}.get(name, "")
         return "crash", f"your code crashed with {name}{where}{hint}"
     return "crash", (f"the grading process ended unexpectedly (exit status {code}){where} — does your code call "
                      "exit() or close file descriptors? Look at your program's output below")
+
+
+def _signal_name(number: int) -> str:
+    """SIGSEGV, ...; a signal Python has no name for (a real-time one) by its number."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"

@@ -85,7 +85,10 @@ def timing_record(spec: ExerciseSpec, variant: Variant, case: Case, measured: di
 
 
 def implausible_claim(measured: dict, wall_s: float) -> str | None:
-    """Claimed device time that does not fit in the wall-clock time the phase took."""
+    """Claimed device time that does not fit in the wall-clock time the phase took, or a run that took no time."""
+    instant = sorted(who for who, m in measured.items() if not float(m["median_ms"]) > 0)
+    if instant:
+        return f"your run reported {', '.join(instant)} taking no time at all (a median of {measured[instant[0]]['median_ms']} ms)"
     claimed_s = sum(float(m["median_ms"]) * int(m["runs"]) for m in measured.values()) / 1000
     if claimed_s > wall_s * WALL_SLACK + 0.05:
         return (f"the timings your run reported add up to {claimed_s:.2f} s, but the timed phase took {wall_s:.2f} s "
@@ -150,6 +153,9 @@ def verdict(spec, variant, record: Timing | None, calibration: dict | None, devi
     threshold = spec.performance.threshold
     if record is None:
         return Check("speed", SKIPPED, "this exercise has no timed sizes", {"code": "no_timed_sizes"})
+    if not record.learner_ms or record.learner_ms <= 0:  # the judge fails such a claim first (implausible_claim)
+        return Check("speed", FAILED, f"your timed run reported taking {record.learner_ms} ms: no kernel runs in no time",
+                     {"code": "implausible_timing"})
     if record.solution_ms is None and not apply_calibration(spec, variant, record, calibration or {}, device):
         return Check("speed", SKIPPED, f"no solution here to time against (you: {record.learner_ms:.4g} ms) and no "
                      "calibration for this exercise: ask your instructor for calibration/calibration.json",

@@ -1,0 +1,86 @@
+"""The judge's timing phase (grader/judge.py), on a fake child (fake_child.FakeChild) that claims figures and
+answers the probe: the speed verdict it gives, and the claims it does not believe."""
+
+from __future__ import annotations
+
+import pytest
+
+from grader import gpushare
+from grader.records import ERROR, FAILED, PASSED, SKIPPED
+
+from .fake_child import grade, last, verdicts
+
+
+def test_timed_figures_the_judges_clock_agrees_with_give_the_speed_verdict(toy, toy_child):
+    child = toy_child(measured={"learner": {"median_ms": 1.0, "runs": 10}, "solution": {"median_ms": 0.8, "runs": 10}})
+    result = grade(toy, child, timing=True)
+    speed = last(result)
+    assert (speed.name, speed.status, speed.details["code"], speed.details["bar"]) == ("speed", PASSED, "ok", "live solution")
+    assert speed.details["ratio"] == pytest.approx(0.8)
+    assert [t.case for t in result.timings] == ["n=64"]
+    assert child.sent[-1] == {"probe_again": False}
+
+
+def test_a_kernel_slower_than_the_bar_fails_speed(toy, toy_child):
+    child = toy_child(measured={"learner": {"median_ms": 1.0, "runs": 10}, "solution": {"median_ms": 0.5, "runs": 10}})
+    speed = last(grade(toy, child, timing=True))
+    assert (speed.status, speed.details["code"], speed.details["ratio"]) == (FAILED, "slow", 0.5)
+
+
+def test_without_a_solution_or_calibration_speed_is_skipped(toy, toy_child):
+    child = toy_child(measured={"learner": {"median_ms": 1.0, "runs": 10}})
+    assert verdicts(grade(toy, child, timing=True))[-1] == ("speed", SKIPPED, "no_solution")
+
+
+def test_timing_without_the_learners_figures_is_forged(toy, toy_child):
+    child = toy_child(measured={"solution": {"median_ms": 1.0, "runs": 10}})
+    check = last(grade(toy, child, timing=True))
+    assert (check.name, check.details["code"]) == ("integrity", "timing_forged")
+
+
+def test_claimed_runs_longer_than_the_timed_phase_are_forged(toy, toy_child):
+    child = toy_child(measured={"learner": {"median_ms": 100.0, "runs": 10}})  # 1 s claimed in a moment
+    check = last(grade(toy, child, timing=True))
+    assert check.details["code"] == "timing_forged" and "add up to 1.00 s" in check.message
+
+
+def test_a_wrong_output_of_the_timed_run_fails_numerics(toy, toy_child):
+    def wrong_when_timed(inputs, params, k):
+        return {"c": inputs["a"] + inputs["b"] + (1.0 if str(k).startswith("t") else 0.0)}
+
+    check = last(grade(toy, toy_child(kernel=wrong_when_timed), timing=True))
+    assert (check.name, check.details["code"]) == ("numerics", "mismatch")
+    assert check.message.endswith("(the output of your last timed run)")
+
+
+def test_a_claim_the_probe_disagrees_with_twice_is_forged(toy, toy_child, monkeypatch):
+    monkeypatch.setattr(gpushare, "other_gpu_processes", lambda *devices: [])  # on a GPU host, none shares it
+    child = toy_child(measured={"learner": {"median_ms": 0.001, "runs": 10}})
+    child.burst_s = {"learner": 0.02}  # 20 ms a burst of one run, against 1 µs claimed
+    check = last(grade(toy, child, timing=True))
+    assert (check.name, check.details["code"]) == ("integrity", "timing_forged")
+    assert "the grader's own clock measured" in check.message
+    assert {"probe_again": True} in child.sent  # probed twice before it counted
+
+
+def test_watch_times_only_the_verdict_size(spec_of, toy_child):
+    spec = spec_of(after="[[performance.cases]]\nn = 128\n")
+    child = toy_child(spec)
+    result = grade(spec, child, timing=True, timed_sizes="verdict")
+    timed = next(m["time"] for m in child.sent if "time" in m)
+    assert [m["case"] for m in timed] == [1] and [t.case for t in result.timings] == ["n=128"]
+    assert timed[0]["anchor"] is False  # torch is not timed beside you in watch
+
+
+def test_a_claim_of_zero_milliseconds_is_a_forged_timing_not_a_grader_error(toy, toy_child):
+    child = toy_child(measured={"learner": {"median_ms": 0.0, "runs": 10}, "solution": {"median_ms": 1.0, "runs": 10}})
+    assert verdicts(grade(toy, child, timing=True))[-1] == ("integrity", FAILED, "timing_forged")
+
+
+def test_a_disagreement_while_another_program_shares_the_gpu_is_not_judged(toy, toy_child, monkeypatch):
+    monkeypatch.setattr(gpushare, "other_gpu_processes", lambda *devices: ["4242 python"])
+    child = toy_child(measured={"learner": {"median_ms": 0.001, "runs": 10}})
+    child.burst_s = {"learner": 0.02}
+    check = last(grade(toy, child, timing=True))
+    assert (check.name, check.status, check.details["code"]) == ("speed", ERROR, "gpu_shared")
+    assert "another program used this GPU while your kernel was timed (4242 python)" in check.message
