@@ -97,6 +97,8 @@ def available() -> tuple[bool, str]:
     if abi == 0:
         return False, (f"this kernel ({platform.release()}) has no Landlock (Linux 5.13 or later, with lsm=landlock): "
                        "learner code runs with your user's rights")
+    if _libc.prctl(21, 0, 0, 0, 0) < 0:  # PR_GET_SECCOMP: -1 where the kernel has no seccomp
+        return False, f"this kernel ({platform.release()}) has no seccomp: learner code runs with your user's rights"
     network = "TCP" if abi >= 4 else "no TCP rule (ABI < 4): sockets by seccomp only"
     return True, f"Landlock ABI {abi} ({network}), seccomp, limits"
 
