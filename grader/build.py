@@ -264,7 +264,8 @@ def format_compiler_errors(log: str, source: Path, fallback: bool = True, full_l
         and _NVCC_COMMAND_MARKER not in line
     ]
     more = [f"... {len(keep) - 60} more lines" + (f"; the whole compiler output: {full_log}" if full_log else "")]
-    return "\n".join(keep[:60] + (more if len(keep) > 60 else [])) or (text.strip()[-3000:] if fallback else "")
+    shown = "\n".join(keep[:60] + (more if len(keep) > 60 else []))
+    return nvcc_errors.mark_line_before(shown, source) if shown else (text.strip()[-3000:] if fallback else "")
 
 
 def silent_compiler_hint(command: list[str]) -> str:

@@ -120,22 +120,47 @@ def compare(name: str, out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, lab
 
 
 def _mismatch(name, out, got, want, bad, finite, tol: Tolerance, label: str) -> Comparison:
+    """The wrong elements' account: NaN and inf values counted and placed apart, the error figures taken over
+    the other wrong elements only (a NaN has no error figure: a max error of 0 would read as a pass)."""
+    shape = tuple(out.shape)
+    nan, inf = bad & torch.isnan(got), bad & torch.isinf(got)
+    others = bad & ~nan & ~inf
     first = int(bad.nonzero()[0])
     rel = finite / want.abs().clamp_min(1e-30)
     details = {
-        "wrong": int(bad.sum()), "first_index": first, "max_abs_error": float(finite.max()),
-        "max_rel_error": float(rel.max()), "got": float(got[first]), "expected": float(want[first]),
-        "nan": int(torch.isnan(got).sum()), "inf": int((torch.isinf(got) & ~torch.isinf(want)).sum()),
-        "total": got.numel(), "last_wrong": int(bad.nonzero()[-1]),
+        "wrong": int(bad.sum()), "first_index": first, "max_abs_error": _max_over(finite, others),
+        "max_rel_error": _max_over(rel, others), "got": float(got[first]), "expected": float(want[first]),
+        "nan": int(nan.sum()), "inf": int(inf.sum()), "total": got.numel(), "last_wrong": int(bad.nonzero()[-1]),
+        "other_wrong": int(others.sum()),
     }
-    notes = "".join(f"; {details[k]} {k.upper() if k == 'nan' else k}" for k in ("nan", "inf") if details[k])
-    return Comparison(
-        False, "mismatch",
-        f"{label}: {details['wrong']} of {got.numel()} elements of {name} wrong{notes}; max abs error "
-        f"{details['max_abs_error']:.3g}, max rel error {details['max_rel_error']:.3g} "
-        f"(tolerance atol {tol.atol:g}, rtol {tol.rtol:.3g}); first at index {_index(first, tuple(out.shape))}: "
-        f"got {details['got']:.6g}, expected {details['expected']:.6g}",
-        details)
+    head = f"{label}: {details['wrong']} of {got.numel()} elements of {name} wrong"
+    if not (details["nan"] or details["inf"]):
+        return Comparison(False, "mismatch", f"{head}; {_error_figures(details, tol)}; "
+                          f"{_first_text(first, shape, got, want)}", details)
+    counts = []
+    for key, word, mask in (("nan", "NaN", nan), ("inf", "inf", inf)):
+        if details[key]:
+            details[f"first_{key}"] = where = int(mask.nonzero()[0])
+            counts.append(f"{details[key]} {word} (first at index {_index(where, shape)}, expected {float(want[where]):.6g})")
+    rest = ("every other element is within tolerance — find the operation in your kernel that makes the first "
+            "NaN/inf (see the hint)")
+    if details["other_wrong"]:
+        rest = (f"elsewhere {details['other_wrong']} more wrong: {_error_figures(details, tol)}; "
+                f"{_first_text(int(others.nonzero()[0]), shape, got, want)}")
+    return Comparison(False, "mismatch", f"{head}: {', '.join(counts)}; {rest}", details)
+
+
+def _max_over(values: torch.Tensor, mask: torch.Tensor) -> float | None:
+    return float(values[mask].max()) if bool(mask.any()) else None
+
+
+def _error_figures(details: dict, tol: Tolerance) -> str:
+    return (f"max abs error {details['max_abs_error']:.3g}, max rel error {details['max_rel_error']:.3g} "
+            f"(tolerance atol {tol.atol:g}, rtol {tol.rtol:.3g})")
+
+
+def _first_text(first: int, shape: tuple[int, ...], got: torch.Tensor, want: torch.Tensor) -> str:
+    return f"first at index {_index(first, shape)}: got {float(got[first]):.6g}, expected {float(want[first]):.6g}"
 
 
 def matches(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance) -> bool:

@@ -14,7 +14,8 @@ def format_grade(result: GradeResult) -> str:
     where = f"{result.unit} " if result.unit else ""
     if result.unit and result.plan and result.plan != _default_plan_id():  # `grade day12 softmax` found its plan
         where = f"{result.unit} ({result.plan}) "
-    lines = [f"{where}{result.exercise} ({result.lang}) — source: {result.source}, seed {result.seed}"]
+    picked = f"; {result.lang_choice}" if getattr(result, "lang_choice", "") else ""  # why this version, without --lang
+    lines = [f"{where}{result.exercise} ({result.lang}{picked}) — source: {result.source}, seed {result.seed}"]
     if result.device.get("name"):
         lines.append(f"device: {result.device['name']}")
     if result.isolation.startswith("none"):
@@ -107,10 +108,39 @@ def _fit(widths: list[int], width: int | None, wrap: tuple[int, ...]) -> list[in
 MIN_WRAPPED = 24
 
 
-def format_phases(result: GradeResult) -> str:
-    """Seconds per phase of a grade (start = the child's imports and CUDA context, overlapped with build)."""
-    phases = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in result.phases.items())
-    return f"phases: {phases or 'none recorded'}; total {result.duration_s:.2f} s"
+# Phases that run beside the others, not after them: `start` is the grading child's launch until the grade used
+# it (its torch import and CUDA context), which overlaps the grader's own imports and build.
+ALONGSIDE = ("start",)
+OTHER_MIN_S = 0.005
+
+
+def format_phases(result: GradeResult, total_s: float | None = None, warm: bool = False) -> str:
+    """Seconds per phase of a grade, so that they add up: the phases that ran one after another, then "other"
+    (the time between them: waiting for the child, the kit's checks, hints), sum to the total, the wall time
+    of the command (`total_s`; the grade's own wall time, result.duration_s, where not given). The phases
+    that ran beside them (ALONGSIDE) are shown apart, as overlapping. `warm`: the child was started before
+    this grade (kcourse watch starts the next one while the learner edits), so its start-up is not this grade's."""
+    total = result.duration_s if total_s is None else total_s
+    serial = {name: seconds for name, seconds in result.phases.items() if name not in ALONGSIDE}
+    parts = [f"{name} {seconds:.2f} s" for name, seconds in serial.items()]
+    other = total - sum(serial.values())
+    if other >= OTHER_MIN_S:
+        parts.append(f"other {other:.2f} s (between phases)")
+    line = f"phases: {' + '.join(parts) or 'none recorded'} = total {total:.2f} s"
+    line += " (this grade's wall time)" if total_s is None else " (the command's wall time)"
+    if other <= -OTHER_MIN_S:  # a phase measured on another clock, or that overlaps another: said, not hidden
+        line += f"; the phases overlap by {-other:.2f} s"
+    for name in ALONGSIDE:
+        if name not in result.phases:
+            continue
+        seconds = result.phases[name]
+        if warm:
+            line += (f"; {name}: the grading child was launched {seconds:.2f} s before this grade used it (watch "
+                     "starts it ahead, while you edit): not part of the total, where any wait for it is in other")
+        else:
+            line += (f"; alongside them: {name} {seconds:.2f} s (the grading child's start-up, from its launch until "
+                     "the grade used it: it overlaps the phases above, and is not added to the total)")
+    return line
 
 
 def reproduce_command(result: GradeResult) -> str:
@@ -126,3 +156,25 @@ def reproduce_command(result: GradeResult) -> str:
     elif result.source == "solutions":
         words += ["--source", "solutions"]
     return " ".join(words + ["--seed", str(result.seed)])
+
+
+# --- while a grade waits on the learner's code --------------------------------------------------------
+
+STILL_RUNNING_S = 10.0  # a "still running" line this often while a grade waits (a terminal only)
+
+
+def waiting_lines_wanted(stream=None) -> bool:
+    """"still running" lines are for a person at a terminal: stderr a TTY, and the grade in the main thread
+    (grade-batch's threads have their own progress line; a pipe or a file gets plain output, --json only JSON)."""
+    import sys
+    import threading
+
+    stream = stream or sys.stderr
+    tty = getattr(stream, "isatty", lambda: False)()
+    return bool(tty) and threading.current_thread() is threading.main_thread()
+
+
+def still_running(elapsed_s: float, limit_s: float, step: str) -> str:
+    """`still running: 20 s (stopped at 120 s) — checking M=5 N=9001, trial 2`."""
+    doing = f" — {step}" if step else ""
+    return f"still running: {elapsed_s:.0f} s (stopped at {limit_s:.0f} s){doing}"

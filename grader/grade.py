@@ -222,7 +222,9 @@ def _build(target, path, solution, job, result, gpu) -> bool:
 def _judge(target, path, job, result, gpu, quick, judge, calibration_error, before_timing=None) -> None:
     """The child runs the learner's code; the judge decides; compute-sanitizer runs beside or after."""
     variant = target.variant
-    before = kit.contents(), kit.append_only_state(store.results_path())
+    # Boxed, learner code cannot write the kit or the results: a change meanwhile is someone's edit, left alone.
+    # Unboxed, the files are kept to be put back after the run.
+    before = None if job.get("box") else (kit.contents(), kit.append_only_state(store.results_path()))
     memory_safety = _MemorySafety(target, path, job, gpu, result, judge.child.visible_devices)
     background = job.get("sanitize") == BACKGROUND
     if variant.kind != "torch_op" and not background:  # raw CUDA and Triton: the tools overlap the child's start and numerics
@@ -244,7 +246,8 @@ def _judge(target, path, job, result, gpu, quick, judge, calibration_error, befo
     else:
         memory_safety.finish()
     result.phases.update(judge.phases)
-    _check_kit_untouched(before, result)
+    if before is not None:
+        _check_kit_untouched(before, result)
     if calibration_error:  # numerics still count; only the speed bar is unknown
         result.checks = [c for c in result.checks if c.name != "speed"]
         result.add(Check("speed", ERROR, calibration_error, {"code": "corrupt_calibration"}))

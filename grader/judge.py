@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import threading
 import time
 import traceback
@@ -18,7 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
-from grader import gpushare, heavy, hostload, integrity, memory, op_checks, speed
+from grader import console, gpushare, heavy, hostload, integrity, memory, op_checks, speed
 from grader.checking import judge_output, load_reference, looks_cached, reference_outputs
 from grader.inputs import dtype_of, element_size, generate, load_tensor, save_tensor, shape_of
 from grader.records import ERROR, FAILED, PASSED, Check, GradeResult
@@ -63,6 +64,11 @@ class Judge:
         self.op_judged: list[dict[str, Check]] = []
         self.phases: dict[str, float] = {}
         self.deadline = float("inf")
+        self.loading = False  # waiting for the learner's file to load (a timeout then is a hang at import)
+        self.job_learner = ""
+        self.waited_from = time.monotonic()  # "still running" lines count from the job (_next_event)
+        self.line_due = self.waited_from + console.STILL_RUNNING_S
+        self.quiet = False
         self.drawer = ThreadPoolExecutor(1, thread_name_prefix="kcourse-draw")
         self.drawn: dict[Any, Future] = {}  # trial k or "t{index}" -> (file metadata, inputs), drawn ahead
         self.producer_error: tuple[BaseException, str] | None = None  # (error, traceback) of the producer thread
@@ -77,11 +83,11 @@ class Judge:
         started = time.monotonic()
         self.phases["start"] = round(started - self.child.started, 3)
         self.deadline = started + self.timeout_s
+        self.waited_from, self.line_due = started, started + console.STILL_RUNNING_S
+        self.job_learner = str(job.get("learner", ""))
         self.child.send({**job, "work_dir": str(self.child.dir)})
         try:
-            self._expect("loaded")
-            self._mark("load", started)
-            self.result.add(Check("load", PASSED, f"{Path(job['learner']).name}: `{self.variant.entry}` loaded"))
+            self._load(job, started)
             if self._numerics() and self.timing:
                 self.before_timing()  # e.g. the sanitizer's processes end: nothing else on the GPU while timing
                 self._timing(job)
@@ -114,6 +120,20 @@ class Judge:
         if self.gpu is not None:
             self.gpu.shutdown()
 
+    def _load(self, job: dict[str, Any], started: float) -> None:
+        """The learner's file imported within load_limit_s of the job (the whole run's limit counts it too)."""
+        whole, self.deadline = self.deadline, min(self.deadline, started + self.load_limit_s())
+        self.loading = True
+        self._expect("loaded")
+        self.loading, self.deadline = False, whole
+        self._mark("load", started)
+        self.result.add(Check("load", PASSED, f"{Path(job['learner']).name}: `{self.variant.entry}` loaded"))
+
+    def load_limit_s(self) -> float:
+        """Loading runs no interpreted kernel, so it gets the spec's own timeout_s, not the interpreter's multiple
+        of it (grade.INTERPRETER_TIMEOUT_FACTOR): a hang at import is stopped at the limit the spec states."""
+        return min(self.timeout_s, self.variant.timeout_s or self.timeout_s)
+
     def _mark(self, phase: str, since: float) -> float:
         now = time.monotonic()
         self.phases[phase] = round(now - since, 3)
@@ -126,8 +146,16 @@ class Judge:
     def _died(self, timed_out: bool) -> None:
         self.child.kill()
         code = self.child.proc.wait()
+        if timed_out and self.loading and Path(self.job_learner).suffix == ".py":
+            self.result.add(Check("run", FAILED, self._load_timeout_message(), {"code": "load_timeout"}))
+            return
         kind, message = death_message(Death(timed_out, code, self.child.last_step), self.timeout_s)
         self.result.add(Check("run", FAILED, message, {"code": kind}))
+
+    def _load_timeout_message(self) -> str:
+        return (f"importing {Path(self.job_learner).name} ran past the {self.load_limit_s():g} s limit and was stopped: "
+                "its module-level code runs when the grader loads it — a loop there that never ends, or a test call "
+                "left at the top level? Put test code under `if __name__ == \"__main__\":` and grade again")
 
     def _fail(self, name: str, message: str, **details: Any) -> None:
         self.result.add(Check(name, FAILED, message, details))
@@ -138,7 +166,7 @@ class Judge:
     def _expect(self, kind: str) -> dict[str, Any]:
         """The child's next event of `kind`; a failure it reports (its own code's) ends the grade."""
         while True:
-            event = self.child.event(self.deadline)
+            event = self._next_event()
             if event["event"] == kind:
                 return event
             if event["event"] == "check":
@@ -148,6 +176,23 @@ class Judge:
             if event["event"] == "garbled":
                 self._fail("integrity", f"the grading process sent an unreadable message ({event['text']!r}): does your "
                            "code write to file descriptors it did not open?", code="garbled")
+
+    def _next_event(self) -> dict[str, Any]:
+        """The child's next event; at a terminal, while the grade goes on, a "still running" line every
+        console.STILL_RUNNING_S (not during the probe, whose bursts this process's clock times)."""
+        if self.quiet or not console.waiting_lines_wanted():
+            return self.child.event(self.deadline)
+        while True:
+            now = time.monotonic()
+            if now >= self.line_due:
+                print(console.still_running(now - self.waited_from, self.deadline - self.waited_from,
+                                            self.child.last_step), file=sys.stderr, flush=True)
+                self.line_due = now + console.STILL_RUNNING_S
+            try:
+                return self.child.event(min(self.deadline, self.line_due))
+            except ChildTimeout:
+                if time.monotonic() >= self.deadline:
+                    raise
 
     def _child_failure(self, check: dict) -> None:
         """The child reports failures of the learner's code; a "passed" from it is a forgery."""
@@ -440,10 +485,12 @@ class Judge:
         failing a correct scan 1 grade in 20); a patched timer disagrees again."""
         pid = int((self.child.ready or {}).get("pid") or self.child.proc.pid)  # sent before learner code ran
         self.child.send({"go": True})
+        self.quiet = True  # no terminal writes while this process's clock times the bursts
         disagreement = self._probe_round(record, pid)
         if disagreement:
             self.child.send({"probe_again": True})
             disagreement = self._probe_round(record, pid)
+        self.quiet = False
         if not disagreement:
             self.child.send({"probe_again": False})  # the child ends as after any grade
             return None

@@ -96,3 +96,44 @@ def _frame_text(frame: Frame) -> str:
 
 def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[:width - 3] + "..."
+
+
+# --- a missing token that nvcc reports on the line after it -------------------------------------------
+
+_EXPECTED = re.compile(r'^(?P<file>[^\s:]+):(?P<line>\d+): error: expected an? "(?P<token>[;,)\]}])"\s*$')
+
+
+def mark_line_before(text: str, source: Path) -> str:
+    """nvcc reports a missing `;` (or `)`, `,`, `]`, `}`) where the next token is: when that is the first word of
+    a line, the token is missing at the end of the line of code before, which the error's line then names."""
+    lines = text.splitlines()
+    try:
+        code = source.read_text(errors="replace").splitlines()
+    except OSError:
+        return text
+    for i, line in enumerate(lines):
+        match = _EXPECTED.match(line)
+        if not match or Path(match["file"]).name != source.name or not _caret_at_start(lines[i + 1:i + 3]):
+            continue
+        before = _code_line_before(code, int(match["line"]), match["token"])
+        if before is not None:
+            lines[i] = (f"{line} (reported at the start of line {match['line']}: likely missing at the end of line "
+                        f"{before[0]}: `{_clip(before[1], 70)}`)")
+    return "\n".join(lines)
+
+
+def _caret_at_start(quoted: list[str]) -> bool:
+    """nvcc's quoted line and its caret: the caret under the line's first character."""
+    if len(quoted) < 2 or quoted[1].strip() != "^" or not quoted[0].strip():
+        return False
+    return quoted[1].index("^") == len(quoted[0]) - len(quoted[0].lstrip())
+
+
+def _code_line_before(code: list[str], number: int, token: str) -> tuple[int, str] | None:
+    """(number, text) of the last line of code above line `number`, where it could lack `token`."""
+    for index in range(min(number, len(code) + 1) - 2, -1, -1):
+        text = code[index].split("//")[0].strip()
+        if not text or text.startswith(("#", "/*", "*")):
+            continue
+        return None if text.endswith((token, ";", "{", "}")) else (index + 1, text)
+    return None
