@@ -4,6 +4,11 @@
 grader recorded (the case, the first and last bad index, NaN counts, the speed ratio) and sets
 `details["hint"]`. The console prints it under the check; --json and the results store carry it.
 
+An exercise's own mistakes come first: `[[mistakes]]` in its spec.toml says how each shows (the check, the
+failure code, the case that fails first, NaN or not, a pattern of the message) and the hint for it
+(`exercise_hint`). Only when none matches do the generic rules below answer, so a generic hint about another
+topic (softmax's exp overflow on layer_norm's NaN at N = 1) never stands in for the exercise's own.
+
 A speed hint names the next step of the exercise README's ladder. The ladder is a section of
 `exercises/<id>/README.md`:
 
@@ -29,7 +34,7 @@ from typing import Any, Callable
 
 from grader import exprs
 from grader.records import ERROR, FAILED, Check, GradeResult
-from grader.spec import ExerciseSpec
+from grader.spec import ExerciseSpec, Mistake, case_word
 
 
 @dataclass
@@ -136,6 +141,9 @@ def annotate(result: GradeResult, spec: ExerciseSpec) -> None:
 
 
 def hint_for(check: Check, context: Context) -> str | None:
+    own = exercise_hint(check, context)
+    if own:
+        return own
     if check.name == "speed":
         return _speed(check, context)
     if check.name == "sanitizer":
@@ -143,6 +151,52 @@ def hint_for(check: Check, context: Context) -> str | None:
         return next((hint for key, hint in _SANITIZER.items() if key in code), None)
     handler = _BY_CODE.get(check.details.get("code", ""))
     return handler(check, context) if handler else None
+
+
+# --- the exercise's own mistakes ([[mistakes]] in spec.toml) ------------------------------------
+
+def exercise_hint(check: Check, context: Context) -> str | None:
+    """The hint of the exercise's mistake that this check shows. Mistakes that show exactly alike on the first
+    failing case (layer_norm's N - 1 divisor and missing eps: both NaN at N = 1) each give theirs, in spec order."""
+    hints = [m.hint for m in matching_mistakes(check, context) if m.hint]  # one without: the generic hint answers
+    if len(hints) <= 1:
+        return hints[0] if hints else None
+    return f"{len(hints)} mistakes fail this way here; fix the one you made:\n" + "\n".join(
+        f"{number}. {hint}" for number, hint in enumerate(hints, 1))
+
+
+def matching_mistakes(check: Check, context: Context) -> list[Mistake]:
+    return [m for m in context.spec.mistakes if mistake_matches(m, check, context)]
+
+
+def mistake_matches(mistake: Mistake, check: Check, context: Context) -> bool:
+    """Every matcher the mistake gives holds for the check (see spec.Mistake)."""
+    d = check.details
+    if mistake.lang is not None and mistake.lang not in (context.result.lang, "cuda" if context.cuda else "triton"):
+        return False
+    if mistake.check is not None and check.name != mistake.check:
+        return False
+    if mistake.code and d.get("code") not in mistake.code:
+        return False
+    if mistake.first_case:
+        label = case_label(check)
+        if label is None or not any(case_word(text).search(label) for text in mistake.first_case):
+            return False
+    if mistake.nan is not None and _has_nan_or_inf(d) != mistake.nan:
+        return False
+    return mistake.message is None or re.search(mistake.message, check.message) is not None
+
+
+_LABEL = re.compile(r"^(?:timed size )?(?P<label>[^:]+?)(?:, trial \d+)?:\s")
+
+
+def case_label(check: Check) -> str | None:
+    """The label of the case a failed check names ("M=64 N=781 (x offset=1000.0)"): its message starts with it.
+    None for a check about no case (a load or build failure)."""
+    if not isinstance(check.details.get("case"), dict):
+        return None
+    found = _LABEL.match(check.message)
+    return found["label"] if found else None
 
 
 # --- numerics ------------------------------------------------------------------------------------
@@ -235,6 +289,8 @@ def _plain_mismatch(d: dict[str, Any], context: Context) -> str | None:
 def _unwritten(check: Check, context: Context) -> str:
     d = check.details
     tail = _tail(check, context, d.get("unwritten"), d.get("last_unwritten"))
+    if tail and tail.startswith("the last rows") and "row_slice" in check.message:  # NaN read from the gaps of a slice
+        return _row_stride(tail, check, context)
     if tail and tail.startswith("the last columns"):
         mask = ("cols = tl.arange(0, BLOCK) with BLOCK = triton.next_power_of_2(n_cols), mask = cols < n_cols on "
                 "the load and the store" if not context.cuda else "launch ceil(N / TILE) blocks along the columns and "

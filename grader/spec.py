@@ -203,6 +203,37 @@ class Performance:
 
 
 @dataclass
+class Mistake:
+    """A classic mistake of the exercise (`[[mistakes]]` in spec.toml): how its first failing check shows, and
+    the hint that check gets. Every matcher given must hold (hints.exercise_hint); one left out matches anything.
+    Tried before the grader's generic hints. Without a hint the entry only declares the mistake (and its fixture
+    is tested): for a mistake a generic hint already answers well (softmax's row stride taken as N)."""
+
+    name: str
+    hint: str | None
+    check: str | None = None  # the failing check's name: numerics, run, load, build, speed, sanitizer, ...
+    code: list[str] = field(default_factory=list)  # any of these check.details["code"] (mismatch, partial_write, ...)
+    # any of these in the failing case's label ("M=1 N=1", "x offset=1000.0", "layout=row_slice"), whole words:
+    # "N=1" matches "M=1 N=1" but not "N=1025"
+    first_case: list[str] = field(default_factory=list)
+    nan: bool | None = None  # true: the output has NaN or inf where the reference is finite; false: it has none
+    message: str | None = None  # a regular expression searched for in the check's message
+    lang: str | None = None  # a variant's name or a language (triton, cuda); None: every version
+    # the file in tests/fixtures/submissions/ that makes this mistake (tests/test_exercise_hints.py grades it
+    # and expects this hint); only a name: fixtures do not ship to learners
+    fixture: str | None = None
+
+
+MISTAKE_MATCHERS = ("check", "code", "first_case", "nan", "message", "lang")
+MISTAKE_KEYS = ("name", "hint", "fixture") + MISTAKE_MATCHERS
+
+
+def case_word(text: str) -> "re.Pattern[str]":
+    """`text` as whole words of a case label: "N=1" finds "M=1 N=1" and "N=1 dtype=float16", not "N=1025"."""
+    return re.compile(r"(?<![\w.=])" + re.escape(text.strip()) + r"(?![\w.])")
+
+
+@dataclass
 class ExerciseSpec:
     id: str
     title: str
@@ -220,6 +251,7 @@ class ExerciseSpec:
     default_lang: str | None = None  # the version `kcourse grade <id>` picks without --lang (None: ask)
     reference_device: str = "cpu"  # "cuda": float64 references and transforms on the GPU where one is (heavy.py)
     checks: Any = None  # op_checks.OpChecks: [checks] custom_op, an operator registered with torch.library (op_checks.py)
+    mistakes: list[Mistake] = field(default_factory=list)  # [[mistakes]]: the exercise's own hints, tried first
 
     def variant(self, lang: str | None) -> Variant:
         if lang is None:
@@ -342,9 +374,72 @@ def _parse(data: dict[str, Any], folder: Path) -> ExerciseSpec:
         default_lang=data.get("default_lang"),
         reference_device=data.get("reference_device", "cpu"),
         checks=op_checks.parse(data.get("checks"), str(path)),
+        mistakes=_mistakes(data.get("mistakes", []), path),
     )
     _validate(spec, path)
     return spec
+
+
+def _mistakes(entries: Any, path: Path) -> list[Mistake]:
+    """`[[mistakes]]`: each a name, a hint (optional) and at least one matcher besides check and lang (see Mistake)."""
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise SpecError(f"{path}: mistakes must be an array of tables: write each as [[mistakes]] with name, hint "
+                        "and matchers")
+    mistakes: list[Mistake] = []
+    for number, raw in enumerate(entries, 1):
+        where = f"{path}: [[mistakes]] #{number}" + (f" ({raw['name']})" if isinstance(raw.get("name"), str) else "")
+        unknown = sorted(set(raw) - set(MISTAKE_KEYS))
+        if unknown:
+            raise SpecError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(MISTAKE_KEYS)}")
+        name, hint = raw.get("name"), raw.get("hint")
+        if not isinstance(name, str) or not re.fullmatch(r"[a-z0-9][a-z0-9_]*", name):
+            raise SpecError(f"{where}: name = {name!r}: name the mistake in lower case letters, digits and _ (n_minus_1)")
+        if any(m.name == name for m in mistakes):
+            raise SpecError(f"{where}: a second mistake named {name!r}: names are unique")
+        if hint is not None and (not isinstance(hint, str) or not hint.strip()):
+            raise SpecError(f"{where}: hint = {hint!r}: give the text the learner reads under the failing check (or "
+                            "leave hint out where the grader's generic hint says it)")
+        for key in ("check", "message", "lang", "fixture"):
+            if key in raw and (not isinstance(raw[key], str) or not raw[key].strip()):
+                raise SpecError(f"{where}: {key} = {raw[key]!r}: give a non-empty string")
+        if "nan" in raw and not isinstance(raw["nan"], bool):
+            raise SpecError(f"{where}: nan = {raw['nan']!r}: true (NaN or inf in the output) or false (none)")
+        if "message" in raw:
+            try:
+                re.compile(raw["message"])
+            except re.error as exc:
+                raise SpecError(f"{where}: message = {raw['message']!r} is not a regular expression: {exc}") from None
+        mistake = Mistake(name=name, hint=hint.strip() if hint else None, check=raw.get("check"),
+                          code=_strings(raw, "code", where), first_case=_strings(raw, "first_case", where), nan=raw.get("nan"),
+                          message=raw.get("message"), lang=raw.get("lang"), fixture=raw.get("fixture"))
+        if not (mistake.code or mistake.first_case or mistake.nan is not None or mistake.message):
+            raise SpecError(f"{where}: give at least one of code, first_case, nan, message: a mistake matched by its "
+                            "check alone would take the hint of every failure")
+        mistakes.append(mistake)
+    return mistakes
+
+
+def _strings(raw: dict[str, Any], key: str, where: str) -> list[str]:
+    """A string or a list of strings (any of them matches)."""
+    value = raw.get(key, [])
+    values = [value] if isinstance(value, str) else value
+    if not isinstance(values, list) or not all(isinstance(v, str) and v.strip() for v in values):
+        raise SpecError(f"{where}: {key} = {value!r}: give a string or a list of strings")
+    return [v.strip() for v in values]
+
+
+def _validate_mistakes(spec: ExerciseSpec, path: Path) -> None:
+    """A mistake's first_case must name some case (a typo would silently never match), its lang a version."""
+    labels = [c.label() for c in spec.cases + spec.performance.cases]
+    languages = set(spec.variants) | {v.language for v in spec.variants.values()}
+    for mistake in spec.mistakes:
+        where = f"{path}: [[mistakes]] {mistake.name}"
+        for text in mistake.first_case:
+            if not any(case_word(text).search(label) for label in labels):
+                raise SpecError(f"{where}: first_case = {text!r} is in no case's label (whole words, as "
+                                f"\"M=1 N=1\" or \"x offset=1000.0\"); the labels: {'; '.join(labels)}")
+        if mistake.lang is not None and mistake.lang not in languages:
+            raise SpecError(f"{where}: lang = {mistake.lang!r}; this exercise has: {', '.join(sorted(languages))}")
 
 
 _LIBRARY_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_+.-]*$")  # as -l takes it: "cublas", not "-lcublas"
@@ -509,6 +604,7 @@ def _validate(spec: ExerciseSpec, path: Path) -> None:
     _validate_work_models(spec, path)
     _validate_host_options(spec, path)
     _validate_in_place(spec, path)
+    _validate_mistakes(spec, path)
     for variant in spec.variants.values():
         _validate_build_options(variant, path)
     op_checks.validate(spec, path)
