@@ -208,8 +208,10 @@ def place(values: torch.Tensor, layout: str | None, device: str) -> torch.Tensor
     if not layout or layout == "contiguous":
         return values.to(device).contiguous()
     if layout == "row_slice":
-        wide = poison(torch.empty((*values.shape[:-1], values.shape[-1] + ROW_SLICE_PAD), dtype=values.dtype,
-                                  device=device))  # NaN for floats, the integer poison for integer inputs
+        # a plain NaN for floats (not the output poison: a kernel that copies padding has written, and wrongly),
+        # the integer poison for integer inputs
+        pad = float("nan") if values.is_floating_point() else (BYTE_POISON if values.dtype == torch.uint8 else INT_POISON)
+        wide = torch.full((*values.shape[:-1], values.shape[-1] + ROW_SLICE_PAD), pad, dtype=values.dtype, device=device)
         view = wide[..., : values.shape[-1]]
         view.copy_(values)
         return view
