@@ -45,17 +45,33 @@ def contents(root: Path | None = None) -> dict[str, bytes]:
 
 
 def restore(before: dict[str, bytes], root: Path | None = None) -> list[str]:
-    """Put back every trusted file that differs from `before` (and remove any that appeared); their names."""
+    """Every trusted file that differs from `before` (their names), and each one that was as shipped before the
+    run (git's index in a checkout, the manifest in a release) put back. A file that was already edited, or is
+    new, is only named: it is someone's work in progress, and an edit saved while the run went on looks the same."""
     root = root or course_root()
     now = contents(root)
     touched = sorted(name for name in set(before) | set(now) if before.get(name) != now.get(name))
+    shipped = _shipped_ids(root)
     for name in touched:
-        path = root / name
-        if name in before:
-            path.write_bytes(before[name])
-        else:
-            path.unlink(missing_ok=True)
+        if name in before and shipped.get(name) in (_blob_id_of(before[name]), hashlib.sha256(before[name]).hexdigest()):
+            (root / name).write_bytes(before[name])
     return touched
+
+
+def _shipped_ids(root: Path) -> dict[str, str]:
+    """Each trusted file's id as shipped: git's blob id in a checkout, the manifest's sha256 in a release."""
+    try:
+        return json.loads((root / MANIFEST).read_text())
+    except (OSError, ValueError):
+        pass
+    import subprocess
+
+    try:
+        listed = subprocess.run(["git", "ls-files", "-s", "--", *TRUSTED], cwd=root, capture_output=True, text=True,
+                                timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    return {line.split("\t", 1)[1]: line.split()[1] for line in listed.stdout.splitlines() if "\t" in line}
 
 
 def snapshot(root: Path | None = None) -> dict[str, str]:
@@ -118,12 +134,16 @@ def differs_from_git(root: Path | None = None) -> list[str] | None:
 
 
 def _blob_id(path: Path | None) -> str | None:
-    """git's id of a file's content (sha1 of "blob <size>\\0" and the bytes)."""
+    """git's id of a file's content, or None for no file."""
     try:
-        data = path.read_bytes() if path is not None else None
+        return _blob_id_of(path.read_bytes()) if path is not None else None
     except OSError:
         return None
-    return None if data is None else hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def _blob_id_of(data: bytes) -> str:
+    """git's id of these bytes (sha1 of "blob <size>\\0" and the bytes)."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
 def differs_from_shipped(root: Path | None = None) -> list[str]:
