@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from grader.paths import build_cache_dir
+from grader.toolkit import c_parameter_count, cuda_library_dirs
 
 DEFAULT_ARCH = "sm_90"  # compile checks without a GPU target the course's reference GPU (H100/H200)
 BUILD_TIMEOUT_S = 300
@@ -177,16 +178,6 @@ def requirement_options(requires: list[str], arch: str | None, nvcc: str) -> tup
     from grader import thunderkittens
 
     return thunderkittens.build_options(arch, nvcc)
-
-
-def cuda_library_dirs(nvcc: str) -> list[Path]:
-    """Folders that may hold a CUDA library: the toolkit's (beside nvcc, CUDA_HOME, /usr/local/cuda), then
-    NVIDIA's pip wheels on sys.path (nvidia/cu13/lib, nvidia/cublas/lib: the cuBLAS a CUDA torch installs)."""
-    roots = [Path(nvcc).resolve().parent.parent] + [Path(os.environ[e]) for e in ("CUDA_HOME", "CUDA_PATH")
-                                                    if os.environ.get(e)] + [Path("/usr/local/cuda")]
-    dirs = [d for root in roots for d in (root / "lib64", root / "lib", *sorted(root.glob("targets/*/lib")))]
-    dirs += [d for entry in sys.path if entry and Path(entry).is_dir() for d in sorted(Path(entry).glob("nvidia/*/lib"))]
-    return list(dict.fromkeys(d for d in dirs if d.is_dir()))
 
 
 def link_flags(names: list[str], nvcc: str) -> tuple[list[str], list[str]]:
@@ -397,7 +388,6 @@ def exported_symbols(library: Path) -> set[str] | None:
 def check_entry_point(library: Path, source: Path, entry: str, n_args: int) -> tuple[str, str] | None:
     """(code, message) when the compiled file lacks the `extern "C"` entry point or its parameter
     count is not the stub's; checked on any machine, GPU or not."""
-    from grader.loading import c_parameter_count
 
     symbols = exported_symbols(library)
     if symbols is not None and entry not in symbols:

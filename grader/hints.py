@@ -398,7 +398,7 @@ def _exception(check: Check, context: Context) -> str:
         return ("Triton could not compile your kernel: inside @triton.jit use tl.* operations on blocks; a block size "
                 "is a tl.constexpr power of two (BLOCK = triton.next_power_of_2(n)); the line named above is where")
     if "the grading box refused this" in text:
-        return ""  # the message says what the box allows (worker.BOX_REFUSED)
+        return ""  # the message says what the box allows (learner_errors.BOX_REFUSED)
     if check.name == "load":
         return ("this happened while Python imported your file, before any kernel ran: code at the top level (outside "
                 "functions) runs at import — a misspelt name or a missing import (import triton.language as tl)?")

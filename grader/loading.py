@@ -16,6 +16,7 @@ from typing import Any, Callable
 import torch
 
 from grader.spec import NVCC_KINDS, Argument, Variant
+from grader.toolkit import c_parameter_count
 
 _CTYPES = {"int32": ctypes.c_int, "int64": ctypes.c_int64, "float32": ctypes.c_float, "float64": ctypes.c_double}
 
@@ -140,15 +141,6 @@ def _load_shared_library(variant: Variant, source: Path, library: str | None) ->
         )
     function.restype = None
     return function
-
-
-def c_parameter_count(source_text: str, entry: str) -> int | None:
-    """Parameters of `extern "C" ... entry(...)` as written in the source (None when not found)."""
-    match = re.search(r"extern\s+\"C\"[^;{(]*\b" + re.escape(entry) + r"\s*\(([^)]*)\)", source_text)
-    if not match:
-        return None
-    params = match.group(1).strip()
-    return 0 if params in ("", "void") else params.count(",") + 1
 
 
 def _load_torch_op(variant: Variant, source: Path, role: str) -> Callable:

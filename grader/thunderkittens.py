@@ -106,7 +106,7 @@ def libcuda_flags(nvcc: str) -> list[str]:
     """Link the driver API (TK's TMA descriptors call cuTensorMapEncodeTiled) where the linker can find it: the
     toolkit's stub, else the driver's own library. A toolkit without either still compiles kernels that make
     no driver call; no rpath: at run time the driver's libcuda.so.1 must be the one loaded, never a stub."""
-    from grader.build import cuda_library_dirs
+    from grader.toolkit import cuda_library_dirs
 
     dirs = [d / "stubs" for d in cuda_library_dirs(nvcc)] + [Path(d) for d in _DRIVER_DIRS]
     for folder in dirs:

@@ -66,7 +66,7 @@ def attention_sweep(worker, learner) -> dict[str, Any]:
             points.append({"N": n, "error": "out of GPU memory"})
             stopped = f"out of GPU memory at N={n}: longer sequences skipped"
         except Exception as exc:  # the learner's code raised: say so at this length
-            from grader.worker import learner_error
+            from grader.learner_errors import learner_error
 
             text = learner_error(exc, worker.learner_path)
             points.append({"N": n, "error": text.splitlines()[0][:300]})

@@ -40,7 +40,7 @@ def load_kernels(choices: list[kernels.Choice], send: Send) -> dict[tuple[str, s
             except loading.EntryError as exc:
                 raise KernelFailed(choice.operation, choice.role, f"{choice.exercise}, {choice.lang}", str(exc)) from None
             except Exception as exc:  # the learner's module raised at import
-                from grader.worker import learner_error
+                from grader.learner_errors import learner_error
 
                 raise KernelFailed(choice.operation, choice.role, f"{choice.exercise}, {choice.lang}",
                                    "importing it raised " + learner_error(exc, Path(choice.file))) from None
