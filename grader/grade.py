@@ -15,7 +15,7 @@ from grader import box, build, calibration, heavy, hints, kit, occupancy, op_bui
 from grader.judge import Judge
 from grader.paths import course_root, solutions_dir
 from grader.discovery import Target, learner_file, solution_file
-from grader.records import ERROR, FAILED, PASSED, SKIPPED, Check, GradeResult, Timing
+from grader.records import ERROR, FAILED, PASSED, SKIPPED, Check, GradeResult
 from grader.spec import BUILDS, NVCC_KINDS
 
 BACKGROUND = "background"  # sanitize_code=BACKGROUND: the verdict does not wait for compute-sanitizer

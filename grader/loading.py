@@ -8,7 +8,6 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import inspect
-import re
 import sys
 from pathlib import Path
 from typing import Any, Callable

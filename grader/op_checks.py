@@ -21,100 +21,17 @@ reference's gradients in float64 (`reference_gradients`) and decides every verdi
 from __future__ import annotations
 
 import math
-import re
 import shutil
 import time
-from dataclasses import dataclass
 from typing import Any, Callable
 
+from grader.op_spec import CHECKS, GRADCHECK_ELEMENTS, OpChecks, parse  # noqa: F401 (the spec side, re-exported)
 from grader.records import FAILED, PASSED, SKIPPED, Check
+from grader.spec import gradcheck_small as _small  # noqa: F401 (re-exported)
 
 # torch is imported inside the functions: loading a spec (which parses [checks]) imports no torch
 
-CHECKS = ("operator", "opcheck", "torch_compile", "gradients")
-_SCHEMA = re.compile(r"^(?P<namespace>[A-Za-z_]\w*)::(?P<name>[A-Za-z_]\w*)\(.*\) -> .+$")
 MESSAGE_LIMIT = 700  # characters of a torch error shown to the learner (Dynamo's run to pages)
-GRADCHECK_ELEMENTS = 256  # gradcheck calls forward twice per input element: only tiny cases run it
-
-
-@dataclass
-class OpChecks:
-    schema: str | None  # "kcourse::name(Tensor x, ...) -> Tensor": what torch.ops.kcourse.name.default._schema must print;
-    # None for a plain torch.autograd.Function (autograd_function = true): no operator to check
-    autograd: bool = False  # the backward is registered too (register_autograd): gradients are checked
-    gradcheck: bool = False  # torch.autograd.gradcheck in float64 on the small marked cases (the kernels take float64)
-    kernel_backward: bool = False  # the backward must compute with the learner's kernels, not torch's operators
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        """The checks this table asks for, in CHECKS' order."""
-        if self.schema is None:
-            return ("gradients",)
-        return tuple(n for n in CHECKS if n != "gradients" or self.autograd)
-
-    @property
-    def qualname(self) -> str:
-        return self.schema.split("(", 1)[0]
-
-    @property
-    def namespace(self) -> str:
-        return self.qualname.split("::")[0]
-
-    @property
-    def name(self) -> str:
-        return self.qualname.split("::")[1]
-
-
-def parse(raw: dict[str, Any] | None, where: str) -> OpChecks | None:
-    """spec.toml's [checks] table (None when absent)."""
-    from grader.spec import SpecError
-
-    if raw is None:
-        return None
-    unknown = sorted(set(raw) - {"custom_op", "autograd", "autograd_function", "gradcheck", "kernel_backward"})
-    if raw.get("autograd_function") is True and "custom_op" not in raw and not unknown:
-        return OpChecks(schema=None, autograd=True, gradcheck=bool(raw.get("gradcheck", False)),
-                        kernel_backward=bool(raw.get("kernel_backward", True)))
-    if unknown or not isinstance(raw.get("custom_op"), str) or not _SCHEMA.match(raw["custom_op"]):
-        raise SpecError(f"{where}: [checks] takes custom_op = \"namespace::name(Tensor x, ...) -> Tensor\" (the schema "
-                         f"torch prints for the operator) and autograd = true|false, or autograd_function = true for a "
-                         f"plain torch.autograd.Function; either with gradcheck = true|false and "
-                         f"kernel_backward = true|false"
-                         + (f"; unknown: {', '.join(unknown)}" if unknown else ""))
-    return OpChecks(schema=raw["custom_op"], autograd=bool(raw.get("autograd", False)),
-                    gradcheck=bool(raw.get("gradcheck", False)), kernel_backward=bool(raw.get("kernel_backward", False)))
-
-
-def validate(spec, path) -> None:
-    """[checks] and the cases' op_checks marks go together, on Python entry points that return their outputs."""
-    from grader.spec import SpecError
-
-    marked = [c for c in spec.cases if c.op_checks]
-    if spec.checks is None:
-        if marked:
-            raise SpecError(f"{path}: case {marked[0].label()} has op_checks = true but the spec has no [checks] "
-                            "custom_op: add one, or remove the mark")
-        return
-    if not [c for c in marked if not c.gpu_only]:
-        raise SpecError(f"{path}: [checks] runs on the cases marked op_checks = true: mark at least one case that "
-                        "also runs on the CPU (not gpu_only)")
-    for variant in spec.variants.values():
-        if variant.kind != "triton" or not variant.returns:
-            raise SpecError(f"{path}: variants.{variant.lang}: [checks] needs kind = \"triton\" with returns = "
-                            "true (a Python entry point returning the operator's output)")
-    if spec.checks.gradcheck and not any(_small(spec, c) for c in marked if not c.gpu_only):
-        raise SpecError(f"{path}: [checks] gradcheck = true runs on marked cases of at most {GRADCHECK_ELEMENTS} input "
-                        "elements: mark a tiny case op_checks = true (e.g. M = 3, N = 5)")
-
-
-def _small(spec, case) -> bool:
-    """Whether gradcheck runs on this case: its floating inputs hold at most GRADCHECK_ELEMENTS elements.
-    (spec.shape_of, not inputs': spec loading must not import torch, or `kcourse grade` would pay torch's
-    import before it starts the worker whose own start-up is meant to overlap it.)"""
-    from grader.spec import shape_of
-
-    return sum(math.prod(shape_of(t, case)) for t in spec.inputs) <= GRADCHECK_ELEMENTS
-
 
 def wanted(spec, case, trial: int) -> bool:
     """Whether this trial runs the operator checks: the first trial of each case marked op_checks = true."""

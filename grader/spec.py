@@ -7,13 +7,15 @@ Adding an exercise means adding a folder; no grader code changes.
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grader import op_checks
+from grader import op_spec
+from grader.errors import SpecError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -33,10 +35,6 @@ DTYPES = ("float64", "float32", "float16", "bfloat16", "int32", "int64", "uint8"
 INITS = ("normal", "uniform", "positive")
 HOST_MEMORY = ("pageable", "pinned")
 DEFAULT_DTYPE = "float32"
-
-
-class SpecError(ValueError):
-    """A spec.toml that cannot be used; the message names the file and the field."""
 
 
 @dataclass
@@ -250,7 +248,7 @@ class ExerciseSpec:
     topic: str = ""
     default_lang: str | None = None  # the version `kcourse grade <id>` picks without --lang (None: ask)
     reference_device: str = "cpu"  # "cuda": float64 references and transforms on the GPU where one is (heavy.py)
-    checks: Any = None  # op_checks.OpChecks: [checks] custom_op, an operator registered with torch.library (op_checks.py)
+    checks: Any = None  # op_spec.OpChecks: [checks] custom_op, an operator registered with torch.library (op_checks.py)
     mistakes: list[Mistake] = field(default_factory=list)  # [[mistakes]]: the exercise's own hints, tried first
 
     def variant(self, lang: str | None) -> Variant:
@@ -373,7 +371,7 @@ def _parse(data: dict[str, Any], folder: Path) -> ExerciseSpec:
         topic=data.get("topic", ""),
         default_lang=data.get("default_lang"),
         reference_device=data.get("reference_device", "cpu"),
-        checks=op_checks.parse(data.get("checks"), str(path)),
+        checks=op_spec.parse(data.get("checks"), str(path)),
         mistakes=_mistakes(data.get("mistakes", []), path),
     )
     _validate(spec, path)
@@ -607,7 +605,7 @@ def _validate(spec: ExerciseSpec, path: Path) -> None:
     _validate_mistakes(spec, path)
     for variant in spec.variants.values():
         _validate_build_options(variant, path)
-    op_checks.validate(spec, path)
+    _validate_op_checks(spec, path)
 
 
 def _validate_stride_argument(arg: Argument, tensors: dict[str, TensorSpec], variant: Variant, path: Path) -> None:
@@ -710,3 +708,32 @@ def _validate_in_place(spec: ExerciseSpec, path: Path) -> None:
                             f"place, but its shape/dtype ({out.shape}, {out.dtype or 'the case dtype'}) differ from "
                             f"inputs.{out.name}'s ({source.shape}, {source.dtype or 'the case dtype'}): make them the "
                             "same, or rename the output")
+
+
+# --- [checks]: the operator's checks (op_spec.py parses the table; op_checks.py runs them) ----------
+
+def _validate_op_checks(spec, path) -> None:
+    """[checks] and the cases' op_checks marks go together, on Python entry points that return their outputs."""
+    marked = [c for c in spec.cases if c.op_checks]
+    if spec.checks is None:
+        if marked:
+            raise SpecError(f"{path}: case {marked[0].label()} has op_checks = true but the spec has no [checks] "
+                            "custom_op: add one, or remove the mark")
+        return
+    if not [c for c in marked if not c.gpu_only]:
+        raise SpecError(f"{path}: [checks] runs on the cases marked op_checks = true: mark at least one case that "
+                        "also runs on the CPU (not gpu_only)")
+    for variant in spec.variants.values():
+        if variant.kind != "triton" or not variant.returns:
+            raise SpecError(f"{path}: variants.{variant.lang}: [checks] needs kind = \"triton\" with returns = "
+                            "true (a Python entry point returning the operator's output)")
+    if spec.checks.gradcheck and not any(gradcheck_small(spec, c) for c in marked if not c.gpu_only):
+        raise SpecError(f"{path}: [checks] gradcheck = true runs on marked cases of at most {op_spec.GRADCHECK_ELEMENTS} input "
+                        "elements: mark a tiny case op_checks = true (e.g. M = 3, N = 5)")
+
+
+def gradcheck_small(spec, case) -> bool:
+    """Whether gradcheck runs on this case: its floating inputs hold at most op_spec.GRADCHECK_ELEMENTS elements.
+    (spec.shape_of, not inputs': spec loading must not import torch, or `kcourse grade` would pay torch's
+    import before it starts the worker whose own start-up is meant to overlap it.)"""
+    return sum(math.prod(shape_of(t, case)) for t in spec.inputs) <= op_spec.GRADCHECK_ELEMENTS
