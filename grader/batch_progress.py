@@ -1,6 +1,7 @@
-"""What an instructor sees while a class is graded: one line (done / running / failed / remaining, grades
+"""What an instructor sees while a class is graded: one line (done / running / failed / waiting, grades
 per minute, time left), rewritten in place on a terminal and printed every few seconds into a log; then a
-summary. Runners call `started` (from any thread) and the batch calls `finished`."""
+summary. Runners call `started` (from any thread) and the batch calls `finished`. A grade is counted once:
+done, or running, or waiting to start (a running grade is not also "remaining")."""
 
 from __future__ import annotations
 
@@ -54,9 +55,10 @@ class Progress:
         return 60.0 * self.done / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
     def line(self) -> str:
-        remaining = self.total - self.done
+        remaining = self.total - self.done  # running or waiting: what the time left is for
+        waiting = max(0, remaining - len(self.running))
         text = (f"graded {self.done}/{self.total} ({self.failed} failed), {len(self.running)} running, "
-                f"{remaining} remaining; {self.per_minute():.1f}/min")
+                f"{waiting} waiting; {self.per_minute():.1f}/min")
         if self.done and remaining:
             text += f", about {_duration(self.elapsed_s / self.done * remaining)} left"
         return text

@@ -20,6 +20,29 @@ from grader.spec import SpecError
 
 STARTED = time.monotonic()  # for the `imports` phase: the grader's own start-up (Python's is before this)
 
+
+def _process_age() -> float | None:
+    """Seconds since this process started (Linux: /proc), so that a command's total is its whole wall time,
+    Python's own start-up included; None where that cannot be read."""
+    try:
+        start_ticks = float(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        age = uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+    since_started = time.monotonic() - STARTED
+    return age if since_started <= age < since_started + 60 else None  # a figure that makes no sense is not shown
+
+
+def _command_phases(result, imports: float) -> float:
+    """Put this process's own phases first (python: the interpreter and the CLI's imports, before STARTED;
+    imports: the grader's, and resolving the exercise); returns the command's wall time so far."""
+    now = time.monotonic() - STARTED
+    age = _process_age()
+    own = {"python": round(age - now, 3)} if age is not None else {}
+    result.phases = {**own, "imports": round(imports, 3), **result.phases}  # the child's start-up is `start`
+    return age if age is not None else now
+
 SOURCES = click.Choice(["learner", "stubs", "solutions"])
 LANGS = "cuda|triton|VERSION"  # a version's name; the spec checks it and lists the ones an exercise has
 SOURCE_HELP = ("learner/stubs: the files in exercises/; solutions: the hidden solutions in the learner's place "
@@ -97,10 +120,11 @@ def grade(words, lang, plan_id, source, submission, seed, timeout, as_json, stri
     imports = time.monotonic() - STARTED
     result = run_grade(target, source=source, submission=submission, seed=seed, timeout_s=timeout, quick=quick,
                        sanitize_code=not no_sanitize, child=child)
-    result.phases = {"imports": round(imports, 3), **result.phases}  # this process's (the child's are `start`)
+    result.lang_choice = target.lang_choice
+    total = _command_phases(result, imports)
     click.echo(json.dumps(result.to_dict(), indent=2) if as_json else console.format_grade(result))
     if verbose and not as_json:
-        click.echo(console.format_phases(result))
+        click.echo(console.format_phases(result, total_s=total))
     _export([result], junit, gradescope, annotate=not as_json)
     _FAST_EXIT["ok"] = True  # the record and every export are written and closed
     sys.exit(exit_code([c.status for c in result.checks], strict))
@@ -118,8 +142,9 @@ def watch(words, lang, plan_id, source, submission, quick, no_sanitize) -> None:
     target = _resolve(words, lang, plan_id, submission)
 
     def show(result):
+        result.lang_choice = target.lang_choice
         click.echo(console.format_grade(result))
-        click.echo(console.format_phases(result))
+        click.echo(console.format_phases(result, warm=True))
         if result.timings:
             click.echo("(watch times the verdict's size only; `kcourse grade` times every size)")
         click.echo("watching for changes (Ctrl-C to stop) ...")
@@ -151,7 +176,10 @@ def _resolve(words, lang, plan_id, submission: Path | None = None):
     try:
         if guessed:
             try:
-                return resolve(tuple(words), lang=guessed, plan_id=plan_id)
+                target = resolve(tuple(words), lang=guessed, plan_id=plan_id)
+                if len(target.spec.variants) > 1:
+                    target.lang_choice = f"picked by the file's {submission.suffix} suffix"
+                return target
             except (ResolveError, SpecError):
                 pass  # no such version: resolved as typed, and the load check says what the file should be
         return resolve(tuple(words), lang=lang, plan_id=plan_id)
@@ -161,7 +189,8 @@ def _resolve(words, lang, plan_id, submission: Path | None = None):
 
 @main.command("env-check")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-@click.option("--no-training", is_flag=True, help="Skip the small CPU-vs-GPU training run.")
+@click.option("--no-training", is_flag=True, help="Skip the small CPU-vs-GPU training run (about 2 s: the CPU's run "
+              "stops at envcheck.BUDGET_S, and the GPU runs as many steps).")
 def env_check(as_json, no_training) -> None:
     """Check torch, CUDA, the GPU, nvcc, ninja and Triton; measure the GPU; time a small training run."""
     from grader import envcheck, store
@@ -355,6 +384,22 @@ def _cluster_options(command):
     return cluster_options(command)
 
 
+def _submitted(submissions: Path, targets: list) -> list:
+    """grade-batch's exercises without --all: those some learner has a file for (said on stderr)."""
+    from grader import batch
+
+    found = batch.submitted_targets(submissions, targets)
+    if not found:
+        names = ", ".join(sorted({t.variant.stub for t in targets})[:6]) + (", ..." if len(targets) > 6 else "")
+        raise click.UsageError(f"no learner folder in {submissions} holds a file of the {len(targets)} selected "
+                               f"exercise(s) (found by the stub's name: {names}); --all gives each a `missing` row")
+    if len(found) < len(targets):
+        click.echo(f"grading the {len(found)} exercise(s) the submissions hold ({', '.join(t.key for t in found[:8])}"
+                   f"{', ...' if len(found) > 8 else ''}); {len(targets) - len(found)} other(s) no learner submitted "
+                   "are left out (--all lists them as missing)", err=True)
+    return found
+
+
 def _require_committed_kit(allowed: bool) -> None:
     """A class is graded by the kit as committed: every learner judged by the same grader and references."""
     from grader import kit
@@ -378,12 +423,14 @@ def _require_committed_kit(allowed: bool) -> None:
 @click.option("--seed", type=int)
 @click.option("--timeout", type=float, help="Seconds each learner's code may run.")
 @click.option("--regrade", is_flag=True, help="Grade every submission again, even those the gradebook holds.")
+@click.option("--all", "every_exercise", is_flag=True, help="Give every selected exercise a row for every learner, "
+              "`missing` where none submitted it (default: only the exercises some learner has a file for).")
 @click.option("--allow-modified-kit", is_flag=True, envvar="KCOURSE_ALLOW_MODIFIED_KIT", help="Grade even though the kit's grader, specs, references or "
               "calibration differ from git (your uncommitted edits judge every learner).")
 @_cluster_options
 @_allow_unisolated_option
-def grade_batch(submissions, only, lang, plan_id, unit, out_dir, workers, seed, timeout, regrade, allow_modified_kit,
-                allow_unisolated, **cluster) -> None:
+def grade_batch(submissions, only, lang, plan_id, unit, out_dir, workers, seed, timeout, regrade, every_exercise,
+                allow_modified_kit, allow_unisolated, **cluster) -> None:
     """Instructors: grade every learner folder in SUBMISSIONS into a gradebook and a leaderboard; on this
     machine, or on a Dask cluster (--scheduler, --cluster; docs/grading-a-class.md)."""
     _require_box(allow_unisolated)
@@ -402,6 +449,12 @@ def grade_batch(submissions, only, lang, plan_id, unit, out_dir, workers, seed, 
         raise click.UsageError(str(exc)) from None
     if runner is None:  # --dry-run
         return
+    if not every_exercise:
+        try:
+            targets = _submitted(submissions, targets)
+        except click.UsageError:
+            close(opened)
+            raise
     click.echo(f"grading on {runner.describe()}", err=True)
     progress = Progress(stream=sys.stderr)
     try:
@@ -440,7 +493,7 @@ def profile(words, lang, plan_id, source, submission, ncu, out_dir) -> None:
     from grader import tools
     from grader.reporting import reports_dir
 
-    target = _resolve(words, lang, plan_id)
+    target = _resolve(words, lang, plan_id, submission)  # a --file's suffix picks the version, as grade's does
     try:
         record = tools.run_profile(target, out_dir or reports_dir(), submission, source, ncu)
     except tools.ToolError as exc:
@@ -455,7 +508,7 @@ def tune(words, lang, plan_id, source, submission) -> None:
     """Time your kernel over the exercise's configurations (block sizes, num_warps, ...)."""
     from grader import tools
 
-    target = _resolve(words, lang, plan_id)
+    target = _resolve(words, lang, plan_id, submission)  # a --file's suffix picks the version, as grade's does
     try:
         record = tools.run_tune(target, submission, source)
     except tools.ToolError as exc:

@@ -1,4 +1,9 @@
-"""Finding exercises and resolving what the learner typed ("week2 reduction", "softmax") to one variant."""
+"""Finding exercises and resolving what the learner typed ("week2 reduction", "softmax") to one variant.
+
+Where an exercise has several versions (CUDA and Triton; add2's builds), one rule picks the version, the
+first that applies: --lang; a --file's suffix (.cu: the CUDA version, .py: the Triton one; cli._resolve);
+the version the plan's week/day lists (`grade week5 softmax`); the spec's `default_lang`; else the grade
+asks for --lang. Whatever picked it without --lang is named in the grade's header (Target.lang_choice)."""
 
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ class Target:
     variant: Variant
     unit: str | None = None  # "week2" when resolved through a plan
     plan: str | None = None
+    lang_choice: str = ""  # what picked the version where the id has several and no --lang was given
 
     @property
     def key(self) -> str:
@@ -91,7 +97,14 @@ def resolve(words: tuple[str, ...], lang: str | None = None, plan_id: str | None
                            + "|".join(sorted(map(str, langs))))
     target = _by_id(exercises, exercise_id, lang or listed[0].lang)
     target.unit, target.plan = unit_key, plan.id
+    if lang is None and listed[0].lang and len(target.spec.variants) > 1:
+        target.lang_choice = f"the version {unit_key} lists; --lang {others(target)} for the other"
     return target
+
+
+def others(target: Target) -> str:
+    """The exercise's other versions, for "--lang cuda for the other"."""
+    return "|".join(sorted(lang for lang in target.spec.variants if lang != target.variant.lang))
 
 
 def _plan_of(unit_key: str, exercise_id: str, lang: str | None, plan_id: str | None) -> Plan:
@@ -124,9 +137,14 @@ def _by_id(exercises: dict[str, ExerciseSpec], exercise_id: str, lang: str | Non
         raise ResolveError(f"unknown exercise {exercise_id!r}." + suggest(exercise_id, list(exercises)))
     spec = exercises[exercise_id]
     try:
-        return Target(spec=spec, variant=spec.variant(lang))
+        target = Target(spec=spec, variant=spec.variant(lang))
     except SpecError as exc:
-        raise ResolveError(str(exc)) from exc
+        unnamed = lang is None and len(spec.variants) > 1 and spec.default_lang is None
+        raise ResolveError(str(exc) + (" (its spec.toml names no default_lang, the version picked without --lang)"
+                                       if unnamed else "")) from exc
+    if lang is None and len(spec.variants) > 1:
+        target.lang_choice = f"picked by its spec's default_lang; --lang {others(target)} for the other"
+    return target
 
 
 def all_targets() -> list[Target]:

@@ -1,5 +1,11 @@
 """Notebooks: `kcourse notebook day4` writes replace_op.ipynb (nbformat), and `kcourse grade ... --file
-X.ipynb` grades the code cells tagged `kcourse` as the learner's Triton file."""
+X.ipynb` grades the code cells tagged `kcourse` as the learner's Triton file.
+
+A written notebook holds no absolute path (it finds the exercise's reference.py from the folder Jupyter runs
+it in, the notebook's, upward), so it can be moved, shared or committed; the files it and its grade make
+(replace_op.ipynb, replace_op_trace.json, .ipynb_checkpoints/) are in .gitignore. Jupyter itself is the
+`notebook` extra: pip install -e '.[notebook]'. A grade of a notebook names the notebook (`load:
+replace_op.ipynb.py`, the tagged cells as one file), not the stub's name."""
 
 from __future__ import annotations
 
@@ -23,7 +29,8 @@ class NotebookError(ValueError):
     pass
 
 
-def replace_op_notebook(target: Target) -> nbformat.NotebookNode:
+def replace_op_notebook(target: Target, name: str = "replace_op.ipynb") -> nbformat.NotebookNode:
+    """`name`: the notebook's file name, for the grade command it shows."""
     spec, variant = target.spec, target.variant
     call = f"{variant.entry}({', '.join(a.name for a in variant.args)})"
     nb = new_notebook()
@@ -31,7 +38,7 @@ def replace_op_notebook(target: Target) -> nbformat.NotebookNode:
         new_markdown_cell(f"# Day 4 — replace a PyTorch operator with Triton: `{spec.id}`\n\n"
                           f"{spec.title}. Write your kernel in the cell tagged `{TAG}` (keep the tag: the grader reads only "
                           f"tagged cells), run the check and the profiler, then grade from a terminal:\n\n"
-                          f"    kcourse grade {spec.id} --lang {variant.lang} --file replace_op.ipynb\n\n"
+                          f"    kcourse grade {spec.id} --lang {variant.lang} --file {name}\n\n"
                           "Without a GPU the notebook runs your kernel under the Triton interpreter on the CPU, as the "
                           "grader does: the check is real, the timings are skipped."),
         new_code_cell(_setup_source(spec)),
@@ -58,8 +65,19 @@ def _setup_source(spec: ExerciseSpec) -> str:
         "import triton\n\n"
         "# on a GPU the exercise's largest timed size; on the CPU one the interpreter runs in seconds\n"
         f"sizes = {sizes!r}[device]\n{make}\n\n"
-        "# the PyTorch baseline you are replacing\n"
-        f"spec = importlib.util.spec_from_file_location('reference', pathlib.Path({str(spec.folder / 'reference.py')!r}))\n"
+        "# the PyTorch baseline you are replacing: the exercise's reference.py, looked for from this notebook's folder\n"
+        "# upward (Jupyter runs a notebook in its own folder), then in the kit at KCOURSE_ROOT, then in the kit whose\n"
+        "# grader this Python has installed (pip install -e .): no path of one machine is written here\n"
+        f"wanted = pathlib.Path('exercises', {spec.folder.name!r}, 'reference.py')\n"
+        "here = pathlib.Path.cwd()\n"
+        "folders = [here, *here.parents] + [pathlib.Path(p) for p in [os.environ.get('KCOURSE_ROOT')] if p]\n"
+        "try:\n    from grader.paths import course_root\n    folders.append(course_root())\n"
+        "except ImportError:\n    pass\n"
+        "found = next((folder / wanted for folder in folders if (folder / wanted).is_file()), None)\n"
+        "if found is None:\n"
+        "    raise FileNotFoundError(f'{wanted} not found in {here} or above: open this notebook from inside the kit, '\n"
+        "                            'or set KCOURSE_ROOT to the kit folder')\n"
+        "spec = importlib.util.spec_from_file_location('reference', found)\n"
         "reference = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(reference)\n"
         f"expected = reference.reference({inputs})\n"
         "if device == 'cuda':\n"
@@ -110,12 +128,13 @@ def write_notebook(target: Target, path: Path, force: bool = False) -> Path:
     if path.exists() and not force:
         raise NotebookError(f"{path} exists (your work?): pass --force to overwrite it, or --out another file")
     path.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(replace_op_notebook(target), str(path))
+    nbformat.write(replace_op_notebook(target, path.name), str(path))
     return path
 
 
 def extract_submission(notebook: Path, target: Target) -> Path:
-    """The tagged code cells as one .py file named like the stub, in the state folder."""
+    """The tagged code cells as one .py file named after the notebook (replace_op.ipynb.py: a grade's `load`
+    line names the notebook, not the stub), in the state folder."""
     if target.variant.kind != "triton":
         raise NotebookError("only Triton exercises can be graded from a notebook")
     try:
@@ -128,6 +147,6 @@ def extract_submission(notebook: Path, target: Target) -> Path:
     code = "\n\n".join(f"# --- {notebook.name}, cell {i + 1} ---\n{c.source}" for i, c in cells)
     folder = state_dir() / "notebook_submissions" / hashlib.sha256(code.encode()).hexdigest()[:16]
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / target.variant.stub
+    path = folder / f"{notebook.name}.py"
     path.write_text(code + "\n")
     return path

@@ -20,7 +20,7 @@ from grader import plots, store
 from grader.capstone import report as capstone_report
 from grader.capstone.run import BLOCK, CAPSTONE
 from grader.plans import PORTFOLIO_SECTIONS
-from grader.progress import answer, notes_written
+from grader.progress import answer, honest_status, notes_written, speed_not_checked
 from grader.reporting import NOTES, context, environment, reports_dir, write_report
 
 FILE_NAME = "portfolio.md"
@@ -166,8 +166,10 @@ def add_charts(data: dict[str, Any], out_dir: Path) -> None:
 def portfolio_context(out_dir: Path) -> dict[str, Any]:
     """reporting.context (best grades, comparisons, attention, tunes, profiles) and the portfolio's own parts."""
     data = context()
-    data["passed"] = [g for g in data["grades"] if g.status == "passed"]
-    data["unpassed"] = [g for g in data["grades"] if g.status != "passed"]
+    # a pass whose speed was not checked (a CPU's grade) is not a passed kernel here: it is listed with the others
+    data["passed"] = [g for g in data["grades"] if honest_status(g) == "passed"]
+    data["unpassed"] = [g for g in data["grades"] if honest_status(g) != "passed"]
+    data["unchecked"] = [g for g in data["grades"] if speed_not_checked(g)]
     add_charts(data, out_dir)
     data.update(highlights=highlights(data["passed"]), capstone=capstone_view(out_dir), block=block_view(),
                 other_notes=collected_notes([out_dir, reports_dir()]),

@@ -1,7 +1,11 @@
 """`kcourse progress`: a plan as a checklist (day/week, topic, status) from the recorded results.
 
-A status is the learner's best grade of the exercise (store.best_grades), so a failed scratch file does
+A status is the learner's best grade of the exercise (best_grades), so a failed scratch file does
 not undo a pass; the latest attempt is named beside it when it differs: "passed (latest: failed, try.py)".
+A pass whose speed was not checked (a CPU's grade, --quick) is "numerics passed, speed not checked": it is
+never "passed" here, in the reports or the portfolio, and a unit holding one is in progress, not done. A
+profile that does not show the learner's kernel, or a tuning that timed nothing (a CPU's), is recorded
+but does not meet the unit's requirement either.
 A unit's other requirements (plans.Requirement: an env check; a profile, tuning or comparison record; an
 attention comparison; the unit's report or the portfolio with its notes written) are listed on its line too,
 each with the command that meets it, so the line always says what counts for the unit."""
@@ -26,6 +30,65 @@ NOTES_KINDS = ("report", "portfolio")
 PLACEHOLDER = "(this part is yours"  # in the italic line templates/_macros.j2 `notes` puts in an empty section
 
 
+# A pass whose speed was not checked (no GPU, --quick, no solution to time against) is not a pass of the
+# exercise: it is shown as this, ranks below a full pass, and never makes a unit "done".
+SPEED_NOT_CHECKED = "numerics passed, speed not checked"
+HONEST_ORDER = ("passed", SPEED_NOT_CHECKED, "skipped", "failed", "error")
+# Why the speed was not checked, by the speed check's code (others: the check's message, shortened).
+UNCHECKED_WHY = {"no_gpu": "no GPU", "quick": "--quick", "no_solution": "no solution or calibration to time against"}
+NOTHING_TO_TIME = "no_timed_sizes"  # an exercise without timed sizes: its pass is a whole pass
+
+
+def _field(item: Any, name: str) -> Any:
+    """A field of a stored record (a dict) or of a GradeResult / Check."""
+    return item.get(name) if isinstance(item, dict) else getattr(item, name, None)
+
+
+def speed_not_checked(grade: Any) -> str | None:
+    """Why a passed grade's speed was not checked ("no GPU", "--quick", ...); None for a grade that did not
+    pass, whose speed was checked, or whose exercise has no timed size. `grade`: a record or a GradeResult."""
+    if _field(grade, "status") != "passed":
+        return None
+    for check in _field(grade, "checks") or []:
+        details = _field(check, "details") or {}
+        if (_field(check, "name") == "speed" and _field(check, "status") == "skipped"
+                and details.get("code") != NOTHING_TO_TIME):
+            message = str(_field(check, "message") or "")
+            return UNCHECKED_WHY.get(details.get("code")) or message.split(":")[0].split(";")[0][:60] or "skipped"
+    return None
+
+
+def honest_status(grade: Any) -> str:
+    """The grade's status, but SPEED_NOT_CHECKED for a pass whose speed was skipped."""
+    return SPEED_NOT_CHECKED if speed_not_checked(grade) else str(_field(grade, "status") or "unknown")
+
+
+def honest_status_text(grade: Any) -> str:
+    """honest_status with the reason: "numerics passed, speed not checked (no GPU)"."""
+    why = speed_not_checked(grade)
+    return f"{SPEED_NOT_CHECKED} ({why})" if why else honest_status(grade)
+
+
+def honest_rank(record: dict[str, Any]) -> int:
+    """Lower is better: a full pass, then a pass without a speed check, then store.STATUS_ORDER's others."""
+    status = honest_status(record)
+    return HONEST_ORDER.index(status) if status in HONEST_ORDER else len(HONEST_ORDER)
+
+
+def best_grades(keep=lambda record: True, learner_only: bool = True) -> dict[str, dict[str, Any]]:
+    """store.best_grades, ranked by honest_rank: a pass whose speed was checked beats a later pass on a
+    machine that could not time it (the newest among equals, as there)."""
+    found: dict[str, dict[str, Any]] = {}
+    for record in store.read_all():
+        key = store.exercise_key(record)
+        if (key is None or record.get("kind") != "grade" or not keep(record)
+                or (learner_only and record.get("source") in store.INSTRUCTOR_SOURCES)):
+            continue
+        if key not in found or honest_rank(record) <= honest_rank(found[key]):
+            found[key] = record
+    return found
+
+
 def attempt_name(record: dict[str, Any]) -> str:
     """The graded file's name ("try.py", "reduction.cu"); old records may name only their source."""
     name = Path(str(record.get("file") or record.get("source") or "")).name
@@ -33,16 +96,17 @@ def attempt_name(record: dict[str, Any]) -> str:
 
 
 def status_text(best: dict[str, Any], latest: dict[str, Any] | None) -> str:
-    """The best grade's status, and the latest attempt's when that is a different, worse grade."""
-    status = str(best.get("status") or "unknown")
+    """The best grade's status, and the latest attempt's when that is a different, worse grade; a pass whose
+    speed was not checked says so ("numerics passed, speed not checked (no GPU)"), never "passed"."""
+    status = honest_status_text(best)
     if latest is None or latest == best:
         return status
-    return f"{status} (latest: {latest.get('status') or 'unknown'}, {attempt_name(latest)})"
+    return f"{status} (latest: {honest_status_text(latest)}, {attempt_name(latest)})"
 
 
 def grade_statuses() -> dict[str, str]:
     """exercise:lang -> status_text of the learner's own grades."""
-    best, latest = store.best_grades(), store.latest_grades()
+    best, latest = best_grades(), store.latest_grades()
     return {key: status_text(record, latest.get(key)) for key, record in best.items()}
 
 
@@ -58,6 +122,44 @@ def record_matches(requirement: Requirement, record: dict[str, Any]) -> bool:
     if requirement.exercise and record.get("exercise") != requirement.exercise:
         return False
     return not requirement.lang or requirement.lang in str(record.get("lang") or "").split("+")
+
+
+# Rows of torch.profiler's table that are not the learner's kernel: torch's operators and kernels, the CUDA
+# runtime's calls, copies and fills (a CPU profile has only such rows: the interpreter runs no kernel of its own).
+LIBRARY_ROWS = ("aten::", "at::", "void at::", "cuda", "Memcpy", "Memset", "cub::", "void cub::", "ProfilerStep",
+                "Activity Buffer", "Lazy Function Loading", "Command Buffer", "std::", "<built-in")
+
+
+def profile_kernels(record: dict[str, Any]) -> list[str]:
+    """The learner's kernels a profile shows: rows with GPU time that are not torch's or the runtime's, and the
+    kernels Nsight Compute measured."""
+    names = [str(row.get("name") or "") for row in record.get("top") or [] if isinstance(row, dict)
+             and (row.get("device_us") or 0) > 0 and not str(row.get("name") or "").startswith(LIBRARY_ROWS)
+             and "at::native" not in str(row.get("name") or "")]
+    names += [str(row.get("kernel") or "") for row in record.get("ncu") or [] if isinstance(row, dict) and row.get("kernel")]
+    return list(dict.fromkeys(n for n in names if n))
+
+
+def profile_shows_kernel(record: dict[str, Any]) -> bool:
+    """Whether a `kcourse profile` record shows the learner's own kernel (not only torch's operators, as a CPU
+    profile does). A record of an older kit without its table counts: there is nothing to judge it by."""
+    if "learner_kernels" in record:
+        return bool(record["learner_kernels"])
+    if str(record.get("device") or "").startswith("CPU"):
+        return False
+    return bool(profile_kernels(record)) if "top" in record else True
+
+
+def tune_timed(record: dict[str, Any]) -> bool:
+    """Whether a `kcourse tune` record timed any configuration (on a CPU it only checks them, or compiles them)."""
+    rows = record.get("rows")
+    return any(isinstance(r, dict) and r.get("ms") for r in rows) if isinstance(rows, list) else True
+
+
+# What a record of each kind must show to meet a requirement, and what the learner is told where it does not.
+RECORD_SHOWS = {"profile": (profile_shows_kernel, "recorded, but it does not show your kernel (only torch's operators: "
+                            "on a CPU the interpreter runs it) — profile on a GPU"),
+                "tune": (tune_timed, "recorded, but nothing was timed (no GPU: configurations checked only) — tune on a GPU")}
 
 
 def report_command(plan: Plan, unit: Unit) -> str:
@@ -105,7 +207,9 @@ def requirement_state(requirement: Requirement, records: list[dict[str, Any]], p
     if requirement.kind in NOTES_KINDS:
         written, sections = requirement_notes(requirement, plan, unit)
         return "met" if sections and written == sections else "started" if written else None
-    return "met" if any(record_matches(requirement, r) for r in records) else None
+    matching = [r for r in records if record_matches(requirement, r)]
+    shows = RECORD_SHOWS.get(requirement.kind, (lambda record: True, ""))[0]
+    return "met" if any(shows(r) for r in matching) else "started" if matching else None
 
 
 def requirement_name(requirement: Requirement) -> str:
@@ -156,15 +260,18 @@ def requirement_text(requirement: Requirement, state: str | None, plan: Plan, un
         return f"{name}: {done}" + ("" if state == "met" else f" (`{command}`, then answer in the file)")
     if state == "met":
         return f"{name}: recorded"
+    if state == "started" and requirement.kind in RECORD_SHOWS:  # a CPU's profile or tuning: not what counts
+        return f"{name}: {RECORD_SHOWS[requirement.kind][1]} (`{requirement_command(requirement, plan, unit)}`)"
     return f"{name}: not yet (`{requirement_command(requirement, plan, unit)}`)"
 
 
 # --- The checklist ------------------------------------------------------------------------------------
 
 def unit_status(unit: Unit, grades: dict, states: list[str | None]) -> str:
-    """done: every exercise passed (extras aside) and every requirement is met (`states`, one per
-    unit.requirements: requirement_state); planned: nothing in the kit counts for the unit yet."""
-    statuses = [grades.get(f"{e.id}:{e.lang}", {}).get("status") for e in unit.required_exercises]
+    """done: every exercise passed (extras aside) with its speed checked, and every requirement is met
+    (`states`, one per unit.requirements: requirement_state); planned: nothing in the kit counts for the unit yet."""
+    statuses = [honest_status(grades[key]) if (key := f"{e.id}:{e.lang}") in grades else None
+                for e in unit.required_exercises]
     statuses += ["passed" if state == "met" else state for state in states]
     if not statuses:
         return "planned"
@@ -186,7 +293,7 @@ def what_counts(unit: Unit, labels: dict[str, str], texts: list[str]) -> str:
 
 def progress_rows(plan_id: str | None = None) -> tuple[str, list[list[str]]]:
     plan = pick_plan(load_plans(), plan_id)
-    best, labels = store.best_grades(), grade_statuses()
+    best, labels = best_grades(), grade_statuses()
     records = list(store.read_all())
     rows = []
     for unit in plan.units:
@@ -201,5 +308,8 @@ def format_progress(plan_id: str | None = None, width: int | None = None) -> str
     """`width`: a terminal's, to wrap the topic and what counts in (a unit's line was up to 250 characters)."""
     title, rows = progress_rows(plan_id)
     done = sum(r[3] == "done" for r in rows)
-    return f"{title}: {done} of {len(rows)} done\n" + table(rows, ["", "unit", "topic", "status", "what counts"],
+    unchecked = sorted(key.replace(":", " (") + ")" for key, record in best_grades().items() if speed_not_checked(record))
+    note = (f"{len(unchecked)} exercise(s) passed numerics, speed not checked ({', '.join(unchecked[:4])}"
+            f"{', ...' if len(unchecked) > 4 else ''}): grade them on a GPU to finish them\n") if unchecked else ""
+    return f"{title}: {done} of {len(rows)} done\n" + note + table(rows, ["", "unit", "topic", "status", "what counts"],
                                                             width=width, wrap=(2, 4))

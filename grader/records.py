@@ -74,6 +74,8 @@ class GradeResult:
     kind: str = "grade"
     isolation: str = ""  # what boxed the learner's code (box.py), or "none (why)"
     kit_changes: list[str] = field(default_factory=list)  # trusted files that differ from git's index (a checkout)
+    # how the version was picked where the id has several and no --lang was given ("the spec's default_lang")
+    lang_choice: str = ""
 
     def add(self, check: Check) -> Check:
         self.checks.append(check)

@@ -32,7 +32,7 @@ from grader.compare_attention import KIND as ATTENTION_KIND, markdown_table, not
 from grader.discovery import ResolveError, pick_plan, suggest
 from grader.paths import course_root, state_dir, templates_dir
 from grader.plans import Plan, Unit, default_plan, load_plans
-from grader.progress import status_text
+from grader.progress import best_grades, honest_status_text, profile_kernels, profile_shows_kernel, status_text, tune_timed
 from grader.records import Check, GradeResult, Timing
 
 PORTFOLIO = "portfolio"  # the report key of grader/portfolio.py
@@ -208,6 +208,7 @@ BY_ANNOTATION: dict[str, Callable[[Any], Any]] = {
     "float | None": _number, "dict[str, Any]": _mapping, "dict[str, float]": _mapping,
     "list[Check]": lambda v: [_dataclass(Check, c) for c in v if isinstance(c, dict)] if isinstance(v, list) else [],
     "list[Timing]": lambda v: [_dataclass(Timing, t) for t in v if isinstance(t, dict)] if isinstance(v, list) else [],
+    "list[str]": lambda v: [_text(item) for item in v] if isinstance(v, list) else [],  # kit_changes
 }
 
 
@@ -265,18 +266,20 @@ def attention_record(record: dict[str, Any] | None) -> dict[str, Any] | None:
 # --- Rendering ---------------------------------------------------------------------------------------
 
 def context(unit: Unit | None = None, plan: Plan | None = None) -> dict[str, Any]:
-    """Grades are the learner's best per exercise (store.best_grades: a pass is not hidden by a later
-    failed try); `statuses` adds the latest attempt where it differs."""
-    best, latest = store.best_grades(), store.latest_grades()
+    """Grades are the learner's best per exercise (progress.best_grades: a pass is not hidden by a later
+    failed try, nor a timed pass by a later untimed one); `statuses` adds the latest attempt where it differs,
+    and says "numerics passed, speed not checked" for a pass whose speed was skipped."""
+    best, latest = best_grades(), store.latest_grades()
     grades = sorted((grade_record(r) for r in best.values()), key=lambda g: (g.exercise, g.lang))
-    notebooks = store.best_per_exercise("grade", keep=lambda r: str(r.get("source", "")).endswith(".ipynb"))
+    notebooks = best_grades(keep=lambda r: str(r.get("source", "")).endswith(".ipynb"), learner_only=False)
     data: dict[str, Any] = {
         "env": env_record(store.latest("env")), "grades": grades, "generated": dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
         "unit": unit, "plan": plan, "default_plan": default_plan(load_plans()).id, "plots": [],
         "statuses": {key: status_text(record, latest.get(key)) for key, record in best.items()},
-        "tunes": [_shaped(r, TUNE) for r in _sorted_values(store.latest_per_exercise("tune"))],
-        "profiles": [_shaped(r, PROFILE) for r in _sorted_values(store.latest_per_exercise("profile"))],
+        "tunes": [tune_view(r) for r in _sorted_values(store.latest_per_exercise("tune"))],
+        "profiles": [profile_view(r) for r in _sorted_values(store.latest_per_exercise("profile"))],
         "notebook_grades": [grade_record(r) for r in _sorted_values(notebooks)],
+        "notebook_statuses": {key: honest_status_text(record) for key, record in notebooks.items()},
     }
     data["comparisons"] = comparisons(unit)
     data["attention"] = attention_record(store.latest(ATTENTION_KIND))
@@ -287,6 +290,17 @@ def context(unit: Unit | None = None, plan: Plan | None = None) -> dict[str, Any
         graded = {(g.exercise, g.lang) for g in data["unit_grades"]}
         data["ungraded"] = [e for e in unit.exercises if (e.id, e.lang) not in graded]
     return data
+
+
+def tune_view(record: dict[str, Any]) -> dict[str, Any]:
+    """A tuning, shaped, with `timed`: False where no configuration was timed (a CPU's: checked only)."""
+    return {**_shaped(record, TUNE), "timed": tune_timed(record)}
+
+
+def profile_view(record: dict[str, Any]) -> dict[str, Any]:
+    """A profile, shaped, with `shows_kernel` and the learner's kernels it shows (none on a CPU)."""
+    return {**_shaped(record, PROFILE), "shows_kernel": profile_shows_kernel(record),
+            "learner_kernels": record.get("learner_kernels") or profile_kernels(record)}
 
 
 def comparisons(unit: Unit | None) -> list[dict[str, Any]]:

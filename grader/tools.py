@@ -1,5 +1,10 @@
 """`kcourse profile` and `kcourse tune`: run the learner's kernel in the sandbox under torch's profiler
-(optionally Nsight Compute) or over a grid of configurations, record the findings, format a table."""
+(optionally Nsight Compute) or over a grid of configurations, record the findings, format a table.
+
+Each says plainly what this machine could not do: without a GPU, `tune` checks (or compiles) each
+configuration and times none, and `profile` shows only torch's operators (the Triton interpreter runs the
+kernel in Python, so it has no row of its own). Their records say so too (`timed`, `learner_kernels`), and
+`kcourse progress` does not count them for a day that asks for a tuning or a profile (progress.RECORD_SHOWS)."""
 
 from __future__ import annotations
 
@@ -16,7 +21,9 @@ from grader.console import num, table
 from grader.discovery import Target
 from grader.build import build_variant, format_resources, gpu_arch
 from grader.grade import cuda_available, grade, learner_file
+from grader.progress import profile_kernels, tune_timed
 from grader.records import GradeResult
+from grader.sandbox import COMPILED_ONLY_ON_CPU
 from grader.spec import NVCC_KINDS
 from grader.worker_tools import LEARNER_RANGE
 
@@ -43,6 +50,10 @@ def run_profile(target: Target, out_dir: Path, submission: Path | None = None, s
     ncu_path = shutil.which("ncu") if ncu else None
     if ncu and ncu_path is None:
         raise ToolError("Nsight Compute (ncu) was not found on PATH: install it with the CUDA Toolkit, or drop --ncu")
+    if target.variant.kind in COMPILED_ONLY_ON_CPU and not cuda_available():
+        raise ToolError(f"no GPU here: {target.spec.id} ({target.variant.lang}) is CUDA code, which this machine can "
+                        "compile but not run, so there is nothing to profile. Run `kcourse profile` on a machine "
+                        "with an NVIDIA GPU")
     result = grade(target, source=source, submission=submission, mode="profile", job_extra={"trace_path": str(trace)},
                    record=False, timeout_s=target.variant.timeout_s * 3)
     if "profile" not in result.extra:
@@ -50,6 +61,7 @@ def run_profile(target: Target, out_dir: Path, submission: Path | None = None, s
     record = {"kind": "profile", "exercise": target.spec.id, "lang": target.variant.lang, "at": time.time(),
               "device": result.device.get("name", "CPU"), **result.extra["profile"],
               **(_ncu_metrics(target, submission, source, ncu_path) if ncu_path else {"ncu": []})}
+    record["learner_kernels"] = profile_kernels(record)  # none on a CPU: torch's operators only
     store.append(record)
     return record
 
@@ -103,12 +115,22 @@ def format_profile(record: dict[str, Any]) -> str:
     if record.get("streams"):  # from the trace: did copies and kernels run at the same time?
         text += (f"\nGPU work on {record['streams']} stream(s) over the {record['calls']} calls; at most "
                  f"{record['most_at_once']} operations at once; two or more at once {record['overlap_pct']:.0f}% of the busy time")
+    if not record.get("learner_kernels", profile_kernels(record)):
+        text += "\n" + not_your_kernel(record)
     if record.get("ncu_note"):
         text += "\nNsight Compute: nothing recorded. " + record["ncu_note"]
     if record.get("ncu"):
         text += "\nNsight Compute:\n" + table([[m["kernel"], m["metric"], f"{m['value']} {m['unit']}"] for m in record["ncu"]],
                                              ["kernel", "metric", "value"])
     return text
+
+
+def not_your_kernel(record: dict[str, Any]) -> str:
+    """What a profile without the learner's kernel could not show, and where to get one that does."""
+    where = (" (no GPU here: the Triton interpreter runs your kernel in Python, so torch.profiler sees only the "
+             "operators around it)" if str(record.get("device", "")).startswith("CPU") else "")
+    return (f"your kernel is NOT in this profile{where}: it shows torch's operators only. It does not count as the "
+            f"plan's profile: run `kcourse profile {record['exercise']}` on a machine with an NVIDIA GPU")
 
 
 def run_tune(target: Target, submission: Path | None = None, source: str = "learner") -> dict[str, Any]:
@@ -151,6 +173,7 @@ def _compiled_only(builds: dict[str, Any]) -> dict[str, Any]:
 def _record_tune(target: Target, device: str, found: dict[str, Any]) -> dict[str, Any]:
     record = {"kind": "tune", "exercise": target.spec.id, "lang": target.variant.lang, "at": time.time(),
               "device": device, **found}
+    record["timed"] = tune_timed(record)  # False without a GPU: checked or compiled, never timed
     store.append(record)
     return record
 
@@ -162,12 +185,20 @@ def _correct_text(correct: bool | None, error: str) -> str:
 def format_tune(record: dict[str, Any]) -> str:
     rows = [[r["config"], num(r["ms"]), num(r["rate"]), num(r["roofline_pct"], "{:.0f}%"),
              _correct_text(r["correct"], r["error"]), r.get("resources", "")] for r in record["rows"]]
-    text = (f"{record['exercise']} ({record['lang']}) on {record['device']}, timed at {record['case'] or '—'}\n"
-            + table(rows, ["configuration", "ms", record["unit"] or "rate", "% roofline", "correct", "compiler report"]))
+    name = f"{record['exercise']} ({record['lang']}) on {record['device']}"
+    if tune_timed(record):
+        header = f"{name}, timed at {record['case'] or '—'}"
+    elif record["device"] == "CPU (compile only)":
+        header = f"{name}: NOTHING TIMED — no GPU here, so each configuration was compiled (see the compiler report), not run"
+    else:
+        header = (f"{name}: NOTHING TIMED — " + ("no GPU here, so each configuration was checked for correctness on a "
+                  "small case only" if record["device"].startswith("CPU") else "no configuration was both correct and timed"))
+    text = header + "\n" + table(rows, ["configuration", "ms", record["unit"] or "rate", "% roofline", "correct",
+                                        "compiler report"])
     if record.get("best"):
         text += f"\nbest: {record['best']['config']} ({record['speedup']:.2f}× the slowest correct configuration)"
-    elif record["device"] == "CPU (compile only)":
-        text += "\nno GPU: each configuration was compiled (see the compiler report), not run"
     elif record["device"].startswith("CPU"):
-        text += "\nno GPU: configurations were checked for correctness only, not timed"
+        at = f" at {record['case']}" if record.get("case") else ""
+        text += (f"\nthis tuning does not count as the plan's tuning: run `kcourse tune {record['exercise']}` on a "
+                 f"machine with an NVIDIA GPU to time each configuration{at}")
     return text
