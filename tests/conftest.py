@@ -1,5 +1,11 @@
 """Shared test setup: each test gets its own results store and build cache; GPU and nvcc tests skip
-where the machine lacks them (run `pytest -m gpu` on a GPU machine before calling GPU work done)."""
+where the machine lacks them (run `pytest -m gpu` on a GPU machine before calling GPU work done).
+
+Tiers (pyproject's addopts): plain `pytest` runs the fast tier, unit tests and a small end-to-end sample; tests
+marked `slow` (a grade's child, validate, a CLI grade, an exercise's nvcc build, or seconds of work) run with
+`pytest -m slow`, and `bench` (ladder figures printed on a GPU, no bar asserted on them) with `pytest -m bench`.
+A -m on the command line replaces the default one: .ci/run runs `-m "not bench"`; the short GPU tier is
+`-m "gpu and not slow and not bench"`."""
 
 from __future__ import annotations
 

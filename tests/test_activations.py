@@ -112,6 +112,7 @@ def test_a_reference_that_reference_py_lacks_is_named_with_the_fix_at_load(tmp_p
         load_reference(tmp_path / "a" / "ex" / "reference.py", "triple")
 
 
+@pytest.mark.slow
 @pytest.mark.solutions
 def test_a_real_grade_judges_bias_gelu_against_its_own_reference():
     """The parent's judge draws x and bias, calls reference.py's bias_gelu on them and compares: the solution

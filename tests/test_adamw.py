@@ -154,6 +154,7 @@ def test_the_reference_is_torch_optim_adamw_one_step_and_leaves_its_inputs_alone
         assert torch.allclose(got, expected, rtol=1e-12, atol=1e-14)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(HONEST))
 def test_honest_float32_kernels_pass_every_case(name):
     run, cases = HONEST[name]
@@ -170,6 +171,7 @@ def test_each_classic_mistake_fails_the_cases_built_for_it(name):
     assert set(found.values()) == {"mismatch"}, found
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 @pytest.mark.solutions
 def test_the_stub_the_solution_and_the_fixtures_build_for_sm_90(tmp_path):

@@ -167,6 +167,7 @@ def test_the_given_cmakelists_configures_against_torchs_cmake_config(tmp_path):
     assert "TORCH_EXTENSION_NAME:STRING=kcourse_add2_check" in (project / "build" / "CMakeCache.txt").read_text()
 
 
+@pytest.mark.slow
 def test_the_given_setup_py_names_its_extension_from_torch_extension_name(tmp_path):
     """setup.py's CUDAExtension needs a CUDA torch to build; naming it needs none (CUDA_HOME is filled in)."""
     project = op_build.stage(SPEC.variants["setup"], FOLDER / "add2_kernel.cu", tmp_path / "project")
@@ -178,6 +179,7 @@ def test_the_given_setup_py_names_its_extension_from_torch_extension_name(tmp_pa
     assert done.stdout.strip().splitlines()[-1] == "kcourse_add2_named"
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 def test_the_fixtures_compile(tmp_path):
     nvcc = build.find_nvcc()
@@ -289,6 +291,7 @@ def test_each_fixture_mistake_fails_on_the_gpu(name, tmp_path):
     assert first_failure(result).details.get("code") in GPU_MISTAKES[name], result.verdict
 
 
+@pytest.mark.bench
 @pytest.mark.gpu
 def test_the_documents_kernel_rounded_up_passes_and_prints_its_ladder_figure():
     result = grade_fixture("add2", "add2_2d.cu")

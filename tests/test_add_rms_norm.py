@@ -136,6 +136,7 @@ def numerics(result):
     return next(c for c in result.checks if c.name == "numerics")
 
 
+@pytest.mark.slow
 @pytest.mark.solutions
 def test_the_solution_passes_and_the_stub_fails_under_the_interpreter():
     target = resolve(("add_rms_norm",))
@@ -145,6 +146,7 @@ def test_the_solution_passes_and_the_stub_fails_under_the_interpreter():
     assert stub.status == "failed" and stub.details["code"] == "not_implemented", stub.message
 
 
+@pytest.mark.slow
 @pytest.mark.solutions
 @pytest.mark.parametrize("name", list(EDITS))
 def test_a_one_line_mistake_in_the_kernel_fails_on_its_case(tmp_path, name):

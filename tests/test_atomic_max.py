@@ -167,12 +167,14 @@ FIXTURES = ["atomic_max_per_element.cu", "atomic_max_warp_shuffle.cu", "atomic_m
             "atomic_max_int_bits.cu"]
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 @pytest.mark.solutions
 def test_stub_and_solution_build_for_sm_90_and_the_solution_spills_nothing():
     build_without_spills([SPEC.folder / "atomic_max.cu", ROOT / "solutions" / "atomic_max" / "atomic_max.cu"])
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 def test_the_fixtures_compile_for_sm_90():
     compile_fixtures(FIXTURES)
@@ -205,6 +207,7 @@ def test_each_fixture_mistake_fails_on_the_gpu(name):
     assert check.status == "failed" and check.details.get("code") == "mismatch", check.message
 
 
+@pytest.mark.bench
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["atomic_max_per_element.cu", "atomic_max_warp_shuffle.cu"])
 def test_ladder_steps_pass_numerics_and_print_their_figures(name):

@@ -202,6 +202,7 @@ def test_naive_attention_memory_grows_as_n_squared():
     assert extra[-1] >= 6 * 8 * n * n  # S (float32) and P (float16) of 8 heads, both live during the softmax
 
 
+@pytest.mark.bench
 @pytest.mark.gpu
 @pytest.mark.solutions
 @pytest.mark.parametrize("causal", [False, True])

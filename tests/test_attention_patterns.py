@@ -50,10 +50,10 @@ MISTAKES = {
                           ONE_KEY, "wrong", CAUSAL),
     # exp of the raw scores: overflows at scores of std 30
     "no_max_subtraction": ("sliding_window", [("m_new = tl.maximum(m_i, tl.max(qk, 1))", "m_new = tl.zeros_like(m_i)")],
-                           SHARP, "NAN", PLAIN),
+                           SHARP, " NaN (first at index ", PLAIN),
     # exp(-inf - -inf) for a row that has seen no visible key yet (row 16 in the first 16-key block at W = 1)
     "no_empty_row_guard": ("sliding_window", [('m_use = tl.where(m_new == -float("inf"), 0.0, m_new)', "m_use = m_new")],
-                           ONE_KEY, "NAN", CAUSAL),
+                           ONE_KEY, " NaN (first at index ", CAUSAL),
     # the loop started where the block's last row starts: its earlier rows lose their first keys
     "skip_from_the_last_row": ("document_mask", [("start = (lo_first // BLOCK_N) * BLOCK_N",
                                                   "start = (lo_last // BLOCK_N) * BLOCK_N")], SHARP, "wrong", CAUSAL),
@@ -106,6 +106,7 @@ def visible_pairs(version: str, case) -> int:
     return int((lengths * (lengths + 1) // 2).sum())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("version", VERSIONS)
 def test_each_versions_flops_are_its_visible_pairs_at_every_timed_size(version):
     for case in SPEC.performance.cases:
@@ -159,6 +160,7 @@ def test_the_reference_is_causal_at_w_at_least_n_and_v_itself_at_w_1():
 
 # --- the learner's side: a real grade of each version, the stub, the classic mistakes ---------------
 
+@pytest.mark.slow
 @pytest.mark.solutions
 @pytest.mark.parametrize("version", VERSIONS)
 def test_the_solution_passes_every_cpu_case_of_each_version_in_a_real_grade(version):
@@ -169,6 +171,7 @@ def test_the_solution_passes_every_cpu_case_of_each_version_in_a_real_grade(vers
     assert "9 case(s)" in checks["numerics"].message and "GPU-only case(s) skipped" in checks["numerics"].message
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("version", VERSIONS)
 def test_the_stub_fails_each_version_as_not_implemented(version):
     check = failing(grade(resolve(("attention_patterns",), lang=version), seed=5, record=False, quick=True))
@@ -176,6 +179,7 @@ def test_the_stub_fails_each_version_as_not_implemented(version):
     assert f"launch it in {version}()" in check.message
 
 
+@pytest.mark.slow
 @pytest.mark.solutions
 @pytest.mark.parametrize("name", list(MISTAKES))
 def test_a_classic_mistake_fails_its_case_with_the_learners_message_and_passes_a_plain_one(tmp_path, name):

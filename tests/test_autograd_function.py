@@ -93,6 +93,7 @@ def judged(module, case, tmp_path):
 
 # --- the whole pipeline: solution and stub ---------------------------------------------------------
 
+@pytest.mark.slow
 def test_the_solution_passes_numerics_integrity_and_gradients_with_gradcheck_on_the_cpu():
     result = grade(resolve(("autograd_function",)), source="solutions", seed=SEED, record=False)
     checks = {}
@@ -104,6 +105,7 @@ def test_the_solution_passes_numerics_integrity_and_gradients_with_gradcheck_on_
     assert not {"operator", "opcheck", "torch_compile"} & set(checks)  # a plain Function: no operator checks
 
 
+@pytest.mark.slow
 def test_the_stub_imports_and_fails_numerics():
     result = grade(resolve(("autograd_function",)), source="stubs", seed=SEED, record=False)
     check = next(c for c in result.checks if c.status in ("failed", "error"))

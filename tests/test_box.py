@@ -53,6 +53,8 @@ def kit_copy(tmp_path, monkeypatch):
     return root
 
 
+@pytest.mark.slow
+@pytest.mark.solutions
 def test_a_reference_rewritten_at_import_fails_both_grades_and_the_solution_still_passes(kit_copy):
     before = kit_digest(kit_copy)
     for _ in range(2):
@@ -62,6 +64,8 @@ def test_a_reference_rewritten_at_import_fails_both_grades_and_the_solution_stil
     assert grade(resolve(SOFTMAX, lang="triton"), source="solutions", seed=5).status == "passed"
 
 
+@pytest.mark.slow
+@pytest.mark.solutions
 def test_unboxed_a_rewritten_reference_is_put_back_and_fails_every_grade(kit_copy, monkeypatch):
     """Where no box is possible (here forced), the kit check restores the file after the run."""
     from grader import kit
@@ -78,6 +82,7 @@ def test_unboxed_a_rewritten_reference_is_put_back_and_fails_every_grade(kit_cop
     assert grade(resolve(SOFTMAX, lang="triton"), source="solutions", seed=5).status == "passed"
 
 
+@pytest.mark.solutions
 def test_the_header_says_once_when_nothing_boxes_the_learners_code(monkeypatch):
     from grader.console import format_grade
 
@@ -87,6 +92,8 @@ def test_the_header_says_once_when_nothing_boxes_the_learners_code(monkeypatch):
     assert format_grade(result).count("isolation: none (this kernel has no Landlock)") == 1
 
 
+@pytest.mark.slow
+@pytest.mark.solutions
 def test_writing_into_the_results_store_is_refused_and_earlier_results_are_kept():
     assert grade(resolve(VECTOR_ADD, lang="triton"), source="solutions", seed=5).status == "passed"
     earlier = store.results_path().read_text()
@@ -98,11 +105,13 @@ def test_writing_into_the_results_store_is_refused_and_earlier_results_are_kept(
     assert not any(r.get("forged") for r in added)
 
 
+@pytest.mark.solutions
 def test_reading_the_instructors_solution_is_refused():
     check = failing(grade_file(VECTOR_ADD, "box_vector_add_reads_solution.py"))
     assert check.name == "load" and "solutions/vector_add/vector_add.py" in check.message and REFUSED in check.message
 
 
+@pytest.mark.slow
 def test_a_network_connection_is_refused_and_never_reaches_the_listener(monkeypatch):
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
@@ -119,6 +128,7 @@ def _processes_capped() -> bool:
     return os.getuid() != 0 or any(box._pids_hierarchy(Path(root)) for root in box.CGROUP_ROOTS)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _processes_capped(), reason="root without a pids cgroup: the process count is not capped")
 def test_a_fork_loop_is_stopped_by_the_process_cap_and_its_processes_end():
     started = time.monotonic()
@@ -129,12 +139,15 @@ def test_a_fork_loop_is_stopped_by_the_process_cap_and_its_processes_end():
     assert left == []
 
 
+@pytest.mark.slow
 def test_a_10_gb_file_stops_at_the_file_size_cap(monkeypatch):
     monkeypatch.setenv("KCOURSE_BOX_FILE_SIZE", str(256 * 2**20))
     check = failing(grade_file(VECTOR_ADD, "box_vector_add_big_file.py"))
     assert check.name == "load" and "File too large" in check.message
 
 
+@pytest.mark.slow
+@pytest.mark.solutions
 def test_in_grade_batch_a_learner_cannot_read_another_learners_file(tmp_path):
     submissions = tmp_path / "submissions"
     for learner, name in (("alice", "vector_add.py"), ("bob", "vector_add.py"),
@@ -151,6 +164,7 @@ def test_in_grade_batch_a_learner_cannot_read_another_learners_file(tmp_path):
     assert "PermissionError" in rows["mallory"]["verdict"] or REFUSED in json.dumps(rows["mallory"]["result"])
 
 
+@pytest.mark.slow
 def test_grade_batch_and_validate_refuse_to_run_unboxed_unless_allowed(monkeypatch, tmp_path):
     monkeypatch.setattr(box, "available", lambda: (False, "this kernel has no Landlock"))
     for args in (["grade-batch", str(tmp_path)], ["validate", "--only", "vector_add"]):
@@ -161,6 +175,7 @@ def test_grade_batch_and_validate_refuse_to_run_unboxed_unless_allowed(monkeypat
 
 
 @pytest.mark.gpu
+@pytest.mark.solutions
 def test_host_code_that_dlopens_the_cached_solution_finds_nothing_and_fails_numerics():
     check = failing(grade_file(VECTOR_ADD, "box_vector_add_dlopens_solution.cu", lang="cuda"))
     assert check.name == "numerics"

@@ -40,6 +40,7 @@ def tiny_solutions(tmp_path_factory):
     return record, seconds, path
 
 
+@pytest.mark.slow
 @pytest.mark.solutions
 def test_tiny_capstone_with_the_solutions_lands_on_eagers_loss_in_under_a_minute(tiny_solutions):
     record, seconds, _ = tiny_solutions
@@ -53,6 +54,7 @@ def test_tiny_capstone_with_the_solutions_lands_on_eagers_loss_in_under_a_minute
     assert seconds < 60
 
 
+@pytest.mark.slow
 @pytest.mark.solutions
 def test_on_the_cpu_the_cheap_triton_kernels_are_yours_and_the_rest_say_why_not(tiny_solutions):
     choices = {(c["operation"], c["role"]): c for c in tiny_solutions[0]["choices"]}
@@ -62,6 +64,7 @@ def test_on_the_cpu_the_cheap_triton_kernels_are_yours_and_the_rest_say_why_not(
     assert "graded in float16, bfloat16" in choices[("linear", "forward")]["reason"]
 
 
+@pytest.mark.slow
 @pytest.mark.solutions
 def test_the_capstone_report_renders_its_tables_and_plot(tiny_solutions):
     _, _, path = tiny_solutions
@@ -72,6 +75,7 @@ def test_the_capstone_report_renders_its_tables_and_plot(tiny_solutions):
     assert "## Verdict: passed" in text
 
 
+@pytest.mark.slow
 @pytest.mark.solutions
 def test_the_capstone_run_is_recorded_but_solutions_do_not_count_for_the_plan(tiny_solutions):
     record = tiny_solutions[0]
@@ -80,6 +84,7 @@ def test_the_capstone_run_is_recorded_but_solutions_do_not_count_for_the_plan(ti
     assert record_matches(Requirement("capstone"), {**record, "source": "learner", "status": "failed"}) is False
 
 
+@pytest.mark.slow
 def test_a_kernel_writing_nan_fails_the_capstone_with_its_operation_named():
     use = run.parse_use((f"activations={submission('capstone_gelu_nan.py')}",))
     record = run.capstone("learner", tiny=True, seed=3, use=use, steps=4)
@@ -89,6 +94,7 @@ def test_a_kernel_writing_nan_fails_the_capstone_with_its_operation_named():
     assert store.latest("capstone")["status"] == "failed"
 
 
+@pytest.mark.slow
 def test_a_crashing_kernel_fails_the_capstone_and_the_pytorch_run_is_kept():
     use = run.parse_use((f"activations={submission('capstone_gelu_crash.py')}",))
     record = run.capstone("learner", tiny=True, seed=3, use=use, steps=2)
@@ -97,6 +103,7 @@ def test_a_crashing_kernel_fails_the_capstone_and_the_pytorch_run_is_kept():
     assert "eager" in record["runs"]
 
 
+@pytest.mark.slow
 @pytest.mark.solutions  # the instructor's files: absent from a learner's kit
 def test_the_block_says_which_parts_are_whose_and_renders():
     use = {"activations:gelu_tanh": solution_file(*_activations())}
@@ -110,6 +117,7 @@ def test_the_block_says_which_parts_are_whose_and_renders():
     assert "| ffn |" in text and "yours: gelu forward" in text
 
 
+@pytest.mark.slow
 def test_a_kernel_slightly_wrong_everywhere_fails_the_block_check():
     use = run.parse_use((f"activations={submission('capstone_gelu_scaled.py')}",))
     record = run.block("learner", tiny=True, seed=5, use=use)
@@ -117,6 +125,7 @@ def test_a_kernel_slightly_wrong_everywhere_fails_the_block_check():
     assert status == {"attention": "passed", "ffn": "failed", "block": "failed"}
 
 
+@pytest.mark.slow
 def test_a_capstone_with_none_of_your_kernels_is_not_a_pass():
     record = run.capstone("learner", tiny=True, seed=3, steps=2)
     assert record["status"] == "skipped" and "kcourse grade" in record["verdict"]
@@ -134,6 +143,7 @@ def test_use_names_an_exercise_and_an_existing_file(tmp_path):
     assert run.parse_use((f"activations={__file__}",)) == {"activations:gelu_tanh": __import__("pathlib").Path(__file__)}
 
 
+@pytest.mark.slow
 @pytest.mark.gpu
 def test_full_capstone_with_the_solutions_is_as_fast_as_eager_within_two_percent():
     # Session 24: H200 1.19x eager's tokens/s, loss 0.05% from eager's (160 s); H100 1.25x, loss 9.3% from eager's
@@ -266,6 +276,7 @@ def test_a_loss_spike_in_the_last_steps_does_not_fail_correct_kernels_but_a_move
     assert gap > 0.04
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tiny", [False, True])
 def test_a_run_reads_its_default_text_at_most_twice_so_the_final_loss_compares_learning_not_memorising(tiny):
     # At batch 512 the old 48 KB text was read 550 times; the model memorised it and the runs' final losses,
@@ -297,6 +308,7 @@ def test_gelus_backward_behind_a_learners_forward_is_pytorchs_gradient_without_r
     assert torch.equal(x.grad, want.grad)
 
 
+@pytest.mark.slow
 def test_the_row_statistics_kernel_for_the_layer_norm_backward_matches_float64_on_ragged_rows():
     """grader/capstone/row_stats.py's kernel (it replaced var_mean on the GPU) under the interpreter, in a process
     of its own (the interpreter is chosen at import): rows not a multiple of its row block, columns not a power

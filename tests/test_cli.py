@@ -10,12 +10,14 @@ def run(*args):
     return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
 
+@pytest.mark.slow
 def test_grade_by_week_prints_the_verdict_and_exits_1_for_a_stub():
     result = run("grade", "week4", "vector_add", "--seed", "5")
     assert result.exit_code == 1
     assert "not implemented yet" in result.output and "=> FAILED" in result.output
 
 
+@pytest.mark.slow
 @pytest.mark.solutions
 def test_grade_solution_exits_0_and_strict_counts_skips_as_failures():
     assert run("grade", "week5", "softmax", "--source", "solutions").exit_code == 0
@@ -25,6 +27,7 @@ def test_grade_solution_exits_0_and_strict_counts_skips_as_failures():
     assert run("grade", "week5", "softmax", "--source", "solutions", "--strict").exit_code == (0 if HAS_GPU else 1)
 
 
+@pytest.mark.slow
 def test_json_prints_the_full_result_as_one_document():
     result = run("grade", "softmax", "--json", "--seed", "9")
     data = json.loads(result.output)
@@ -43,6 +46,7 @@ def test_ambiguous_id_asks_for_lang():
     assert result.exit_code == 2 and "--lang" in result.output
 
 
+@pytest.mark.slow
 def test_list_shows_plans_units_exercises_and_status():
     run("grade", "week4", "vector_add")
     output = run("list", "--plan", "cuda-11-week").output
@@ -52,6 +56,7 @@ def test_list_shows_plans_units_exercises_and_status():
     assert "+ attention comparison: `kcourse compare attention`" in output  # a record the week needs, and how
 
 
+@pytest.mark.slow
 def test_env_check_records_and_day1_report_renders_it(isolated_state):
     result = run("env-check")
     assert result.exit_code == 0 and "triton" in result.output
@@ -66,6 +71,7 @@ def test_day1_report_before_env_check_says_what_to_run():
     assert result.exit_code == 2 and "kcourse env-check" in result.output
 
 
+@pytest.mark.slow
 def test_final_report_lists_graded_exercises(isolated_state):
     run("grade", "week4", "vector_add", "--seed", "1")
     assert run("report", "final").exit_code == 0
@@ -73,6 +79,7 @@ def test_final_report_lists_graded_exercises(isolated_state):
     assert "| vector_add | triton | failed | not implemented yet" in text
 
 
+@pytest.mark.slow
 @pytest.mark.solutions
 def test_validate_solutions_passes_and_stubs_fail_for_triton():
     """The command, on a few exercises: every Triton solution passes under the interpreter in
@@ -84,6 +91,7 @@ def test_validate_solutions_passes_and_stubs_fail_for_triton():
     assert stubs.exit_code == 0 and "1 ok" in stubs.output
 
 
+@pytest.mark.slow
 def test_the_command_ends_at_once_with_its_exit_code_and_every_line_written(tmp_path):
     """`kcourse grade` skips the interpreter's teardown (most of a second with torch loaded): the exit code,
     the whole output and the record must still be there."""

@@ -23,6 +23,7 @@ def run(*args):
 
 # --- the real pipeline, on the CPU (Triton under the interpreter) -------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.solutions
 def test_compare_grades_each_file_records_it_labelled_and_reports_the_table(tmp_path, isolated_state):
     fused = tmp_path / "fused.py"

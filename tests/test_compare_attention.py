@@ -345,6 +345,7 @@ def test_another_week_shows_no_sweep_unless_its_plan_requires_one(swept, monkeyp
     assert "| naive_attention (triton) | 0.25 | 1 | 4 | 16 | 64 | OOM |" in text
 
 
+@pytest.mark.slow
 def test_week11_summarises_every_best_grade_the_comparisons_the_sweep_and_keeps_the_questions(swept, isolated_state):
     store.append(env_record())
     store.append(grade_record("reduction", "cuda", "GB/s", ["n=1048576", "n=268435456"], 0.5))
@@ -490,6 +491,7 @@ def test_the_child_checks_what_a_torch_operator_returns_and_names_a_length_that_
 
 # --- GPU: the real sweep ------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.gpu
 @pytest.mark.solutions
 def test_the_sweep_times_every_solution_beside_sdpa_and_week10_renders_it(isolated_state):

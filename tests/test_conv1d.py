@@ -128,6 +128,7 @@ def test_timed_bytes_count_x_out_and_the_taps():
     assert exprs.evaluate(SPEC.performance.bytes, params) == 4 * (100 + 100 + 7)
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 @pytest.mark.solutions
 def test_the_solution_compiles_every_radius_without_spills():
@@ -167,6 +168,7 @@ def test_each_fixture_mistake_fails_on_the_gpu(name):
     assert first_failure(result).details.get("code") in GPU_MISTAKES[name], result.verdict
 
 
+@pytest.mark.bench
 @pytest.mark.gpu
 def test_the_naive_kernel_passes_numerics_and_prints_its_ladder_figure():
     result = grade_fixture("conv1d", "conv1d_naive.cu")

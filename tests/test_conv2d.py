@@ -134,6 +134,7 @@ def test_float32_accumulation_passes_every_case(name):
     assert all(v == "ok" for v in found.values()), found
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 @pytest.mark.solutions
 def test_the_solution_compiles_without_spills_within_its_launch_bounds():
@@ -171,6 +172,7 @@ def test_each_fixture_mistake_fails_on_the_gpu(name):
     assert first_failure(result).details.get("code") in GPU_MISTAKES[name], result.verdict
 
 
+@pytest.mark.bench
 @pytest.mark.gpu
 def test_the_direct_kernel_passes_numerics_and_prints_its_ladder_figure():
     result = grade_fixture("conv2d", "conv2d_direct.cu")

@@ -178,6 +178,7 @@ def test_p_minus_1_at_a_single_class_fits_its_own_tolerance_and_not_the_bfloat16
     assert SPEC.tolerance_of(case, dlogits).atol < 1e-6  # a missing "- 1" (off by 1) still fails
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 @pytest.mark.solutions
 def test_the_stub_the_solution_and_the_fixtures_build_for_sm_90(tmp_path):

@@ -109,6 +109,7 @@ def test_a_machine_without_cublas_reports_the_grade_skipped_not_failed(monkeypat
     assert check.details["code"] == "library_missing" and "libcublas" in check.message
 
 
+@pytest.mark.slow
 @needs_cublas
 def test_a_file_calling_cublas_create_compiles_and_links_against_libcublas(tmp_path):
     source = tmp_path / "handle.cu"
@@ -121,6 +122,7 @@ def test_a_file_calling_cublas_create_compiles_and_links_against_libcublas(tmp_p
         assert "libcublas.so" in needed
 
 
+@pytest.mark.slow
 @needs_cublas
 @pytest.mark.solutions
 @pytest.mark.parametrize("exercise_id", ["cublas_blas1", "cublas_gemm"])
@@ -192,6 +194,7 @@ def test_each_solution_edit_still_applies(exercise_id, mistake, tmp_path):
     assert mistake_file(exercise_id, mistake, tmp_path).exists()  # the GPU tests grade this file
 
 
+@pytest.mark.slow
 @needs_cublas
 @pytest.mark.solutions
 def test_the_fixtures_compile(tmp_path):

@@ -139,6 +139,7 @@ def test_each_solution_edit_still_applies(mistake, tmp_path):
     assert mutant(SOLUTION, mistake, SOLUTION_EDITS[mistake][0], tmp_path).exists()
 
 
+@pytest.mark.slow
 @needs_cublas
 @pytest.mark.solutions
 @pytest.mark.parametrize("folder", ["exercises", "solutions"])

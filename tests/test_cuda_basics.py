@@ -272,6 +272,7 @@ def test_a_slow_transpose_is_sent_to_the_next_step_coalescing_then_bank_conflict
     assert advice in check.details["hint"], check.details["hint"]
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 @pytest.mark.parametrize("exercise", EXERCISES)
 def test_stub_and_solution_compile_for_sm_90(exercise):

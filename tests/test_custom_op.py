@@ -116,6 +116,7 @@ def judged(module, checks, case, tmp_path, parts):
 
 # --- the whole pipeline: solution and stub ---------------------------------------------------------
 
+@pytest.mark.slow
 def test_the_solution_passes_numerics_and_every_operator_check_on_the_cpu():
     result = grade(resolve(("custom_op",)), source="solutions", seed=SEED, record=False)
     checks = {}
@@ -128,6 +129,7 @@ def test_the_solution_passes_numerics_and_every_operator_check_on_the_cpu():
     assert "speed" not in checks or checks["speed"].status == "skipped"  # no GPU: never a passed speed
 
 
+@pytest.mark.slow
 def test_the_stub_imports_and_fails_numerics():
     result = grade(resolve(("custom_op",)), source="stubs", seed=SEED, record=False)
     check = next(c for c in result.checks if c.status in ("failed", "error"))
@@ -145,6 +147,7 @@ def test_no_fake_implementation_fails_opcheck_and_torch_compile(tmp_path):
     assert verdicts["torch_compile"].status == "failed" and "fake" in verdicts["torch_compile"].message
 
 
+@pytest.mark.slow
 def test_a_fake_with_the_wrong_dtype_fails_opcheck_on_the_float16_case(tmp_path):
     module, checks = load_as("fake_float32", tmp_path, mistake_text("fake_float32"))
     verdicts = judged(module, checks, case_named(64, 1025, "float16"), tmp_path, ["operator", "opcheck"])

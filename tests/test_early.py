@@ -21,6 +21,7 @@ def _on_a_gpu_machine(monkeypatch, started_early):
     monkeypatch.setattr(heavy, "start_early", lambda spec, reference, devices: started_early.append(spec.id))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(build.find_nvcc() is None, reason="no nvcc here: the early build has nothing to run")
 def test_the_early_build_fills_the_cache_the_grades_own_build_reads(tmp_path, monkeypatch):
     """Same arguments, same cache key: the grade's build of the file is then a cache hit (or waits on the

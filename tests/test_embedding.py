@@ -129,6 +129,7 @@ def test_an_honest_scatter_add_passes_every_case():
 
 # --- compiled for sm_90 ------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 @pytest.mark.solutions
 def test_the_stubs_and_solutions_build_and_the_solutions_spill_nothing():
@@ -170,6 +171,7 @@ def test_each_mistakes_edits_still_apply(exercise_id, mistake, tmp_path):
     assert mistake_file(exercise_id, mistake, tmp_path).exists()  # the GPU test grades this file
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 def test_the_fixtures_compile(tmp_path):
     compile_fixtures([*LADDERS.values(), *(mistake_file(e, m, tmp_path) for e, m in GPU_MISTAKES)])
@@ -215,6 +217,7 @@ def test_each_fixture_mistake_fails_on_the_gpu(exercise_id, mistake, tmp_path):
     fixture_fails(exercise_id, mistake_file(exercise_id, mistake, tmp_path), GPU_MISTAKES[(exercise_id, mistake)])
 
 
+@pytest.mark.bench
 @pytest.mark.gpu
 @pytest.mark.parametrize("exercise_id", list(LADDERS))
 def test_the_ladder_step_2_kernels_pass_numerics_and_print_their_figures(exercise_id):

@@ -162,6 +162,7 @@ def worst_error(case, inputs, refs, mistake=None) -> float:
     return max(((g - r).abs() / (tol.atol + tol.rtol * r.abs())).nan_to_num(1e9).max().item() for g, r in zip(got, refs))
 
 
+@pytest.mark.slow
 def test_an_honest_half_precision_backward_passes_every_cpu_case_with_room(backward_trials):
     worst = {case.label(): worst_error(case, inputs, refs) for case, inputs, refs in backward_trials}
     assert max(worst.values()) < 0.5, worst  # 0.25 at the float16 atol of 3e-2 (0.4 at 1.5e-2), the sharp case
@@ -204,6 +205,7 @@ def forward_mistake(name):
     return plain.replace(old, new)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(FORWARD_MISTAKES))
 def test_a_classic_forward_mistake_fails_on_its_case(tmp_path, name):
     path = tmp_path / "flash_attention_v2.py"
@@ -213,6 +215,7 @@ def test_a_classic_forward_mistake_fails_on_its_case(tmp_path, name):
     assert FORWARD_MISTAKES[name][2] in check.message, check.message
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("exercise", [FWD, BWD])
 def test_the_stub_imports_and_fails_as_not_implemented(exercise):
     check = failing(grade(resolve((exercise,)), seed=5))

@@ -126,6 +126,7 @@ EDITS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.solutions
 def test_the_solution_passes_and_the_stub_fails_under_the_interpreter():
     target = resolve(("fusion",))
@@ -135,6 +136,7 @@ def test_the_solution_passes_and_the_stub_fails_under_the_interpreter():
     assert stub.status == "failed" and stub.details["code"] == "not_implemented", stub.message
 
 
+@pytest.mark.slow
 @pytest.mark.solutions  # the instructor's files: absent from a learner's kit
 def test_the_unfused_three_kernel_fixture_passes_the_numerics():
     """It is correct: only the speed bar (GPU) can tell it from a fused kernel."""

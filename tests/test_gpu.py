@@ -19,6 +19,7 @@ def failing_check(result):
     return next(c for c in result.checks if c.status in ("failed", "error"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", all_targets(), ids=lambda t: t.key)
 def test_solution_passes_every_check_including_speed(target):
     result = grade(target, source="solutions", seed=123)
@@ -30,12 +31,14 @@ def test_solution_passes_every_check_including_speed(target):
           f"{t.solution_roofline_pct or 0:.0f}% of roofline; torch {t.torch_ms or 0:.4g} ms; build {result.build.get('seconds', 0):.2f} s")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", all_targets(), ids=lambda t: t.key)
 def test_stub_fails_on_the_gpu(target):
     result = grade(target, source="stubs", seed=5)
     assert result.status == "failed", result.verdict
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("exercise", ["reduction", "softmax", "matmul"])
 def test_solution_graded_against_itself_passes_ten_times_out_of_ten(exercise):
     target = resolve((exercise,))

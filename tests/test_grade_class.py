@@ -104,7 +104,8 @@ def test_the_progress_line_counts_done_running_failed_and_remaining():
     progress.started("bo reduction:cuda")
     now[0] = 30.0
     progress.finished("ada reduction:cuda", {"status": "failed", "attempts": 2})
-    assert progress.line() == "graded 1/4 (1 failed), 1 running, 3 remaining; 2.0/min, about 1m30s left"
+    # a running grade is not also waiting: 1 done + 1 running + 2 waiting = 4; the time left is for the 3 unfinished
+    assert progress.line() == "graded 1/4 (1 failed), 1 running, 2 waiting; 2.0/min, about 1m30s left"
     summary = progress.summary([{"status": "failed"}, {"status": "passed"}, {"status": "passed"}])
     assert summary.startswith("3 grades (2 passed, 1 failed): 1 graded now in 30s (2.0/min), 2 already in the gradebook")
     assert "1 retried after their worker died" in summary and stream.getvalue().count("\n") == 3
@@ -208,6 +209,7 @@ def two_workers():
     cluster.close()
 
 
+@pytest.mark.slow
 @needs_solutions
 def test_a_class_is_graded_through_a_dask_scheduler_on_worker_processes(tmp_path, two_workers):
     subs = make_class(tmp_path / "subs", {
@@ -222,7 +224,8 @@ def test_a_class_is_graded_through_a_dask_scheduler_on_worker_processes(tmp_path
     assert result.exit_code == 0, result.output
     assert f"grading on the Dask cluster at {two_workers.scheduler.address} (2 CPU worker(s))" in result.output
     rows = {(r["learner"], r["exercise"], r["lang"]): r for r in json.loads((book / "gradebook.json").read_text())}
-    assert len(rows) == 12 and {r["worker"] for r in rows.values() if r["status"] != "missing"} <= {"0", "1"}
+    # the exercises some learner submitted (reduction:cuda, vector_add:triton), not every version: --all would add them
+    assert len(rows) == 6 and {r["worker"] for r in rows.values() if r["status"] != "missing"} <= {"0", "1"}
     checks = {c["name"]: c["status"] for c in rows["ada", "vector_add", "triton"]["result"]["checks"]}
     assert checks["numerics"] == "passed"  # under the Triton interpreter, shipped to the worker as bytes
     assert "SIGSEGV" in rows["bo", "vector_add", "triton"]["verdict"]  # a crash costs that task only
@@ -259,6 +262,7 @@ class KillOnStart(Progress):
             kill_worker_and_its_children(self.pids[worker])
 
 
+@pytest.mark.slow
 @needs_solutions
 def test_a_worker_killed_mid_task_has_it_regraded_elsewhere_and_the_rerun_adds_nothing(tmp_path, two_workers, targets):
     from grader.cluster import DaskRunner

@@ -21,6 +21,7 @@ def code_of(result):
     return next(c.details.get("code") for c in result.checks if c.status in ("failed", "error"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", [t for t in all_targets() if t.variant.kind == "triton"], ids=lambda t: t.key)
 def test_triton_solution_passes_under_the_interpreter(target):
     result = grade(target, source="solutions", seed=7)
@@ -31,6 +32,7 @@ def test_triton_solution_passes_under_the_interpreter(target):
         assert checks["speed"].status == "skipped" and "Triton interpreter" in checks["speed"].message
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", [t for t in all_targets() if t.variant.kind == "triton"], ids=lambda t: t.key)
 def test_triton_stub_reports_not_implemented(target):
     result = grade(target, source="stubs", seed=7)
@@ -39,6 +41,7 @@ def test_triton_stub_reports_not_implemented(target):
     assert "not implemented yet" in result.verdict
 
 
+@pytest.mark.slow
 @cpu_only
 @pytest.mark.nvcc
 @pytest.mark.parametrize("target", [t for t in all_targets() if t.variant.kind in ("cuda", "cuda_host")], ids=lambda t: t.key)
@@ -57,6 +60,7 @@ def test_cuda_exercise_without_gpu_is_compiled_and_reported_skipped_never_passed
     assert result.status == "skipped"
 
 
+@pytest.mark.slow
 @cpu_only
 def test_torch_op_without_gpu_is_never_reported_passed():
     result = grade(resolve(("gelu_op",)), source="solutions", seed=7)

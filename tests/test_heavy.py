@@ -60,6 +60,7 @@ def test_gpu_references_equal_the_cpu_ones():
     assert all(torch.allclose(a, b, rtol=1e-9, atol=1e-9) for a, b in zip(on_gpu, on_cpu))
 
 
+@pytest.mark.slow
 def test_the_reference_process_sees_only_the_grading_childs_gpu():
     # grade-batch and validate grade on several GPUs from one process: each grade's references must run on
     # its own child's GPU, not on GPU 0 while another grade is timed there
@@ -90,6 +91,7 @@ def test_a_spec_without_a_work_model_keeps_every_case_on_the_gpu():
     assert heavy.worth_it(spec, target.variant, spec.cases[0])
 
 
+@pytest.mark.slow
 def test_the_gpu_process_waits_until_the_child_is_ready():
     """A grading child's first job on a machine is measuring the GPU's copy and matmul ceilings: a float64
     reference beside it would make them read low (and a low ceiling is kept). Work waits for the gate."""
@@ -123,6 +125,7 @@ def test_the_gpu_process_waits_until_the_child_is_ready():
     assert submitted and submitted[0] >= opened
 
 
+@pytest.mark.slow
 def test_the_gpu_process_warms_up_as_soon_as_it_is_made():
     """Its start (spawn, torch, the reference, a CUDA context: seconds) must pass while the child starts and
     nvcc builds, not when the first heavy case asks for a reference. Where CUDA is missing the warm-up still

@@ -131,12 +131,14 @@ def _failure(result):
     return next(c for c in result.checks if c.status in ("failed", "error"))
 
 
+@pytest.mark.slow
 def test_an_exercise_without_inputs_is_graded_end_to_end(tmp_path):
     result = _iota_grade(tmp_path, "good")  # on a GPU also timed: torch's baseline gets its sizes by keyword
     assert next(c for c in result.checks if c.name == "numerics").status == "passed", result.verdict
     assert not [c for c in result.checks if c.status in ("failed", "error")], result.verdict
 
 
+@pytest.mark.slow
 def test_a_store_past_the_end_fails_with_its_own_message(tmp_path):
     result = _iota_grade(tmp_path, "unmasked", mask="")
     check = _failure(result)

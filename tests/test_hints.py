@@ -216,6 +216,7 @@ def test_the_console_prints_the_hint_under_its_check():
     assert lines[at + 2].startswith("         hint: a loop whose bound or index never changes")
 
 
+@pytest.mark.slow
 def test_a_real_grade_of_a_dropped_tail_shows_the_mask_hint():
     target = resolve(("vector_add",), lang="triton")
     result = hints_grade(target, "vector_add_no_tail.py")
@@ -225,6 +226,7 @@ def test_a_real_grade_of_a_dropped_tail_shows_the_mask_hint():
     assert "         hint: the last 232 elements" in console.format_grade(result)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("exercise, name, start", [
     ("softmax", "softmax_no_max.py", "NaN where the reference is finite: a numerical-stability problem"),
     ("softmax", "softmax_ncols_stride.py", "row 0 is right and every row from 1 on is wrong"),

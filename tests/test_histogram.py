@@ -156,12 +156,14 @@ FIXTURES = ["histogram_global_atomics.cu", "histogram_shared.cu", "histogram_no_
             "histogram_plain_increment.cu"]
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 @pytest.mark.solutions
 def test_stub_and_solution_build_for_sm_90_and_the_solution_spills_nothing():
     build_without_spills([SPEC.folder / "histogram.cu", ROOT / "solutions" / "histogram" / "histogram.cu"])
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 def test_the_fixtures_compile_for_sm_90():
     compile_fixtures(FIXTURES)
@@ -198,6 +200,7 @@ def test_each_fixture_mistake_fails_on_the_gpu(name):
     assert numerics(result).details.get("code") == GPU_MISTAKES[name], result.verdict
 
 
+@pytest.mark.bench
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["histogram_global_atomics.cu", "histogram_shared.cu"])
 def test_ladder_steps_pass_numerics_and_print_their_figures(name):

@@ -49,6 +49,7 @@ def test_each_language_has_its_own_ladder_with_figures():
     assert "tl.atomic_add" in hints.read_ladder(SPEC, "triton")[0].text
 
 
+@pytest.mark.slow
 @pytest.mark.solutions
 def test_the_solution_passes_every_cpu_case_under_the_interpreter():
     result = grade(resolve(("histogram",), lang="triton"), source="solutions", seed=SEED, record=False)
@@ -56,6 +57,7 @@ def test_the_solution_passes_every_cpu_case_under_the_interpreter():
     assert numerics.status == "passed", numerics.message
 
 
+@pytest.mark.slow
 def test_the_stub_imports_and_fails_as_not_implemented():
     result = grade(resolve(("histogram",), lang="triton"), source="stubs", seed=SEED, record=False)
     check = first_failure(result)
@@ -90,6 +92,7 @@ def test_each_classic_mistake_fails_on_its_case(tmp_path, name):
 
 # --- the race: invisible to the interpreter, fatal on a GPU ---------------------------------------------------
 
+@pytest.mark.slow
 def test_the_racy_merge_passes_under_the_interpreter_which_runs_programs_one_at_a_time():
     """What a learner sees on the CPU: the load-add-store version counts right. The GPU test below grades it."""
     model = as_model(SPEC, load_interpreted(submission("histogram_load_add_store.py"), "histogram_load_add_store"))
@@ -177,6 +180,7 @@ def test_the_racy_merge_fails_on_the_gpu():
     assert check.name == "numerics" and check.details.get("code") == "mismatch", result.verdict
 
 
+@pytest.mark.bench
 @pytest.mark.gpu
 def test_ladder_step_one_passes_numerics_and_prints_its_figures():
     from cuda_checks import figures

@@ -245,6 +245,7 @@ def test_honest_blurs_pass_every_case(name):
     assert all(v == "ok" for v in found.values()), found
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 @pytest.mark.solutions
 @pytest.mark.parametrize("exercise_id", ["rgb_to_gray", "blur"])
@@ -292,6 +293,7 @@ def test_each_fixture_mistake_fails_on_the_gpu(exercise_id, name):
     assert first_failure(result).details.get("code") in GPU_MISTAKES[(exercise_id, name)], result.verdict
 
 
+@pytest.mark.bench
 @pytest.mark.gpu
 @pytest.mark.parametrize("exercise_id,name", list(LADDER_FIXTURES))
 def test_the_first_ladder_step_passes_numerics_and_prints_its_figure(exercise_id, name):

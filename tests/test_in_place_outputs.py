@@ -103,6 +103,7 @@ def _grade(tmp_path, update: str):
     return grade(Target(spec, spec.variant("triton")), submission=path, seed=3, record=False)
 
 
+@pytest.mark.slow
 def test_an_in_place_kernel_is_graded_end_to_end(tmp_path):
     # on a GPU also timed: the output checked after the timed runs is one step from the start, not many
     result = _grade(tmp_path, "y + a * x")

@@ -20,12 +20,14 @@ def run(*args, env=None):
     return CliRunner().invoke(main, list(args), catch_exceptions=False, env=env)
 
 
+@pytest.mark.slow
 def test_kcourse_source_variable_swaps_the_solutions_in_like_the_flag():
     result = run("grade", "week5", "softmax", "--json", env={"KCOURSE_SOURCE": "solutions"})
     data = json.loads(result.output)
     assert data["source"] == "solutions" and data["status"] == "passed"
 
 
+@pytest.mark.slow
 def test_validate_filters_by_plan_and_week_and_rejects_unknown_ones():
     result = run("validate", "--source", "stubs", "--plan", "triton-5-day", "--unit", "day2")
     assert result.exit_code == 0
@@ -34,6 +36,7 @@ def test_validate_filters_by_plan_and_week_and_rejects_unknown_ones():
     assert bad.exit_code == 2 and "week9" in bad.output
 
 
+@pytest.mark.slow
 def test_validate_repeat_grades_each_exercise_that_many_times_and_says_how_many_were_as_expected():
     result = run("validate", "--only", "vector_add", "--lang", "triton", "--repeat", "2", "--json")
     assert result.exit_code == 0, result.output
@@ -200,6 +203,7 @@ def test_github_annotations_escape_newlines_and_name_the_file():
     assert line.startswith("::error file=exercises/reduction/x.cu,title=reduction (cuda) numerics::numerics failed%0Asecond")
 
 
+@pytest.mark.slow
 def test_grade_writes_junit_and_gradescope_files(tmp_path):
     result = run("grade", "softmax", "--junit", str(tmp_path / "r.xml"), "--gradescope", str(tmp_path / "g.json"))
     assert result.exit_code == 1
@@ -209,6 +213,7 @@ def test_grade_writes_junit_and_gradescope_files(tmp_path):
 
 # --- grading a class ----------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_grade_batch_grades_everyone_even_when_one_learner_hangs(tmp_path):
     subs = tmp_path / "subs"
     (subs / "ada").mkdir(parents=True)

@@ -49,6 +49,7 @@ def mistake(name):
     return text.replace(old, new)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, case", [
     ("one_pass_variance", "offset=1000.0"),
     ("eps_outside_sqrt", "scale=0.01"),

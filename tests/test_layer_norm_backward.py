@@ -177,12 +177,14 @@ def test_a_float16_running_sum_fails_the_8192_row_gpu_case_and_float32_passes():
 
 # --- the learner's side: stub, solution, mistakes -----------------------------------------------------
 
+@pytest.mark.slow
 def test_the_stub_fails_numerics_and_says_it_is_not_written():
     result = grade(resolve(("layer_norm_backward",)), source="stubs", seed=2, record=False)
     check = next(c for c in result.checks if c.status in ("failed", "error"))
     assert check.name == "numerics" and "not implemented yet" in check.message, check.message
 
 
+@pytest.mark.slow
 @pytest.mark.solutions
 def test_the_solution_passes_every_cpu_case():
     result = grade(resolve(("layer_norm_backward",)), source="solutions", seed=9, record=False)

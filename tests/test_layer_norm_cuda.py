@@ -91,6 +91,7 @@ GPU_MISTAKES = {  # name: (text of the solution, replacement: every occurrence, 
 }
 
 
+@pytest.mark.slow
 @pytest.mark.solutions
 @pytest.mark.nvcc
 def test_the_solution_builds_for_sm_90_without_spills_and_the_edits_apply():

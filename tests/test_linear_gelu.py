@@ -167,6 +167,7 @@ def test_the_ladder_has_four_steps_with_estimated_figures():
     assert len(steps) == 4 and all(s.roofline_pct for s in steps)
 
 
+@pytest.mark.slow
 @pytest.mark.solutions
 def test_the_solution_passes_and_the_stub_fails_a_real_grade():
     target = resolve(("linear_gelu",))
@@ -183,6 +184,7 @@ def solution():
     return load_interpreted(SOLUTION, "linear_gelu_solution")
 
 
+@pytest.mark.slow
 @pytest.mark.solutions
 @pytest.mark.parametrize("label", [WIDE, W_T, LONG])
 def test_the_tanh_version_passes_the_cases_built_against_its_mistakes(solution, label):
@@ -191,6 +193,7 @@ def test_the_tanh_version_passes_the_cases_built_against_its_mistakes(solution, 
     assert result.ok, result.message
 
 
+@pytest.mark.slow
 @pytest.mark.solutions  # the instructor's files: absent from a learner's kit
 @pytest.mark.parametrize("label", [SMALL, WIDE])
 def test_the_unfused_two_kernel_fixture_passes_the_numerics(label):
@@ -201,6 +204,7 @@ def test_the_unfused_two_kernel_fixture_passes_the_numerics(label):
         assert result.ok, result.message
 
 
+@pytest.mark.slow
 @pytest.mark.solutions
 @pytest.mark.parametrize("name", list(MISTAKES))
 def test_a_classic_mistake_fails_on_its_case_and_passes_a_plain_one(tmp_path, name):
@@ -211,11 +215,12 @@ def test_a_classic_mistake_fails_on_its_case_and_passes_a_plain_one(tmp_path, na
     result = judged(version, entry, case_named(failing))
     assert result.code == code and failing in result.message, result.message
     if name == "tanh_by_exp":
-        assert "NAN" in result.message, result.message  # "128 NAN": computed, not left unwritten
+        assert " NaN (first at index " in result.message, result.message  # "128 NaN": computed, not left unwritten
     if passing:
         assert judged(version, entry, case_named(passing)).ok
 
 
+@pytest.mark.slow
 @pytest.mark.solutions
 def test_a_misplaced_bias_fails_a_real_grade_with_the_case_and_the_first_wrong_element(tmp_path):
     path = tmp_path / "linear_gelu.py"

@@ -107,6 +107,7 @@ def test_honest_kernels_pass_every_case(name):
     assert all(v == "ok" for v in found.values()), found
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 @pytest.mark.solutions
 def test_the_solution_compiles_without_spills():
@@ -141,6 +142,7 @@ def test_each_fixture_mistake_fails_on_the_gpu(name):
     assert first_failure(result).details.get("code") in GPU_MISTAKES[name], result.verdict
 
 
+@pytest.mark.bench
 @pytest.mark.gpu
 def test_one_warp_per_row_with_scalar_loads_passes_numerics_and_prints_its_ladder_figure():
     result = grade_fixture("matvec", "matvec_warp_per_row.cu")

@@ -94,6 +94,7 @@ def test_a_kernel_that_cannot_launch_says_so():
 
 # --- the exercise on the CPU: the stub's and the solution's occupancy ------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 @pytest.mark.solutions
 def test_the_stub_is_held_to_a_sixteenth_of_the_sm_by_shared_memory_and_the_solution_fills_it():
@@ -110,6 +111,7 @@ def test_the_stub_is_held_to_a_sixteenth_of_the_sm_by_shared_memory_and_the_solu
     assert not any(k["spill_stores"] for k in resources)
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 def test_the_fixtures_compile():
     fixtures = ROOT / "tests" / "fixtures" / "submissions"

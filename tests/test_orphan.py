@@ -9,6 +9,8 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 from conftest import ROOT
 
 # The parent starts a child in its own session, as sandbox.Child does; the child starts a grandchild (the
@@ -50,6 +52,7 @@ def test_a_child_whose_parent_is_killed_ends_itself_and_its_own_subprocesses():
     assert not alive(child) and not alive(grandchild), "the orphaned child kept running"
 
 
+@pytest.mark.slow
 def test_a_child_whose_parent_lives_keeps_running():
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     parent = subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE, text=True, env=env)

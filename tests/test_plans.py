@@ -32,6 +32,7 @@ def run(*args):
     return result.output
 
 
+@pytest.mark.slow
 def test_plan_files_hold_only_fields_the_loader_reads_and_requirements_the_kit_records():
     for path in plans_dir().glob("*.toml"):
         for unit in tomllib.loads(path.read_text()).get("units", []):

@@ -146,6 +146,7 @@ def _answer(path, section_id, words):
     path.write_text(text[:start] + words + "\n" + text[text.index(f"<!-- /notes:{section_id} -->"):])
 
 
+@pytest.mark.slow
 def test_notes_survive_a_re_render_and_the_other_reports_notes_are_quoted(recorded):
     path = portfolio.render()
     _answer(path, "portfolio-hard", "Bank conflicts in the transpose: padding the tile fixed them.")
@@ -162,6 +163,7 @@ def test_notes_survive_a_re_render_and_the_other_reports_notes_are_quoted(record
     assert "this part is yours" not in quoted.split("## Your projects")[0]
 
 
+@pytest.mark.slow
 def test_kcourse_report_portfolio_writes_the_file_and_takes_out(recorded, tmp_path):
     result = CliRunner().invoke(main, ["report", "portfolio"])
     assert result.exit_code == 0, result.output

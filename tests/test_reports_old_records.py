@@ -68,6 +68,7 @@ def every_report():
     return [(unit.key, plan.id) for plan in load_plans().values() for unit in plan.units] + [("final", None)]
 
 
+@pytest.mark.slow
 def test_every_report_of_every_plan_renders_from_old_partial_and_unknown_records(mixed_records):
     reports = every_report()
     assert len(reports) > 100  # the 100-day plan's days are in it too

@@ -123,6 +123,7 @@ def _source(file):
     return file if not isinstance(file, str) else submission(file)
 
 
+@pytest.mark.slow
 @pytest.mark.solutions
 @pytest.mark.nvcc
 def test_the_solution_and_stub_build_for_sm_90_and_the_edits_apply():

@@ -63,6 +63,7 @@ def test_without_the_tool_the_check_is_skipped_and_says_where_to_get_it(monkeypa
     assert check.status == "skipped" and "compute-sanitizer not found" in check.message and "CUDA_HOME" in check.message
 
 
+@pytest.mark.slow
 @pytest.mark.solutions
 @pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU path")
 def test_without_a_gpu_the_sanitizer_is_reported_skipped_never_passed():
@@ -71,6 +72,7 @@ def test_without_a_gpu_the_sanitizer_is_reported_skipped_never_passed():
     assert check.status == "skipped" and "no GPU" in check.message
 
 
+@pytest.mark.slow
 @pytest.mark.solutions
 def test_no_sanitize_is_reported_as_skipped():
     result = grade(resolve(("vector_add",), lang="triton"), source="solutions", seed=3, record=False,

@@ -125,12 +125,14 @@ def test_correct_scans_pass_every_case_and_trial(name, inputs):
 FIXTURES = ["scan_one_block.cu", "scan_three_kernels.cu", "scan_exclusive.cu", "scan_no_carry.cu"]
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 @pytest.mark.solutions
 def test_stub_and_solution_build_for_sm_90_and_the_solution_spills_nothing():
     build_without_spills([SPEC.folder / "scan.cu", ROOT / "solutions" / "scan" / "scan.cu"])
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 @pytest.mark.solutions
 def test_the_solutions_trace_build_compiles_without_spills():
@@ -149,6 +151,7 @@ int main() {  // pick_build for 2^20, 2^22, 2^24, 2^27 values, each build's resi
 """
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 @pytest.mark.solutions
 @pytest.mark.parametrize("defines, picks", [
@@ -171,6 +174,7 @@ def test_each_call_runs_the_largest_build_whose_tiles_fill_the_gpu(tmp_path, def
     assert subprocess.run([str(tmp_path / "picker")], capture_output=True, text=True, check=True).stdout.strip() == picks
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 def test_the_fixtures_compile_for_sm_90():
     compile_fixtures(FIXTURES)
@@ -210,6 +214,7 @@ def test_each_fixture_mistake_fails_on_the_gpu(name):
     assert check.status == "failed" and check.details.get("code") == GPU_MISTAKES[name], check.message
 
 
+@pytest.mark.bench
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["scan_one_block.cu", "scan_three_kernels.cu"])
 def test_ladder_steps_pass_numerics_and_print_their_figures(name):

@@ -191,17 +191,20 @@ def test_the_honest_error_leaves_room_under_the_tolerance():
 
 # --- compiling without a GPU -------------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 @pytest.mark.solutions
 def test_the_stub_and_the_solution_build_for_sm_90_and_the_solution_spills_nothing():
     build_without_spills([STUB, SOLUTION])
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 def test_every_fixture_compiles(tmp_path):
     compile_fixtures(LADDER_FIXTURES + [mistake_file(m, tmp_path) for m in FIXTURE_EDITS])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU path")
 @pytest.mark.nvcc
 @pytest.mark.solutions
@@ -240,6 +243,7 @@ def test_each_mistake_fixture_fails_numerics_on_the_gpu(name, tmp_path):
     print(f"\n{mistake}: {check.message.splitlines()[0]}")
 
 
+@pytest.mark.bench
 @pytest.mark.gpu
 @pytest.mark.parametrize("fixture", LADDER_FIXTURES)
 def test_the_ladder_kernels_pass_numerics_and_print_their_figures(fixture):

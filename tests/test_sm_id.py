@@ -170,6 +170,7 @@ def _grade_permutation(tmp_path, name: str, value: str):
     return grade(Target(spec, spec.variant("triton")), submission=path, seed=3, record=False, quick=True)
 
 
+@pytest.mark.slow
 def test_an_output_judged_by_its_check_is_graded_end_to_end(tmp_path):
     reversed_order = _grade_permutation(tmp_path, "reversed", "n - 1 - offsets")  # not the reference, yet right
     assert {c.name: c.status for c in reversed_order.checks}["numerics"] == "passed", reversed_order.verdict
@@ -234,6 +235,7 @@ def test_timed_bytes_count_both_stores():
     assert exprs.evaluate(SPEC.performance.bytes, params) == stored
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 def test_stub_and_solution_compile_for_sm_90():
     sources = [SPEC.folder / "sm_id.cu"] + [p for p in [ROOT / "solutions" / "sm_id" / "sm_id.cu"] if p.exists()]

@@ -97,12 +97,14 @@ def test_a_transform_that_reference_py_lacks_is_named_with_the_fix(tmp_path):
 
 # --- the learner's side: a correct kernel passes, each classic mistake fails on its case ------------
 
+@pytest.mark.slow
 def test_one_block_per_row_passes_for_every_width_including_9001(tmp_path):
     """The README says a whole row in registers (BLOCK = next power of 2, no loop) is a correct design."""
     checks = {c.name: c for c in grade_source(tmp_path, fused()).checks}
     assert checks["numerics"].status == "passed", checks["numerics"].message
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, case, code", [
     ("float16_arithmetic", "offset=60.0", "mismatch"),
     ("n_as_row_stride", "y layout=row_slice", "mismatch"),

@@ -244,12 +244,14 @@ FIXTURES = ["spmm_csr_thread_per_output.cu", "spmm_csr_warp_per_row.cu", "spmm_c
             "spmm_csr_b_column_major.cu"]
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 @pytest.mark.solutions
 def test_stub_and_solution_build_for_sm_90_and_the_solution_spills_nothing():
     build_without_spills([SPEC.folder / "spmm_csr.cu", ROOT / "solutions" / "spmm_csr" / "spmm_csr.cu"])
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 def test_the_fixtures_compile_for_sm_90():
     compile_fixtures(FIXTURES)
@@ -290,6 +292,7 @@ def test_each_fixture_mistake_fails_on_the_gpu(name):
     assert check.status == "failed" and check.details.get("code") == GPU_MISTAKES[name], check.message
 
 
+@pytest.mark.bench
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["spmm_csr_thread_per_output.cu", "spmm_csr_warp_per_row.cu"])
 def test_ladder_steps_pass_numerics_and_print_their_figures(name):

@@ -257,6 +257,7 @@ def run_emulated(binary: Path, n: int, n_streams: int, seed: int = 1) -> tuple[i
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not found: the host-code emulation needs it")
 
 
+@pytest.mark.slow
 @pytest.mark.solutions
 @needs_gxx
 def test_solution_host_code_is_right_for_every_case_under_any_stream_interleaving(tmp_path):
@@ -269,6 +270,7 @@ def test_solution_host_code_is_right_for_every_case_under_any_stream_interleavin
             f"n={n} n_streams={n_streams} seed={seed}: (wrong, past the end, not freed)"
 
 
+@pytest.mark.slow
 @pytest.mark.solutions
 @needs_gxx
 def test_emulation_catches_a_copy_back_in_another_stream_than_its_kernel(tmp_path):

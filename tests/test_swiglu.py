@@ -72,6 +72,7 @@ def interpreted(name: str, text: str, tmp_path):
 
 # --- CPU ------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.solutions
 def test_the_solution_passes_a_real_grade_on_the_cpu():
     result = grade(resolve(("swiglu",)), source="solutions", seed=5, record=False, quick=True)

@@ -68,6 +68,7 @@ def builds():
             return dict(zip(sources, results))
 
 
+@pytest.mark.slow
 def test_the_stub_the_solution_and_the_rung_compile_for_sm_90a_without_spills(builds):
     for source, built in builds.items():
         assert built.ok and built.arch == "sm_90a", f"{source.name}: {built.log}"
@@ -77,6 +78,7 @@ def test_the_stub_the_solution_and_the_rung_compile_for_sm_90a_without_spills(bu
         assert [k["registers"] for k in builds[SOLUTION].resources] == [128] * 4
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 @pytest.mark.solutions
 def test_on_a_cpu_the_grade_compiles_for_sm_90a_and_skips_the_run(with_tk, builds):
@@ -87,6 +89,7 @@ def test_on_a_cpu_the_grade_compiles_for_sm_90a_and_skips_the_run(with_tk, build
         assert numerics(result).status == "skipped" and numerics(result).details["code"] == "no_gpu"
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 def test_the_stub_compiles_and_does_not_pass(with_tk, builds):
     result = grade(resolve(("tk_attention",)), source="stubs", seed=3, record=False, quick=True)

@@ -63,6 +63,7 @@ def builds():
             return dict(zip(sources, results))
 
 
+@pytest.mark.slow
 def test_the_stub_the_solution_and_every_rung_compile_for_sm_90a_without_spills(builds):
     for source, built in builds.items():
         assert built.ok and built.arch == "sm_90a", f"{source.name}: {built.log}"
@@ -71,6 +72,7 @@ def test_the_stub_the_solution_and_every_rung_compile_for_sm_90a_without_spills(
         assert [k["registers"] for k in builds[SOLUTION].resources] == [168]  # 384 threads, one block an SM
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 @pytest.mark.solutions
 def test_compare_shows_the_ladder_compiled_only_on_a_cpu(builds, with_tk):

@@ -128,6 +128,7 @@ def builds(tmp_path_factory):
             return dict(zip(sources, results)) | {"wrong_source": wrong}
 
 
+@pytest.mark.slow
 def test_the_stub_and_the_solution_compile_for_sm_90a_without_spills(builds):
     for name in ("stub", "solution"):
         if name in builds:
@@ -137,6 +138,7 @@ def test_the_stub_and_the_solution_compile_for_sm_90a_without_spills(builds):
         assert len(kernels) == 2 and not any(k["spill_stores"] for k in kernels), kernels
 
 
+@pytest.mark.slow
 def test_a_thunderkittens_type_error_is_shown_at_the_learners_line(builds):
     built, source = builds["wrong"], builds["wrong_source"]
     line = 1 + source.read_text().splitlines().index("    warp::load(a, xs[w]); warp::row_max(m, a);")
@@ -160,6 +162,7 @@ def test_a_plain_error_keeps_its_lines_and_a_library_error_outside_the_file_is_l
     assert nvcc_errors.condense(elsewhere, Path("/w/x.cu"), None) is None
 
 
+@pytest.mark.slow
 @needs_tk
 @pytest.mark.nvcc
 @pytest.mark.solutions

@@ -24,6 +24,7 @@ def run(*args):
     return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
 
+@pytest.mark.slow
 @pytest.mark.solutions
 def test_tune_checks_every_configuration_and_records_them():
     record = tools.run_tune(resolve(("softmax",)), source="solutions")
@@ -38,11 +39,13 @@ def test_tune_of_an_exercise_without_tunables_says_so():
         tools.run_tune(resolve(("reduction",)))
 
 
+@pytest.mark.slow
 def test_tune_of_a_stub_gives_the_graders_verdict():
     result = run("tune", "softmax")
     assert result.exit_code == 1 and "not implemented yet" in result.output
 
 
+@pytest.mark.slow
 @pytest.mark.solutions
 def test_profile_writes_a_trace_and_a_top_table(tmp_path):
     record = tools.run_profile(resolve(("softmax",)), tmp_path, source="solutions")
@@ -64,6 +67,7 @@ def test_ncu_csv_is_reduced_to_the_learners_kernels():
                     {"kernel": "softmax_kernel", "metric": "DRAM Throughput", "value": "91.5", "unit": "%"}]
 
 
+@pytest.mark.slow
 @pytest.mark.solutions
 def test_a_wrapped_child_may_finish_after_the_worker(tmp_path):
     """A wrapper (Nsight Compute) writes its report once the worker has exited: the grade waits for that
@@ -152,6 +156,7 @@ def test_the_day4_notebooks_stub_stops_at_the_learners_todo_not_at_a_missing_gpu
     assert proc.stderr.rstrip().endswith("NotImplementedError: write softmax_kernel and launch it in softmax()")
 
 
+@pytest.mark.slow
 @pytest.mark.solutions
 def test_a_notebook_is_graded_by_its_tagged_cells(tmp_path):
     path = notebook_with_solution(tmp_path / "replace_op.ipynb")
@@ -181,6 +186,7 @@ def test_progress_is_a_checklist_from_recorded_results():
     assert "day100" in hundred and "kcourse report portfolio" in hundred  # day 100: the portfolio's notes
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 def test_tune_of_a_cuda_exercise_rebuilds_each_block_size_and_reports_the_compiler(monkeypatch):
     from conftest import HAS_GPU, submission

@@ -45,6 +45,7 @@ def test_no_kit_triton_file_reads_a_plain_global_in_a_kernel(path: Path):
     assert plain_globals_in_kernels(path.read_text()) == []
 
 
+@pytest.mark.slow
 @pytest.mark.solutions  # the instructor's files: absent from a learner's kit
 def test_a_cpu_grade_fails_a_kernel_the_gpu_would_not_compile(tmp_path):
     source = (ROOT / "solutions/fusion/fusion.py").read_text().replace(

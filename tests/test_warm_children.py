@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from grader.warm_children import WarmChildren
 
 
+@pytest.mark.slow
 def test_the_first_grade_starts_its_own_child_and_the_next_takes_one_already_started():
     children = WarmChildren()
     try:
@@ -24,6 +27,7 @@ def test_the_first_grade_starts_its_own_child_and_the_next_takes_one_already_sta
     spare.close()
 
 
+@pytest.mark.slow
 def test_a_spare_child_nobody_takes_ends_itself():
     children = WarmChildren(idle_s=1)
     try:
@@ -39,6 +43,7 @@ def test_a_spare_child_nobody_takes_ends_itself():
         children.close()
 
 
+@pytest.mark.slow
 def test_settle_returns_once_the_spare_has_warmed_up_and_drops_one_that_died():
     children = WarmChildren()
     try:
@@ -56,6 +61,7 @@ def test_settle_returns_once_the_spare_has_warmed_up_and_drops_one_that_died():
         children.close()
 
 
+@pytest.mark.slow
 def test_grade_batch_settles_the_next_grades_spare_before_it_times(monkeypatch, tmp_path):
     """The spare's CUDA start-up once made a correct scan's probe disagree with its timing (1 grade in 10):
     grade_row hands the grade a before_timing that waits for it."""

@@ -88,6 +88,7 @@ def _watch_two_saves(tmp_path, before_the_save=lambda deadline: None) -> list[Gr
     return seen
 
 
+@pytest.mark.slow
 @pytest.mark.solutions
 def test_watch_grades_each_save_once_and_records_each_grade(tmp_path):
     seen = _watch_two_saves(tmp_path)
@@ -95,6 +96,7 @@ def test_watch_grades_each_save_once_and_records_each_grade(tmp_path):
     assert len([r for r in store.read_all() if r.get("exercise") == "vector_add"]) == 2
 
 
+@pytest.mark.slow
 def test_a_torch_operator_worker_pays_the_profilers_start_up_before_its_job(monkeypatch):
     from grader import sandbox, worker
 
@@ -107,6 +109,7 @@ def test_a_torch_operator_worker_pays_the_profilers_start_up_before_its_job(monk
     assert seen == ["torch_op"]
 
 
+@pytest.mark.slow
 def test_a_triton_worker_imports_triton_before_its_job():
     import os
     import subprocess
@@ -227,6 +230,7 @@ def test_watch_does_not_time_pytorch_beside_you_and_a_grade_does():
     assert graded[-1]["probe"] and not graded[0]["probe"]  # the probe runs at the verdict's size only
 
 
+@pytest.mark.slow
 @pytest.mark.solutions
 def test_the_next_grades_inputs_are_drawn_while_the_learner_edits_and_that_grade_uses_them(tmp_path, monkeypatch):
     """After a grade, watch makes the next one's judge (its child and seed chosen): its large inputs and
@@ -254,6 +258,7 @@ def test_the_next_grades_inputs_are_drawn_while_the_learner_edits_and_that_grade
     assert made[1].result is seen[1] and made[1].seed == seen[1].seed
 
 
+@pytest.mark.slow
 @pytest.mark.solutions
 def test_a_judge_made_ahead_for_another_seed_is_not_used_and_is_closed(tmp_path):
     from grader import grade as grade_module
@@ -267,6 +272,7 @@ def test_a_judge_made_ahead_for_another_seed_is_not_used_and_is_closed(tmp_path)
     assert ahead.result is not result and ahead.stop.is_set()  # its draws were for seed 11: closed, not used
 
 
+@pytest.mark.slow
 def test_a_grading_child_keeps_triton_autotuning_results_on_disk(monkeypatch):
     """Every grade is a fresh child: without Triton's on-disk autotuning cache each one re-benchmarks every
     config of every tuning key (most of an FA v2 grade). A learner's own setting is left alone."""

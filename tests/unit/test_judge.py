@@ -58,7 +58,7 @@ def test_nan_in_the_output_is_a_mismatch_that_counts_them(toy, toy_child):
     check = last(result)
     assert verdicts(result)[-1] == ("numerics", FAILED, "mismatch")
     assert (check.details["nan"], check.details["first_index"], check.details["case"], check.details["trial"]) == (1, 3, {"n": 5}, 1)
-    assert check.message.startswith("n=5, trial 1: 1 of 5 elements of c wrong; 1 NAN")
+    assert check.message.startswith("n=5, trial 1: 1 of 5 elements of c wrong: 1 NaN (first at index 3")
 
 
 def test_a_value_off_in_a_later_trial_fails_that_trial(toy, toy_child):
