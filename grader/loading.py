@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import torch
 
-from grader.spec import NVCC_KINDS, Argument, Variant
+from grader.spec import BUILDS, NVCC_KINDS, Argument, Variant
 from grader.toolkit import c_parameter_count
 
 _CTYPES = {"int32": ctypes.c_int, "int64": ctypes.c_int64, "float32": ctypes.c_float, "float64": ctypes.c_double}
@@ -155,7 +155,7 @@ def _load_torch_op(variant: Variant, source: Path, role: str) -> Callable:
     try:
         library = op_build.build(variant, source, name, build_dir)
     except op_build.BuildFailed as exc:
-        how = "" if variant.build == "jit" else f" with {op_build.BUILDS[variant.build]}"
+        how = "" if variant.build == "jit" else f" with {BUILDS[variant.build]}"
         raise EntryError("build_error", f"building {source.name}{how} failed:\n{exc}") from None
     if library is not None:
         torch.ops.load_library(str(library))

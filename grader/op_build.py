@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from grader.build import BUILD_TIMEOUT_S, _locked, find_nvcc, format_compiler_errors
-from grader.spec import Variant
+from grader.spec import BUILDS, Variant  # noqa: F401 (BUILDS: re-exported, tests name it here)
 
 SOURCE_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx")  # what the JIT loader compiles (headers are only copied)
 CMAKE_HINT = ("cmake was not found: this version builds the operator with CMake. Install it (`pip install cmake` "
