@@ -165,6 +165,7 @@ def test_in_grade_batch_a_learner_cannot_read_another_learners_file(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.solutions
 def test_grade_batch_and_validate_refuse_to_run_unboxed_unless_allowed(monkeypatch, tmp_path):
     monkeypatch.setattr(box, "available", lambda: (False, "this kernel has no Landlock"))
     for args in (["grade-batch", str(tmp_path)], ["validate", "--only", "vector_add"]):
