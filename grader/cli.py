@@ -351,7 +351,7 @@ def report(which, plan_id, out_dir) -> None:
 
     try:
         note = reporting.resolution_note(which, plan_id)
-        path = reporting.render(which, out_dir, plan_id)
+        path = _render_report(which, out_dir, plan_id)
     except reporting.ReportError as exc:
         raise click.UsageError(str(exc)) from None
     if note:
@@ -408,6 +408,12 @@ def _require_committed_kit(allowed: bool) -> None:
     if changed and not allowed:
         raise click.UsageError(f"the kit differs from git in {len(changed)} file(s): {', '.join(changed[:5])}. Commit "
                                "or restore them (`git checkout -- FILE`), or pass --allow-modified-kit")
+
+
+def _render_report(which: str, out_dir, plan_id):
+    from grader import portfolio, reporting
+
+    return portfolio.render(out_dir) if which == reporting.PORTFOLIO else reporting.render(which, out_dir, plan_id)
 
 
 @main.command("grade-batch")

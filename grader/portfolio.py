@@ -20,10 +20,11 @@ from grader import plots, store
 from grader.capstone import report as capstone_report
 from grader.capstone.run import BLOCK, CAPSTONE
 from grader.plans import PORTFOLIO_SECTIONS
-from grader.progress import answer, honest_status, notes_written, speed_not_checked
-from grader.reporting import NOTES, context, environment, reports_dir, write_report
+from grader.progress import honest_status, speed_not_checked
+from grader.report_files import (FILE_NAME, NOTES, answer, notes_written, portfolio_notes,  # noqa: F401 (re-exported)
+                                 portfolio_path, reports_dir, section_id)
+from grader.reporting import context, environment, write_report
 
-FILE_NAME = "portfolio.md"
 TEMPLATE = "portfolio_report.md.j2"
 LOSS_PLOT = "portfolio_capstone_loss.png"  # not capstone_loss.png: that one is the latest run's, whoever's
 # Each notes section (plans.PORTFOLIO_SECTIONS): (heading, question). In the file as <!-- notes:portfolio-ID -->.
@@ -42,18 +43,13 @@ SECTIONS = {
 UNREADABLE = (KeyError, TypeError, AttributeError, ValueError, IndexError)
 
 
-def section_id(section: str) -> str:
-    return f"portfolio-{section}"
 
 
-def portfolio_path() -> Path:
-    return reports_dir() / FILE_NAME
 
 
-def portfolio_notes(section: str | None = None) -> tuple[int, int]:
-    """(written, sections) of the portfolio's notes: every section, or the one named (progress.py's check)."""
-    wanted = {section_id(s) for s in ([section] if section else PORTFOLIO_SECTIONS)}
-    return notes_written(portfolio_path(), lambda found: found in wanted)
+
+
+
 
 
 # --- The learner's runs of the block and the capstone ----------------------------------------------------

@@ -19,6 +19,8 @@ from grader import store
 from grader.console import table
 from grader.discovery import pick_plan
 from grader.plans import Plan, Requirement, Unit, load_plans
+from grader.report_files import (PLACEHOLDER, answer, documented_plans, notes_written,  # noqa: F401 (re-exported)
+                                 portfolio_notes, reports_dir, template_for)
 
 MARK = {"done": "[x]", "in progress": "[~]", "to do": "[ ]", "planned": "[-]"}
 # Record kinds with a verdict of their own (grader/capstone): only a passed run of the learner's counts.
@@ -27,7 +29,6 @@ JUDGED_KINDS = {"capstone": "capstone run with your kernels", "block": "transfor
 SUFFIX = {"cuda": ".cu", "triton": ".py"}
 # Requirements met by the learner's writing in a report's notes sections, not by a record.
 NOTES_KINDS = ("report", "portfolio")
-PLACEHOLDER = "(this part is yours"  # in the italic line templates/_macros.j2 `notes` puts in an empty section
 
 
 # A pass whose speed was not checked (no GPU, --quick, no solution to time against) is not a pass of the
@@ -163,41 +164,25 @@ RECORD_SHOWS = {"profile": (profile_shows_kernel, "recorded, but it does not sho
 
 
 def report_command(plan: Plan, unit: Unit) -> str:
-    from grader.reporting import documented_plans  # reporting imports this module
-
     where = "" if plan.id in documented_plans(load_plans()) else f" --plan {plan.id}"
     return f"kcourse report {unit.key}{where}"
 
 
-def answer(body: str) -> str:
-    """A notes section's text without the template's italic placeholder: "" until the learner writes."""
-    return "\n".join(line for line in body.splitlines() if PLACEHOLDER not in line).strip()
 
 
-def notes_written(path: Path, keep=lambda section_id: True) -> tuple[int, int]:
-    """(notes sections written, sections) in a report file, among the sections whose id `keep` accepts;
-    (0, 0) where the file was never written."""
-    from grader.reporting import NOTES
 
-    if not path.exists():
-        return 0, 0
-    bodies = [m["body"] for m in NOTES.finditer(path.read_text()) if keep(m["id"])]
-    return sum(bool(answer(b)) for b in bodies), len(bodies)
+
 
 
 def report_notes(plan: Plan, unit: Unit) -> tuple[int, int]:
     """(notes sections written, sections) in the unit's report file; (0, 0) where it was never written.
     A section counts as written once it holds text besides the template's italic placeholder."""
-    from grader.reporting import reports_dir, template_for
-
     return notes_written(reports_dir() / template_for(unit.key, plan)[1])
 
 
 def requirement_notes(requirement: Requirement, plan: Plan, unit: Unit) -> tuple[int, int]:
     """(written, sections) of what a notes requirement counts: the unit's report, or the portfolio's sections."""
     if requirement.kind == "portfolio":
-        from grader.portfolio import portfolio_notes
-
         return portfolio_notes(requirement.section)
     return report_notes(plan, unit)
 

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import os
-import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -30,15 +28,13 @@ from grader import store
 from grader.compare import speed_cell
 from grader.compare_attention import KIND as ATTENTION_KIND, markdown_table, notes as attention_notes
 from grader.discovery import ResolveError, pick_plan, suggest
-from grader.paths import course_root, state_dir, templates_dir
+from grader.paths import templates_dir
 from grader.plans import Plan, Unit, default_plan, load_plans
+from grader.report_files import FIVE_DAY_PLAN, NOTES, documented_plans, reports_dir, template_for  # noqa: F401
 from grader.progress import best_grades, honest_status_text, profile_kernels, profile_shows_kernel, status_text, tune_timed
 from grader.records import Check, GradeResult, Timing
 
 PORTFOLIO = "portfolio"  # the report key of grader/portfolio.py
-NOTES = re.compile(r"<!-- notes:(?P<id>[\w-]+) -->\n(?P<body>.*?)<!-- /notes:(?P=id) -->", re.S)
-# README: "`kcourse report dayN` for each day of the 5-day plan, `weekN` for each week of the 11-week plan".
-FIVE_DAY_PLAN = "triton-5-day"
 # The templates that show `kcourse compare` tables (with a bar chart each): a unit's report (week 10's extends
 # it), the week-11 summary and the final report; the summaries show every exercise's, not one unit's.
 COMPARISON_TEMPLATES = ("unit_report.md.j2", "week10_attention.md.j2", "week11_summary.md.j2", "final_report.md.j2")
@@ -51,15 +47,12 @@ class ReportError(ValueError):
     pass
 
 
-def reports_dir() -> Path:
-    return state_dir() / "reports" if os.environ.get("KCOURSE_HOME") else course_root() / "reports"
+
 
 
 # --- Which plan a report key means -----------------------------------------------------------------
 
-def documented_plans(plans: dict[str, Plan]) -> list[str]:
-    """The plans a bare key resolves to first, in order: the default plan, then the 5-day plan."""
-    return [default_plan(plans).id, FIVE_DAY_PLAN] if plans else []
+
 
 
 def find_unit(key: str, plan_id: str | None) -> tuple[Plan, Unit]:
@@ -98,16 +91,7 @@ def resolution_note(which: str, plan_id: str | None) -> str | None:
     return note
 
 
-def template_for(key: str, plan: Plan | None = None) -> tuple[str, str]:
-    """(template name, output file name) for a report key of `plan`."""
-    if key == "final":
-        return "final_report.md.j2", "final_report.md"
-    if plan is not None and plan.id not in documented_plans(load_plans()):
-        return "unit_report.md.j2", f"{plan.id}_{key}_report.md"
-    special = sorted(templates_dir().glob(f"{key}_*.md.j2"))
-    if special:
-        return special[0].name, special[0].name.removesuffix(".j2")
-    return "unit_report.md.j2", f"{key}_report.md"
+
 
 
 # --- Records as the templates expect them ----------------------------------------------------------
@@ -369,10 +353,9 @@ def write_report(path: Path, text: str) -> Path:
 
 
 def render(which: str, out_dir: Path | None = None, plan_id: str | None = None) -> Path:
+    """A plan's unit report, or the final report (the portfolio is portfolio.render's: it builds on this module)."""
     if which == PORTFOLIO:
-        from grader import portfolio
-
-        return portfolio.render(out_dir)
+        raise ReportError("the portfolio is rendered by grader.portfolio.render (kcourse report portfolio)")
     plan, unit = (None, None) if which == "final" else find_unit(which, plan_id)
     template_name, file_name = template_for(which, plan)
     data = context(unit, plan)
