@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import math
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 import torch
@@ -49,7 +50,7 @@ MISTAKES = {
 }
 
 
-def mistake_file(mistake: str, folder) -> "Path":
+def mistake_file(mistake: str, folder) -> Path:
     return mutant("flash_attention_v1_minimal.cu", mistake, MISTAKES[mistake], folder)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import HAS_GPU, submission
+from conftest import submission
 from grader import store
 from grader.capstone import data, kernels, report, run
 from grader.discovery import discover_exercises, solution_file

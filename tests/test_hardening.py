@@ -5,7 +5,6 @@ the reference, the comparison and every verdict are the parent's."""
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import pytest
 

@@ -17,7 +17,7 @@ from grader.discovery import discover_exercises, resolve
 from grader.grade import grade
 from interpreted import load_interpreted, load_module
 from interpreted_kernels import case_named
-from triton_judging import edited, judge
+from triton_judging import judge
 
 pytestmark = pytest.mark.solutions
 

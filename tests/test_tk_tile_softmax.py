@@ -146,7 +146,7 @@ def test_a_thunderkittens_type_error_is_shown_at_the_learners_line(builds):
     lines = built.log.splitlines()
     assert lines[0] == f"tk_tile_softmax.cu:{line}: error: static assertion failed", built.log
     assert lines[1].startswith("    in reductions.cuh:") and "col_vec_layout" in lines[1]
-    assert lines[2] == "    instantiated from:" and any(f"row_max [" in l and f"(tk_tile_softmax.cu:{line})" in l
+    assert lines[2] == "    instantiated from:" and any("row_max [" in l and f"(tk_tile_softmax.cu:{line})" in l
                                                           for l in lines[3:7])
     assert "the whole compiler output: " in lines[-1] and len(lines) <= 10
     assert Path(lines[-1].split("the whole compiler output: ")[1].rstrip(")")).is_file()

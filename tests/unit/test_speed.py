@@ -39,7 +39,7 @@ def test_the_bar_is_the_spec_threshold_inclusive(toy, ratio, status, code):
     check = speed.verdict(toy, toy.variant(None), record(solution_ms=ratio, ratio=ratio), None, H200)
     assert (check.name, check.status, check.details["code"]) == ("speed", status, code)
     assert (check.details["ratio"], check.details["threshold"], check.details["bar"]) == (ratio, 0.7, "live solution")
-    assert f"(needed: 0.70×)" in check.message
+    assert "(needed: 0.70×)" in check.message
     assert ("ladder" in check.message) == (status == FAILED)
 
 
