@@ -21,7 +21,8 @@ from interpreted import interpreter_on, load_interpreted, load_module
 from interpreted_kernels import case_named
 from triton_judging import judge
 
-pytestmark = pytest.mark.solutions
+# one worker runs the whole file (pytest-xdist --dist loadgroup): its interpreted kernels are loaded once
+pytestmark = [pytest.mark.solutions, pytest.mark.xdist_group("test_reduction_triton")]
 
 SPEC = discover_exercises()["reduction"]
 SOLUTION = ROOT / "solutions" / "reduction" / "reduction.py"

@@ -19,7 +19,8 @@ from interpreted import load_interpreted, load_module
 from interpreted_kernels import case_named
 from triton_judging import judge
 
-pytestmark = pytest.mark.solutions
+# one worker runs the whole file (pytest-xdist --dist loadgroup): its interpreted kernels are loaded once
+pytestmark = [pytest.mark.solutions, pytest.mark.xdist_group("test_row_reduce")]
 
 SPEC = discover_exercises()["row_reduce"]
 SOLUTION = ROOT / "solutions" / "row_reduce" / "row_reduce.py"
