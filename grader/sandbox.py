@@ -71,6 +71,9 @@ def child_env(device: str, extra: dict[str, str] | None = None, scratch: Path | 
     home = box_home()
     # CUDA's own JIT cache is off: it would be one more folder shared by every learner's box
     env.update(TRITON_CACHE_DIR=str(home / "triton"), TRITON_HOME=str(home), CUDA_CACHE_DISABLE="1")
+    # torch.compile (a custom operator's checks) compiles in the child itself, not through a pool of compile-worker
+    # processes started inside the box: CI saw inductor fail there now and then (BackendCompilerFailed)
+    env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     if scratch is not None:
         env["TMPDIR"] = str(scratch)  # nvcc's and ptxas's temporary files: the box writes nowhere else
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(course_root()), env.get("PYTHONPATH")]))
