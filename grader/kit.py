@@ -64,14 +64,7 @@ def _shipped_ids(root: Path) -> dict[str, str]:
         return json.loads((root / MANIFEST).read_text())
     except (OSError, ValueError):
         pass
-    import subprocess
-
-    try:
-        listed = subprocess.run(["git", "ls-files", "-s", "--", *TRUSTED], cwd=root, capture_output=True, text=True,
-                                timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return {}
-    return {line.split("\t", 1)[1]: line.split()[1] for line in listed.stdout.splitlines() if "\t" in line}
+    return _git_index(root) or {}
 
 
 def snapshot(root: Path | None = None) -> dict[str, str]:
@@ -113,14 +106,10 @@ def write_manifest(root: Path) -> Path:
     return path
 
 
-def differs_from_git(root: Path | None = None) -> list[str] | None:
-    """Trusted files whose content is not what git's index holds (None where the kit is no git checkout, or git
-    is missing): git's blob ids, so nothing is read but the files themselves and one `git ls-files`."""
+def _git_index(root: Path) -> dict[str, str] | None:
+    """git's blob id of each trusted file in the index, by path; None where git cannot say."""
     import subprocess
 
-    root = root or course_root()
-    if not (root / ".git").exists():
-        return None
     try:
         listed = subprocess.run(["git", "ls-files", "-s", "--", *TRUSTED], cwd=root, capture_output=True, text=True,
                                 timeout=10)
@@ -128,7 +117,16 @@ def differs_from_git(root: Path | None = None) -> list[str] | None:
         return None
     if listed.returncode != 0:
         return None
-    indexed = {line.split("\t", 1)[1]: line.split()[1] for line in listed.stdout.splitlines() if "\t" in line}
+    return {line.split("\t", 1)[1]: line.split()[1] for line in listed.stdout.splitlines() if "\t" in line}
+
+
+def differs_from_git(root: Path | None = None) -> list[str] | None:
+    """Trusted files whose content is not what git's index holds (None where the kit is no git checkout, or git
+    is missing): git's blob ids, so nothing is read but the files themselves and one `git ls-files`."""
+    root = root or course_root()
+    indexed = _git_index(root) if (root / ".git").exists() else None
+    if indexed is None:
+        return None
     now = {str(p.relative_to(root)): p for p in trusted_files(root)}
     return sorted(name for name in set(indexed) | set(now) if indexed.get(name) != _blob_id(now.get(name)))
 
