@@ -18,6 +18,8 @@ def format_grade(result: GradeResult) -> str:
     lines = [f"{where}{result.exercise} ({result.lang}{picked}) — source: {result.source}, seed {result.seed}"]
     if result.device.get("name"):
         lines.append(f"device: {result.device['name']}")
+    if result.emulation:
+        lines.append(f"CUDA without a GPU: {result.emulation}")
     if result.isolation.startswith("none"):
         lines.append(f"isolation: {result.isolation}")
     if result.kit_changes:

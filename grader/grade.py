@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from grader import box, build, calibration, heavy, hints, kit, occupancy, op_build, sandbox, sanitize, store
+from grader import box, build, calibration, cuda_cpu, heavy, hints, kit, occupancy, op_build, sandbox, sanitize, store
 from grader.judge import Judge
 from grader.paths import course_root, solutions_dir
 from grader.discovery import Target, learner_file, solution_file
@@ -107,12 +107,15 @@ def _grade_file(target: Target, path: Path, result: GradeResult, seed: int, time
     if path is None:
         return
     variant, gpu = target.variant, cuda_available()
-    compile_only = not gpu and variant.kind in sandbox.COMPILED_ONLY_ON_CPU
-    if child is not None and (compile_only or child.device != ("cuda" if gpu else "cpu")):
+    emulated = not gpu and _emulated(variant, path, result)
+    compile_only = not gpu and variant.kind in sandbox.COMPILED_ONLY_ON_CPU and not emulated
+    preload = cuda_cpu.child_env() if emulated else {}
+    if child is not None and (compile_only or child.device != ("cuda" if gpu else "cpu") or child.preload != preload):
         child.close()  # started early on a guess this machine turned out not to fit (e.g. torch without CUDA)
         child = None
     if child is None and not compile_only:  # it imports torch and starts CUDA while we build
-        child = sandbox.Child("cuda" if gpu else "cpu", child_env, job.pop("wrapper", None))
+        child = sandbox.Child("cuda" if gpu else "cpu", {**child_env, **preload}, job.pop("wrapper", None))
+    job["emulated"] = emulated
     job.pop("wrapper", None)
     try:
         _build_and_run(target, path, result, seed, timeout_s, job, quick, gpu, child, ahead, before_timing)
@@ -122,6 +125,17 @@ def _grade_file(target: Target, path: Path, result: GradeResult, seed: int, time
                 child.finish(WRAPPER_EXIT_S)
             result.output = child.output()
             child.close()
+
+
+def _emulated(variant, path: Path, result: GradeResult) -> bool:
+    """A CUDA file that runs on this CPU under the emulator (cuda_cpu): its kind, the machine and the file allow it.
+    When the file is what stops it, result.emulation says why (the numerics check repeats it)."""
+    if variant.kind not in NVCC_KINDS or variant.link or variant.requires or not path.exists():
+        return False
+    able, how = cuda_cpu.mode()
+    reason = cuda_cpu.unsupported(path.read_text(errors="replace")) if able else None
+    result.emulation = how if able and reason is None else f"compile only: your file uses {reason}" if reason else how
+    return able and reason is None
 
 
 def _build_and_run(target, path, result, seed, timeout_s, job, quick, gpu, child, ahead=None, before_timing=None) -> None:
@@ -238,6 +252,8 @@ def _judge(target, path, job, result, gpu, quick, judge, calibration_error, befo
 
     judge.before_timing = quiet_gpu
     judge.run(job)
+    if job.get("emulated"):
+        result.device = {**result.device, "name": "CPU (kcourse's CUDA emulator)"}
     if variant.kind == "triton" and not gpu:
         _lint_for_the_gpu(path, result)
     memory_safety.start()  # a torch operator: after the child built it (one build at a time in its folder)
@@ -251,7 +267,7 @@ def _judge(target, path, job, result, gpu, quick, judge, calibration_error, befo
     if calibration_error:  # numerics still count; only the speed bar is unknown
         result.checks = [c for c in result.checks if c.name != "speed"]
         result.add(Check("speed", ERROR, calibration_error, {"code": "corrupt_calibration"}))
-    _add_skipped_speed(result, gpu, quick, variant)
+    _add_skipped_speed(result, gpu, quick, variant, job.get("emulated", False))
 
 
 class _MemorySafety:
@@ -271,6 +287,10 @@ class _MemorySafety:
         if not self.job.get("sanitize", True):
             self.running = Check("sanitizer", SKIPPED, "--no-sanitize: memory safety not checked; grade without it "
                                  "before you hand in", {"code": "no_sanitize"})
+        elif not self.gpu and self.job.get("emulated"):
+            self.running = Check("sanitizer", SKIPPED, "no GPU found: your kernels ran on the CPU emulator, where "
+                                 "AddressSanitizer checked every access; races are not checked (a clean CPU run is no "
+                                 "race check): compute-sanitizer's racecheck needs a GPU", {"code": "no_gpu"})
         elif not self.gpu:
             self.running = Check("sanitizer", SKIPPED, "no GPU found: compute-sanitizer needs one; run `kcourse grade` "
                                  "on a machine with an NVIDIA GPU to check races and out-of-bounds accesses",
@@ -328,7 +348,7 @@ def _replace_pending(result: GradeResult, check: Check) -> None:
     result.finish()
 
 
-def _add_skipped_speed(result: GradeResult, gpu: bool, quick: bool, variant) -> None:
+def _add_skipped_speed(result: GradeResult, gpu: bool, quick: bool, variant, emulated: bool = False) -> None:
     if any(c.name == "speed" for c in result.checks) or any(c.status in (FAILED, ERROR) for c in result.checks):
         return
     if quick:
@@ -337,6 +357,9 @@ def _add_skipped_speed(result: GradeResult, gpu: bool, quick: bool, variant) -> 
     elif not gpu and variant.kind == "triton":
         result.add(Check("speed", SKIPPED, "no GPU found: timing skipped; numerics ran under the Triton interpreter",
                          {"code": "no_gpu"}))
+    elif not gpu and emulated:
+        result.add(Check("speed", SKIPPED, "no GPU found: timing skipped; numerics ran on the CPU emulator (CUDA's "
+                         "semantics, not its speed)", {"code": "no_gpu"}))
 
 
 def _check_kit_untouched(before: tuple[dict[str, bytes], tuple[int, str]], result: GradeResult) -> None:
@@ -439,16 +462,36 @@ def _build_raw_cuda(path: Path, solution: Path | None, job: dict, result: GradeR
         result.add(Check("load", FAILED, message, {"code": code}))
         return False
     if not gpu:
-        result.add(Check("numerics", SKIPPED, "no GPU found: compiled and checked the resource report only; "
-                         "run `kcourse grade` on a machine with an NVIDIA GPU to check numerics", {"code": "no_gpu"}))
-        result.add(Check("speed", SKIPPED, "no GPU found: timing skipped", {"code": "no_gpu"}))
-        return False
+        return _build_emulated(path, job, result)
     job["learner_library"] = built.library
     if solution is not None:
         solution_build = build.build_variant(solution, variant, arch)
         job["solution_library"] = solution_build.library if solution_build.ok else None
         if not solution_build.ok:
             job["solution"] = None
+    return True
+
+
+def _build_emulated(path: Path, job: dict, result: GradeResult) -> bool:
+    """No GPU: the file built for the CPU emulator (cuda_cpu), whose library the child runs; or the numerics
+    skipped, saying why (the file uses what the emulator lacks, or the emulator's own build failed)."""
+    if not job.get("emulated"):
+        why = getattr(result, "emulation", "") or "the CPU emulation is not available here"
+        result.add(Check("numerics", SKIPPED, f"no GPU found and {why}: compiled and checked the resource report "
+                         "only; run `kcourse grade` on a machine with an NVIDIA GPU to check numerics",
+                         {"code": "no_gpu"}))
+        result.add(Check("speed", SKIPPED, "no GPU found: timing skipped", {"code": "no_gpu"}))
+        return False
+    started = time.monotonic()
+    built = cuda_cpu.build(path)
+    result.phases["emulator_build"] = round(time.monotonic() - started, 3)
+    if not built.ok:  # nvcc accepted the file: what the emulator's header lacks, not the learner's mistake
+        result.add(Check("numerics", SKIPPED, "the CPU emulator could not build your file (nvcc could): "
+                         f"{built.log.strip().splitlines()[0] if built.log.strip() else 'no compiler output'} — "
+                         "numerics need a GPU for this file; tell your instructor, it is the emulator's gap",
+                         {"code": "emulator_build_error", "log": built.log[-4000:]}))
+        return False
+    job["learner_library"] = built.library
     return True
 
 

@@ -23,6 +23,7 @@ from grader import console, gpushare, heavy, hostload, integrity, memory, op_che
 from grader.checking import judge_output, load_reference, looks_cached, reference_outputs
 from grader.inputs import dtype_of, element_size, generate, load_tensor, save_tensor, shape_of
 from grader.records import ERROR, FAILED, PASSED, Check, GradeResult
+from grader import cuda_cpu
 from grader.sandbox import Child, ChildGone, ChildTimeout, Death, death_message
 from grader.spec import Case, ExerciseSpec, Variant
 from grader.timing import BUDGET_S
@@ -150,6 +151,9 @@ class Judge:
             self.result.add(Check("run", FAILED, self._load_timeout_message(), {"code": "load_timeout"}))
             return
         kind, message = death_message(Death(timed_out, code, self.child.last_step), self.timeout_s)
+        explained = None if timed_out else cuda_cpu.explain(self.child.output())  # the CPU emulator's own report
+        if explained is not None:
+            kind, message = explained[0], f"{explained[1]} (while {self.child.last_step})"
         self.result.add(Check("run", FAILED, message, {"code": kind}))
 
     def _load_timeout_message(self) -> str:

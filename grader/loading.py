@@ -49,6 +49,30 @@ class Caller:
         return self.function(*self.arguments(tensors, params), **tunables)
 
 
+class EmulatedCaller(Caller):
+    """A library built for the CPU emulator (grader/cuda_cpu): the tensors the grader passes are device memory to
+    it for the call (a kernel argument pointing anywhere else is a host pointer, which faults on a GPU). A
+    host-side exercise gets host arrays, device memory only where the spec pins them (pinned memory is
+    reachable from kernels)."""
+
+    def __init__(self, variant: Variant, function: Callable, library: ctypes.CDLL):
+        super().__init__(variant, function)
+        self.register, self.forget = library.kcourse_cuda_cpu_register, library.kcourse_cuda_cpu_forget
+        self.register.argtypes, self.forget.argtypes = [ctypes.c_void_p, ctypes.c_size_t], [ctypes.c_void_p]
+        self.device_memory = variant.kind == "cuda" or variant.host_memory == "pinned"
+
+    def __call__(self, tensors: dict[str, torch.Tensor], params: dict[str, Any], **tunables: Any) -> Any:
+        storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+                    for t in tensors.values() if self.device_memory and isinstance(t, torch.Tensor)}
+        for start, size in storages.items():
+            self.register(start, size)
+        try:
+            return super().__call__(tensors, params, **tunables)
+        finally:
+            for start in storages:
+                self.forget(start)
+
+
 def argument_value(arg: Argument, tensors: dict[str, torch.Tensor], params: dict[str, Any]) -> Any:
     """A tensor, a case parameter, or a tensor's stride ("x.stride(0)": x as laid out for this case)."""
     if arg.stride_of is not None:
@@ -61,7 +85,10 @@ def load(variant: Variant, source: Path, library: str | None, role: str, renamed
     if variant.kind == "triton":
         return Caller(variant, _load_python(variant, source, role, renamed))
     if variant.kind in NVCC_KINDS:
-        return Caller(variant, _load_shared_library(variant, source, library))
+        function = _load_shared_library(variant, source, library)
+        emulator = ctypes.CDLL(library)  # the same handle: dlopen counts references
+        return EmulatedCaller(variant, function, emulator) if hasattr(emulator, "kcourse_cuda_cpu_register") \
+            else Caller(variant, function)
     if variant.kind == "torch_op":
         return Caller(variant, _load_torch_op(variant, source, role))
     raise EntryError("bad_spec", f"unknown kind {variant.kind}")

@@ -73,6 +73,7 @@ class GradeResult:
     duration_s: float = 0.0
     kind: str = "grade"
     isolation: str = ""  # what boxed the learner's code (box.py), or "none (why)"
+    emulation: str = ""  # a CUDA file graded without a GPU: how its kernels ran (cuda_cpu.mode), or why they did not
     kit_changes: list[str] = field(default_factory=list)  # trusted files that differ from git's index (a checkout)
     # how the version was picked where the id has several and no --lang was given ("the spec's default_lang")
     lang_choice: str = ""

@@ -99,6 +99,7 @@ class Child:
                  module: str = "grader.worker"):
         """`module`: the child's program, speaking the worker protocol (grader.capstone.child does too)."""
         self.device = device
+        self.preload = {k: v for k, v in (extra_env or {}).items() if k in ("LD_PRELOAD", "ASAN_OPTIONS")}
         self.visible_devices = self.visible_devices_for(extra_env)
         self.wrapped = bool(wrapper)  # run under a tool (ncu) that writes its report after the worker exits
         self.dir = _work_dir()

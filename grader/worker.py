@@ -57,7 +57,8 @@ class Worker:
         self.device = job["device"]
         # host-pointer exercises get CPU tensors: the learner's own code copies them to the GPU
         self.tensor_device = "cpu" if self.variant.kind == "cuda_host" else self.device
-        self.pinned = self.variant.kind == "cuda_host" and self.variant.host_memory == "pinned"
+        # (page-locked memory needs CUDA: the CPU emulator reads plain host memory)
+        self.pinned = self.variant.kind == "cuda_host" and self.variant.host_memory == "pinned" and self.device == "cuda"
         self.learner_path = Path(job["learner"])
         self.device_info = device_info
         self.out: dict[str, Any] = {"device": device_info}  # what profile/tune helpers read
@@ -99,6 +100,8 @@ class Worker:
     # --- steps -------------------------------------------------------------------------------
     def run(self) -> None:
         self.enter_box()
+        if self.job.get("emulated"):  # the CPU emulator's schedule between barriers follows the grade's seed
+            os.environ["KCOURSE_CUDA_CPU_SEED"] = str(self.job["seed"])
         self.progress("loading your code")
         self.solution_watch = integrity.SolutionWatch(self.job.get("solutions_root"), self.learner_path)
         learner = self._load(self.learner_path, self.job.get("learner_library"), "learner")

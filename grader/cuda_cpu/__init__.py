@@ -1,0 +1,216 @@
+"""CUDA kernels on the CPU, with CUDA's semantics: the numerics of a CUDA exercise on a machine without an
+NVIDIA GPU.
+
+The learner's .cu file is compiled by the host C++ compiler with include/kcourse_cuda_cpu.h forced in (fibers
+per thread, barriers, warps of 32, atomics, the runtime API) and AddressSanitizer, after a line-preserving
+rewrite of its launches (`k<<<g, b>>>(args)` -> `k | ::kcuda::Config(g, b)(args)`) and of its dynamic shared
+memory declarations. The grading child loads the library as it loads nvcc's on a GPU (the ASan runtime preloaded,
+LD_PRELOAD) and the numerics are judged as on a GPU. This module runs in the trusted grader: it decides what can
+be emulated, builds, and reads a stopped child's output (explain). docs/cuda-on-cpu.md says what is covered."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import time
+from functools import lru_cache
+from pathlib import Path
+
+INCLUDE = Path(__file__).parent / "include"
+SEED_ENV = "KCOURSE_CUDA_CPU_SEED"  # the fibers' schedule between barriers (read by the header)
+MODE_ENV = "KCOURSE_CUDA_CPU"  # "off": CUDA files on a machine without a GPU are only compiled, as before
+# What the header cannot run, found in the learner's text: (pattern, what it is). Matched outside comments.
+UNSUPPORTED = [
+    (r"\basm\s*(volatile\s*)?\(", "inline PTX (asm)"),
+    (r"\bwmma::|#\s*include\s*<mma\.h>|\bmma\.sync\b|\bwgmma\b", "tensor-core instructions (wmma / mma)"),
+    (r"\bcublas\w*|#\s*include\s*<cublas", "cuBLAS"),
+    (r"\bkittens::|#\s*include\s*[<\"]kittens", "ThunderKittens"),
+    (r"\b__half2?\b|\b__nv_bfloat16\d?\b|#\s*include\s*<cuda_(fp16|bf16|fp8)\.h>", "half-precision types (__half, __nv_bfloat16)"),
+    (r"#\s*include\s*<cooperative_groups|\bcooperative_groups::", "cooperative groups"),
+    (r"#\s*include\s*<cuda/(pipeline|barrier|atomic)>|\bcuda::(pipeline|memcpy_async|barrier)", "libcu++ pipelines and barriers"),
+    (r"\bcudaLaunch(Cooperative)?Kernel\w*\s*\(|\bcudaGraph\w*", "launch APIs other than <<<...>>> (cudaLaunchKernel, graphs)"),
+    (r"#\s*include\s*<(torch|ATen|c10)/", "a PyTorch extension"),
+]
+ASAN_OPTIONS = ("detect_leaks=0:halt_on_error=1:abort_on_error=0:allow_user_segv_handler=0:handle_segv=1:"
+                "handle_sigfpe=1:symbolize=1:print_summary=0:detect_odr_violation=0:exitcode=86")
+
+
+def enabled() -> bool:
+    return os.environ.get(MODE_ENV, "").lower() != "off"
+
+
+@lru_cache(maxsize=1)
+def host_compiler() -> str | None:
+    """The C++ compiler the emulation builds with: $CXX, else g++, else clang++."""
+    for name in (os.environ.get("CXX"), "g++", "clang++", "c++"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+@lru_cache(maxsize=1)
+def asan_runtime() -> str | None:
+    """The AddressSanitizer runtime the child preloads (ASan must come first in a process that is not built with it)."""
+    compiler = host_compiler()
+    if compiler is None:
+        return None
+    for name in ("libasan.so", "libclang_rt.asan-x86_64.so", "libclang_rt.asan-aarch64.so"):
+        try:
+            found = subprocess.run([compiler, f"-print-file-name={name}"], capture_output=True, text=True,
+                                   timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return None
+        if found and os.path.isabs(found) and Path(found).exists():
+            return str(Path(found).resolve())
+    return None
+
+
+def mode() -> tuple[bool, str]:
+    """(CUDA numerics run on this CPU, one line that says how): env-check and the grade header print it."""
+    if not enabled():
+        return False, f"compile only ({MODE_ENV}=off)"
+    if host_compiler() is None:
+        return False, "compile only: no host C++ compiler (g++ or clang++) to build the CPU emulation; install one"
+    checked = "out-of-bounds accesses checked (AddressSanitizer)" if asan_runtime() else \
+        "no AddressSanitizer runtime: out-of-bounds accesses unchecked"
+    return True, f"CPU emulation with {Path(host_compiler()).name}: numerics, no timing; {checked}"
+
+
+def strip_comments(text: str) -> str:
+    """The source without comments and string literals, every newline kept (so positions keep their line)."""
+    def blank(match: re.Match) -> str:
+        return re.sub(r"[^\n]", " ", match.group(0))
+    return re.sub(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"', blank, text, flags=re.S)
+
+
+def unsupported(text: str) -> str | None:
+    """Why this file cannot run on the CPU ("inline PTX (asm) at line 12"), or None."""
+    code = strip_comments(text)
+    for pattern, what in UNSUPPORTED:
+        found = re.search(pattern, code)
+        if found:
+            return f"{what} at line {code.count(chr(10), 0, found.start()) + 1}"
+    return None
+
+
+_SHARED = re.compile(r"extern\s+(volatile\s+)?__shared__\s+(volatile\s+)?(__align__\s*\(\s*\d+\s*\)\s*|alignas\s*\(\s*\d+\s*\)\s*)?"
+                     r"([A-Za-z_][\w:<>,\s]*?)\s+(\w+)\s*\[\s*\]\s*;")
+
+
+def rewrite(text: str) -> str:
+    """Launches and dynamic shared memory in plain C++, each line where it was."""
+    code = strip_comments(text)
+    out, last = [], 0
+    for match in re.finditer(r"<<<|>>>", code):
+        out.append(text[last:match.start()])
+        out.append(" | ::kcuda::Config(" if match.group(0) == "<<<" else ")")
+        last = match.end()
+    out.append(text[last:])
+    return _SHARED.sub(_shared_pointer, "".join(out))
+
+
+def _shared_pointer(match: re.Match) -> str:
+    volatile = "volatile " if match.group(1) or match.group(2) else ""
+    kind, name = match.group(4).strip(), match.group(5)
+    return f"{volatile}{kind}* {name} = reinterpret_cast<{volatile}{kind}*>(::kcuda::dynamic_shared());"
+
+
+def flags(asan: bool) -> list[str]:
+    sanitize = ["-fsanitize=address", "-fno-omit-frame-pointer"] if asan else []
+    return ["-x", "c++", "-std=c++17", "-O1", "-g", "-fPIC", "-shared", "-U_FORTIFY_SOURCE", "-fno-strict-aliasing",
+            *sanitize, f"-I{INCLUDE}", "-include", "kcourse_cuda_cpu.h"]
+
+
+def build(source: Path, defines: dict[str, object] | None = None):
+    """The learner's file as a CPU library (build.BuildResult; `arch` "cpu-emulation"), cached by content."""
+    from grader.build import BuildResult, _locked, format_compiler_errors
+    from grader.paths import build_cache_dir
+
+    started, compiler = time.perf_counter(), host_compiler()
+    if compiler is None:
+        return BuildResult(ok=False, seconds=0.0, arch="cpu-emulation", skipped=True, skip_code="no_host_compiler",
+                           log="no host C++ compiler (g++ or clang++): install one to run CUDA kernels on the CPU")
+    options = flags(asan_runtime() is not None) + [f"-D{k}={v}" for k, v in sorted((defines or {}).items())]
+    out_dir = build_cache_dir() / ("cpu-" + _key(source, options, compiler))
+    library = out_dir / "lib.so"
+    result = BuildResult(ok=True, seconds=0.0, cached=True, library=str(library), arch="cpu-emulation")
+    if not library.exists():
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with _locked(out_dir):
+            if not library.exists():
+                result = _compile(source, out_dir, compiler, options)
+    result.seconds = time.perf_counter() - started
+    if not result.ok:
+        result.log = format_compiler_errors(result.log, source, fallback=True) or result.log
+    return result
+
+
+def _key(source: Path, options: list[str], compiler: str) -> str:
+    digest = hashlib.sha256(source.read_bytes() + " ".join(options).encode() + compiler.encode())
+    for header in sorted(INCLUDE.glob("*.h")) + sorted(source.parent.glob("*.cuh")) + sorted(source.parent.glob("*.h")):
+        digest.update(header.name.encode() + header.read_bytes())
+    return digest.hexdigest()[:20]
+
+
+def _compile(source: Path, out_dir: Path, compiler: str, options: list[str]):
+    from grader.build import BuildResult
+
+    rewritten = out_dir / "kernel.cpp"
+    rewritten.write_text(f'#line 1 "{source.resolve()}"\n' + rewrite(source.read_text(errors="replace")))
+    partial = out_dir / "lib.partial.so"
+    command = [compiler, *options, f"-I{source.resolve().parent}", str(rewritten), "-o", str(partial)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        return BuildResult(ok=False, seconds=0.0, arch="cpu-emulation", log=done.stderr[-6000:])
+    os.replace(partial, out_dir / "lib.so")
+    return BuildResult(ok=True, seconds=0.0, library=str(out_dir / "lib.so"), arch="cpu-emulation")
+
+
+def child_env() -> dict[str, str]:
+    """What the grading child needs to load an emulated library: the ASan runtime first, and ASan's settings."""
+    runtime = asan_runtime()
+    return {"LD_PRELOAD": runtime, "ASAN_OPTIONS": ASAN_OPTIONS} if runtime else {}
+
+
+# ---- reading a stopped child --------------------------------------------------------------------------------
+_ASAN_KINDS = {
+    "heap-buffer-overflow": "read or wrote past the end (or before the start) of an array",
+    "global-buffer-overflow": "indexed past the end of a __shared__, __constant__ or __device__ array",
+    "stack-buffer-overflow": "indexed past the end of a local array",
+    "heap-use-after-free": "used memory after cudaFree",
+    "double-free": "freed the same memory twice",
+    "attempting free on address which was not malloc()-ed": "freed memory that cudaMalloc did not give",
+    "SEGV on unknown address": "touched an address that is no memory of yours (a null or wild pointer, or a "
+                               "device pointer read on the host)",
+    "stack-overflow": "overflowed a thread's stack (unbounded recursion, or a huge local array)",
+    "FPE": "divided an integer by zero",
+}
+
+
+def explain(output: str) -> tuple[str, str] | None:
+    """(code, message) for a child stopped by the emulator or AddressSanitizer, from its output; None otherwise."""
+    if "AddressSanitizer" in output:
+        return "memory_error", _asan_message(output)
+    lines = [line[len("kcourse-emu: "):] for line in output.splitlines() if line.startswith("kcourse-emu: ")]
+    if lines:
+        return "emulated_fault", "your kernel stopped on the CPU emulator: " + "; ".join(lines)
+    return None
+
+
+def _asan_message(output: str) -> str:
+    report = output[output.index("AddressSanitizer"):]
+    what = next((text for key, text in _ASAN_KINDS.items() if key in report.split("\n", 1)[0]), None)
+    access = re.search(r"\b(READ|WRITE) of size (\d+)", report)
+    line = re.search(r"#\d+ 0x[0-9a-f]+ in (.+?) (/\S+?\.(?:cu|cuh|h|cpp)):(\d+)", report)
+    where = [l[len("kcourse-emu: "):] for l in report.splitlines() if l.startswith("kcourse-emu: ")]
+    parts = [f"your code {what or 'made an invalid memory access'}"]
+    if access:
+        parts.append(f"({access.group(1).lower()} of {access.group(2)} bytes)")
+    if line:
+        parts.append(f"at {Path(line.group(2)).name}:{line.group(3)} in {line.group(1).split('(')[0]}")
+    text = " ".join(parts) + (f"; {where[0]}" if where else "")
+    return (text + ". AddressSanitizer checked it on the CPU emulator, as compute-sanitizer's memcheck does on a GPU: "
+            "check the index against the array's length (and the bounds check of the last block)")

@@ -1,0 +1,760 @@
+// kcourse's CUDA-on-the-CPU header: a learner's .cu file, compiled by the host C++ compiler with this header
+// forced in (-include) and its launches rewritten (grader/cuda_cpu/__init__.py: `k<<<g, b>>>(args)` becomes
+// `k | ::kcuda::Config(g, b)(args)`), runs its kernels on the CPU with CUDA's semantics:
+//
+//  - every thread of a block is a fiber on one OS thread; a thread runs until it reaches a barrier
+//    (__syncthreads, a warp intrinsic, a failed atomicCAS), then the next one runs. Between barriers the
+//    threads run in a seeded random order (KCOURSE_CUDA_CPU_SEED), so a missing __syncthreads() reads
+//    stale shared memory on some seed, as a race would on a GPU;
+//  - warps of 32 lanes: __shfl_*_sync, __ballot_sync, __any/__all_sync, __syncwarp wait for every lane
+//    named in the mask, as the hardware does since Volta;
+//  - __shared__ memory is static per block (blocks run one after another), dynamic shared memory is a fresh
+//    buffer per block filled with NaN bytes;
+//  - atomics, the math intrinsics, and the runtime API the host-side exercises use (cudaMalloc, copies,
+//    streams and events run in order, error codes and cudaGetLastError).
+//
+// It is built with AddressSanitizer: a read or write past an allocation stops with the learner's file:line,
+// and the death callback below names the kernel, block and thread. Why our own header and not HIP-CPU:
+// HIP-CPU has AMD's 64-lane wavefronts and HIP's API (a hipify pass first) and needs TBB.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <chrono>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+#include <algorithm>
+#include <cxxabi.h>
+#include <dlfcn.h>
+#include <setjmp.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#include <sanitizer/asan_interface.h>
+#define KCUDA_ASAN 1
+#endif
+
+// ---- the CUDA C++ keywords --------------------------------------------------------------------------------
+#define __global__
+#define __device__
+#define __host__
+#define __constant__
+#define __managed__
+#define __forceinline__ inline
+#define __noinline__ __attribute__((noinline))
+#define __restrict__ __restrict
+#define __launch_bounds__(...)
+#define __align__(n) alignas(n)
+#define __shared__ static  // blocks run one after another on one OS thread: a static is the block's
+#define __grid_constant__
+#define KCOURSE_CUDA_CPU 1
+
+// ---- vector types -----------------------------------------------------------------------------------------
+#define KCUDA_VEC2(T, N, A) struct alignas(A) N##2 { T x, y; }; \
+    inline N##2 make_##N##2(T x, T y) { return N##2{x, y}; }
+#define KCUDA_VEC3(T, N) struct N##3 { T x, y, z; }; \
+    inline N##3 make_##N##3(T x, T y, T z) { return N##3{x, y, z}; }
+#define KCUDA_VEC4(T, N, A) struct alignas(A) N##4 { T x, y, z, w; }; \
+    inline N##4 make_##N##4(T x, T y, T z, T w) { return N##4{x, y, z, w}; }
+#define KCUDA_VECS(T, N, S) KCUDA_VEC2(T, N, 2 * S) KCUDA_VEC3(T, N) KCUDA_VEC4(T, N, (4 * S > 16 ? 16 : 4 * S))
+KCUDA_VECS(float, float, 4)
+KCUDA_VECS(double, double, 8)
+KCUDA_VECS(int, int, 4)
+KCUDA_VECS(unsigned int, uint, 4)
+KCUDA_VECS(signed char, char, 1)
+KCUDA_VECS(unsigned char, uchar, 1)
+KCUDA_VECS(short, short, 2)
+KCUDA_VECS(unsigned short, ushort, 2)
+KCUDA_VECS(long long, longlong, 8)
+KCUDA_VECS(unsigned long long, ulonglong, 8)
+struct float1 { float x; };
+struct int1 { int x; };
+
+struct dim3 {
+    unsigned int x, y, z;
+    constexpr dim3(unsigned int x_ = 1, unsigned int y_ = 1, unsigned int z_ = 1) : x(x_), y(y_), z(z_) {}
+    constexpr dim3(uint3 v) : x(v.x), y(v.y), z(v.z) {}
+    constexpr operator uint3() const { return uint3{x, y, z}; }
+};
+
+static constexpr int warpSize = 32;
+
+// ---- the runtime's types ----------------------------------------------------------------------------------
+enum cudaError_t {
+    cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2, cudaErrorInitializationError = 3,
+    cudaErrorInvalidConfiguration = 9, cudaErrorInvalidDevice = 101, cudaErrorInvalidResourceHandle = 400,
+    cudaErrorNotReady = 600, cudaErrorIllegalAddress = 700, cudaErrorLaunchOutOfResources = 701,
+    cudaErrorLaunchFailure = 719, cudaErrorNotSupported = 801, cudaErrorUnknown = 999,
+};
+typedef cudaError_t cudaError;
+enum cudaMemcpyKind {
+    cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2,
+    cudaMemcpyDeviceToDevice = 3, cudaMemcpyDefault = 4,
+};
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8, cudaFuncAttributePreferredSharedMemoryCarveout = 9 };
+enum cudaFuncCache { cudaFuncCachePreferNone = 0, cudaFuncCachePreferShared = 1, cudaFuncCachePreferL1 = 2, cudaFuncCachePreferEqual = 3 };
+enum cudaDeviceAttr {
+    cudaDevAttrMaxThreadsPerBlock = 1, cudaDevAttrMaxBlockDimX = 2, cudaDevAttrMaxGridDimX = 5,
+    cudaDevAttrMaxSharedMemoryPerBlock = 8, cudaDevAttrWarpSize = 10, cudaDevAttrClockRate = 13,
+    cudaDevAttrMultiProcessorCount = 16, cudaDevAttrMemoryClockRate = 36, cudaDevAttrGlobalMemoryBusWidth = 37,
+    cudaDevAttrL2CacheSize = 38, cudaDevAttrMaxThreadsPerMultiProcessor = 39, cudaDevAttrComputeCapabilityMajor = 75,
+    cudaDevAttrComputeCapabilityMinor = 76, cudaDevAttrMaxSharedMemoryPerMultiprocessor = 81,
+    cudaDevAttrMaxRegistersPerMultiprocessor = 82, cudaDevAttrMaxSharedMemoryPerBlockOptin = 97,
+};
+enum cudaLimit { cudaLimitStackSize = 0, cudaLimitPrintfFifoSize = 1, cudaLimitMallocHeapSize = 2 };
+#define cudaStreamDefault 0x0
+#define cudaStreamNonBlocking 0x1
+#define cudaEventDefault 0x0
+#define cudaEventBlockingSync 0x1
+#define cudaEventDisableTiming 0x2
+#define cudaHostAllocDefault 0x0
+#define cudaHostAllocPortable 0x1
+#define cudaHostAllocMapped 0x2
+#define cudaHostAllocWriteCombined 0x4
+#define cudaHostRegisterDefault 0x0
+#define cudaMemAttachGlobal 0x1
+struct CUstream_st { int flags; };
+struct CUevent_st { std::chrono::steady_clock::time_point at; bool recorded; };
+typedef CUstream_st* cudaStream_t;
+typedef CUevent_st* cudaEvent_t;
+#define cudaStreamPerThread ((cudaStream_t)0x2)
+#define cudaStreamLegacy ((cudaStream_t)0x1)
+
+struct cudaDeviceProp {
+    char name[256];
+    size_t totalGlobalMem, sharedMemPerBlock, sharedMemPerBlockOptin, sharedMemPerMultiprocessor, totalConstMem;
+    int regsPerBlock, regsPerMultiprocessor, warpSize, maxThreadsPerBlock, maxThreadsDim[3], maxGridSize[3];
+    int clockRate, memoryClockRate, memoryBusWidth, l2CacheSize, persistingL2CacheMaxSize;
+    int major, minor, multiProcessorCount, maxThreadsPerMultiProcessor, maxBlocksPerMultiProcessor;
+    int concurrentKernels, asyncEngineCount, unifiedAddressing, managedMemory, canMapHostMemory;
+};
+struct cudaFuncAttributes {
+    size_t sharedSizeBytes, constSizeBytes, localSizeBytes;
+    int maxThreadsPerBlock, numRegs, ptxVersion, binaryVersion, maxDynamicSharedSizeBytes;
+};
+
+// ---- the emulator -----------------------------------------------------------------------------------------
+// Everything below has internal linkage (an unnamed namespace): the learner's library and the solution's,
+// loaded in one process, each keep their own scheduler.
+namespace kcuda {
+namespace {
+
+enum State { kReady, kAtBlockBarrier, kAtWarpOp, kDone };
+enum WarpOp { kSync, kShfl, kShflUp, kShflDown, kShflXor, kBallot, kAny, kAll, kReduceAdd, kReduceMin, kReduceMax };
+constexpr size_t kStackBytes = 256 * 1024;
+
+struct Fiber;
+struct Thread {
+    uint3 idx;
+    int linear = 0;
+    State state = kReady;
+    Fiber* fiber = nullptr;
+    // a warp intrinsic or block barrier waiting: what it asked, then what it got
+    WarpOp op = kSync;
+    unsigned mask = 0;
+    uint64_t value = 0;
+    int arg = 0, width = 32, predicate = 0;
+    uint64_t result = 0;
+};
+
+struct Fiber {
+    jmp_buf context;
+    char* stack = nullptr;
+    Thread* thread = nullptr;
+    void* fake_stack = nullptr;
+};
+
+struct Launch {  // the launch running now
+    dim3 grid, block;
+    uint3 block_idx;
+    std::vector<Thread> threads;
+    void (*body)(void*) = nullptr;
+    void* closure = nullptr;
+    char* dynamic_shared = nullptr;
+    const char* kernel = "a kernel";
+};
+
+struct Emulator {
+    std::vector<Fiber*> fibers, free_fibers;  // every fiber made; those without a thread now
+    Launch* launch = nullptr;
+    Thread* current = nullptr;
+    jmp_buf scheduler;
+    void* scheduler_fake_stack = nullptr;
+    const void* main_stack_bottom = nullptr;
+    size_t main_stack_size = 0;
+    uint64_t rng = 0;
+    cudaError_t last_error = cudaSuccess;
+    std::vector<std::pair<const char*, size_t>> device_ranges;  // [start, size): memory a kernel may touch
+    std::vector<std::pair<const void*, int>> shared_limits;     // cudaFuncSetAttribute's dynamic shared maximum
+    bool death_callback_set = false;
+    char kernel_name[512] = "a kernel";
+};
+
+Emulator& emu() {
+    static Emulator e;
+    return e;
+}
+
+// ---- fibers: started once with makecontext, switched with _setjmp/_longjmp (no system call a switch) ----
+inline void start_switch(void** save, const void* bottom, size_t size) {
+#ifdef KCUDA_ASAN
+    __sanitizer_start_switch_fiber(save, bottom, size);
+#else
+    (void)save; (void)bottom; (void)size;
+#endif
+}
+inline void finish_switch(void* save, const void** bottom, size_t* size) {
+#ifdef KCUDA_ASAN
+    __sanitizer_finish_switch_fiber(save, bottom, size);
+#else
+    (void)save; (void)bottom; (void)size;
+#endif
+}
+
+void to_scheduler(Fiber* f) {
+    Emulator& e = emu();
+    if (!_setjmp(f->context)) {
+        start_switch(&f->fake_stack, e.main_stack_bottom, e.main_stack_size);
+        _longjmp(e.scheduler, 1);
+    }
+    finish_switch(f->fake_stack, &e.main_stack_bottom, &e.main_stack_size);
+}
+
+void fiber_main() {
+    Emulator& e = emu();
+    Fiber* f = e.fibers.back();  // the fiber being started (start_fiber pushed it)
+    finish_switch(nullptr, &e.main_stack_bottom, &e.main_stack_size);
+    to_scheduler(f);  // started: wait for the first thread
+    for (;;) {
+        Launch* l = e.launch;
+        l->body(l->closure);  // runs as e.current, the thread this fiber was given
+        f->thread->state = kDone;
+        e.free_fibers.push_back(f);
+        f->thread->fiber = nullptr;
+        to_scheduler(f);
+    }
+}
+
+// A new fiber's first instructions run on its own stack: the stack pointer moved by hand (x86-64, arm64), or
+// makecontext elsewhere (ASan warns about makecontext, and the warning would reach the learner).
+[[noreturn]] void run_on_stack(char* top) {
+#if defined(__x86_64__)
+    asm volatile("mov %0, %%rsp\n\tcall *%1\n\tud2" : : "r"(top), "r"(fiber_main) : "memory");
+#elif defined(__aarch64__)
+    asm volatile("mov sp, %0\n\tblr %1\n\tbrk #0" : : "r"(top), "r"(fiber_main) : "memory");
+#else
+    ucontext_t here, start;
+    getcontext(&start);
+    start.uc_stack.ss_sp = top - kStackBytes + 4096;
+    start.uc_stack.ss_size = kStackBytes - 4096;
+    start.uc_link = nullptr;
+    makecontext(&start, fiber_main, 0);
+    swapcontext(&here, &start);
+#endif
+    __builtin_unreachable();
+}
+
+Fiber* start_fiber() {
+    Emulator& e = emu();
+    Fiber* f = new Fiber();
+    void* memory = mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (memory == MAP_FAILED) { fprintf(stderr, "kcourse-emu: out of memory for a thread's stack\n"); abort(); }
+    mprotect(memory, 4096, PROT_NONE);  // a guard page: a stack overflow faults instead of writing another's stack
+    f->stack = static_cast<char*>(memory);
+    e.fibers.push_back(f);
+    if (!_setjmp(e.scheduler)) {
+        start_switch(&e.scheduler_fake_stack, f->stack, kStackBytes);
+        run_on_stack(f->stack + kStackBytes - 64);  // 16-byte aligned, as the ABIs want at a call
+    }
+    finish_switch(e.scheduler_fake_stack, nullptr, nullptr);
+    return f;
+}
+
+void resume(Fiber* f) {
+    Emulator& e = emu();
+    if (!_setjmp(e.scheduler)) {
+        start_switch(&e.scheduler_fake_stack, f->stack, kStackBytes);
+        _longjmp(f->context, 1);
+    }
+    finish_switch(e.scheduler_fake_stack, nullptr, nullptr);
+}
+
+// ---- reports: what the learner reads when a kernel stops ----------------------------------------------------
+void where(FILE* out) {
+    Emulator& e = emu();
+    if (!e.launch || !e.current) return;
+    uint3 b = e.launch->block_idx, t = e.current->idx;
+    fprintf(out, "kcourse-emu: in kernel %s, block (%u, %u, %u), thread (%u, %u, %u)\n", e.kernel_name,
+            b.x, b.y, b.z, t.x, t.y, t.z);
+}
+
+void on_death() { where(stderr); fflush(stderr); }
+
+[[noreturn]] void fail(const char* what) {
+    fprintf(stderr, "kcourse-emu: %s\n", what);
+    where(stderr);
+    fflush(stdout);
+    fflush(stderr);
+    abort();
+}
+
+void name_kernel(const void* k) {
+    Emulator& e = emu();
+    Dl_info info;
+    snprintf(e.kernel_name, sizeof e.kernel_name, "a kernel");
+    if (!dladdr(k, &info) || !info.dli_sname) return;
+    int status = 0;
+    char* plain = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status);
+    snprintf(e.kernel_name, sizeof e.kernel_name, "%s", status == 0 && plain ? plain : info.dli_sname);
+    free(plain);
+}
+
+// ---- the seeded schedule -----------------------------------------------------------------------------------
+uint64_t next_random() {
+    Emulator& e = emu();
+    if (e.rng == 0) {
+        const char* seed = getenv("KCOURSE_CUDA_CPU_SEED");
+        e.rng = (seed ? strtoull(seed, nullptr, 10) : 1) * 0x9E3779B97F4A7C15ull + 1;
+    }
+    e.rng ^= e.rng << 13; e.rng ^= e.rng >> 7; e.rng ^= e.rng << 17;
+    return e.rng;
+}
+
+void shuffle(std::vector<Thread*>& v) {
+    for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[next_random() % i]);
+}
+
+// ---- barriers ------------------------------------------------------------------------------------------------
+Thread& me() {
+    Emulator& e = emu();
+    if (!e.current) fail("a device function (__syncthreads, a warp intrinsic, threadIdx) was called outside a kernel");
+    return *e.current;
+}
+
+void wait_at(State s) {
+    Thread& t = me();
+    t.state = s;
+    to_scheduler(t.fiber);
+}
+
+unsigned lanes_of_warp(const Launch& l, int warp) {  // the lanes that exist (the last warp of a block may be short)
+    int first = warp * 32, count = std::min<int>(32, (int)l.threads.size() - first);
+    return count >= 32 ? 0xffffffffu : ((1u << count) - 1);
+}
+
+uint64_t warp_result(const Thread& t, Thread* const* lanes, unsigned waiting) {
+    int lane = t.linear & 31, w = t.width, base = lane & ~(w - 1), src = lane;
+    switch (t.op) {
+        case kShfl: src = base + (t.arg & (w - 1)); break;
+        case kShflUp: src = (lane - base) >= t.arg ? lane - t.arg : lane; break;
+        case kShflDown: src = (lane - base) + t.arg < w ? lane + t.arg : lane; break;
+        case kShflXor: src = lane ^ t.arg; if (src >= base + w) src = lane; break;
+        case kSync: return 0;
+        default: {
+            uint64_t ballot = 0, sum = 0; int64_t lo = INT64_MAX, hi = INT64_MIN;
+            for (int i = 0; i < 32; ++i) {
+                if (!((waiting & t.mask) >> i & 1u)) continue;
+                ballot |= (uint64_t)(lanes[i]->predicate != 0) << i;
+                int64_t v = (int64_t)(int32_t)lanes[i]->value;
+                sum += (uint32_t)lanes[i]->value; lo = std::min(lo, v); hi = std::max(hi, v);
+            }
+            if (t.op == kBallot) return ballot;
+            if (t.op == kAny) return ballot != 0;
+            if (t.op == kAll) return ballot == (uint64_t)(waiting & t.mask);
+            if (t.op == kReduceAdd) return (uint32_t)sum;
+            return (uint64_t)(uint32_t)(t.op == kReduceMin ? lo : hi);
+        }
+    }
+    if (src < 0 || src > 31 || !lanes[src] || !((waiting >> src) & 1u)) return t.value;  // an inactive source
+    return lanes[src]->value;
+}
+
+// A warp's waiting lanes go on when every lane their masks name is waiting too (or does not exist).
+bool release_warp(Launch& l, int warp) {
+    Thread* lanes[32] = {};
+    unsigned waiting = 0, named = 0, exists = lanes_of_warp(l, warp);
+    for (int i = 0; i < 32; ++i) {
+        if (!((exists >> i) & 1u)) continue;
+        Thread& t = l.threads[warp * 32 + i];
+        lanes[i] = &t;
+        if (t.state == kAtWarpOp) { waiting |= 1u << i; named |= t.mask; }
+    }
+    named &= exists;
+    if (!waiting || (named & ~waiting)) return false;
+    for (int i = 0; i < 32; ++i)
+        if ((waiting >> i) & 1u) lanes[i]->result = warp_result(*lanes[i], lanes, waiting);
+    for (int i = 0; i < 32; ++i)
+        if ((waiting >> i) & 1u) lanes[i]->state = kReady;
+    return true;
+}
+
+// Why the block cannot go on, if it cannot: a lane named in a mask has exited, or threads wait at barriers
+// that can never all be reached.
+void explain_deadlock(Launch& l) {
+    for (Thread& t : l.threads) {
+        if (t.state != kAtWarpOp) continue;
+        int warp = t.linear / 32;
+        for (int i = 0; i < 32; ++i) {
+            if (!((t.mask & lanes_of_warp(l, warp)) >> i & 1u)) continue;
+            Thread& other = l.threads[warp * 32 + i];
+            emu().current = &t;
+            if (other.state == kDone)
+                fail("a warp intrinsic (__shfl_*_sync, __ballot_sync, __syncwarp ...) waits for a lane of its mask "
+                     "that has already returned: every lane the mask names must reach the intrinsic (use the mask "
+                     "__ballot_sync gives, or keep every lane in the loop)");
+            if (other.state == kAtBlockBarrier)
+                fail("deadlock: lanes of one warp wait at a warp intrinsic while others of its mask wait at "
+                     "__syncthreads(): every lane the mask names must reach the same intrinsic");
+        }
+    }
+    fail("deadlock: the threads of this block wait at barriers they cannot all reach");
+}
+
+void release_block(Launch& l) {
+    int count = 0, all = 1, any = 0;
+    for (Thread& t : l.threads)
+        if (t.state == kAtBlockBarrier) { count += t.predicate != 0; all &= t.predicate != 0; any |= t.predicate != 0; }
+    for (Thread& t : l.threads) {
+        if (t.state != kAtBlockBarrier) continue;
+        t.result = t.op == kAll ? all : t.op == kAny ? any : count;
+        t.state = kReady;
+    }
+}
+
+// ---- one block -------------------------------------------------------------------------------------------
+void run_block(Launch& l) {
+    Emulator& e = emu();
+    int n = (int)l.threads.size();
+    std::vector<Thread*> ready;
+    ready.reserve(n);
+    for (Thread& t : l.threads) { t.state = kReady; t.fiber = nullptr; ready.push_back(&t); }
+    int done = 0;
+    while (done < n) {
+        shuffle(ready);
+        for (Thread* t : ready) {
+            if (!t->fiber) {
+                if (e.free_fibers.empty()) e.free_fibers.push_back(start_fiber());
+                t->fiber = e.free_fibers.back();
+                e.free_fibers.pop_back();
+                t->fiber->thread = t;
+            }
+            e.current = t;
+            resume(t->fiber);
+            e.current = nullptr;
+            done += t->state == kDone;
+        }
+        ready.clear();
+        for (Thread& t : l.threads) if (t.state == kReady) ready.push_back(&t);
+        if (!ready.empty() || done == n) continue;
+        bool released = false;
+        for (int w = 0; w * 32 < n; ++w) released |= release_warp(l, w);
+        bool at_block = true;
+        for (Thread& t : l.threads) at_block &= t.state == kDone || t.state == kAtBlockBarrier;
+        if (!released && at_block) { release_block(l); released = true; }
+        if (!released) explain_deadlock(l);
+        for (Thread& t : l.threads) if (t.state == kReady) ready.push_back(&t);
+    }
+}
+
+char* dynamic_shared() {  // `extern __shared__ T name[];`, rewritten
+    me();
+    return emu().launch->dynamic_shared;
+}
+
+bool is_device_pointer(const void* p) {
+    if (!p) return true;  // a null pointer faults only if the kernel uses it
+    const char* c = static_cast<const char*>(p);
+    for (auto& [start, size] : emu().device_ranges)
+        if (c >= start && c <= start + size) return true;
+    return false;
+}
+
+int dynamic_shared_limit(const void* k) {
+    for (auto& [kernel, limit] : emu().shared_limits) if (kernel == k) return limit;
+    return 48 * 1024;
+}
+
+cudaError_t check_config(dim3 g, dim3 b, size_t shared, const void* k) {
+    unsigned long long threads = (unsigned long long)b.x * b.y * b.z;
+    if (!threads || threads > 1024 || b.x > 1024 || b.y > 1024 || b.z > 64) return cudaErrorInvalidConfiguration;
+    if (!g.x || !g.y || !g.z || g.x > 2147483647u || g.y > 65535 || g.z > 65535) return cudaErrorInvalidConfiguration;
+    if (shared > (size_t)dynamic_shared_limit(k)) return cudaErrorInvalidValue;
+    return cudaSuccess;
+}
+
+void run_grid(Launch& l, size_t shared) {
+    Emulator& e = emu();
+    if (!e.death_callback_set) {
+#ifdef KCUDA_ASAN
+        __sanitizer_set_death_callback(on_death);
+#endif
+        e.death_callback_set = true;
+    }
+    int n = (int)(l.block.x * l.block.y * l.block.z);
+    l.threads.assign(n, Thread());
+    for (int i = 0; i < n; ++i)
+        l.threads[i] = Thread{uint3{i % l.block.x, (i / l.block.x) % l.block.y, i / (l.block.x * l.block.y)}, i};
+    std::vector<char> dynamic(shared ? shared : 1);
+    l.dynamic_shared = dynamic.data();
+    Launch* outer = e.launch;
+    e.launch = &l;
+    for (unsigned z = 0; z < l.grid.z; ++z)
+        for (unsigned y = 0; y < l.grid.y; ++y)
+            for (unsigned x = 0; x < l.grid.x; ++x) {
+                l.block_idx = uint3{x, y, z};
+                memset(dynamic.data(), 0xff, dynamic.size());  // NaN in every float until the block writes it
+                run_block(l);
+            }
+    e.launch = outer;
+}
+
+template <class T> void check_argument(const T& value, int position) {
+    if constexpr (std::is_pointer_v<T>) {
+        if (!is_device_pointer(static_cast<const void*>(value))) {
+            char message[512];
+            snprintf(message, sizeof message,
+                     "argument %d of kernel %s is a host pointer (not from cudaMalloc, nor a device pointer the grader "
+                     "passed): on a GPU the kernel faults when it reads it (an illegal memory access). Copy the data "
+                     "to a cudaMalloc'd buffer with cudaMemcpy and pass that", position, emu().kernel_name);
+            fail(message);
+        }
+    }
+}
+
+// `k | Config(grid, block, shared, stream)(args...)`: the rewritten `k<<<grid, block, shared, stream>>>(args...)`.
+struct Config {
+    dim3 grid, block;
+    size_t shared;
+    Config(dim3 g, dim3 b, size_t s = 0, cudaStream_t = nullptr) : grid(g), block(b), shared(s) {}
+    template <class... A> auto operator()(A&&... args) const {
+        return std::make_pair(*this, std::tuple<std::decay_t<A>...>(std::forward<A>(args)...));
+    }
+};
+
+template <class... P, class... A, size_t... I>
+void launch(void (*k)(P...), const Config& c, std::tuple<A...>& args, std::index_sequence<I...>) {
+    Emulator& e = emu();
+    name_kernel(reinterpret_cast<const void*>(k));
+    cudaError_t bad = check_config(c.grid, c.block, c.shared, reinterpret_cast<const void*>(k));
+    if (bad != cudaSuccess) { e.last_error = bad; return; }
+    std::tuple<P...> params(static_cast<P>(std::get<I>(args))...);
+    (check_argument(std::get<I>(params), (int)I + 1), ...);
+    struct Closure { void (*k)(P...); std::tuple<P...>* params; } closure{k, &params};
+    Launch l;
+    l.grid = c.grid; l.block = c.block; l.closure = &closure;
+    l.body = [](void* p) {
+        auto* cl = static_cast<Closure*>(p);
+        std::tuple<P...> mine = *cl->params;  // parameters are per thread: a kernel may change its own
+        std::apply(cl->k, mine);
+    };
+    run_grid(l, c.shared);
+}
+
+template <class... P, class... A>
+void operator|(void (*k)(P...), std::pair<Config, std::tuple<A...>>&& call) {
+    static_assert(sizeof...(P) == sizeof...(A), "a kernel launch passes a different number of arguments than the "
+                  "kernel takes");
+    launch(k, call.first, call.second, std::index_sequence_for<A...>{});
+}
+
+}  // namespace
+}  // namespace kcuda
+
+// ---- the built-in variables ---------------------------------------------------------------------------------
+#define threadIdx (::kcuda::me().idx)
+#define blockIdx (::kcuda::emu().launch->block_idx)
+#define blockDim (::kcuda::emu().launch->block)
+#define gridDim (::kcuda::emu().launch->grid)
+
+// ---- synchronisation and warp intrinsics ----------------------------------------------------------------
+inline void __syncthreads() { ::kcuda::me().op = ::kcuda::kSync; ::kcuda::wait_at(::kcuda::kAtBlockBarrier); }
+inline int kcuda_block_vote(int predicate, ::kcuda::WarpOp op) {
+    ::kcuda::Thread& t = ::kcuda::me();
+    t.op = op; t.predicate = predicate;
+    ::kcuda::wait_at(::kcuda::kAtBlockBarrier);
+    return (int)t.result;
+}
+inline int __syncthreads_count(int p) { return kcuda_block_vote(p, ::kcuda::kSync); }
+inline int __syncthreads_and(int p) { return kcuda_block_vote(p, ::kcuda::kAll); }
+inline int __syncthreads_or(int p) { return kcuda_block_vote(p, ::kcuda::kAny); }
+
+inline uint64_t kcuda_warp(::kcuda::WarpOp op, unsigned mask, uint64_t value, int arg, int width, int predicate = 0) {
+    ::kcuda::Thread& t = ::kcuda::me();
+    if (!((mask >> (t.linear & 31)) & 1u))
+        ::kcuda::fail("a warp intrinsic was called by a lane its own mask leaves out: the mask must include the "
+                      "calling lane (0xffffffff when every lane of the warp calls it)");
+    if (width < 1 || width > 32 || (width & (width - 1)))
+        ::kcuda::fail("a __shfl_*_sync width must be a power of 2 from 1 to 32");
+    t.op = op; t.mask = mask; t.value = value; t.arg = arg; t.width = width; t.predicate = predicate;
+    ::kcuda::wait_at(::kcuda::kAtWarpOp);
+    return t.result;
+}
+template <class T> uint64_t kcuda_bits(T v) {
+    static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>, "warp shuffles move values of at most 8 bytes");
+    uint64_t bits = 0; memcpy(&bits, &v, sizeof(T)); return bits;
+}
+template <class T> T kcuda_from_bits(uint64_t bits) { T v; memcpy(&v, &bits, sizeof(T)); return v; }
+template <class T> T __shfl_sync(unsigned m, T v, int src, int w = 32) {
+    return kcuda_from_bits<T>(kcuda_warp(::kcuda::kShfl, m, kcuda_bits(v), src, w));
+}
+template <class T> T __shfl_up_sync(unsigned m, T v, unsigned d, int w = 32) {
+    return kcuda_from_bits<T>(kcuda_warp(::kcuda::kShflUp, m, kcuda_bits(v), (int)d, w));
+}
+template <class T> T __shfl_down_sync(unsigned m, T v, unsigned d, int w = 32) {
+    return kcuda_from_bits<T>(kcuda_warp(::kcuda::kShflDown, m, kcuda_bits(v), (int)d, w));
+}
+template <class T> T __shfl_xor_sync(unsigned m, T v, int lane_mask, int w = 32) {
+    return kcuda_from_bits<T>(kcuda_warp(::kcuda::kShflXor, m, kcuda_bits(v), lane_mask, w));
+}
+inline unsigned __ballot_sync(unsigned m, int p) { return (unsigned)kcuda_warp(::kcuda::kBallot, m, 0, 0, 32, p); }
+inline int __any_sync(unsigned m, int p) { return (int)kcuda_warp(::kcuda::kAny, m, 0, 0, 32, p); }
+inline int __all_sync(unsigned m, int p) { return (int)kcuda_warp(::kcuda::kAll, m, 0, 0, 32, p); }
+inline void __syncwarp(unsigned m = 0xffffffffu) { kcuda_warp(::kcuda::kSync, m, 0, 0, 32); }
+inline unsigned __reduce_add_sync(unsigned m, unsigned v) { return (unsigned)kcuda_warp(::kcuda::kReduceAdd, m, v, 0, 32); }
+inline int __reduce_min_sync(unsigned m, int v) { return (int)kcuda_warp(::kcuda::kReduceMin, m, (uint32_t)v, 0, 32); }
+inline int __reduce_max_sync(unsigned m, int v) { return (int)kcuda_warp(::kcuda::kReduceMax, m, (uint32_t)v, 0, 32); }
+inline unsigned __activemask() {
+    ::kcuda::Thread& t = ::kcuda::me();
+    ::kcuda::Launch& l = *::kcuda::emu().launch;
+    int warp = t.linear / 32;
+    unsigned active = 0;
+    for (int i = 0; i < 32 && warp * 32 + i < (int)l.threads.size(); ++i)
+        active |= (unsigned)(l.threads[warp * 32 + i].state != ::kcuda::kDone) << i;
+    return active;
+}
+inline unsigned __lanemask_lt() { return (1u << (::kcuda::me().linear & 31)) - 1; }
+inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+inline void kcuda_yield() { ::kcuda::wait_at(::kcuda::kReady); }  // let the block's other threads run (a spin-wait)
+inline void __nanosleep(unsigned) { kcuda_yield(); }
+[[noreturn]] inline void __trap() { ::kcuda::fail("the kernel called __trap()"); }
+inline void __brkpt() { ::kcuda::fail("the kernel called __brkpt()"); }
+inline long long clock64() { return (long long)std::chrono::steady_clock::now().time_since_epoch().count(); }
+inline unsigned __smid() { return 0; }
+
+// ---- atomics: indivisible (fibers switch only at barriers); a failed CAS lets the others run (spin locks) ----
+#define KCUDA_ATOMIC(NAME, T, EXPR) inline T NAME(T* a, T v) { T old = *a; *a = (EXPR); return old; }
+#define KCUDA_ATOMICS(T) \
+    KCUDA_ATOMIC(atomicAdd, T, old + v) KCUDA_ATOMIC(atomicExch, T, v) \
+    KCUDA_ATOMIC(atomicMin, T, v < old ? v : old) KCUDA_ATOMIC(atomicMax, T, v > old ? v : old)
+KCUDA_ATOMICS(int)
+KCUDA_ATOMICS(unsigned int)
+KCUDA_ATOMICS(unsigned long long)
+KCUDA_ATOMICS(long long)
+KCUDA_ATOMIC(atomicAdd, float, old + v)
+KCUDA_ATOMIC(atomicExch, float, v)
+KCUDA_ATOMIC(atomicAdd, double, old + v)
+KCUDA_ATOMIC(atomicSub, int, old - v)
+KCUDA_ATOMIC(atomicSub, unsigned int, old - v)
+KCUDA_ATOMIC(atomicAnd, int, old & v)
+KCUDA_ATOMIC(atomicAnd, unsigned int, old & v)
+KCUDA_ATOMIC(atomicAnd, unsigned long long, old & v)
+KCUDA_ATOMIC(atomicOr, int, old | v)
+KCUDA_ATOMIC(atomicOr, unsigned int, old | v)
+KCUDA_ATOMIC(atomicOr, unsigned long long, old | v)
+KCUDA_ATOMIC(atomicXor, int, old ^ v)
+KCUDA_ATOMIC(atomicXor, unsigned int, old ^ v)
+KCUDA_ATOMIC(atomicInc, unsigned int, old >= v ? 0 : old + 1)
+KCUDA_ATOMIC(atomicDec, unsigned int, (old == 0 || old > v) ? v : old - 1)
+template <class T> T kcuda_cas(T* a, T compare, T v) {
+    T old = *a;
+    if (old == compare) *a = v;
+    else if (::kcuda::emu().current) kcuda_yield();
+    return old;
+}
+inline int atomicCAS(int* a, int c, int v) { return kcuda_cas(a, c, v); }
+inline unsigned int atomicCAS(unsigned int* a, unsigned int c, unsigned int v) { return kcuda_cas(a, c, v); }
+inline unsigned long long atomicCAS(unsigned long long* a, unsigned long long c, unsigned long long v) { return kcuda_cas(a, c, v); }
+inline unsigned short atomicCAS(unsigned short* a, unsigned short c, unsigned short v) { return kcuda_cas(a, c, v); }
+#define KCUDA_SCOPED(NAME) template <class... A> auto NAME##_block(A... a) { return NAME(a...); } \
+    template <class... A> auto NAME##_system(A... a) { return NAME(a...); }
+KCUDA_SCOPED(atomicAdd) KCUDA_SCOPED(atomicSub) KCUDA_SCOPED(atomicExch) KCUDA_SCOPED(atomicMin)
+KCUDA_SCOPED(atomicMax) KCUDA_SCOPED(atomicCAS) KCUDA_SCOPED(atomicAnd) KCUDA_SCOPED(atomicOr)
+
+// ---- math: CUDA's device functions that the C library lacks --------------------------------------------------
+template <class A, class B> inline auto min(A a, B b) -> std::common_type_t<A, B> { return b < a ? b : a; }
+template <class A, class B> inline auto max(A a, B b) -> std::common_type_t<A, B> { return a < b ? b : a; }
+inline float __expf(float x) { return expf(x); }
+inline float __exp10f(float x) { return powf(10.f, x); }
+inline float __logf(float x) { return logf(x); }
+inline float __log2f(float x) { return log2f(x); }
+inline float __log10f(float x) { return log10f(x); }
+inline float __sinf(float x) { return sinf(x); }
+inline float __cosf(float x) { return cosf(x); }
+inline float __tanf(float x) { return tanf(x); }
+inline void __sincosf(float x, float* s, float* c) { *s = sinf(x); *c = cosf(x); }
+inline float __powf(float x, float y) { return powf(x, y); }
+inline float __fdividef(float x, float y) { return x / y; }
+inline float fdividef(float x, float y) { return x / y; }
+inline float rsqrtf(float x) { return 1.f / sqrtf(x); }
+inline double rsqrt(double x) { return 1.0 / sqrt(x); }
+inline float rcbrtf(float x) { return 1.f / cbrtf(x); }
+inline float __frsqrt_rn(float x) { return 1.f / sqrtf(x); }
+inline float __fsqrt_rn(float x) { return sqrtf(x); }
+inline float __frcp_rn(float x) { return 1.f / x; }
+inline float __saturatef(float x) { return x < 0.f ? 0.f : (x > 1.f ? 1.f : x); }
+inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
+inline double __fma_rn(double a, double b, double c) { return fma(a, b, c); }
+inline float exp10f(float x) { return powf(10.f, x); }
+inline float normcdff(float x) { return 0.5f * erfcf(-x * 0.70710678f); }
+inline double normcdf(double x) { return 0.5 * erfc(-x * 0.7071067811865476); }
+inline int __float2int_rn(float x) { return (int)nearbyintf(x); }
+inline int __float2int_rz(float x) { return (int)x; }
+inline int __float2int_rd(float x) { return (int)floorf(x); }
+inline int __float2int_ru(float x) { return (int)ceilf(x); }
+inline unsigned __float2uint_rn(float x) { return (unsigned)nearbyintf(x); }
+inline float __int2float_rn(int x) { return (float)x; }
+inline float __uint2float_rn(unsigned x) { return (float)x; }
+inline float __ll2float_rn(long long x) { return (float)x; }
+inline int __float_as_int(float x) { int i; memcpy(&i, &x, 4); return i; }
+inline unsigned __float_as_uint(float x) { unsigned i; memcpy(&i, &x, 4); return i; }
+inline float __int_as_float(int i) { float x; memcpy(&x, &i, 4); return x; }
+inline float __uint_as_float(unsigned i) { float x; memcpy(&x, &i, 4); return x; }
+inline long long __double_as_longlong(double x) { long long i; memcpy(&i, &x, 8); return i; }
+inline double __longlong_as_double(long long i) { double x; memcpy(&x, &i, 8); return x; }
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
+inline int __clz(int x) { return x ? __builtin_clz((unsigned)x) : 32; }
+inline int __clzll(long long x) { return x ? __builtin_clzll((unsigned long long)x) : 64; }
+inline int __ffs(int x) { return __builtin_ffs(x); }
+inline int __ffsll(long long x) { return __builtin_ffsll(x); }
+inline unsigned __brev(unsigned x) {
+    unsigned r = 0;
+    for (int i = 0; i < 32; ++i) r |= ((x >> i) & 1u) << (31 - i);
+    return r;
+}
+inline int __mul24(int a, int b) { return a * b; }
+inline unsigned __umul24(unsigned a, unsigned b) { return a * b; }
+inline int __mulhi(int a, int b) { return (int)(((long long)a * b) >> 32); }
+inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a * b) >> 32); }
+inline unsigned long long __umul64hi(unsigned long long a, unsigned long long b) {
+    return (unsigned long long)(((unsigned __int128)a * b) >> 64);
+}
+inline unsigned __sad(int a, int b, unsigned c) { return (unsigned)(a > b ? a - b : b - a) + c; }
+inline int __vabsdiffs4(int a, int b) { return a > b ? a - b : b - a; }
+template <class T> inline T __ldg(const T* p) { return *p; }
+template <class T> inline T __ldcg(const T* p) { return *p; }
+template <class T> inline T __ldca(const T* p) { return *p; }
+template <class T> inline T __ldcs(const T* p) { return *p; }
+template <class T> inline T __ldlu(const T* p) { return *p; }
+template <class T> inline T __ldcv(const T* p) { return *p; }
+template <class T> inline void __stcg(T* p, T v) { *p = v; }
+template <class T> inline void __stcs(T* p, T v) { *p = v; }
+template <class T> inline void __stwb(T* p, T v) { *p = v; }
+template <class T> inline void __stwt(T* p, T v) { *p = v; }
+
+#include "kcourse_cuda_cpu_runtime.h"
