@@ -487,12 +487,17 @@ def _build_emulated(path: Path, job: dict, result: GradeResult) -> bool:
     result.phases["emulator_build"] = round(time.monotonic() - started, 3)
     if not built.ok:  # nvcc accepted the file: what the emulator's header lacks, not the learner's mistake
         result.add(Check("numerics", SKIPPED, "the CPU emulator could not build your file (nvcc could): "
-                         f"{built.log.strip().splitlines()[0] if built.log.strip() else 'no compiler output'} — "
+                         f"{_first_error(built.log)} — "
                          "numerics need a GPU for this file; tell your instructor, it is the emulator's gap",
                          {"code": "emulator_build_error", "log": built.log[-4000:]}))
         return False
     job["learner_library"] = built.library
     return True
+
+
+def _first_error(log: str) -> str:
+    lines = log.strip().splitlines()
+    return next((line.strip() for line in lines if "error" in line), lines[0] if lines else "no compiler output")
 
 
 def _compile_check_torch_op(path: Path, result: GradeResult, variant=None) -> None:

@@ -24,13 +24,12 @@ SEED_ENV = "KCOURSE_CUDA_CPU_SEED"  # the fibers' schedule between barriers (rea
 MODE_ENV = "KCOURSE_CUDA_CPU"  # "off": CUDA files on a machine without a GPU are only compiled, as before
 # What the header cannot run, found in the learner's text: (pattern, what it is). Matched outside comments.
 UNSUPPORTED = [
-    (r"\basm\s*(volatile\s*)?\(", "inline PTX (asm)"),
     (r"\bwmma::|#\s*include\s*<mma\.h>|\bmma\.sync\b|\bwgmma\b", "tensor-core instructions (wmma / mma)"),
     (r"\bcublas\w*|#\s*include\s*<cublas", "cuBLAS"),
     (r"\bkittens::|#\s*include\s*[<\"]kittens", "ThunderKittens"),
-    (r"\b__half2?\b|\b__nv_bfloat16\d?\b|#\s*include\s*<cuda_(fp16|bf16|fp8)\.h>", "half-precision types (__half, __nv_bfloat16)"),
+    (r"#\s*include\s*<cuda_fp8\.h>|\b__nv_fp8\w*", "8-bit floats (__nv_fp8)"),
     (r"#\s*include\s*<cooperative_groups|\bcooperative_groups::", "cooperative groups"),
-    (r"#\s*include\s*<cuda/(pipeline|barrier|atomic)>|\bcuda::(pipeline|memcpy_async|barrier)", "libcu++ pipelines and barriers"),
+    (r"#\s*include\s*<cuda/(pipeline|barrier)>|\bcuda::(pipeline|memcpy_async|barrier)\b", "libcu++ pipelines and barriers"),
     (r"\bcudaLaunch(Cooperative)?Kernel\w*\s*\(|\bcudaGraph\w*", "launch APIs other than <<<...>>> (cudaLaunchKernel, graphs)"),
     (r"#\s*include\s*<(torch|ATen|c10)/", "a PyTorch extension"),
 ]
@@ -92,8 +91,80 @@ def unsupported(text: str) -> str | None:
     for pattern, what in UNSUPPORTED:
         found = re.search(pattern, code)
         if found:
-            return f"{what} at line {code.count(chr(10), 0, found.start()) + 1}"
+            return f"{what} at line {_line(code, found.start())}"
+    for start, end in _asm_statements(code):
+        if _translate_asm(text[start:end]) is None:
+            return f"inline PTX the emulator does not translate at line {_line(code, start)} (it translates: " \
+                   f"{', '.join(name for _, _, name in PTX)})"
     return None
+
+
+def _line(code: str, position: int) -> int:
+    return code.count("\n", 0, position) + 1
+
+
+# ---- inline PTX: the few one-instruction asm statements the kit's kernels use, as C++ ------------------------
+# (template, fully matched after `;` and whitespace are trimmed; C++ with {N} for operand N; a name for messages)
+PTX = [
+    (r"mov\.u32 %0, %%smid", "{0} = __smid();", "mov %smid"),
+    (r"ex2\.approx(?:\.ftz)?\.f32 %0, %1", "{0} = exp2f({1});", "ex2.approx.f32"),
+    (r"cp\.async\.c[ag]\.shared\.global(?:\.L2::\d+B)? \[%0\], \[%1\], (\d+), %2",
+     "kcuda_cp_async({0}, {1}, \\1, {2});", "cp.async"),
+    (r"cp\.async\.c[ag]\.shared\.global(?:\.L2::\d+B)? \[%0\], \[%1\], (\d+)",
+     "kcuda_cp_async({0}, {1}, \\1, \\1);", "cp.async"),
+    (r"cp\.async\.commit_group", ";", "cp.async.commit_group"),
+    (r"cp\.async\.wait_(?:group %?\d+|all)", ";", "cp.async.wait_group"),
+]
+
+
+def _asm_statements(code: str) -> list[tuple[int, int]]:
+    """[start, end) of each `asm (...)` statement in comment-free code (its closing `;` included if there)."""
+    spans = []
+    for found in re.finditer(r"\b(?:asm|__asm__)\s*(?:volatile\s*|__volatile__\s*)?\(", code):
+        depth, i = 0, found.end() - 1
+        while i < len(code):
+            depth += {"(": 1, ")": -1}.get(code[i], 0)
+            i += 1
+            if depth == 0:
+                break
+        end = re.match(r"\s*;", code[i:])
+        spans.append((found.start(), i + (end.end() if end else 0)))
+    return spans
+
+
+def _translate_asm(statement: str) -> str | None:
+    """The C++ for one asm statement, or None where it is not one the emulator knows."""
+    inner = statement[statement.index("(") + 1:statement.rindex(")")]
+    literals = re.match(r'\s*((?:"(?:\\.|[^"\\])*"\s*)+)', inner)
+    if not literals:
+        return None
+    template = "".join(re.findall(r'"((?:\\.|[^"\\])*)"', literals.group(1)))
+    template = re.sub(r"\\[nt]|\s+", " ", template).strip().rstrip(";").strip()
+    operands = [o for part in _split_top(inner[literals.end():], ":")[1:3] for o in _split_top(part, ",") if o.strip()]
+    exprs = [re.sub(r'^\s*"[^"]*"\s*', "", o).strip() for o in operands]
+    for pattern, cpp, _ in PTX:
+        match = re.fullmatch(pattern, template)
+        if match:
+            return match.expand(cpp).format(*exprs) if exprs else match.expand(cpp)
+    return None
+
+
+def _split_top(text: str, separator: str) -> list[str]:
+    """`text` split at `separator` outside brackets and strings (a scoped name sits inside an operand's brackets)."""
+    parts, depth, start, i, quoted = [], 0, 0, 0, False
+    while i < len(text):
+        c = text[i]
+        if c == '"' and (i == 0 or text[i - 1] != "\\"):
+            quoted = not quoted
+        elif not quoted and c in "([{":
+            depth += 1
+        elif not quoted and c in ")]}":
+            depth -= 1
+        elif not quoted and depth == 0 and c == separator:  # `asm("..." :: "r"(x))`: both are separators
+            parts.append(text[start:i])
+            start = i + 1
+        i += 1
+    return parts + [text[start:]]
 
 
 _SHARED = re.compile(r"extern\s+(volatile\s+)?__shared__\s+(volatile\s+)?(__align__\s*\(\s*\d+\s*\)\s*|alignas\s*\(\s*\d+\s*\)\s*)?"
@@ -101,7 +172,8 @@ _SHARED = re.compile(r"extern\s+(volatile\s+)?__shared__\s+(volatile\s+)?(__alig
 
 
 def rewrite(text: str) -> str:
-    """Launches and dynamic shared memory in plain C++, each line where it was."""
+    """Launches, dynamic shared memory and the known inline PTX in plain C++, each line where it was."""
+    text = _rewrite_asm(text)
     code = strip_comments(text)
     out, last = [], 0
     for match in re.finditer(r"<<<|>>>", code):
@@ -110,6 +182,17 @@ def rewrite(text: str) -> str:
         last = match.end()
     out.append(text[last:])
     return _SHARED.sub(_shared_pointer, "".join(out))
+
+
+def _rewrite_asm(text: str) -> str:
+    code, out, last = strip_comments(text), [], 0
+    for start, end in _asm_statements(code):
+        cpp = _translate_asm(text[start:end])
+        if cpp is None:
+            continue
+        out += [text[last:start], cpp, "\n" * text.count("\n", start, end)]
+        last = end
+    return "".join(out) + text[last:]
 
 
 def _shared_pointer(match: re.Match) -> str:
@@ -150,7 +233,8 @@ def build(source: Path, defines: dict[str, object] | None = None):
 
 def _key(source: Path, options: list[str], compiler: str) -> str:
     digest = hashlib.sha256(source.read_bytes() + " ".join(options).encode() + compiler.encode())
-    for header in sorted(INCLUDE.glob("*.h")) + sorted(source.parent.glob("*.cuh")) + sorted(source.parent.glob("*.h")):
+    ours = sorted(p for p in INCLUDE.rglob("*") if p.is_file())
+    for header in ours + sorted(source.parent.glob("*.cuh")) + sorted(source.parent.glob("*.h")):
         digest.update(header.name.encode() + header.read_bytes())
     return digest.hexdigest()[:20]
 

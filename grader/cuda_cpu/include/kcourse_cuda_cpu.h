@@ -31,7 +31,6 @@
 #include <algorithm>
 #include <cxxabi.h>
 #include <dlfcn.h>
-#include <setjmp.h>
 #include <sys/mman.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -39,6 +38,9 @@
 #include <sanitizer/common_interface_defs.h>
 #include <sanitizer/asan_interface.h>
 #define KCUDA_ASAN 1
+#endif
+#if defined(__x86_64__) && !defined(KCUDA_UCONTEXT)
+#define KCUDA_ASM_SWITCH 1  // fibers switch in a few instructions (below); ucontext elsewhere (arm64: not yet verified)
 #endif
 
 // ---- the CUDA C++ keywords --------------------------------------------------------------------------------
@@ -51,7 +53,7 @@
 #define __noinline__ __attribute__((noinline))
 #define __restrict__ __restrict
 #define __launch_bounds__(...)
-#define __align__(n) alignas(n)
+#define __align__(n) __attribute__((aligned(n)))
 #define __shared__ static  // blocks run one after another on one OS thread: a static is the block's
 #define __grid_constant__
 #define KCOURSE_CUDA_CPU 1
@@ -162,10 +164,16 @@ struct Thread {
     uint64_t value = 0;
     int arg = 0, width = 32, predicate = 0;
     uint64_t result = 0;
+    uint64_t shared_high = 0;  // __cvta_generic_to_shared's
 };
 
 struct Fiber {
-    jmp_buf context;
+    struct Context {
+        void* sp = nullptr;  // the stack pointer kcuda_switch saved
+#ifndef KCUDA_ASM_SWITCH
+        ucontext_t uc;
+#endif
+    } context;
     char* stack = nullptr;
     Thread* thread = nullptr;
     void* fake_stack = nullptr;
@@ -185,7 +193,7 @@ struct Emulator {
     std::vector<Fiber*> fibers, free_fibers;  // every fiber made; those without a thread now
     Launch* launch = nullptr;
     Thread* current = nullptr;
-    jmp_buf scheduler;
+    Fiber::Context scheduler;
     void* scheduler_fake_stack = nullptr;
     const void* main_stack_bottom = nullptr;
     size_t main_stack_size = 0;
@@ -202,7 +210,19 @@ Emulator& emu() {
     return e;
 }
 
-// ---- fibers: started once with makecontext, switched with _setjmp/_longjmp (no system call a switch) ----
+// ---- fibers: a context switch is a few register moves on x86-64 (ucontext elsewhere) ------------------------
+// Neither _longjmp nor swapcontext: AddressSanitizer intercepts _longjmp and clears a stack's shadow on every
+// jump (12x slower), and swapcontext makes a system call a switch.
+#if defined(KCUDA_ASM_SWITCH)
+// kcuda_switch(&save, to): push the callee-saved registers, store the stack pointer in *save, load `to`, pop.
+extern "C" void kcuda_switch(void** save, void* to) asm("kcuda_switch");
+asm(".text\nkcuda_switch:\n"
+    "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+    "  movq %rsp, (%rdi)\n  movq %rsi, %rsp\n"
+    "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n  ret\n");
+constexpr int kSavedWords = 6;  // then the return address
+#endif
+
 inline void start_switch(void** save, const void* bottom, size_t size) {
 #ifdef KCUDA_ASAN
     __sanitizer_start_switch_fiber(save, bottom, size);
@@ -218,71 +238,62 @@ inline void finish_switch(void* save, const void** bottom, size_t* size) {
 #endif
 }
 
+void switch_to(Fiber::Context* save, Fiber::Context* to) {
+#ifdef KCUDA_ASM_SWITCH
+    kcuda_switch(&save->sp, to->sp);
+#else
+    swapcontext(&save->uc, &to->uc);
+#endif
+}
+
 void to_scheduler(Fiber* f) {
     Emulator& e = emu();
-    if (!_setjmp(f->context)) {
-        start_switch(&f->fake_stack, e.main_stack_bottom, e.main_stack_size);
-        _longjmp(e.scheduler, 1);
-    }
+    start_switch(&f->fake_stack, e.main_stack_bottom, e.main_stack_size);
+    switch_to(&f->context, &e.scheduler);
     finish_switch(f->fake_stack, &e.main_stack_bottom, &e.main_stack_size);
 }
 
-void fiber_main() {
+void fiber_main() {  // a fiber's life: run the thread it is given, park, run the next one
     Emulator& e = emu();
-    Fiber* f = e.fibers.back();  // the fiber being started (start_fiber pushed it)
+    Fiber* f = e.current->fiber;
     finish_switch(nullptr, &e.main_stack_bottom, &e.main_stack_size);
-    to_scheduler(f);  // started: wait for the first thread
     for (;;) {
         Launch* l = e.launch;
         l->body(l->closure);  // runs as e.current, the thread this fiber was given
         f->thread->state = kDone;
-        e.free_fibers.push_back(f);
         f->thread->fiber = nullptr;
+        e.free_fibers.push_back(f);
         to_scheduler(f);
     }
 }
 
-// A new fiber's first instructions run on its own stack: the stack pointer moved by hand (x86-64, arm64), or
-// makecontext elsewhere (ASan warns about makecontext, and the warning would reach the learner).
-[[noreturn]] void run_on_stack(char* top) {
-#if defined(__x86_64__)
-    asm volatile("mov %0, %%rsp\n\tcall *%1\n\tud2" : : "r"(top), "r"(fiber_main) : "memory");
-#elif defined(__aarch64__)
-    asm volatile("mov sp, %0\n\tblr %1\n\tbrk #0" : : "r"(top), "r"(fiber_main) : "memory");
-#else
-    ucontext_t here, start;
-    getcontext(&start);
-    start.uc_stack.ss_sp = top - kStackBytes + 4096;
-    start.uc_stack.ss_size = kStackBytes - 4096;
-    start.uc_link = nullptr;
-    makecontext(&start, fiber_main, 0);
-    swapcontext(&here, &start);
-#endif
-    __builtin_unreachable();
-}
-
-Fiber* start_fiber() {
-    Emulator& e = emu();
+Fiber* new_fiber() {  // its first switch lands at fiber_main's first line, on its own stack
     Fiber* f = new Fiber();
     void* memory = mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (memory == MAP_FAILED) { fprintf(stderr, "kcourse-emu: out of memory for a thread's stack\n"); abort(); }
     mprotect(memory, 4096, PROT_NONE);  // a guard page: a stack overflow faults instead of writing another's stack
     f->stack = static_cast<char*>(memory);
-    e.fibers.push_back(f);
-    if (!_setjmp(e.scheduler)) {
-        start_switch(&e.scheduler_fake_stack, f->stack, kStackBytes);
-        run_on_stack(f->stack + kStackBytes - 64);  // 16-byte aligned, as the ABIs want at a call
-    }
-    finish_switch(e.scheduler_fake_stack, nullptr, nullptr);
+    emu().fibers.push_back(f);
+#ifdef KCUDA_ASM_SWITCH
+    void** top = reinterpret_cast<void**>(f->stack + kStackBytes - 64);  // 16-byte aligned
+    top[-1] = nullptr;                                  // where fiber_main's return address would be
+    top[-2] = reinterpret_cast<void*>(&fiber_main);     // kcuda_switch's `ret` goes here
+    f->context.sp = top - 2 - kSavedWords;              // the registers it pops (zeros)
+    memset(f->context.sp, 0, kSavedWords * sizeof(void*));
+#else
+    getcontext(&f->context.uc);
+    f->context.uc.uc_stack.ss_sp = f->stack + 4096;
+    f->context.uc.uc_stack.ss_size = kStackBytes - 4096;
+    f->context.uc.uc_link = nullptr;
+    makecontext(&f->context.uc, fiber_main, 0);
+#endif
     return f;
 }
 
 void resume(Fiber* f) {
     Emulator& e = emu();
-    if (!_setjmp(e.scheduler)) {
-        start_switch(&e.scheduler_fake_stack, f->stack, kStackBytes);
-        _longjmp(f->context, 1);
-    }
+    start_switch(&e.scheduler_fake_stack, f->stack, kStackBytes);
+    switch_to(&e.scheduler, &f->context);
     finish_switch(e.scheduler_fake_stack, nullptr, nullptr);
 }
 
@@ -440,7 +451,7 @@ void run_block(Launch& l) {
         shuffle(ready);
         for (Thread* t : ready) {
             if (!t->fiber) {
-                if (e.free_fibers.empty()) e.free_fibers.push_back(start_fiber());
+                if (e.free_fibers.empty()) e.free_fibers.push_back(new_fiber());
                 t->fiber = e.free_fibers.back();
                 e.free_fibers.pop_back();
                 t->fiber->thread = t;
@@ -639,6 +650,18 @@ inline void __nanosleep(unsigned) { kcuda_yield(); }
 inline void __brkpt() { ::kcuda::fail("the kernel called __brkpt()"); }
 inline long long clock64() { return (long long)std::chrono::steady_clock::now().time_since_epoch().count(); }
 inline unsigned __smid() { return 0; }
+// A shared-memory address as PTX sees it (cp.async's destination): the pointer's low 32 bits; the thread keeps the
+// high ones of the last pointer it converted, which cp.async puts back (an offset within one array keeps them).
+inline size_t __cvta_generic_to_shared(const void* p) {
+    uint64_t bits = reinterpret_cast<uint64_t>(p);
+    ::kcuda::me().shared_high = bits >> 32;
+    return (size_t)(uint32_t)bits;
+}
+inline void kcuda_cp_async(uint64_t shared, const void* global, int size, int bytes) {  // cp.async, done at once
+    char* dst = reinterpret_cast<char*>((::kcuda::me().shared_high << 32) | (uint32_t)shared);
+    memcpy(dst, global, (size_t)bytes);
+    memset(dst + bytes, 0, (size_t)(size - bytes));
+}
 
 // ---- atomics: indivisible (fibers switch only at barriers); a failed CAS lets the others run (spin locks) ----
 #define KCUDA_ATOMIC(NAME, T, EXPR) inline T NAME(T* a, T v) { T old = *a; *a = (EXPR); return old; }
