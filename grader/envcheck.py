@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Any
 
-from grader import build, thunderkittens
+from grader import build, cuda_cpu, thunderkittens
 
 _INTERPRETER_PROBE = """
 import torch, triton, triton.language as tl
@@ -89,6 +89,7 @@ def check_environment(training: bool = True) -> dict[str, Any]:
         "gpu": gpu_facts() if gpu else None,
     }
     record["thunderkittens"] = thunderkittens.describe(build.gpu_arch() if gpu else None)
+    record["cuda_cpu"] = None if gpu else dict(zip(("runs", "how"), cuda_cpu.mode()))
     record["training"] = training_comparison(gpu) if training else None
     record["ready"] = bool(record["triton"]) and (gpu or interpreter_ok)
     record["can_do"] = what_can_run(record)
@@ -100,9 +101,18 @@ def what_can_run(record: dict[str, Any]) -> list[str]:
         can = ["Triton and CUDA exercises: build, numerics and timing on the GPU"]
     else:
         can = ["Triton exercises: numerics under the Triton interpreter (no timing)"] if record["triton_interpreter"] else []
-        can.append("CUDA exercises: compile check with nvcc's resource report (not run)" if record["nvcc"]
-                   else "CUDA exercises: nothing — " + build.NVCC_HINT)
+        can.append(_cuda_without_gpu(record))
     return can + _thunderkittens_can_run(record)
+
+
+def _cuda_without_gpu(record: dict[str, Any]) -> str:
+    emulation = record.get("cuda_cpu") or {}
+    compiled = "nvcc's compile check and resource report, then " if record["nvcc"] else "no nvcc compile check, "
+    if emulation.get("runs"):
+        return (f"CUDA exercises: {compiled}numerics on the CPU emulator ({emulation['how']}; no race check); "
+                "files using tensor cores, cuBLAS or ThunderKittens: compile check only")
+    return ("CUDA exercises: compile check with nvcc's resource report (not run): " + emulation.get("how", "")
+            if record["nvcc"] else "CUDA exercises: nothing — " + build.NVCC_HINT)
 
 
 def _thunderkittens_can_run(record: dict[str, Any]) -> list[str]:

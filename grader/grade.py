@@ -447,6 +447,11 @@ def _build_raw_cuda(path: Path, solution: Path | None, job: dict, result: GradeR
         result.add(Check("build", SKIPPED, built.log, {"code": built.skip_code}))
         result.add(Check("numerics", SKIPPED, "not built: " + built.log.split(":")[0], {"code": built.skip_code}))
         return False
+    if not built.ok and built.log == build.NVCC_HINT and not gpu and job.get("emulated"):
+        result.add(Check("build", SKIPPED, "no nvcc here: your file was not compiled for a GPU (nvcc's errors and its "
+                         f"resource report need it: {build.NVCC_HINT}); its kernels still run on the CPU emulator",
+                         {"code": "no_nvcc"}))
+        return _build_emulated(path, job, result, nvcc_checked=False)
     if not built.ok:
         code = "no_nvcc" if built.log == build.NVCC_HINT else "build_error"
         result.add(Check("build", ERROR if code == "no_nvcc" else FAILED,
@@ -472,7 +477,7 @@ def _build_raw_cuda(path: Path, solution: Path | None, job: dict, result: GradeR
     return True
 
 
-def _build_emulated(path: Path, job: dict, result: GradeResult) -> bool:
+def _build_emulated(path: Path, job: dict, result: GradeResult, nvcc_checked: bool = True) -> bool:
     """No GPU: the file built for the CPU emulator (cuda_cpu), whose library the child runs; or the numerics
     skipped, saying why (the file uses what the emulator lacks, or the emulator's own build failed)."""
     if not job.get("emulated"):
@@ -485,6 +490,11 @@ def _build_emulated(path: Path, job: dict, result: GradeResult) -> bool:
     started = time.monotonic()
     built = cuda_cpu.build(path)
     result.phases["emulator_build"] = round(time.monotonic() - started, 3)
+    if not built.ok and not nvcc_checked:  # the host compiler is the only one that read the file: its errors are the learner's
+        result.checks = [c for c in result.checks if c.name != "build"]  # the skipped nvcc check it replaces
+        result.add(Check("build", FAILED, "the CPU emulator's build (no nvcc here) failed:\n" + built.log.strip()[-3000:],
+                         {"code": "build_error"}))
+        return False
     if not built.ok:  # nvcc accepted the file: what the emulator's header lacks, not the learner's mistake
         result.add(Check("numerics", SKIPPED, "the CPU emulator could not build your file (nvcc could): "
                          f"{_first_error(built.log)} — "

@@ -1,5 +1,5 @@
 """End to end on the CPU: Triton exercises through the interpreter in a real child process, CUDA
-exercises through nvcc compile checks; every stub fails, every solution passes what can run."""
+exercises through nvcc compile checks and the CPU emulator; every stub fails, every solution passes what can run."""
 
 import pytest
 
@@ -41,12 +41,19 @@ def test_triton_stub_reports_not_implemented(target):
     assert "not implemented yet" in result.verdict
 
 
+# A stub that is correct by design (the exercise is its speed): it passes numerics wherever it runs.
+CORRECT_STUBS = {"occupancy"}
+
+
 @pytest.mark.slow
 @cpu_only
 @pytest.mark.nvcc
 @pytest.mark.parametrize("target", [t for t in all_targets() if t.variant.kind in ("cuda", "cuda_host")], ids=lambda t: t.key)
 @pytest.mark.parametrize("source", ["solutions", "stubs"])
-def test_cuda_exercise_without_gpu_is_compiled_and_reported_skipped_never_passed(target, source):
+def test_cuda_exercise_without_gpu_runs_on_the_cpu_emulator_or_says_why_not(target, source):
+    """Without a GPU a CUDA file is compiled by nvcc, then its kernels run on the CPU emulator (grader/cuda_cpu):
+    every solution passes numerics there, every stub fails them; a file the emulator cannot run (tensor cores)
+    gets its numerics skipped with the reason, never passed."""
     result = grade(target, source=source, seed=7)
     checks = checks_by_name(result)
     # a library the spec links (cuBLAS) or requires (ThunderKittens, without KCOURSE_TK_ROOT) is not here
@@ -56,8 +63,27 @@ def test_cuda_exercise_without_gpu_is_compiled_and_reported_skipped_never_passed
     assert checks["build"].status == "passed", checks["build"].message
     assert any(w in checks["build"].message for w in ("registers", "no kernels"))  # nvcc's resource report (a file
     #                                                                                  of library calls has no kernel)
+    if result.emulation.startswith("compile only"):  # e.g. conv2d's solution: wmma
+        assert checks["numerics"].status == "skipped" and "no GPU" in checks["numerics"].message
+        assert result.status == "skipped"
+        return
+    assert checks["speed"].status == "skipped" and "CPU emulator" in checks["speed"].message
+    if source == "solutions" or target.spec.id in CORRECT_STUBS:
+        assert result.status == "passed", result.verdict
+    else:
+        assert result.status == "failed" and checks["numerics"].status == "failed", result.verdict
+
+
+@pytest.mark.slow
+@cpu_only
+@pytest.mark.nvcc
+def test_with_the_emulator_off_a_cuda_file_is_only_compiled_and_reported_skipped(monkeypatch):
+    monkeypatch.setenv("KCOURSE_CUDA_CPU", "off")
+    result = grade(resolve(("reduction",), lang="cuda"), source="solutions", seed=7)
+    checks = checks_by_name(result)
+    assert checks["build"].status == "passed"
     assert checks["numerics"].status == "skipped" and "no GPU" in checks["numerics"].message
-    assert result.status == "skipped"
+    assert result.status == "skipped" and "KCOURSE_CUDA_CPU=off" in result.emulation
 
 
 @pytest.mark.slow
