@@ -151,9 +151,11 @@ class Judge:
             self.result.add(Check("run", FAILED, self._load_timeout_message(), {"code": "load_timeout"}))
             return
         kind, message = death_message(Death(timed_out, code, self.child.last_step), self.timeout_s)
-        explained = None if timed_out else cuda_cpu.explain(self.child.output())  # the CPU emulator's own report
-        if explained is not None:
-            kind, message = explained[0], f"{explained[1]} (while {self.child.last_step})"
+        explained = None if timed_out else cuda_cpu.explain(self.child.output())
+        if explained is not None:  # the CPU emulator stopped a kernel: the verdict a GPU's CUDA error gets
+            self.result.add(Check("numerics", FAILED, f"{explained[1]} (while {self.child.last_step})",
+                                  {"code": "cuda_error", "emulator": explained[0]}))
+            return
         self.result.add(Check("run", FAILED, message, {"code": kind}))
 
     def _load_timeout_message(self) -> str:

@@ -34,7 +34,7 @@ UNSUPPORTED = [
     (r"#\s*include\s*<(torch|ATen|c10)/", "a PyTorch extension"),
 ]
 ASAN_OPTIONS = ("detect_leaks=0:halt_on_error=1:abort_on_error=0:allow_user_segv_handler=0:handle_segv=1:"
-                "handle_sigfpe=1:symbolize=1:print_summary=0:detect_odr_violation=0:exitcode=86")
+                "handle_sigfpe=1:handle_abort=1:symbolize=1:print_summary=0:detect_odr_violation=0:exitcode=86")
 
 
 def enabled() -> bool:
@@ -79,10 +79,13 @@ def mode() -> tuple[bool, str]:
 
 
 def strip_comments(text: str) -> str:
-    """The source without comments and string literals, every newline kept (so positions keep their line)."""
+    """The source without comments and string literals (an #include's file name kept), every newline kept (so
+    positions keep their line)."""
     def blank(match: re.Match) -> str:
+        if match.group(1):
+            return match.group(0)
         return re.sub(r"[^\n]", " ", match.group(0))
-    return re.sub(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"', blank, text, flags=re.S)
+    return re.sub(r'(#[ \t]*include[ \t]*"[^"\n]*")|//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"', blank, text, flags=re.S)
 
 
 def unsupported(text: str) -> str | None:
@@ -95,7 +98,7 @@ def unsupported(text: str) -> str | None:
     for start, end in _asm_statements(code):
         if _translate_asm(text[start:end]) is None:
             return f"inline PTX the emulator does not translate at line {_line(code, start)} (it translates: " \
-                   f"{', '.join(name for _, _, name in PTX)})"
+                   f"{', '.join(dict.fromkeys(name for _, _, name in PTX))})"
     return None
 
 
@@ -167,7 +170,7 @@ def _split_top(text: str, separator: str) -> list[str]:
     return parts + [text[start:]]
 
 
-_SHARED = re.compile(r"extern\s+(volatile\s+)?__shared__\s+(volatile\s+)?(__align__\s*\(\s*\d+\s*\)\s*|alignas\s*\(\s*\d+\s*\)\s*)?"
+_SHARED = re.compile(r"extern\s+(volatile\s+)?__shared__\s+(volatile\s+)?((?:__align__|alignas)\s*\((?:[^()]|\([^()]*\))*\)\s*)?"
                      r"([A-Za-z_][\w:<>,\s]*?)\s+(\w+)\s*\[\s*\]\s*;")
 
 
@@ -175,10 +178,13 @@ def rewrite(text: str) -> str:
     """Launches, dynamic shared memory and the known inline PTX in plain C++, each line where it was."""
     text = _rewrite_asm(text)
     code = strip_comments(text)
-    out, last = [], 0
+    out, last, open_launch = [], 0, False
     for match in re.finditer(r"<<<|>>>", code):
+        if (match.group(0) == "<<<") == open_launch:  # a `>>>` closing nested templates, not a launch
+            continue
         out.append(text[last:match.start()])
-        out.append(" | ::kcuda::Config(" if match.group(0) == "<<<" else ")")
+        out.append(" | ::kcuda::Config(" if not open_launch else ")")
+        open_launch = not open_launch
         last = match.end()
     out.append(text[last:])
     return _SHARED.sub(_shared_pointer, "".join(out))
@@ -202,8 +208,10 @@ def _shared_pointer(match: re.Match) -> str:
 
 
 def flags(asan: bool) -> list[str]:
-    sanitize = ["-fsanitize=address", "-fno-omit-frame-pointer"] if asan else []
-    return ["-x", "c++", "-std=c++17", "-O1", "-g", "-fPIC", "-shared", "-U_FORTIFY_SOURCE", "-fno-strict-aliasing",
+    # every access a call (the header's preemption hooks); misaligned vector loads stop as a GPU's do
+    sanitize = ["-fsanitize=address,alignment", "-fno-sanitize-recover=alignment", "-fno-omit-frame-pointer",
+                "--param=asan-instrumentation-with-call-threshold=0"] if asan else []
+    return ["-x", "c++", "-std=c++17", "-O2", "-g", "-fPIC", "-shared", "-U_FORTIFY_SOURCE", "-fno-strict-aliasing",
             *sanitize, f"-I{INCLUDE}", "-include", "kcourse_cuda_cpu.h"]
 
 
@@ -232,7 +240,8 @@ def build(source: Path, defines: dict[str, object] | None = None):
 
 
 def _key(source: Path, options: list[str], compiler: str) -> str:
-    digest = hashlib.sha256(source.read_bytes() + " ".join(options).encode() + compiler.encode())
+    digest = hashlib.sha256(source.read_bytes() + " ".join(options).encode() + compiler.encode()
+                            + str(source.resolve()).encode())  # `#line` puts the path in the messages
     ours = sorted(p for p in INCLUDE.rglob("*") if p.is_file())
     for header in ours + sorted(source.parent.glob("*.cuh")) + sorted(source.parent.glob("*.h")):
         digest.update(header.name.encode() + header.read_bytes())
@@ -275,26 +284,41 @@ _ASAN_KINDS = {
 
 
 def explain(output: str) -> tuple[str, str] | None:
-    """(code, message) for a child stopped by the emulator or AddressSanitizer, from its output; None otherwise."""
-    if "AddressSanitizer" in output:
-        return "memory_error", _asan_message(output)
+    """(code, message) for a child stopped by the emulator, AddressSanitizer or UBSan, from its output; None otherwise."""
     lines = [line[len("kcourse-emu: "):] for line in output.splitlines() if line.startswith("kcourse-emu: ")]
-    if lines:
-        return "emulated_fault", "your kernel stopped on the CPU emulator: " + "; ".join(lines)
+    where = next((line for line in lines if line.startswith("in kernel")), "")
+    said = [line for line in lines if not line.startswith("in kernel")]
+    if said:  # the emulator's own words come first: they say what CUDA would have done
+        return "emulated_fault", "your kernel stopped on the CPU emulator: " + "; ".join(said + ([where] if where else []))
+    misaligned = re.search(r"(\S+?):(\d+):\d+: runtime error: (load|store) of misaligned address \S+ for type '([^']+)', "
+                           r"which requires (\d+) byte alignment", output)
+    if misaligned:
+        return "misaligned", (f"your code {misaligned.group(3)}s a {misaligned.group(4)} at an address that is not a "
+                              f"multiple of {misaligned.group(5)} bytes, at {Path(misaligned.group(1)).name}:"
+                              f"{misaligned.group(2)}{'; ' + where if where else ''}: on a GPU that is a "
+                              "'misaligned address' error. Use the vector type only where the row's start and length allow it")
+    failed = re.search(r"(\S+?\.(?:cu|cuh|h|cpp)):(\d+): .*?Assertion `(.+?)' failed", output)
+    if failed:
+        return "emulated_fault", (f"an assert() failed at {Path(failed.group(1)).name}:{failed.group(2)}: "
+                                  f"`{failed.group(3)}`" + (f"; {where}" if where else ""))
+    if "ERROR: AddressSanitizer" in output:
+        return "memory_error", _asan_message(output, where)
     return None
 
 
-def _asan_message(output: str) -> str:
-    report = output[output.index("AddressSanitizer"):]
+def _asan_message(output: str, where: str) -> str:
+    report = output[output.index("ERROR: AddressSanitizer"):]
     what = next((text for key, text in _ASAN_KINDS.items() if key in report.split("\n", 1)[0]), None)
-    access = re.search(r"\b(READ|WRITE) of size (\d+)", report)
-    line = re.search(r"#\d+ 0x[0-9a-f]+ in (.+?) (/\S+?\.(?:cu|cuh|h|cpp)):(\d+)", report)
-    where = [l[len("kcourse-emu: "):] for l in report.splitlines() if l.startswith("kcourse-emu: ")]
+    access = re.search(r"\b(READ|WRITE) of size (\d+)", report) or re.search(r"caused by a (READ|WRITE)( )?", report)
+    frames = re.findall(r"#\d+ 0x[0-9a-f]+ in (.+?) (/\S+?\.(?:cu|cuh|h|cpp)):(\d+)", report)
+    line = next((f for f in frames if str(INCLUDE) not in f[1]), None)  # the learner's frame, not the emulator's
     parts = [f"your code {what or 'made an invalid memory access'}"]
-    if access:
+    if access and access.group(2).strip():
         parts.append(f"({access.group(1).lower()} of {access.group(2)} bytes)")
+    elif access:
+        parts.append(f"(a {access.group(1).lower()})")
     if line:
-        parts.append(f"at {Path(line.group(2)).name}:{line.group(3)} in {line.group(1).split('(')[0]}")
-    text = " ".join(parts) + (f"; {where[0]}" if where else "")
+        parts.append(f"at {Path(line[1]).name}:{line[2]} in {line[0].split('(')[0]}")
+    text = " ".join(parts) + (f"; {where}" if where else "")
     return (text + ". AddressSanitizer checked it on the CPU emulator, as compute-sanitizer's memcheck does on a GPU: "
             "check the index against the array's length (and the bounds check of the last block)")

@@ -56,10 +56,14 @@ class FakeChild:
         self.timed: list[dict] = []
         self.state = "numerics"
         self.bursts: list[str] = []
+        self.printed = ""  # what the child wrote to its stdout/stderr (the judge reads it when the child dies)
 
     # --- what the judge calls --------------------------------------------------------------------
     def wait_ready(self, limit_s: float = 0) -> dict:
         return self.ready
+
+    def output(self) -> str:
+        return self.printed
 
     def kill(self) -> None:
         if self.returncode is None:

@@ -39,6 +39,13 @@
 #include <sanitizer/asan_interface.h>
 #define KCUDA_ASAN 1
 #endif
+// The emulator's own code is not instrumented: AddressSanitizer checks the learner's (and every check is a call to
+// the preemption hooks at the end of this file, which must not be reentered from here).
+#ifdef KCUDA_ASAN
+#define KCUDA_UNHOOKED __attribute__((no_sanitize_address))
+#else
+#define KCUDA_UNHOOKED
+#endif
 #if defined(__x86_64__) && !defined(KCUDA_UCONTEXT)
 #define KCUDA_ASM_SWITCH 1  // fibers switch in a few instructions (below); ucontext elsewhere (arm64: not yet verified)
 #endif
@@ -149,7 +156,8 @@ namespace kcuda {
 namespace {
 
 enum State { kReady, kAtBlockBarrier, kAtWarpOp, kDone };
-enum WarpOp { kSync, kShfl, kShflUp, kShflDown, kShflXor, kBallot, kAny, kAll, kReduceAdd, kReduceMin, kReduceMax };
+enum WarpOp { kSync, kShfl, kShflUp, kShflDown, kShflXor, kBallot, kAny, kAll, kReduceAdd, kReduceMin, kReduceMax,
+              kActiveMask };
 constexpr size_t kStackBytes = 256 * 1024;
 
 struct Fiber;
@@ -183,10 +191,12 @@ struct Launch {  // the launch running now
     dim3 grid, block;
     uint3 block_idx;
     std::vector<Thread> threads;
+    std::vector<Thread*> ready;  // run_block's: the threads that run in this round
     void (*body)(void*) = nullptr;
     void* closure = nullptr;
     char* dynamic_shared = nullptr;
     const char* kernel = "a kernel";
+    unsigned sm = 0;  // the SM this block "runs on" (%smid): drawn per block, as a GPU's scheduler spreads them
 };
 
 struct Emulator {
@@ -205,7 +215,7 @@ struct Emulator {
     char kernel_name[512] = "a kernel";
 };
 
-Emulator& emu() {
+KCUDA_UNHOOKED Emulator& emu() {
     static Emulator e;
     return e;
 }
@@ -238,7 +248,7 @@ inline void finish_switch(void* save, const void** bottom, size_t* size) {
 #endif
 }
 
-void switch_to(Fiber::Context* save, Fiber::Context* to) {
+KCUDA_UNHOOKED void switch_to(Fiber::Context* save, Fiber::Context* to) {
 #ifdef KCUDA_ASM_SWITCH
     kcuda_switch(&save->sp, to->sp);
 #else
@@ -246,17 +256,28 @@ void switch_to(Fiber::Context* save, Fiber::Context* to) {
 #endif
 }
 
-void to_scheduler(Fiber* f) {
+// Preemption: with AddressSanitizer every load and store of the learner's code goes through a hook (below), which
+// now and then lets another thread of the block run before it (seeded), so a read-modify-write that is not atomic
+// loses updates as it does on a GPU. The switching code itself is not instrumented.
+Thread* g_running = nullptr;  // the thread whose fiber runs now; null on the scheduler's stack
+int g_indivisible = 0;        // > 0 inside the emulator's own indivisible operations (an atomic, a shuffle)
+uint64_t g_preempt_rng = 0;
+
+KCUDA_UNHOOKED void to_scheduler(Fiber* f) {
     Emulator& e = emu();
+    Thread* running = g_running;
+    g_running = nullptr;
     start_switch(&f->fake_stack, e.main_stack_bottom, e.main_stack_size);
     switch_to(&f->context, &e.scheduler);
     finish_switch(f->fake_stack, &e.main_stack_bottom, &e.main_stack_size);
+    g_running = f->thread ? f->thread : running;
 }
 
-void fiber_main() {  // a fiber's life: run the thread it is given, park, run the next one
+KCUDA_UNHOOKED void fiber_main() {  // a fiber's life: run the thread it is given, park, run the next one
     Emulator& e = emu();
     Fiber* f = e.current->fiber;
     finish_switch(nullptr, &e.main_stack_bottom, &e.main_stack_size);
+    g_running = f->thread;
     for (;;) {
         Launch* l = e.launch;
         l->body(l->closure);  // runs as e.current, the thread this fiber was given
@@ -290,7 +311,7 @@ Fiber* new_fiber() {  // its first switch lands at fiber_main's first line, on i
     return f;
 }
 
-void resume(Fiber* f) {
+KCUDA_UNHOOKED void resume(Fiber* f) {
     Emulator& e = emu();
     start_switch(&e.scheduler_fake_stack, f->stack, kStackBytes);
     switch_to(&e.scheduler, &f->context);
@@ -328,7 +349,7 @@ void name_kernel(const void* k) {
 }
 
 // ---- the seeded schedule -----------------------------------------------------------------------------------
-uint64_t next_random() {
+KCUDA_UNHOOKED uint64_t next_random() {
     Emulator& e = emu();
     if (e.rng == 0) {
         const char* seed = getenv("KCOURSE_CUDA_CPU_SEED");
@@ -338,29 +359,29 @@ uint64_t next_random() {
     return e.rng;
 }
 
-void shuffle(std::vector<Thread*>& v) {
+KCUDA_UNHOOKED void shuffle(std::vector<Thread*>& v) {
     for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[next_random() % i]);
 }
 
 // ---- barriers ------------------------------------------------------------------------------------------------
-Thread& me() {
+KCUDA_UNHOOKED Thread& me() {
     Emulator& e = emu();
     if (!e.current) fail("a device function (__syncthreads, a warp intrinsic, threadIdx) was called outside a kernel");
     return *e.current;
 }
 
-void wait_at(State s) {
+KCUDA_UNHOOKED void wait_at(State s) {
     Thread& t = me();
     t.state = s;
     to_scheduler(t.fiber);
 }
 
-unsigned lanes_of_warp(const Launch& l, int warp) {  // the lanes that exist (the last warp of a block may be short)
+KCUDA_UNHOOKED unsigned lanes_of_warp(const Launch& l, int warp) {  // the lanes that exist (the last warp of a block may be short)
     int first = warp * 32, count = std::min<int>(32, (int)l.threads.size() - first);
     return count >= 32 ? 0xffffffffu : ((1u << count) - 1);
 }
 
-uint64_t warp_result(const Thread& t, Thread* const* lanes, unsigned waiting) {
+KCUDA_UNHOOKED uint64_t warp_result(const Thread& t, Thread* const* lanes, unsigned waiting) {
     int lane = t.linear & 31, w = t.width, base = lane & ~(w - 1), src = lane;
     switch (t.op) {
         case kShfl: src = base + (t.arg & (w - 1)); break;
@@ -387,22 +408,34 @@ uint64_t warp_result(const Thread& t, Thread* const* lanes, unsigned waiting) {
     return lanes[src]->value;
 }
 
-// A warp's waiting lanes go on when every lane their masks name is waiting too (or does not exist).
-bool release_warp(Launch& l, int warp) {
+// A group of a warp's lanes waiting at an intrinsic with the same mask goes on when every lane of the mask (that
+// exists) waits with it: lanes at other intrinsics, with other masks, are other calls (a half-warp shuffle, then a
+// full one). __activemask() goes on last, when nothing else can: it returns the lanes that reached it.
+KCUDA_UNHOOKED bool release_warp(Launch& l, int warp) {
     Thread* lanes[32] = {};
-    unsigned waiting = 0, named = 0, exists = lanes_of_warp(l, warp);
+    unsigned waiting = 0, active = 0, exists = lanes_of_warp(l, warp), seen = 0;
     for (int i = 0; i < 32; ++i) {
         if (!((exists >> i) & 1u)) continue;
-        Thread& t = l.threads[warp * 32 + i];
-        lanes[i] = &t;
-        if (t.state == kAtWarpOp) { waiting |= 1u << i; named |= t.mask; }
+        lanes[i] = &l.threads[warp * 32 + i];
+        if (lanes[i]->state == kAtWarpOp) (lanes[i]->op == kActiveMask ? active : waiting) |= 1u << i;
     }
-    named &= exists;
-    if (!waiting || (named & ~waiting)) return false;
-    for (int i = 0; i < 32; ++i)
-        if ((waiting >> i) & 1u) lanes[i]->result = warp_result(*lanes[i], lanes, waiting);
-    for (int i = 0; i < 32; ++i)
-        if ((waiting >> i) & 1u) lanes[i]->state = kReady;
+    bool released = false;
+    for (int i = 0; i < 32; ++i) {
+        if (!((waiting >> i) & 1u) || ((seen >> i) & 1u)) continue;
+        unsigned mask = lanes[i]->mask & exists, group = 0;
+        for (int j = 0; j < 32; ++j)
+            if (((waiting >> j) & 1u) && lanes[j]->mask == lanes[i]->mask) group |= 1u << j;
+        seen |= group;
+        if ((mask & ~group) != 0) continue;  // a lane of the mask is elsewhere: not yet
+        for (int j = 0; j < 32; ++j)
+            if ((group >> j) & 1u) lanes[j]->result = warp_result(*lanes[j], lanes, group);
+        for (int j = 0; j < 32; ++j)
+            if ((group >> j) & 1u) lanes[j]->state = kReady;
+        released = true;
+    }
+    if (released || !active) return released;
+    for (int j = 0; j < 32; ++j)
+        if ((active >> j) & 1u) { lanes[j]->result = active; lanes[j]->state = kReady; }
     return true;
 }
 
@@ -428,7 +461,7 @@ void explain_deadlock(Launch& l) {
     fail("deadlock: the threads of this block wait at barriers they cannot all reach");
 }
 
-void release_block(Launch& l) {
+KCUDA_UNHOOKED void release_block(Launch& l) {
     int count = 0, all = 1, any = 0;
     for (Thread& t : l.threads)
         if (t.state == kAtBlockBarrier) { count += t.predicate != 0; all &= t.predicate != 0; any |= t.predicate != 0; }
@@ -440,11 +473,11 @@ void release_block(Launch& l) {
 }
 
 // ---- one block -------------------------------------------------------------------------------------------
-void run_block(Launch& l) {
+KCUDA_UNHOOKED void run_block(Launch& l) {
     Emulator& e = emu();
     int n = (int)l.threads.size();
-    std::vector<Thread*> ready;
-    ready.reserve(n);
+    std::vector<Thread*>& ready = l.ready;
+    ready.clear();
     for (Thread& t : l.threads) { t.state = kReady; t.fiber = nullptr; ready.push_back(&t); }
     int done = 0;
     while (done < n) {
@@ -474,12 +507,12 @@ void run_block(Launch& l) {
     }
 }
 
-char* dynamic_shared() {  // `extern __shared__ T name[];`, rewritten
+KCUDA_UNHOOKED char* dynamic_shared() {  // `extern __shared__ T name[];`, rewritten
     me();
     return emu().launch->dynamic_shared;
 }
 
-bool is_device_pointer(const void* p) {
+KCUDA_UNHOOKED bool is_device_pointer(const void* p) {
     if (!p) return true;  // a null pointer faults only if the kernel uses it
     const char* c = static_cast<const char*>(p);
     for (auto& [start, size] : emu().device_ranges)
@@ -510,6 +543,7 @@ void run_grid(Launch& l, size_t shared) {
     }
     int n = (int)(l.block.x * l.block.y * l.block.z);
     l.threads.assign(n, Thread());
+    l.ready.reserve(n);
     for (int i = 0; i < n; ++i)
         l.threads[i] = Thread{uint3{i % l.block.x, (i / l.block.x) % l.block.y, i / (l.block.x * l.block.y)}, i};
     std::vector<char> dynamic(shared ? shared : 1);
@@ -520,6 +554,8 @@ void run_grid(Launch& l, size_t shared) {
         for (unsigned y = 0; y < l.grid.y; ++y)
             for (unsigned x = 0; x < l.grid.x; ++x) {
                 l.block_idx = uint3{x, y, z};
+                l.sm = (unsigned)(next_random() % 132);
+                g_preempt_rng = next_random() | 1;
                 memset(dynamic.data(), 0xff, dynamic.size());  // NaN in every float until the block writes it
                 run_block(l);
             }
@@ -528,7 +564,7 @@ void run_grid(Launch& l, size_t shared) {
 
 template <class T> void check_argument(const T& value, int position) {
     if constexpr (std::is_pointer_v<T>) {
-        if (!is_device_pointer(static_cast<const void*>(value))) {
+        if (!is_device_pointer(const_cast<const void*>(static_cast<const volatile void*>(value)))) {
             char message[512];
             snprintf(message, sizeof message,
                      "argument %d of kernel %s is a host pointer (not from cudaMalloc, nor a device pointer the grader "
@@ -631,14 +667,8 @@ inline void __syncwarp(unsigned m = 0xffffffffu) { kcuda_warp(::kcuda::kSync, m,
 inline unsigned __reduce_add_sync(unsigned m, unsigned v) { return (unsigned)kcuda_warp(::kcuda::kReduceAdd, m, v, 0, 32); }
 inline int __reduce_min_sync(unsigned m, int v) { return (int)kcuda_warp(::kcuda::kReduceMin, m, (uint32_t)v, 0, 32); }
 inline int __reduce_max_sync(unsigned m, int v) { return (int)kcuda_warp(::kcuda::kReduceMax, m, (uint32_t)v, 0, 32); }
-inline unsigned __activemask() {
-    ::kcuda::Thread& t = ::kcuda::me();
-    ::kcuda::Launch& l = *::kcuda::emu().launch;
-    int warp = t.linear / 32;
-    unsigned active = 0;
-    for (int i = 0; i < 32 && warp * 32 + i < (int)l.threads.size(); ++i)
-        active |= (unsigned)(l.threads[warp * 32 + i].state != ::kcuda::kDone) << i;
-    return active;
+inline unsigned __activemask() {  // the lanes of this warp that reach this call (every other lane returned or waits)
+    return (unsigned)kcuda_warp(::kcuda::kActiveMask, 1u << (::kcuda::me().linear & 31), 0, 0, 32);
 }
 inline unsigned __lanemask_lt() { return (1u << (::kcuda::me().linear & 31)) - 1; }
 inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
@@ -649,7 +679,7 @@ inline void __nanosleep(unsigned) { kcuda_yield(); }
 [[noreturn]] inline void __trap() { ::kcuda::fail("the kernel called __trap()"); }
 inline void __brkpt() { ::kcuda::fail("the kernel called __brkpt()"); }
 inline long long clock64() { return (long long)std::chrono::steady_clock::now().time_since_epoch().count(); }
-inline unsigned __smid() { return 0; }
+inline unsigned __smid() { ::kcuda::me(); return ::kcuda::emu().launch->sm; }
 // A shared-memory address as PTX sees it (cp.async's destination): the pointer's low 32 bits; the thread keeps the
 // high ones of the last pointer it converted, which cp.async puts back (an offset within one array keeps them).
 inline size_t __cvta_generic_to_shared(const void* p) {
@@ -664,7 +694,8 @@ inline void kcuda_cp_async(uint64_t shared, const void* global, int size, int by
 }
 
 // ---- atomics: indivisible (fibers switch only at barriers); a failed CAS lets the others run (spin locks) ----
-#define KCUDA_ATOMIC(NAME, T, EXPR) inline T NAME(T* a, T v) { T old = *a; *a = (EXPR); return old; }
+#define KCUDA_ATOMIC(NAME, T, EXPR) inline T NAME(T* a, T v) { \
+    ++::kcuda::g_indivisible; T old = *a; *a = (EXPR); --::kcuda::g_indivisible; return old; }
 #define KCUDA_ATOMICS(T) \
     KCUDA_ATOMIC(atomicAdd, T, old + v) KCUDA_ATOMIC(atomicExch, T, v) \
     KCUDA_ATOMIC(atomicMin, T, v < old ? v : old) KCUDA_ATOMIC(atomicMax, T, v > old ? v : old)
@@ -688,9 +719,11 @@ KCUDA_ATOMIC(atomicXor, unsigned int, old ^ v)
 KCUDA_ATOMIC(atomicInc, unsigned int, old >= v ? 0 : old + 1)
 KCUDA_ATOMIC(atomicDec, unsigned int, (old == 0 || old > v) ? v : old - 1)
 template <class T> T kcuda_cas(T* a, T compare, T v) {
+    ++::kcuda::g_indivisible;
     T old = *a;
     if (old == compare) *a = v;
-    else if (::kcuda::emu().current) kcuda_yield();
+    --::kcuda::g_indivisible;
+    if (old != compare && ::kcuda::emu().current) kcuda_yield();
     return old;
 }
 inline int atomicCAS(int* a, int c, int v) { return kcuda_cas(a, c, v); }
@@ -703,6 +736,10 @@ KCUDA_SCOPED(atomicAdd) KCUDA_SCOPED(atomicSub) KCUDA_SCOPED(atomicExch) KCUDA_S
 KCUDA_SCOPED(atomicMax) KCUDA_SCOPED(atomicCAS) KCUDA_SCOPED(atomicAnd) KCUDA_SCOPED(atomicOr)
 
 // ---- math: CUDA's device functions that the C library lacks --------------------------------------------------
+using std::isfinite;
+using std::isinf;
+using std::isnan;
+using std::signbit;
 template <class A, class B> inline auto min(A a, B b) -> std::common_type_t<A, B> { return b < a ? b : a; }
 template <class A, class B> inline auto max(A a, B b) -> std::common_type_t<A, B> { return a < b ? b : a; }
 inline float __expf(float x) { return expf(x); }
@@ -779,5 +816,39 @@ template <class T> inline void __stcg(T* p, T v) { *p = v; }
 template <class T> inline void __stcs(T* p, T v) { *p = v; }
 template <class T> inline void __stwb(T* p, T v) { *p = v; }
 template <class T> inline void __stwt(T* p, T v) { *p = v; }
+
+// ---- the preemption hooks: AddressSanitizer's checks, called for every access (asan-instrumentation-with-call-
+// threshold=0), with a chance to let another thread run first; then the real check, in the preloaded runtime ----
+#ifdef KCUDA_ASAN
+namespace kcuda {
+namespace {
+KCUDA_UNHOOKED inline void maybe_preempt(uintptr_t address, unsigned odds) {
+    Thread* t = g_running;
+    if (!t || g_indivisible || !t->fiber || address - (uintptr_t)t->fiber->stack < kStackBytes) return;  // its own stack
+    uint64_t& r = g_preempt_rng;  // seeded per launch (run_grid)
+    r ^= r << 13; r ^= r >> 7; r ^= r << 17;
+    if ((r & odds) != 0) return;
+    t->state = kReady;
+    to_scheduler(t->fiber);
+}
+}  // namespace
+}  // namespace kcuda
+#define KCUDA_HOOK(NAME, ODDS) \
+    extern "C" __attribute__((visibility("hidden"))) KCUDA_UNHOOKED void NAME(uintptr_t a) { \
+        static void (*real)(uintptr_t) = reinterpret_cast<void (*)(uintptr_t)>(dlsym(RTLD_DEFAULT, #NAME)); \
+        ::kcuda::maybe_preempt(a, ODDS); \
+        real(a); \
+    }
+#define KCUDA_HOOK_N(NAME, ODDS) \
+    extern "C" __attribute__((visibility("hidden"))) KCUDA_UNHOOKED void NAME(uintptr_t a, uintptr_t n) { \
+        static void (*real)(uintptr_t, uintptr_t) = reinterpret_cast<void (*)(uintptr_t, uintptr_t)>(dlsym(RTLD_DEFAULT, #NAME)); \
+        ::kcuda::maybe_preempt(a, ODDS); \
+        real(a, n); \
+    }
+// a store gets a 1-in-8 chance (a lost update needs a switch between a thread's load and its store), a load 1 in 64
+KCUDA_HOOK(__asan_load1, 63) KCUDA_HOOK(__asan_load2, 63) KCUDA_HOOK(__asan_load4, 63) KCUDA_HOOK(__asan_load8, 63)
+KCUDA_HOOK(__asan_load16, 63) KCUDA_HOOK(__asan_store1, 7) KCUDA_HOOK(__asan_store2, 7) KCUDA_HOOK(__asan_store4, 7)
+KCUDA_HOOK(__asan_store8, 7) KCUDA_HOOK(__asan_store16, 7) KCUDA_HOOK_N(__asan_loadN, 63) KCUDA_HOOK_N(__asan_storeN, 7)
+#endif
 
 #include "kcourse_cuda_cpu_runtime.h"

@@ -20,10 +20,10 @@ cudaError_t fail_with(cudaError_t error) {
     return error;
 }
 
-void* device_alloc(size_t size) {
-    size_t rounded = ((size ? size : 1) + 255) / 256 * 256;
-    void* p = aligned_alloc(256, rounded);
-    if (p) add_device_range(p, size);
+void* device_alloc(size_t size) {  // 256-byte aligned as cudaMalloc's, and exactly `size` long (ASan sees past it)
+    void* p = nullptr;
+    if (posix_memalign(&p, 256, size ? size : 1) != 0) return nullptr;
+    add_device_range(p, size);
     return p;
 }
 
@@ -148,7 +148,11 @@ template <class T> cudaError_t cudaMemcpyFromSymbol(void* dst, const T& symbol, 
     memcpy(dst, reinterpret_cast<const char*>(&symbol) + offset, count);
     return cudaSuccess;
 }
-template <class T> cudaError_t cudaGetSymbolAddress(void** p, T& symbol) { *p = &symbol; return cudaSuccess; }
+template <class T> cudaError_t cudaGetSymbolAddress(void** p, T& symbol) {
+    *p = &symbol;
+    kcuda::add_device_range(&symbol, sizeof(T));  // a __device__ variable: device memory a kernel may be given
+    return cudaSuccess;
+}
 inline cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
     *free_bytes = 80ull << 30;
     *total = 80ull << 30;
