@@ -290,13 +290,14 @@ def explain(output: str) -> tuple[str, str] | None:
     said = [line for line in lines if not line.startswith("in kernel")]
     if said:  # the emulator's own words come first: they say what CUDA would have done
         return "emulated_fault", "your kernel stopped on the CPU emulator: " + "; ".join(said + ([where] if where else []))
-    misaligned = re.search(r"(\S+?):(\d+):\d+: runtime error: (load|store) of misaligned address \S+ for type '([^']+)', "
+    misaligned = re.search(r"(\S+?):(\d+):\d+: runtime error: .*?misaligned address \S+ for type '([^']+)', "
                            r"which requires (\d+) byte alignment", output)
     if misaligned:
-        return "misaligned", (f"your code {misaligned.group(3)}s a {misaligned.group(4)} at an address that is not a "
-                              f"multiple of {misaligned.group(5)} bytes, at {Path(misaligned.group(1)).name}:"
-                              f"{misaligned.group(2)}{'; ' + where if where else ''}: on a GPU that is a "
-                              "'misaligned address' error. Use the vector type only where the row's start and length allow it")
+        kind = misaligned.group(3).replace("const ", "").replace("struct ", "")
+        return "misaligned", (f"your code reads or writes a {kind} at an address that is not a multiple of "
+                              f"{misaligned.group(4)} bytes, at {Path(misaligned.group(1)).name}:{misaligned.group(2)}"
+                              f"{'; ' + where if where else ''}: on a GPU that is a 'misaligned address' error. Use the "
+                              "vector type only where the row's start (pointer and stride) and length allow it")
     failed = re.search(r"(\S+?\.(?:cu|cuh|h|cpp)):(\d+): .*?Assertion `(.+?)' failed", output)
     if failed:
         return "emulated_fault", (f"an assert() failed at {Path(failed.group(1)).name}:{failed.group(2)}: "

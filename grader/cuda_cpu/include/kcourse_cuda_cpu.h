@@ -256,9 +256,9 @@ KCUDA_UNHOOKED void switch_to(Fiber::Context* save, Fiber::Context* to) {
 #endif
 }
 
-// Preemption: with AddressSanitizer every load and store of the learner's code goes through a hook (below), which
-// now and then lets another thread of the block run before it (seeded), so a read-modify-write that is not atomic
-// loses updates as it does on a GPU. The switching code itself is not instrumented.
+// Preemption: with AddressSanitizer every load and store of the learner's code goes through a hook (at the end of
+// this file), which now and then lets another thread of the block run first (seeded), so a read-modify-write that
+// is not atomic loses updates as it does on a GPU. The switching code itself is not instrumented.
 Thread* g_running = nullptr;  // the thread whose fiber runs now; null on the scheduler's stack
 int g_indivisible = 0;        // > 0 inside the emulator's own indivisible operations (an atomic, a shuffle)
 uint64_t g_preempt_rng = 0;
@@ -818,37 +818,49 @@ template <class T> inline void __stwb(T* p, T v) { *p = v; }
 template <class T> inline void __stwt(T* p, T v) { *p = v; }
 
 // ---- the preemption hooks: AddressSanitizer's checks, called for every access (asan-instrumentation-with-call-
-// threshold=0), with a chance to let another thread run first; then the real check, in the preloaded runtime ----
+// threshold=0): the real check (in the preloaded runtime), then now and then another thread's turn ---------------
+//
+// A check comes before its access, and a read-modify-write (`hist[b]++`) gets one check, before its load. So a
+// thread switched out at a check first notes the bytes there, and puts them back when it resumes, just before its
+// own access: its load reads what it would have read had it run before the others, and its store overwrites
+// theirs — the lost update of a racing `++` on a GPU. Only a racing program can tell: without a race nobody writes
+// those bytes meanwhile (no barrier is passed while this thread is out). One legal program can: a poll of a volatile
+// flag that another thread of the block sets; its write may be undone (docs/cuda-on-cpu.md).
 #ifdef KCUDA_ASAN
 namespace kcuda {
 namespace {
-KCUDA_UNHOOKED inline void maybe_preempt(uintptr_t address, unsigned odds) {
+KCUDA_UNHOOKED inline void maybe_preempt(uintptr_t address, size_t size, unsigned odds) {
     Thread* t = g_running;
-    if (!t || g_indivisible || !t->fiber || address - (uintptr_t)t->fiber->stack < kStackBytes) return;  // its own stack
-    uint64_t& r = g_preempt_rng;  // seeded per launch (run_grid)
+    if (!t || g_indivisible || !t->fiber || address - (uintptr_t)t->fiber->stack < kStackBytes || size > 64) return;
+    uint64_t& r = g_preempt_rng;  // seeded per block (run_grid)
     r ^= r << 13; r ^= r >> 7; r ^= r << 17;
     if ((r & odds) != 0) return;
+    unsigned char before[64];
+    volatile unsigned char* at = reinterpret_cast<volatile unsigned char*>(address);
+    for (size_t i = 0; i < size; ++i) before[i] = at[i];
     t->state = kReady;
     to_scheduler(t->fiber);
+    for (size_t i = 0; i < size; ++i) at[i] = before[i];
 }
 }  // namespace
 }  // namespace kcuda
-#define KCUDA_HOOK(NAME, ODDS) \
+#define KCUDA_HOOK(NAME, SIZE, ODDS) \
     extern "C" __attribute__((visibility("hidden"))) KCUDA_UNHOOKED void NAME(uintptr_t a) { \
         static void (*real)(uintptr_t) = reinterpret_cast<void (*)(uintptr_t)>(dlsym(RTLD_DEFAULT, #NAME)); \
-        ::kcuda::maybe_preempt(a, ODDS); \
         real(a); \
+        ::kcuda::maybe_preempt(a, SIZE, ODDS); \
     }
-#define KCUDA_HOOK_N(NAME, ODDS) \
+#define KCUDA_HOOK_N(NAME, NOTED, ODDS) \
     extern "C" __attribute__((visibility("hidden"))) KCUDA_UNHOOKED void NAME(uintptr_t a, uintptr_t n) { \
         static void (*real)(uintptr_t, uintptr_t) = reinterpret_cast<void (*)(uintptr_t, uintptr_t)>(dlsym(RTLD_DEFAULT, #NAME)); \
-        ::kcuda::maybe_preempt(a, ODDS); \
         real(a, n); \
+        ::kcuda::maybe_preempt(a, NOTED ? n : 0, ODDS); \
     }
-// a store gets a 1-in-8 chance (a lost update needs a switch between a thread's load and its store), a load 1 in 64
-KCUDA_HOOK(__asan_load1, 63) KCUDA_HOOK(__asan_load2, 63) KCUDA_HOOK(__asan_load4, 63) KCUDA_HOOK(__asan_load8, 63)
-KCUDA_HOOK(__asan_load16, 63) KCUDA_HOOK(__asan_store1, 7) KCUDA_HOOK(__asan_store2, 7) KCUDA_HOOK(__asan_store4, 7)
-KCUDA_HOOK(__asan_store8, 7) KCUDA_HOOK(__asan_store16, 7) KCUDA_HOOK_N(__asan_loadN, 63) KCUDA_HOOK_N(__asan_storeN, 7)
+// a store: 1 chance in 8; a load (far more frequent, and the check of a read-modify-write): 1 in 64
+KCUDA_HOOK(__asan_load1, 1, 63) KCUDA_HOOK(__asan_load2, 2, 63) KCUDA_HOOK(__asan_load4, 4, 63)
+KCUDA_HOOK(__asan_load8, 8, 63) KCUDA_HOOK(__asan_load16, 16, 63) KCUDA_HOOK_N(__asan_loadN, true, 63)
+KCUDA_HOOK(__asan_store1, 1, 7) KCUDA_HOOK(__asan_store2, 2, 7) KCUDA_HOOK(__asan_store4, 4, 7)
+KCUDA_HOOK(__asan_store8, 8, 7) KCUDA_HOOK(__asan_store16, 16, 7) KCUDA_HOOK_N(__asan_storeN, true, 7)
 #endif
 
 #include "kcourse_cuda_cpu_runtime.h"
