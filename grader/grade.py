@@ -252,8 +252,6 @@ def _judge(target, path, job, result, gpu, quick, judge, calibration_error, befo
 
     judge.before_timing = quiet_gpu
     judge.run(job)
-    if job.get("emulated"):
-        result.device = {**result.device, "name": "CPU (kcourse's CUDA emulator)"}
     if variant.kind == "triton" and not gpu:
         _lint_for_the_gpu(path, result)
     memory_safety.start()  # a torch operator: after the child built it (one build at a time in its folder)

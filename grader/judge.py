@@ -80,7 +80,7 @@ class Judge:
     def run(self, job: dict[str, Any]) -> None:
         ready = self.child.wait_ready()
         self.child_ready.set()
-        self.result.device = ready.get("device", {})
+        self.result.device = cuda_cpu.DEVICE if job.get("emulated") else ready.get("device", {})
         started = time.monotonic()
         self.phases["start"] = round(started - self.child.started, 3)
         self.deadline = started + self.timeout_s

@@ -33,6 +33,9 @@ UNSUPPORTED = [
     (r"\bcudaLaunch(Cooperative)?Kernel\w*\s*\(|\bcudaGraph\w*", "launch APIs other than <<<...>>> (cudaLaunchKernel, graphs)"),
     (r"#\s*include\s*<(torch|ATen|c10)/", "a PyTorch extension"),
 ]
+# The device an emulated grade names, as the header's cudaGetDeviceProperties describes it (an H100's 132 SMs, %smid
+# drawn among them per block): property checks that read the SM count (sm_id's) judge against it.
+DEVICE = {"type": "cpu", "name": "CPU (kcourse's CUDA emulator)", "multiprocessors": 132, "emulated": True}
 ASAN_OPTIONS = ("detect_leaks=0:halt_on_error=1:abort_on_error=0:allow_user_segv_handler=0:handle_segv=1:"
                 "handle_sigfpe=1:handle_abort=1:symbolize=1:print_summary=0:detect_odr_violation=0:exitcode=86")
 
@@ -110,6 +113,9 @@ def _line(code: str, position: int) -> int:
 # (template, fully matched after `;` and whitespace are trimmed; C++ with {N} for operand N; a name for messages)
 PTX = [
     (r"mov\.u32 %0, %%smid", "{0} = __smid();", "mov %smid"),
+    (r"mov\.u32 %0, %%nsmid", "{0} = 132u;", "mov %nsmid"),
+    (r"mov\.u32 %0, %%warpid", "{0} = kcuda_linear_thread() / 32u;", "mov %warpid"),
+    (r"mov\.u32 %0, %%laneid", "{0} = kcuda_linear_thread() % 32u;", "mov %laneid"),
     (r"ex2\.approx(?:\.ftz)?\.f32 %0, %1", "{0} = exp2f({1});", "ex2.approx.f32"),
     (r"cp\.async\.c[ag]\.shared\.global(?:\.L2::\d+B)? \[%0\], \[%1\], (\d+), %2",
      "kcuda_cp_async({0}, {1}, \\1, {2});", "cp.async"),

@@ -119,7 +119,7 @@ def test_unsupported_names_what_and_where(text, expected):
 
 @pytest.mark.parametrize("text, line", [
     ('__global__ void k() {\n  int x;\n\n  asm volatile("membar.gl;");\n}\n', 4),
-    ('__device__ int lane() {\n  int l; asm("mov.u32 %0, %%laneid;" : "=r"(l));\n  return l;\n}\n', 2),
+    ('__device__ int lane() {\n  int l; asm("mov.u32 %0, %%clock;" : "=r"(l));\n  return l;\n}\n', 2),
     ('__device__ void f() {\n  __asm__ __volatile__(\n    "bar.sync 1, 64;"\n  );\n}\n', 2),
 ])
 def test_unsupported_inline_ptx_with_its_line(text, line):

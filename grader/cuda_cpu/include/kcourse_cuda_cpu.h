@@ -679,6 +679,7 @@ inline void __nanosleep(unsigned) { kcuda_yield(); }
 [[noreturn]] inline void __trap() { ::kcuda::fail("the kernel called __trap()"); }
 inline void __brkpt() { ::kcuda::fail("the kernel called __brkpt()"); }
 inline long long clock64() { return (long long)std::chrono::steady_clock::now().time_since_epoch().count(); }
+inline unsigned kcuda_linear_thread() { return (unsigned)::kcuda::me().linear; }  // %warpid, %laneid come from it
 inline unsigned __smid() { ::kcuda::me(); return ::kcuda::emu().launch->sm; }
 // A shared-memory address as PTX sees it (cp.async's destination): the pointer's low 32 bits; the thread keeps the
 // high ones of the last pointer it converted, which cp.async puts back (an offset within one array keeps them).
