@@ -318,7 +318,7 @@ def _asan_message(output: str, where: str) -> str:
     what = next((text for key, text in _ASAN_KINDS.items() if key in report.split("\n", 1)[0]), None)
     access = re.search(r"\b(READ|WRITE) of size (\d+)", report) or re.search(r"caused by a (READ|WRITE)( )?", report)
     frames = re.findall(r"#\d+ 0x[0-9a-f]+ in (.+?) (/\S+?\.(?:cu|cuh|h|cpp)):(\d+)", report)
-    line = next((f for f in frames if str(INCLUDE) not in f[1]), None)  # the learner's frame, not the emulator's
+    line = next((f for f in frames if "/cuda_cpu/include/" not in f[1]), None)  # the learner's frame, not the emulator's
     parts = [f"your code {what or 'made an invalid memory access'}"]
     if access and access.group(2).strip():
         parts.append(f"({access.group(1).lower()} of {access.group(2)} bytes)")

@@ -260,7 +260,14 @@ KCUDA_UNHOOKED void switch_to(Fiber::Context* save, Fiber::Context* to) {
 // this file), which now and then lets another thread of the block run first (seeded), so a read-modify-write that
 // is not atomic loses updates as it does on a GPU. The switching code itself is not instrumented.
 Thread* g_running = nullptr;  // the thread whose fiber runs now; null on the scheduler's stack
-int g_indivisible = 0;        // > 0 inside the emulator's own indivisible operations (an atomic, a shuffle)
+// > 0 inside the emulator's own indivisible operations (an atomic); volatile, or the compiler drops the ++/-- pair
+// around an atomic's load and store before AddressSanitizer's checks (the hooks' calls) are put between them
+volatile int g_indivisible = 0;
+// the addresses the last atomics wrote: a thread switched out at a check does not put back bytes an atomic wrote
+// meanwhile (a plain load before an atomicCAS loop is no race to punish)
+const void* g_atomic_ring[64];
+volatile unsigned long g_atomics = 0;
+inline void note_atomic(const void* p) { g_atomic_ring[g_atomics & 63] = p; g_atomics = g_atomics + 1; }
 uint64_t g_preempt_rng = 0;
 
 KCUDA_UNHOOKED void to_scheduler(Fiber* f) {
@@ -696,7 +703,7 @@ inline void kcuda_cp_async(uint64_t shared, const void* global, int size, int by
 
 // ---- atomics: indivisible (fibers switch only at barriers); a failed CAS lets the others run (spin locks) ----
 #define KCUDA_ATOMIC(NAME, T, EXPR) inline T NAME(T* a, T v) { \
-    ++::kcuda::g_indivisible; T old = *a; *a = (EXPR); --::kcuda::g_indivisible; return old; }
+    ++::kcuda::g_indivisible; T old = *a; *a = (EXPR); ::kcuda::note_atomic(a); --::kcuda::g_indivisible; return old; }
 #define KCUDA_ATOMICS(T) \
     KCUDA_ATOMIC(atomicAdd, T, old + v) KCUDA_ATOMIC(atomicExch, T, v) \
     KCUDA_ATOMIC(atomicMin, T, v < old ? v : old) KCUDA_ATOMIC(atomicMax, T, v > old ? v : old)
@@ -722,7 +729,7 @@ KCUDA_ATOMIC(atomicDec, unsigned int, (old == 0 || old > v) ? v : old - 1)
 template <class T> T kcuda_cas(T* a, T compare, T v) {
     ++::kcuda::g_indivisible;
     T old = *a;
-    if (old == compare) *a = v;
+    if (old == compare) { *a = v; ::kcuda::note_atomic(a); }
     --::kcuda::g_indivisible;
     if (old != compare && ::kcuda::emu().current) kcuda_yield();
     return old;
@@ -839,8 +846,15 @@ KCUDA_UNHOOKED inline void maybe_preempt(uintptr_t address, size_t size, unsigne
     unsigned char before[64];
     volatile unsigned char* at = reinterpret_cast<volatile unsigned char*>(address);
     for (size_t i = 0; i < size; ++i) before[i] = at[i];
+    unsigned long first = g_atomics;
     t->state = kReady;
     to_scheduler(t->fiber);
+    bool atomic_wrote = g_atomics - first > 64;
+    for (unsigned long i = first; !atomic_wrote && i < g_atomics; ++i) {
+        uintptr_t p = reinterpret_cast<uintptr_t>(g_atomic_ring[i & 63]);
+        atomic_wrote = p < address + size && p + 8 > address;
+    }
+    if (atomic_wrote) return;
     for (size_t i = 0; i < size; ++i) at[i] = before[i];
 }
 }  // namespace
