@@ -366,9 +366,6 @@ KCUDA_UNHOOKED uint64_t next_random() {
     return e.rng;
 }
 
-KCUDA_UNHOOKED void shuffle(std::vector<Thread*>& v) {
-    for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[next_random() % i]);
-}
 
 // ---- barriers ------------------------------------------------------------------------------------------------
 KCUDA_UNHOOKED Thread& me() {
@@ -441,6 +438,8 @@ KCUDA_UNHOOKED bool release_warp(Launch& l, int warp) {
         released = true;
     }
     if (released || !active) return released;
+    for (int j = 0; j < 32; ++j)  // __activemask() only once no lane of the warp can still arrive
+        if (lanes[j] && lanes[j]->state == kReady) return false;
     for (int j = 0; j < 32; ++j)
         if ((active >> j) & 1u) { lanes[j]->result = active; lanes[j]->state = kReady; }
     return true;
@@ -480,37 +479,72 @@ KCUDA_UNHOOKED void release_block(Launch& l) {
 }
 
 // ---- one block -------------------------------------------------------------------------------------------
+// A lane arriving at a warp intrinsic: when it completes its group (every lane of its mask waits, with that mask)
+// the group goes on at once, this lane without a switch and the others back among the ready; otherwise it waits.
+// __activemask() waits for release_waiting (nothing else can run).
+KCUDA_UNHOOKED void wait_at_warp_op() {
+    Thread& t = me();
+    Launch& l = *emu().launch;
+    ++g_indivisible;  // the emulator's own bookkeeping (the ready list above all) is never switched out midway
+    t.state = kAtWarpOp;
+    int first = t.linear / 32 * 32;
+    unsigned exists = lanes_of_warp(l, first / 32), mask = t.mask & exists;
+    Thread* lanes[32] = {};
+    bool complete = t.op != kActiveMask;
+    for (int i = 0; i < 32 && complete; ++i) {
+        if (!((exists >> i) & 1u)) continue;
+        lanes[i] = &l.threads[first + i];
+        if ((mask >> i) & 1u) complete = lanes[i]->state == kAtWarpOp && lanes[i]->mask == t.mask;
+    }
+    if (complete) {
+        for (int i = 0; i < 32; ++i)
+            if ((mask >> i) & 1u) lanes[i]->result = warp_result(*lanes[i], lanes, mask);
+        for (int i = 0; i < 32; ++i) {
+            if (!((mask >> i) & 1u)) continue;
+            lanes[i]->state = kReady;
+            if (lanes[i] != &t) l.ready.push_back(lanes[i]);
+        }
+    }
+    --g_indivisible;
+    if (t.state != kReady) to_scheduler(t.fiber);
+}
+
+// Nothing can run: release what waits at a warp intrinsic or at __syncthreads(), or say why the block is stuck.
+KCUDA_UNHOOKED void release_waiting(Launch& l) {
+    int n = (int)l.threads.size();
+    bool released = false;
+    for (int w = 0; w * 32 < n; ++w) released |= release_warp(l, w);
+    bool at_block = true;
+    for (Thread& t : l.threads) at_block &= t.state == kDone || t.state == kAtBlockBarrier;
+    if (!released && at_block) { release_block(l); released = true; }
+    if (!released) explain_deadlock(l);
+    for (Thread& t : l.threads) if (t.state == kReady) l.ready.push_back(&t);
+}
+
+// One block: each step runs a thread drawn at random from those ready, until it returns, waits, or is switched out.
 KCUDA_UNHOOKED void run_block(Launch& l) {
     Emulator& e = emu();
-    int n = (int)l.threads.size();
+    int n = (int)l.threads.size(), done = 0;
     std::vector<Thread*>& ready = l.ready;
     ready.clear();
     for (Thread& t : l.threads) { t.state = kReady; t.fiber = nullptr; ready.push_back(&t); }
-    int done = 0;
     while (done < n) {
-        shuffle(ready);
-        for (Thread* t : ready) {
-            if (!t->fiber) {
-                if (e.free_fibers.empty()) e.free_fibers.push_back(new_fiber());
-                t->fiber = e.free_fibers.back();
-                e.free_fibers.pop_back();
-                t->fiber->thread = t;
-            }
-            e.current = t;
-            resume(t->fiber);
-            e.current = nullptr;
-            done += t->state == kDone;
+        if (ready.empty()) { release_waiting(l); continue; }
+        size_t pick = next_random() % ready.size();
+        Thread* t = ready[pick];
+        ready[pick] = ready.back();
+        ready.pop_back();
+        if (!t->fiber) {
+            if (e.free_fibers.empty()) e.free_fibers.push_back(new_fiber());
+            t->fiber = e.free_fibers.back();
+            e.free_fibers.pop_back();
+            t->fiber->thread = t;
         }
-        ready.clear();
-        for (Thread& t : l.threads) if (t.state == kReady) ready.push_back(&t);
-        if (!ready.empty() || done == n) continue;
-        bool released = false;
-        for (int w = 0; w * 32 < n; ++w) released |= release_warp(l, w);
-        bool at_block = true;
-        for (Thread& t : l.threads) at_block &= t.state == kDone || t.state == kAtBlockBarrier;
-        if (!released && at_block) { release_block(l); released = true; }
-        if (!released) explain_deadlock(l);
-        for (Thread& t : l.threads) if (t.state == kReady) ready.push_back(&t);
+        e.current = t;
+        resume(t->fiber);
+        e.current = nullptr;
+        if (t->state == kDone) ++done;
+        else if (t->state == kReady) ready.push_back(t);  // switched out (a preemption, a failed CAS)
     }
 }
 
@@ -628,18 +662,18 @@ void operator|(void (*k)(P...), std::pair<Config, std::tuple<A...>>&& call) {
 #define gridDim (::kcuda::emu().launch->grid)
 
 // ---- synchronisation and warp intrinsics ----------------------------------------------------------------
-inline void __syncthreads() { ::kcuda::me().op = ::kcuda::kSync; ::kcuda::wait_at(::kcuda::kAtBlockBarrier); }
-inline int kcuda_block_vote(int predicate, ::kcuda::WarpOp op) {
+KCUDA_UNHOOKED inline void __syncthreads() { ::kcuda::me().op = ::kcuda::kSync; ::kcuda::wait_at(::kcuda::kAtBlockBarrier); }
+KCUDA_UNHOOKED inline int kcuda_block_vote(int predicate, ::kcuda::WarpOp op) {
     ::kcuda::Thread& t = ::kcuda::me();
     t.op = op; t.predicate = predicate;
     ::kcuda::wait_at(::kcuda::kAtBlockBarrier);
     return (int)t.result;
 }
-inline int __syncthreads_count(int p) { return kcuda_block_vote(p, ::kcuda::kSync); }
-inline int __syncthreads_and(int p) { return kcuda_block_vote(p, ::kcuda::kAll); }
-inline int __syncthreads_or(int p) { return kcuda_block_vote(p, ::kcuda::kAny); }
+KCUDA_UNHOOKED inline int __syncthreads_count(int p) { return kcuda_block_vote(p, ::kcuda::kSync); }
+KCUDA_UNHOOKED inline int __syncthreads_and(int p) { return kcuda_block_vote(p, ::kcuda::kAll); }
+KCUDA_UNHOOKED inline int __syncthreads_or(int p) { return kcuda_block_vote(p, ::kcuda::kAny); }
 
-inline uint64_t kcuda_warp(::kcuda::WarpOp op, unsigned mask, uint64_t value, int arg, int width, int predicate = 0) {
+KCUDA_UNHOOKED inline uint64_t kcuda_warp(::kcuda::WarpOp op, unsigned mask, uint64_t value, int arg, int width, int predicate = 0) {
     ::kcuda::Thread& t = ::kcuda::me();
     if (!((mask >> (t.linear & 31)) & 1u))
         ::kcuda::fail("a warp intrinsic was called by a lane its own mask leaves out: the mask must include the "
@@ -647,34 +681,34 @@ inline uint64_t kcuda_warp(::kcuda::WarpOp op, unsigned mask, uint64_t value, in
     if (width < 1 || width > 32 || (width & (width - 1)))
         ::kcuda::fail("a __shfl_*_sync width must be a power of 2 from 1 to 32");
     t.op = op; t.mask = mask; t.value = value; t.arg = arg; t.width = width; t.predicate = predicate;
-    ::kcuda::wait_at(::kcuda::kAtWarpOp);
+    ::kcuda::wait_at_warp_op();
     return t.result;
 }
-template <class T> uint64_t kcuda_bits(T v) {
+template <class T> KCUDA_UNHOOKED uint64_t kcuda_bits(T v) {
     static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>, "warp shuffles move values of at most 8 bytes");
     uint64_t bits = 0; memcpy(&bits, &v, sizeof(T)); return bits;
 }
-template <class T> T kcuda_from_bits(uint64_t bits) { T v; memcpy(&v, &bits, sizeof(T)); return v; }
-template <class T> T __shfl_sync(unsigned m, T v, int src, int w = 32) {
+template <class T> KCUDA_UNHOOKED T kcuda_from_bits(uint64_t bits) { T v; memcpy(&v, &bits, sizeof(T)); return v; }
+template <class T> KCUDA_UNHOOKED T __shfl_sync(unsigned m, T v, int src, int w = 32) {
     return kcuda_from_bits<T>(kcuda_warp(::kcuda::kShfl, m, kcuda_bits(v), src, w));
 }
-template <class T> T __shfl_up_sync(unsigned m, T v, unsigned d, int w = 32) {
+template <class T> KCUDA_UNHOOKED T __shfl_up_sync(unsigned m, T v, unsigned d, int w = 32) {
     return kcuda_from_bits<T>(kcuda_warp(::kcuda::kShflUp, m, kcuda_bits(v), (int)d, w));
 }
-template <class T> T __shfl_down_sync(unsigned m, T v, unsigned d, int w = 32) {
+template <class T> KCUDA_UNHOOKED T __shfl_down_sync(unsigned m, T v, unsigned d, int w = 32) {
     return kcuda_from_bits<T>(kcuda_warp(::kcuda::kShflDown, m, kcuda_bits(v), (int)d, w));
 }
-template <class T> T __shfl_xor_sync(unsigned m, T v, int lane_mask, int w = 32) {
+template <class T> KCUDA_UNHOOKED T __shfl_xor_sync(unsigned m, T v, int lane_mask, int w = 32) {
     return kcuda_from_bits<T>(kcuda_warp(::kcuda::kShflXor, m, kcuda_bits(v), lane_mask, w));
 }
-inline unsigned __ballot_sync(unsigned m, int p) { return (unsigned)kcuda_warp(::kcuda::kBallot, m, 0, 0, 32, p); }
-inline int __any_sync(unsigned m, int p) { return (int)kcuda_warp(::kcuda::kAny, m, 0, 0, 32, p); }
-inline int __all_sync(unsigned m, int p) { return (int)kcuda_warp(::kcuda::kAll, m, 0, 0, 32, p); }
-inline void __syncwarp(unsigned m = 0xffffffffu) { kcuda_warp(::kcuda::kSync, m, 0, 0, 32); }
-inline unsigned __reduce_add_sync(unsigned m, unsigned v) { return (unsigned)kcuda_warp(::kcuda::kReduceAdd, m, v, 0, 32); }
-inline int __reduce_min_sync(unsigned m, int v) { return (int)kcuda_warp(::kcuda::kReduceMin, m, (uint32_t)v, 0, 32); }
-inline int __reduce_max_sync(unsigned m, int v) { return (int)kcuda_warp(::kcuda::kReduceMax, m, (uint32_t)v, 0, 32); }
-inline unsigned __activemask() {  // the lanes of this warp that reach this call (every other lane returned or waits)
+KCUDA_UNHOOKED inline unsigned __ballot_sync(unsigned m, int p) { return (unsigned)kcuda_warp(::kcuda::kBallot, m, 0, 0, 32, p); }
+KCUDA_UNHOOKED inline int __any_sync(unsigned m, int p) { return (int)kcuda_warp(::kcuda::kAny, m, 0, 0, 32, p); }
+KCUDA_UNHOOKED inline int __all_sync(unsigned m, int p) { return (int)kcuda_warp(::kcuda::kAll, m, 0, 0, 32, p); }
+KCUDA_UNHOOKED inline void __syncwarp(unsigned m = 0xffffffffu) { kcuda_warp(::kcuda::kSync, m, 0, 0, 32); }
+KCUDA_UNHOOKED inline unsigned __reduce_add_sync(unsigned m, unsigned v) { return (unsigned)kcuda_warp(::kcuda::kReduceAdd, m, v, 0, 32); }
+KCUDA_UNHOOKED inline int __reduce_min_sync(unsigned m, int v) { return (int)kcuda_warp(::kcuda::kReduceMin, m, (uint32_t)v, 0, 32); }
+KCUDA_UNHOOKED inline int __reduce_max_sync(unsigned m, int v) { return (int)kcuda_warp(::kcuda::kReduceMax, m, (uint32_t)v, 0, 32); }
+KCUDA_UNHOOKED inline unsigned __activemask() {  // the lanes of this warp that reach this call (every other lane returned or waits)
     return (unsigned)kcuda_warp(::kcuda::kActiveMask, 1u << (::kcuda::me().linear & 31), 0, 0, 32);
 }
 inline unsigned __lanemask_lt() { return (1u << (::kcuda::me().linear & 31)) - 1; }
@@ -839,7 +873,10 @@ namespace kcuda {
 namespace {
 KCUDA_UNHOOKED inline void maybe_preempt(uintptr_t address, size_t size, unsigned odds) {
     Thread* t = g_running;
-    if (!t || g_indivisible || !t->fiber || address - (uintptr_t)t->fiber->stack < kStackBytes || size > 64) return;
+    // (a thread on its way into a barrier has left kReady: the emulator's own code then, never switched out)
+    if (!t || g_indivisible || t->state != kReady || !t->fiber || address - (uintptr_t)t->fiber->stack < kStackBytes ||
+        size > 64)
+        return;
     uint64_t& r = g_preempt_rng;  // seeded per block (run_grid)
     r ^= r << 13; r ^= r >> 7; r ^= r << 17;
     if ((r & odds) != 0) return;
