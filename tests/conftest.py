@@ -87,13 +87,17 @@ def _emulated(item) -> bool:
 
 
 @pytest.fixture(autouse=True)
-def isolated_state(tmp_path, monkeypatch):
+def isolated_state(tmp_path, monkeypatch, request):
     """Results and reports of a test go to its own folder; the build cache is shared per session."""
     monkeypatch.setenv("KCOURSE_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("KCOURSE_ALLOW_MODIFIED_KIT", "1")  # grade-batch in a checkout with uncommitted edits
     monkeypatch.setenv("KCOURSE_CACHE", str(_session_cache()))
     if not HAS_GPU:
         monkeypatch.setenv("KCOURSE_DEVICE", "cpu")
+    if not request.node.get_closest_marker("emulator") and not request.node.get_closest_marker("emulated"):
+        # A CUDA grade without a GPU is compiled only, as before the emulator: tests about something else need not
+        # spend seconds running kernels on the CPU (those that do are marked `emulator`)
+        monkeypatch.setenv("KCOURSE_CUDA_CPU", "off")
     return tmp_path / "home"
 
 

@@ -87,8 +87,8 @@ def test_validate_solutions_passes_and_stubs_fail_for_triton():
     solutions = run("validate", "--source", "solutions", "--lang", "triton", "--only", "vector_add",
                     "--only", "softmax", "--only", "layer_norm")
     assert solutions.exit_code == 0 and "0 unexpected" in solutions.output and "3 ok" in solutions.output
-    stubs = run("validate", "--source", "stubs", "--only", "softmax")  # Triton's under the interpreter, CUDA's emulated
-    assert stubs.exit_code == 0 and "2 ok" in stubs.output
+    stubs = run("validate", "--source", "stubs", "--only", "softmax")  # the CUDA one compiled only (the emulator is off)
+    assert stubs.exit_code == 0 and "1 ok" in stubs.output
 
 
 @pytest.mark.slow

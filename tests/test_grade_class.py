@@ -209,6 +209,7 @@ def two_workers():
     cluster.close()
 
 
+@pytest.mark.emulator  # the cluster's worker processes keep the environment they started with
 @pytest.mark.slow
 @needs_solutions
 def test_a_class_is_graded_through_a_dask_scheduler_on_worker_processes(tmp_path, two_workers):

@@ -45,6 +45,7 @@ def test_triton_stub_reports_not_implemented(target):
 CORRECT_STUBS = {"occupancy"}
 
 
+@pytest.mark.emulator
 @pytest.mark.slow
 @cpu_only
 @pytest.mark.nvcc

@@ -134,6 +134,7 @@ def test_the_kits_readme_is_the_learners_and_names_only_what_the_kit_has(course,
     assert (tmp_path / "kit/exercises/vector_add" / week1.variant.stub).exists() and week1.variant.lang == "cuda"
 
 
+@pytest.mark.emulator
 @pytest.mark.slow
 def test_the_quick_start_grade_in_a_fresh_kit_does_what_its_readme_says(course, tmp_path):
     release_from(course, tmp_path / "kit")

@@ -204,6 +204,7 @@ def test_every_fixture_compiles(tmp_path):
     compile_fixtures(LADDER_FIXTURES + [mistake_file(m, tmp_path) for m in FIXTURE_EDITS])
 
 
+@pytest.mark.emulator
 @pytest.mark.slow
 @pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU path")
 @pytest.mark.nvcc
