@@ -85,9 +85,8 @@ def load(variant: Variant, source: Path, library: str | None, role: str, renamed
     if variant.kind == "triton":
         return Caller(variant, _load_python(variant, source, role, renamed))
     if variant.kind in NVCC_KINDS:
-        function = _load_shared_library(variant, source, library)
-        emulator = ctypes.CDLL(library)  # the same handle: dlopen counts references
-        return EmulatedCaller(variant, function, emulator) if hasattr(emulator, "kcourse_cuda_cpu_register") \
+        lib, function = _load_shared_library(variant, source, library)
+        return EmulatedCaller(variant, function, lib) if hasattr(lib, "kcourse_cuda_cpu_register") \
             else Caller(variant, function)
     if variant.kind == "torch_op":
         return Caller(variant, _load_torch_op(variant, source, role))
@@ -147,7 +146,8 @@ def _exec_renamed(module, source: Path, renamed: dict[str, str]) -> None:
     exec(compile(text, str(source), "exec"), module.__dict__)
 
 
-def _load_shared_library(variant: Variant, source: Path, library: str | None) -> Callable:
+def _load_shared_library(variant: Variant, source: Path, library: str | None) -> tuple[ctypes.CDLL, Callable]:
+    """The library and its entry point (the CPU emulator's libraries export more: loading's EmulatedCaller)."""
     if library is None:
         raise EntryError("build_error", "no compiled library to load")
     lib = ctypes.CDLL(library)
@@ -166,7 +166,7 @@ def _load_shared_library(variant: Variant, source: Path, library: str | None) ->
             f"({', '.join(a.name for a in variant.args)}): keep the stub's signature",
         )
     function.restype = None
-    return function
+    return lib, function
 
 
 def _load_torch_op(variant: Variant, source: Path, role: str) -> Callable:
