@@ -14,9 +14,9 @@ from pathlib import Path
 
 import click
 
-from grader import console
-from grader.discovery import ResolveError, resolve
-from grader.spec import SpecError
+from grader.core.discovery import ResolveError, resolve
+from grader.core.spec import SpecError
+from grader.reports import console
 
 STARTED = time.monotonic()  # for the `imports` phase: the grader's own start-up (Python's is before this)
 
@@ -110,12 +110,12 @@ def main() -> None:
 def grade(words, lang, plan_id, source, submission, seed, timeout, as_json, strict, junit, gradescope, quick, verbose,
           no_sanitize) -> None:
     """Grade one exercise: `kcourse grade week2 reduction` or `kcourse grade reduction`."""
-    from grader import early
+    from grader.run import early
 
     target = _resolve(words, lang, plan_id, submission)
     child = early.start(target, source, submission)  # before the import below: their start-ups overlap it
 
-    from grader.grade import grade as run_grade
+    from grader.run.grade import grade as run_grade
 
     imports = time.monotonic() - STARTED
     result = run_grade(target, source=source, submission=submission, seed=seed, timeout_s=timeout, quick=quick,
@@ -137,7 +137,7 @@ def grade(words, lang, plan_id, source, submission, seed, timeout, as_json, stri
 def watch(words, lang, plan_id, source, submission, quick, no_sanitize) -> None:
     """Re-grade your file every time you save it (Ctrl-C to stop): `kcourse watch softmax`. For speed it
     times only the size the speed verdict is taken at; `kcourse grade` times every size."""
-    from grader.watch import watch as run_watch
+    from grader.commands.watch import watch as run_watch
 
     target = _resolve(words, lang, plan_id, submission)
 
@@ -162,7 +162,7 @@ def watch(words, lang, plan_id, source, submission, quick, no_sanitize) -> None:
 
 def _export(results, junit, gradescope, annotate: bool = True) -> None:
     """Write JUnit / Gradescope files; under GitHub Actions also print annotations (not into --json output)."""
-    from grader.exports import write_outputs
+    from grader.reports.exports import write_outputs
 
     for line in write_outputs(results, junit, gradescope):
         if annotate:
@@ -193,7 +193,8 @@ def _resolve(words, lang, plan_id, submission: Path | None = None):
               "stops at envcheck.BUDGET_S, and the GPU runs as many steps).")
 def env_check(as_json, no_training) -> None:
     """Check torch, CUDA, the GPU, nvcc, ninja and Triton; measure the GPU; time a small training run."""
-    from grader import envcheck, store
+    from grader.commands import envcheck
+    from grader.core import store
 
     record = envcheck.check_environment(training=not no_training)
     store.append(record)
@@ -206,7 +207,7 @@ def env_check(as_json, no_training) -> None:
 @click.option("--all", "show_all", is_flag=True, help="Show every plan.")
 def list_command(plan_id, show_all) -> None:
     """A plan, its weeks/days, exercises and your status (your best grade; the latest too where it differs)."""
-    from grader import listing
+    from grader.commands import listing
 
     try:
         click.echo(listing.format_plans(plan_id, show_all))
@@ -222,7 +223,7 @@ def _allow_unisolated_option(command):
 
 def _require_box(allowed: bool) -> None:
     """Many learners' code, or the kit's own validation, runs boxed or not at all unless the caller says so."""
-    from grader import box
+    from grader.child import box
 
     boxed, why = box.available()
     if not boxed and not allowed:
@@ -255,7 +256,7 @@ def validate(source, only, lang, plan_id, unit, seed, repeat, workers, as_json, 
              gradescope, allow_unisolated) -> None:
     """Grade every exercise with the solutions (must pass) or the stubs (must not pass), --repeat times each,
     one grade per GPU at once."""
-    from grader import validation
+    from grader.commands import validation
 
     _require_box(allow_unisolated)
 
@@ -263,7 +264,7 @@ def validate(source, only, lang, plan_id, unit, seed, repeat, workers, as_json, 
         targets = validation.select(only=set(only), lang=lang, plan_id=plan_id, unit=unit)
     except ResolveError as exc:
         raise click.UsageError(str(exc)) from None
-    from grader.paths import solutions_dir
+    from grader.core.paths import solutions_dir
 
     if source == "solutions" and not solutions_dir().is_dir():
         raise click.UsageError(f"{solutions_dir()} is missing: validating the solutions needs the instructor's "
@@ -284,7 +285,7 @@ def validate(source, only, lang, plan_id, unit, seed, repeat, workers, as_json, 
 
 def _merge_calibration(entries: dict) -> None:
     """validate --calibrate's figures into the calibration file (on stderr: stdout may be --json)."""
-    from grader import calibration
+    from grader.core import calibration
 
     if not entries:
         click.echo("calibration: nothing recorded (no exercise passed every run with a timed size; "
@@ -302,10 +303,11 @@ def _merge_calibration(entries: dict) -> None:
 @click.option("--missing", is_flag=True, help="Only the exercises with a timed size this GPU has no figure for yet.")
 def calibrate(only, missing) -> None:
     """Instructors, on a GPU: time every solution and record it in calibration/calibration.json."""
-    from grader import calibration
-    from grader.build import gpu_name
-    from grader.discovery import all_targets, solution_file
-    from grader.grade import cuda_available, grade as run_grade
+    from grader.core import calibration
+    from grader.core.discovery import all_targets, solution_file
+    from grader.run.grade import cuda_available
+    from grader.run.grade import grade as run_grade
+    from grader.toolchain.build import gpu_name
 
     if not cuda_available():
         raise click.UsageError("calibrate times the solutions on a GPU, and none was found here")
@@ -347,7 +349,7 @@ def report(which, plan_id, out_dir) -> None:
     Without --plan, weekN is the 11-week plan's and dayN the 5-day plan's; a key only another plan has
     (day9: the 100-day plan) is that plan's; a key several other plans share asks for --plan. The
     command prints which plan it used."""
-    from grader import reporting
+    from grader.reports import reporting
 
     try:
         note = reporting.resolution_note(which, plan_id)
@@ -364,7 +366,8 @@ def report(which, plan_id, out_dir) -> None:
 def release(target_dir) -> None:
     """Instructors: write the learner's kit to TARGET_DIR: the files git tracks, less solutions/, test fixtures
     and CI, with learner/README.md as its README (checked for leaked solution text)."""
-    from grader.release import ReleaseError, release as write_release
+    from grader.commands.release import ReleaseError
+    from grader.commands.release import release as write_release
 
     try:
         kit = write_release(target_dir)
@@ -379,14 +382,14 @@ def release(target_dir) -> None:
 
 
 def _cluster_options(command):
-    from grader.cluster_start import cluster_options
+    from grader.commands.cluster_start import cluster_options
 
     return cluster_options(command)
 
 
 def _submitted(submissions: Path, targets: list) -> list:
     """grade-batch's exercises without --all: those some learner has a file for (said on stderr)."""
-    from grader import batch
+    from grader.commands import batch
 
     found = batch.submitted_targets(submissions, targets)
     if not found:
@@ -402,7 +405,7 @@ def _submitted(submissions: Path, targets: list) -> list:
 
 def _require_committed_kit(allowed: bool) -> None:
     """A class is graded by the kit as committed: every learner judged by the same grader and references."""
-    from grader import kit
+    from grader.run import kit
 
     changed = kit.differs_from_git() or []
     if changed and not allowed:
@@ -411,7 +414,7 @@ def _require_committed_kit(allowed: bool) -> None:
 
 
 def _render_report(which: str, out_dir, plan_id):
-    from grader import portfolio, reporting
+    from grader.reports import portfolio, reporting
 
     return portfolio.render(out_dir) if which == reporting.PORTFOLIO else reporting.render(which, out_dir, plan_id)
 
@@ -441,10 +444,11 @@ def grade_batch(submissions, only, lang, plan_id, unit, out_dir, workers, seed, 
     machine, or on a Dask cluster (--scheduler, --cluster; docs/grading-a-class.md)."""
     _require_box(allow_unisolated)
     _require_committed_kit(allow_modified_kit)
-    from grader import batch, leaderboard, validation
-    from grader.batch_progress import Progress
-    from grader.cluster import ClusterError
-    from grader.cluster_start import ClusterOptions, close, start
+    from grader.commands import batch, validation
+    from grader.commands.batch_progress import Progress
+    from grader.commands.cluster import ClusterError
+    from grader.commands.cluster_start import ClusterOptions, close, start
+    from grader.reports import leaderboard
 
     options = ClusterOptions(workers=workers, **cluster)
     options.check()
@@ -481,7 +485,7 @@ def grade_batch(submissions, only, lang, plan_id, unit, out_dir, workers, seed, 
 @click.option("--plan", "plan_id", help="The plan (default: the 11-week plan).")
 def progress(plan_id) -> None:
     """Your plan as a checklist: each week/day, its topic and your best result (and the latest where it differs)."""
-    from grader.progress import format_progress
+    from grader.reports.progress import format_progress
 
     width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None  # a file or a pipe gets whole lines
     try:
@@ -496,8 +500,8 @@ def progress(plan_id) -> None:
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), help="Folder for the trace.")
 def profile(words, lang, plan_id, source, submission, ncu, out_dir) -> None:
     """Run your kernel under torch.profiler: the top kernels, and a trace to open in Perfetto."""
-    from grader import tools
-    from grader.reporting import reports_dir
+    from grader.commands import tools
+    from grader.reports.reporting import reports_dir
 
     target = _resolve(words, lang, plan_id, submission)  # a --file's suffix picks the version, as grade's does
     try:
@@ -512,7 +516,7 @@ def profile(words, lang, plan_id, source, submission, ncu, out_dir) -> None:
 @learner_code_options
 def tune(words, lang, plan_id, source, submission) -> None:
     """Time your kernel over the exercise's configurations (block sizes, num_warps, ...)."""
-    from grader import tools
+    from grader.commands import tools
 
     target = _resolve(words, lang, plan_id, submission)  # a --file's suffix picks the version, as grade's does
     try:
@@ -577,7 +581,7 @@ def compare_command(exercise, files, lang, seed, timeout, as_json, no_sanitize, 
     if given:
         raise click.UsageError(f"{', '.join(given)}: for `kcourse compare attention` only; "
                                f"`kcourse compare {exercise}` compares the files you name")
-    from grader import compare
+    from grader.commands import compare
 
     try:
         entries = compare.entries_for_files(exercise, list(files), lang)
@@ -591,7 +595,7 @@ def compare_command(exercise, files, lang, seed, timeout, as_json, no_sanitize, 
 
 
 def _compare_attention(source, config, lengths, seed, timeout, as_json) -> None:
-    from grader import compare_attention
+    from grader.commands import compare_attention
 
     def echo(row):
         if not as_json:
@@ -614,7 +618,7 @@ def _compare_attention(source, config, lengths, seed, timeout, as_json) -> None:
 @click.option("--force", is_flag=True, help="Overwrite an existing notebook.")
 def notebook(which, exercise, out_path, force) -> None:
     """Write the day 4 starter notebook: a PyTorch baseline, your Triton cell, profiling cells."""
-    from grader.notebook import NotebookError, write_notebook
+    from grader.toolchain.notebook import NotebookError, write_notebook
 
     target = _resolve((exercise,), "triton", None)
     try:

@@ -8,10 +8,10 @@ export PYTHONUNBUFFERED=1 KCOURSE_HOME=${KCOURSE_HOME:-/tmp/kcourse-home} KCOURS
 out=${OUT:-/tmp/kcourse-out}; mkdir -p "$out"
 k="python3 -m grader"
 only="--only vector_add --only softmax --only reduction --only gelu_op --only stream_overlap"
-python3 -c "from grader import box; print('box:', box.available())"
+python3 -c "from grader.child import box; print('box:', box.available())"
 python3 - <<'PY'
 import time, pathlib, tempfile, torch
-from grader import box
+from grader.child import box
 torch.zeros(1, device="cuda")  # a CUDA context, as the warm child has
 t = time.perf_counter()
 box.enter(box.policy(pathlib.Path(tempfile.mkdtemp()), pathlib.Path("x.py"), pathlib.Path.cwd()))

@@ -6,7 +6,7 @@ scan: solutions/scan/scan.cu's default build beside a few others of its defines 
 them); scan-trace: its TRACE builds' per-tile phase times (loads, look-back, stores), to see where the time goes. histogram (Triton) and layer_norm_backward: the solutions with their keyword options (tiles, warps, programs
 an SM); for the histogram also tl.histogram counting with no loads at all (scripts/design_kernels.py), its ceiling.
 Every candidate is checked against PyTorch first, into poisoned outputs (a wrong one is named and
-dropped), then all are timed alternately in one process (grader.timing: L2 flushed, median) with the anchor, and
+dropped), then all are timed alternately in one process (grader.child.timing: L2 flushed, median) with the anchor, and
 printed fastest first in GB/s and % of the measured copy bandwidth.
 """
 
@@ -24,8 +24,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 import design_kernels  # noqa: E402
-from grader import timing  # noqa: E402
-from grader.build import build_shared_library, gpu_arch  # noqa: E402
+
+from grader.child import timing  # noqa: E402
+from grader.toolchain.build import build_shared_library, gpu_arch  # noqa: E402
 
 SCAN_BUILDS = [{"ITEMS": 28}, {"SPREAD": 0}, {"ITEMS": 16}, {"READS": 2},  # beside the default (1024 x 24, SPREAD_MIN=6)
                {"SPREAD_MIN": 1}, {"SPREAD_MIN": 4}]  # mid sizes: one tile a block (the old default) and four
@@ -73,7 +74,7 @@ def print_rates(title: str, runs: dict[str, Callable[[], object]], nbytes: int, 
 # --- scan ----------------------------------------------------------------------------------------------------------
 
 def build_scan(label: str, defines: dict[str, int]):
-    """The solution built as a grade builds it (grader.build: its flags, its cache), with `defines`."""
+    """The solution built as a grade builds it (grader.toolchain.build: its flags, its cache), with `defines`."""
     built = build_shared_library(ROOT / "solutions/scan/scan.cu", gpu_arch(), defines=defines)
     if not built.ok:
         print(f"  {label}: did not build\n{built.log[-600:]}")

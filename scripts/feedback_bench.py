@@ -44,8 +44,8 @@ def one_shot(words, lang, solution: str) -> tuple[float, str]:
 
 def watch_latencies(words, lang, solution: str, saves: int = 3, quick: bool = False) -> list[tuple[float, str]]:
     """Save the file `saves` times; each figure is save -> verdict printed, with the status."""
-    from grader.discovery import resolve
-    from grader.watch import watch
+    from grader.commands.watch import watch
+    from grader.core.discovery import resolve
 
     folder = Path(tempfile.mkdtemp())
     path = folder / Path(solution).name
@@ -88,7 +88,7 @@ def watch_latencies(words, lang, solution: str, saves: int = 3, quick: bool = Fa
 
 def _record_events() -> list[tuple[float, str]]:
     """Every event the grading children send, with the time it arrived (this process runs watch itself)."""
-    from grader import sandbox
+    from grader.run import sandbox
 
     events: list[tuple[float, str]] = []
     original = sandbox.Child.event
@@ -113,8 +113,8 @@ def _timeline(events: list[tuple[float, str]], saved: float) -> str:
 
 
 def slowest_steps(exercise: str, lang: str | None, shown: int = 12) -> None:
-    from grader.discovery import resolve
-    from grader.grade import grade
+    from grader.core.discovery import resolve
+    from grader.run.grade import grade
 
     events = _record_events()
     for run in ("cold", "warm"):

@@ -56,7 +56,7 @@ EMULATED = {
 
 
 def pytest_collection_modifyitems(config, items):
-    from grader.build import find_nvcc
+    from grader.toolchain.build import find_nvcc
 
     no_gpu = pytest.mark.skip(reason="no NVIDIA GPU here: run `pytest -m gpu` on a GPU machine")
     no_nvcc = pytest.mark.skip(reason="nvcc not found: install the CUDA Toolkit")

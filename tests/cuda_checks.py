@@ -8,7 +8,8 @@ import subprocess
 from pathlib import Path
 
 from conftest import submission
-from grader import build
+
+from grader.toolchain import build
 
 
 def build_without_spills(sources: list[Path], defines: dict[str, int] | None = None) -> None:

@@ -13,9 +13,9 @@ from typing import Any, Callable
 
 import torch
 
-from grader.checking import compare, load_reference, reference_outputs
-from grader.inputs import generate, make_outputs, place, written_outside
-from grader.spec import Case, ExerciseSpec
+from grader.checks.checking import compare, load_reference, reference_outputs
+from grader.checks.inputs import generate, make_outputs, place, written_outside
+from grader.core.spec import Case, ExerciseSpec
 
 # A play gets the case's tensors (inputs in the case's layout, poisoned outputs) and parameters; it writes
 # the outputs in place, or returns the verdict code the kernel would get before any comparison ("cuda_error").
@@ -76,7 +76,8 @@ def rows_at_stride_n(t: torch.Tensor) -> torch.Tensor:
 
 def cuda_caller(spec: ExerciseSpec, source: Path, role: str = "learner"):
     """`source` built for this GPU and loaded as the grader loads it: call it with (tensors, params)."""
-    from grader import build, loading
+    from grader.child import loading
+    from grader.toolchain import build
 
     built = build.build_shared_library(source, build.gpu_arch())
     assert built.ok, built.log

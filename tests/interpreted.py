@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from grader.spec import ExerciseSpec
+from grader.core.spec import ExerciseSpec
 
 
 @contextmanager

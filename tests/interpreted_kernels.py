@@ -14,11 +14,11 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
-
-from grader.checking import compare, load_reference, reference_outputs
-from grader.inputs import generate, make_outputs, place, written_outside
-from grader.spec import Case, ExerciseSpec, Variant
 from interpreted import interpreter_on, load_interpreted  # noqa: F401 (re-exported for the tests)
+
+from grader.checks.checking import compare, load_reference, reference_outputs
+from grader.checks.inputs import generate, make_outputs, place, written_outside
+from grader.core.spec import Case, ExerciseSpec, Variant
 
 
 def case_named(spec: ExerciseSpec, label: str) -> Case:

@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
-
 from conftest import submission
-from grader.checking import compare, load_reference, reference_outputs
-from grader.discovery import discover_exercises, resolve
-from grader.grade import grade
-from grader.inputs import generate, make_outputs, place, written_outside
-from grader.spec import Case, ExerciseSpec
+
+from grader.checks.checking import compare, load_reference, reference_outputs
+from grader.checks.inputs import generate, make_outputs, place, written_outside
+from grader.core.discovery import discover_exercises, resolve
+from grader.core.spec import Case, ExerciseSpec
+from grader.run.grade import grade
 
 Model = Callable[[dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, Any]], None]
 

@@ -14,18 +14,17 @@ float32 and 16384x8192 bfloat16, its grade, the stub and each mistake failing th
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import ROOT
-from grader.checking import load_reference
-from grader.discovery import ResolveError, discover_exercises, resolve
-from grader.grade import grade
-from grader.spec import SpecError, load_spec
 from interpreted import load_module
 from interpreted_kernels import case_named, load_interpreted, verdict
+
+from grader.checks.checking import load_reference
+from grader.core.discovery import ResolveError, discover_exercises, resolve
+from grader.core.spec import SpecError, load_spec
+from grader.run.grade import grade
 
 SPEC = discover_exercises()["activations"]
 SOLUTION = ROOT / "solutions" / "activations" / "activations.py"
@@ -177,7 +176,7 @@ ANCHORS = {  # what PyTorch runs for each version, timed beside it
 @pytest.mark.solutions
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_each_version_runs_near_copy_bandwidth_beside_its_torch_anchor(dtype):
-    from grader import timing
+    from grader.child import timing
 
     solution = load_module(SOLUTION, "activations_solution_gpu")
     M, N = (8192 if dtype == torch.float32 else 16_384), 8192  # the spec's two 537 MB timed sizes

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from conftest import ROOT, submission
 from cuda_checks import build_without_spills, compile_fixtures, mutant
-from grader.checking import compare, load_reference, reference_outputs
-from grader.discovery import discover_exercises, resolve
-from grader.grade import grade
-from grader.inputs import generate, in_place_names, make_outputs, place, written_outside
 from simulated_kernels import first_failure
+
+from grader.checks.checking import compare, load_reference, reference_outputs
+from grader.checks.inputs import generate, in_place_names, make_outputs, place, written_outside
+from grader.core.discovery import discover_exercises, resolve
+from grader.run.grade import grade
 
 SPEC = discover_exercises()["adamw"]
 REFERENCE = load_reference(SPEC.folder / "reference.py")
@@ -247,7 +247,8 @@ def test_each_fixture_mistake_fails_numerics_on_the_gpu(name, tmp_path):
 def test_ladder_figures_beside_torch_fused_and_foreach_adamw():
     """Step 1 (one thread per element) and the solution, with torch's fused and foreach AdamW, at n = 2^25."""
     from cuda_rows import cuda_caller, gbps
-    from grader import timing
+
+    from grader.child import timing
 
     n = 1 << 25
     params = {"n": n, "lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.01, "step": 10}

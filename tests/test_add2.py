@@ -1,7 +1,7 @@
 """add2 (transformer-ops chapter 1): a kernel bound as a PyTorch operator and built three ways, and what the
 grader grew for it: versions named for what differs (jit, setup, cmake: picked with --lang), a project of
 several files (`files = [...]`: the learner's kernel copied beside the given wrapper, header and build
-files), and the setup.py and CMake builds beside torch's JIT loader (grader/op_build.py).
+files), and the setup.py and CMake builds beside torch's JIT loader (grader/toolchain/op_build.py).
 
 On the CPU: the versions resolve by name, each compiles the stub and the solution for sm_90, the given
 CMakeLists.txt configures against torch's CMake config (where cmake exists), setup.py names its extension
@@ -17,14 +17,23 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import ROOT, submission
 from cuda_checks import mutant
-from grader import build, op_build
-from grader.discovery import resolve
-from grader.grade import grade
-from grader.spec import SpecError, load_spec
-from simulated_kernels import cpu_cases, exercise, fails_somewhere, figure_line, first_failure, grade_fixture, store, verdicts
+from simulated_kernels import (
+    cpu_cases,
+    exercise,
+    fails_somewhere,
+    figure_line,
+    first_failure,
+    grade_fixture,
+    store,
+    verdicts,
+)
+
+from grader.core.discovery import resolve
+from grader.core.spec import SpecError, load_spec
+from grader.run.grade import grade
+from grader.toolchain import build, op_build
 
 SPEC = exercise("add2")
 FOLDER = ROOT / "exercises" / "add2"

@@ -10,15 +10,14 @@ one-line mistakes graded on the GPU."""
 
 from __future__ import annotations
 
-
 import pytest
 import torch
-
 from conftest import ROOT
 from cuda_rows import edited, gbps, rows_at_stride_n, verdict
-from grader.discovery import discover_exercises, resolve
-from grader.grade import grade
 from interpreted import load_module
+
+from grader.core.discovery import discover_exercises, resolve
+from grader.run.grade import grade
 
 SPEC = discover_exercises()["add_rms_norm"]
 SOLUTION = ROOT / "solutions" / "add_rms_norm" / "add_rms_norm.py"
@@ -72,7 +71,7 @@ MISTAKES = {  # name: (play, a label fragment of the case it must fail first, th
 
 
 def test_the_spec_takes_three_inputs_two_outputs_and_its_ladder_places_a_learner():
-    from grader import hints
+    from grader.checks import hints
 
     triton = SPEC.variant(None)
     assert [a.name for a in triton.args] == ["x", "residual", "weight", "out", "residual_out"]
@@ -84,7 +83,7 @@ def test_the_spec_takes_three_inputs_two_outputs_and_its_ladder_places_a_learner
 
 def test_the_reference_normalises_the_stored_sum():
     """float16, a residual 64x larger than x: the stored sum has lost x's low bits, and out follows it."""
-    from grader.checking import load_reference
+    from grader.checks.checking import load_reference
 
     reference = load_reference(SPEC.folder / "reference.py")
     gen = torch.Generator().manual_seed(0)
@@ -170,7 +169,7 @@ GPU_EDITS = {
 @pytest.mark.solutions
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_ladder_figures_and_the_solution_beats_eager_torch_near_copy_bandwidth(dtype):
-    from grader import timing
+    from grader.child import timing
 
     solution = load_module(SOLUTION, "add_rms_norm_solution")
     M, N = 16384, 4096

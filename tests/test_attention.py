@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from grader import memory, reporting, store
-from grader.console import format_timing
-from grader.records import FAILED, PASSED, SKIPPED, GradeResult, Timing
-from grader.spec import SpecError, load_spec
+from grader.checks import memory
+from grader.core import store
+from grader.core.records import FAILED, PASSED, SKIPPED, GradeResult, Timing
+from grader.core.spec import SpecError, load_spec
+from grader.reports import reporting
+from grader.reports.console import format_timing
 
 ROOT = Path(__file__).resolve().parent.parent
 LIMIT = "4 * B * H * N * (d + 2) + 2**20"
@@ -166,8 +168,8 @@ def materialising_flash(tmp_path: Path) -> Path:
 @pytest.mark.gpu
 @pytest.mark.solutions
 def test_flash_solution_allocates_nothing_and_a_kernel_holding_the_scores_fails_memory(tmp_path):
-    from grader.discovery import resolve
-    from grader.grade import grade
+    from grader.core.discovery import resolve
+    from grader.run.grade import grade
 
     result = grade(resolve(("flash_attention_v1",)), source="solutions", seed=3)
     checks = {c.name: c for c in result.checks}
@@ -188,8 +190,8 @@ def test_flash_solution_allocates_nothing_and_a_kernel_holding_the_scores_fails_
 @pytest.mark.gpu
 @pytest.mark.solutions
 def test_naive_attention_memory_grows_as_n_squared():
-    from grader.discovery import resolve
-    from grader.grade import grade
+    from grader.core.discovery import resolve
+    from grader.run.grade import grade
 
     result = grade(resolve(("naive_attention",)), source="solutions", seed=3)
     assert result.status == PASSED, result.verdict

@@ -18,17 +18,17 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import HAS_GPU, ROOT, _session_cache, submission
 from cuda_checks import mutant
-from grader import memory
-from grader.build import compile_check_torch_op
-from grader.checking import compare, load_reference, reference_outputs
-from grader.discovery import discover_exercises, resolve
-from grader.grade import grade
-from grader.hints import parse_ladder
-from grader.inputs import generate, place
-from grader.records import FAILED, PASSED, SKIPPED
+
+from grader.checks import memory
+from grader.checks.checking import compare, load_reference, reference_outputs
+from grader.checks.hints import parse_ladder
+from grader.checks.inputs import generate, place
+from grader.core.discovery import discover_exercises, resolve
+from grader.core.records import FAILED, PASSED, SKIPPED
+from grader.run.grade import grade
+from grader.toolchain.build import compile_check_torch_op
 
 SPEC = discover_exercises()["flash_attention_v1"]
 REFERENCE = load_reference(SPEC.folder / "reference.py")

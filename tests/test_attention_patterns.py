@@ -20,17 +20,18 @@ import math
 
 import pytest
 import torch
-
 from conftest import ROOT, submission
-from grader import exprs, speed
-from grader.checking import Comparison
-from grader.discovery import discover_exercises, resolve
-from grader.grade import grade
-from grader.inputs import _reference_module, generate
-from grader.spec import SpecError, load_spec
 from interpreted import interpreter_on, load_interpreted, load_module
 from interpreted_kernels import case_named
 from triton_judging import judge
+
+from grader.checks import speed
+from grader.checks.checking import Comparison
+from grader.checks.inputs import _reference_module, generate
+from grader.core import exprs
+from grader.core.discovery import discover_exercises, resolve
+from grader.core.spec import SpecError, load_spec
+from grader.run.grade import grade
 
 SPEC = discover_exercises()["attention_patterns"]
 SOLUTION = ROOT / "solutions" / "attention_patterns" / "attention_patterns.py"
@@ -221,7 +222,7 @@ def test_the_solution_never_reads_a_key_block_its_query_block_cannot_see(solutio
 @pytest.mark.solutions
 @pytest.mark.parametrize("version", VERSIONS)
 def test_each_version_passes_its_grade_on_the_gpu_with_its_figures(version):
-    from grader import memory
+    from grader.checks import memory
 
     result = grade(resolve(("attention_patterns",), lang=version), source="solutions", seed=3, record=False)
     assert result.status == "passed", result.verdict
@@ -267,7 +268,7 @@ def test_each_mistake_fails_its_grade_on_the_gpu(tmp_path, name):
 def test_the_window_beats_sdpa_with_its_mask_materialised_at_the_timed_size():
     """The anchor the README quotes: SDPA computes all N^2 scores. FlexAttention's figure, where torch has it,
     is printed beside (it skips blocks too, once compiled)."""
-    from grader import timing
+    from grader.child import timing
 
     module = load_module(SOLUTION, "attention_patterns_solution_gpu")
     reference = _reference_module(SPEC.folder / "reference.py")
@@ -291,7 +292,8 @@ def test_the_window_beats_sdpa_with_its_mask_materialised_at_the_timed_size():
 def flex_attention(q, k, v, window: int) -> dict:
     """FlexAttention with the window as a block mask, compiled; empty where this torch has none."""
     try:
-        from torch.nn.attention.flex_attention import create_block_mask, flex_attention as flex
+        from torch.nn.attention.flex_attention import create_block_mask
+        from torch.nn.attention.flex_attention import flex_attention as flex
     except ImportError:
         return {}
     n, scale = q.shape[2], 1 / math.sqrt(q.shape[-1])

@@ -1,5 +1,5 @@
 """autograd_function (days 66-69): forward and backward Triton kernels wrapped in a torch.autograd.Function,
-and the grader's `[checks] autograd_function` (grader/op_checks.py: the gradients check for a plain
+and the grader's `[checks] autograd_function` (grader/checks/op_checks.py: the gradients check for a plain
 autograd.Function, torch compute in the backward refused, torch.autograd.gradcheck in float64 on tiny cases).
 
 On the CPU: the solution passes a real grade (kernels under the Triton interpreter); the stub fails; each
@@ -13,15 +13,15 @@ import sys
 import types
 
 import pytest
-
 from conftest import ROOT
 from interpreted import interpreter_on
-from grader import op_checks
-from grader.checking import load_reference, reference_outputs
-from grader.discovery import resolve
-from grader.grade import grade
-from grader.inputs import generate, place, save_tensor
-from grader.spec import SpecError, load_spec
+
+from grader.checks import op_checks
+from grader.checks.checking import load_reference, reference_outputs
+from grader.checks.inputs import generate, place, save_tensor
+from grader.core.discovery import resolve
+from grader.core.spec import SpecError, load_spec
+from grader.run.grade import grade
 
 pytestmark = pytest.mark.solutions
 
@@ -188,7 +188,7 @@ def test_the_solution_passes_on_a_gpu_and_the_stub_fails():
 def test_forward_and_backward_beside_torch_near_copy_bandwidth(tmp_path):
     import torch
 
-    from grader import timing
+    from grader.child import timing
 
     path = tmp_path / "autograd_function_gpu.py"
     path.write_text(SOLUTION.read_text())

@@ -1,4 +1,4 @@
-"""The box around learner code (issue 38, grader/box.py): each attack is a learner file among the fixtures.
+"""The box around learner code (issue 38, grader/child/box.py): each attack is a learner file among the fixtures.
 For every one: a clear verdict, the grader lives, nothing earlier is lost, and the kit is unchanged."""
 
 from __future__ import annotations
@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import ROOT, SUBMISSIONS, submission
-from grader import box, store
+
+from grader.child import box
 from grader.cli import main
-from grader.discovery import resolve
-from grader.grade import grade
+from grader.core import store
+from grader.core.discovery import resolve
+from grader.run.grade import grade
 
 pytestmark = pytest.mark.skipif(not box.available()[0], reason="no Landlock on this kernel: nothing is boxed here")
 
@@ -37,7 +38,7 @@ def failing(result):
 
 def kit_digest(root: Path = ROOT) -> str:
     """The trusted files' content, as one digest (grader, specs, references, calibration, plans, templates)."""
-    from grader import kit
+    from grader.run import kit
 
     return hashlib.sha256(json.dumps(kit.snapshot(root), sort_keys=True).encode()).hexdigest()
 
@@ -68,7 +69,7 @@ def test_a_reference_rewritten_at_import_fails_both_grades_and_the_solution_stil
 @pytest.mark.solutions
 def test_unboxed_a_rewritten_reference_is_put_back_and_fails_every_grade(kit_copy, monkeypatch):
     """Where no box is possible (here forced), the kit check restores the file after the run."""
-    from grader import kit
+    from grader.run import kit
 
     monkeypatch.setenv(box.UNBOXED_ENV, "1")
     kit.write_manifest(kit_copy)  # a release: only files as shipped are put back
@@ -84,7 +85,7 @@ def test_unboxed_a_rewritten_reference_is_put_back_and_fails_every_grade(kit_cop
 
 @pytest.mark.solutions
 def test_the_header_says_once_when_nothing_boxes_the_learners_code(monkeypatch):
-    from grader.console import format_grade
+    from grader.reports.console import format_grade
 
     monkeypatch.setattr(box, "available", lambda: (False, "this kernel has no Landlock"))
     result = grade(resolve(VECTOR_ADD, lang="triton"), source="solutions", seed=5)
@@ -184,7 +185,7 @@ def test_host_code_that_dlopens_the_cached_solution_finds_nothing_and_fails_nume
 
 def test_the_box_costs_little_to_enter(tmp_path):
     """Measured in a fresh process: the policy, the limits, seccomp and Landlock (issue: <= 100 ms a grade)."""
-    code = ("import time, pathlib; from grader import box; t = time.perf_counter(); "
+    code = ("import time, pathlib; from grader.child import box; t = time.perf_counter(); "
             f"box.enter(box.policy(pathlib.Path({str(tmp_path)!r}), pathlib.Path('x.py'), pathlib.Path({str(ROOT)!r}))); "
             "print(time.perf_counter() - t)")
     seconds = float(subprocess.run([os.sys.executable, "-c", code], capture_output=True, text=True, check=True,
@@ -193,7 +194,7 @@ def test_the_box_costs_little_to_enter(tmp_path):
 
 
 def test_grade_batch_refuses_a_kit_that_differs_from_git_and_names_the_files(monkeypatch, tmp_path):
-    from grader import kit
+    from grader.run import kit
 
     monkeypatch.delenv("KCOURSE_ALLOW_MODIFIED_KIT")
     monkeypatch.setattr(kit, "differs_from_git", lambda root=None: ["exercises/softmax/reference.py"])
@@ -204,7 +205,7 @@ def test_grade_batch_refuses_a_kit_that_differs_from_git_and_names_the_files(mon
 
 def test_a_trusted_file_changed_since_git_is_named_in_the_grade_header(tmp_path):
     """Git's blob ids of the working files against the index: an edited reference shows, a stub does not."""
-    from grader import kit
+    from grader.run import kit
 
     root = tmp_path / "kit"
     (root / "exercises" / "x").mkdir(parents=True)

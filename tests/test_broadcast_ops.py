@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from conftest import ROOT, submission
-from grader.discovery import discover_exercises, resolve
-from grader.grade import grade
-from grader.inputs import generate
 from interpreted import as_model, load_interpreted
 from simulated_kernels import first_failure, trial_verdict
+
+from grader.checks.inputs import generate
+from grader.core.discovery import discover_exercises, resolve
+from grader.run.grade import grade
 
 SPEC = discover_exercises()["broadcast_ops"]
 SOLUTION = ROOT / "solutions" / "broadcast_ops" / "broadcast_ops.py"
@@ -54,7 +54,7 @@ def test_every_third_value_sits_exactly_on_the_threshold_in_both_trials(fragment
 
 
 def test_the_infinities_case_has_both_signs_and_the_reference_keeps_them_finite_elsewhere():
-    from grader.checking import load_reference, reference_outputs
+    from grader.checks.checking import load_reference, reference_outputs
 
     case = case_with("with_infinities")
     made = generate(SPEC, case, SEED)
@@ -64,7 +64,7 @@ def test_the_infinities_case_has_both_signs_and_the_reference_keeps_them_finite_
 
 
 def test_the_readme_ladder_places_a_learner_at_each_step():
-    from grader import hints
+    from grader.checks import hints
 
     steps = hints.read_ladder(SPEC, "triton")
     assert [s.number for s in steps] == [1, 2, 3] and all(s.roofline_pct for s in steps)
@@ -151,7 +151,7 @@ def test_the_solution_passes_and_prints_its_figures_beside_eager_pytorch():
 @pytest.mark.solutions
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_ladder_figures_at_8192_square_and_the_solution_beats_eager_near_copy_bandwidth(dtype):
-    from grader import timing
+    from grader.child import timing
 
     M = N = 8192
     x = torch.randn(M, N, device="cuda", dtype=dtype)

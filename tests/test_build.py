@@ -6,8 +6,8 @@ import pytest
 pytestmark = pytest.mark.solutions
 
 from conftest import ROOT, submission
-from grader import build
 
+from grader.toolchain import build
 
 
 @pytest.mark.nvcc
@@ -25,7 +25,7 @@ def test_solution_compiles_with_a_resource_report_and_hits_the_cache_next_time()
 def test_cache_hit_in_a_new_process_is_fast():
     source = ROOT / "solutions" / "reduction" / "reduction.cu"
     assert build.build_shared_library(source).ok
-    code = ("import time, pathlib; t = time.perf_counter(); from grader import build; "
+    code = ("import time, pathlib; t = time.perf_counter(); from grader.toolchain import build; "
             f"r = build.build_shared_library(pathlib.Path({str(source)!r})); "
             "print(r.cached, time.perf_counter() - t)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout.split()

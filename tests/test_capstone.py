@@ -12,18 +12,18 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import submission
-from grader import store
+
 from grader.capstone import data, kernels, report, run
-from grader.discovery import discover_exercises, solution_file
+from grader.core import store
+from grader.core.discovery import discover_exercises, solution_file
 
 
 def _activations():
     spec = discover_exercises()["activations"]
     return spec, spec.variants["gelu_tanh"]
-from grader.plans import Requirement
-from grader.progress import record_matches
+from grader.core.plans import Requirement
+from grader.reports.progress import record_matches
 
 
 @pytest.fixture(scope="module")
@@ -180,8 +180,8 @@ def _reference_kernels():
     import torch
     import torch.nn.functional as F
 
-    from grader.inputs import _reference_module
-    from grader.paths import exercises_dir
+    from grader.checks.inputs import _reference_module
+    from grader.core.paths import exercises_dir
 
     ce = _reference_module(exercises_dir() / "cross_entropy" / "reference.py")
     adamw = _reference_module(exercises_dir() / "adamw" / "reference.py")

@@ -2,10 +2,10 @@
 CPU, real child processes). CUDA-only failures (faults, hung kernels) are in test_gpu.py."""
 
 import pytest
-
 from conftest import submission
-from grader.discovery import resolve
-from grader.grade import grade
+
+from grader.core.discovery import resolve
+from grader.run.grade import grade
 
 VECTOR_ADD = ("week4", "vector_add")
 
@@ -97,7 +97,7 @@ def test_an_exception_shows_the_learners_frames_not_the_graders():
 
 @pytest.mark.solutions
 def test_loading_the_instructors_solution_is_refused_by_the_box():
-    from grader import box
+    from grader.child import box
 
     if not box.available()[0]:
         pytest.skip("no Landlock here: the unboxed test below covers this machine")
@@ -107,7 +107,7 @@ def test_loading_the_instructors_solution_is_refused_by_the_box():
 
 @pytest.mark.solutions
 def test_loading_the_instructors_solution_unboxed_is_caught(monkeypatch):
-    from grader import box
+    from grader.child import box
 
     monkeypatch.setenv(box.UNBOXED_ENV, "1")
     check = failing_check(grade_file(("softmax",), "softmax_imports_solution.py"))

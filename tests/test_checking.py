@@ -1,9 +1,10 @@
 import torch
 
-from grader.checking import compare, looks_cached, make_inputs, make_outputs
-from grader.inputs import free_poison_block, generate, make_outputs as outputs_in_layout, place, poison
-from grader.discovery import discover_exercises
-from grader.spec import Case, Tolerance
+from grader.checks.checking import compare, looks_cached, make_inputs, make_outputs
+from grader.checks.inputs import free_poison_block, generate, place, poison
+from grader.checks.inputs import make_outputs as outputs_in_layout
+from grader.core.discovery import discover_exercises
+from grader.core.spec import Case, Tolerance
 
 TOL = Tolerance(atol=1e-6, rtol=1e-5)
 

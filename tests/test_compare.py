@@ -6,13 +6,14 @@ import shutil
 
 import pytest
 from click.testing import CliRunner
-
-from grader import compare, reporting, store
-from grader.cli import main
-from grader.discovery import ResolveError
-from grader.records import Check, GradeResult, Timing
-
 from conftest import HAS_GPU, ROOT
+
+from grader.cli import main
+from grader.commands import compare
+from grader.core import store
+from grader.core.discovery import ResolveError
+from grader.core.records import Check, GradeResult, Timing
+from grader.reports import reporting
 
 GPU = {"name": "NVIDIA H100 80GB HBM3", "copy_gbps": 3002.0}
 
@@ -107,9 +108,9 @@ def fake_grade(monkeypatch):
         ms, status = outcomes[submission.name]
         return timed_result(target, ms, status=status)
 
-    import grader.grade
+    import grader.run.grade
 
-    monkeypatch.setattr(grader.grade, "grade", grade)
+    monkeypatch.setattr(grader.run.grade, "grade", grade)
     return calls, outcomes
 
 

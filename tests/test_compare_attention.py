@@ -9,15 +9,16 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
-from grader import compare_attention, reporting, store
-from grader.cli import main
-from grader.discovery import Target
-from grader.records import Check, GradeResult
-from grader.spec import load_spec
-
 from conftest import ROOT
 from test_reports import _red_pixels, env_record, grade_record
+
+from grader.cli import main
+from grader.commands import compare_attention
+from grader.core import store
+from grader.core.discovery import Target
+from grader.core.records import Check, GradeResult
+from grader.core.spec import load_spec
+from grader.reports import reporting
 
 H100 = {"name": "NVIDIA H100 80GB HBM3", "copy_gbps": 3002.0, "matmul_tflops_float16": 700.0}
 
@@ -32,7 +33,7 @@ def target(exercise: str, lang: str = "triton") -> Target:
 
 def graded(exercise: str, status: str, lang: str = "triton", file: str | None = None, numerics: str | None = None):
     """A grade of the exercise's own file (or `file`) with this status, as `kcourse grade` records it."""
-    from grader.grade import learner_file
+    from grader.run.grade import learner_file
 
     path = file or compare_attention._relative(learner_file(target(exercise, lang), "learner", None))
     store.append({"kind": "grade", "exercise": exercise, "lang": lang, "source": "learner", "file": path,
@@ -94,7 +95,7 @@ def test_a_passing_grade_of_another_file_or_numerics_skipped_does_not_admit_the_
 def test_a_version_that_does_not_take_the_sweeps_dtype_is_skipped_with_the_dtype_to_use(monkeypatch):
     import dataclasses
 
-    from grader.spec import Variant
+    from grader.core.spec import Variant
 
     if "dtypes" not in {f.name for f in dataclasses.fields(Variant)}:
         pytest.skip("this kit's specs cannot restrict a version's dtypes")
@@ -159,10 +160,10 @@ def fake_child(monkeypatch):
         result.add(Check("load", "passed", "loaded"))
         return result.finish()
 
-    import grader.grade
+    import grader.run.grade
 
-    monkeypatch.setattr(grader.grade, "grade", grade)
-    monkeypatch.setattr(grader.grade, "cuda_available", lambda: True)
+    monkeypatch.setattr(grader.run.grade, "grade", grade)
+    monkeypatch.setattr(grader.run.grade, "cuda_available", lambda: True)
     return calls, behaviour
 
 
@@ -335,7 +336,7 @@ def test_week10_without_a_sweep_says_how_to_make_one(isolated_state):
 
 def test_another_week_shows_no_sweep_unless_its_plan_requires_one(swept, monkeypatch):
     assert "Attention: every implementation" not in reporting.render("week2").read_text()
-    from grader.plans import Plan, Unit, load_plans
+    from grader.core.plans import Plan, Unit, load_plans
 
     plans = load_plans()
     plans["attention-bootcamp"] = Plan(id="attention-bootcamp", title="Attention", unit_name="day",
@@ -392,7 +393,7 @@ def test_a_partial_or_old_sweep_record_still_renders(old):
 # --- the child's side, where it runs on the CPU ----------------------------------------------------------------
 
 def test_each_length_is_the_specs_own_case_with_the_sweeps_sizes_and_no_causal_mask():
-    from grader.worker_attention import accepts, sweep_case
+    from grader.child.worker_attention import accepts, sweep_case
 
     config = {"B": 2, "H": 4, "d": 128, "dtype": "bfloat16"}
     flash = sweep_case(load_spec(ROOT / "exercises" / "flash_attention_v1"), config, 4096)
@@ -406,8 +407,8 @@ def test_each_length_is_the_specs_own_case_with_the_sweeps_sizes_and_no_causal_m
 def test_agreement_with_sdpa_allows_rounding_and_never_nan_or_unwritten_outputs():
     import torch
 
-    from grader.inputs import poison
-    from grader.worker_attention import agreement
+    from grader.checks.inputs import poison
+    from grader.child.worker_attention import agreement
 
     ref = torch.randn(2, 3, 17, 8).half()
     assert agreement(ref + 1e-3, ref, 2e-3, 1e-2)[1]
@@ -425,7 +426,8 @@ def child_on_the_cpu(monkeypatch):
     import dataclasses
     import types
 
-    from grader import memory, timing
+    from grader.checks import memory
+    from grader.child import timing
 
     monkeypatch.setattr(timing, "time_alternating", lambda functions, budget_s: {
         who: {"median_ms": 2.0 if who == "learner" else 1.0, "runs": 15, "spread": 0.0}
@@ -454,7 +456,7 @@ def sdpa(tensors):
 def test_the_childs_loop_times_each_length_and_stops_where_memory_runs_out(child_on_the_cpu):
     import torch
 
-    from grader.worker_attention import attention_sweep
+    from grader.child.worker_attention import attention_sweep
 
     seen = []
 
@@ -475,7 +477,7 @@ def test_the_childs_loop_times_each_length_and_stops_where_memory_runs_out(child
 
 
 def test_the_child_checks_what_a_torch_operator_returns_and_names_a_length_that_raised(child_on_the_cpu):
-    from grader.worker_attention import attention_sweep
+    from grader.child.worker_attention import attention_sweep
 
     def operator(tensors, params):  # kind torch_op: no output buffers are handed in; it returns `out`
         assert "out" not in tensors

@@ -11,13 +11,22 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import ROOT
-from grader import build, exprs
-from grader.discovery import resolve
-from grader.grade import grade
-from simulated_kernels import (cpu_cases, exercise, fails_somewhere, figure_line, first_failure, grade_fixture, store,
-                               verdicts)
+from simulated_kernels import (
+    cpu_cases,
+    exercise,
+    fails_somewhere,
+    figure_line,
+    first_failure,
+    grade_fixture,
+    store,
+    verdicts,
+)
+
+from grader.core import exprs
+from grader.core.discovery import resolve
+from grader.run.grade import grade
+from grader.toolchain import build
 
 SPEC = exercise("conv1d")
 
@@ -95,7 +104,7 @@ MISTAKES = {
 
 def test_the_reference_is_a_zero_padded_cross_correlation():
     x, w = torch.tensor([1.0, 2.0, 3.0]), torch.tensor([10.0, 100.0, 1000.0])
-    from grader.checking import load_reference
+    from grader.checks.checking import load_reference
 
     out = load_reference(SPEC.folder / "reference.py")(x, w)
     # out[0] = 0*10 + 1*100 + 2*1000; out[2] = 2*10 + 3*100 + 0*1000: tap k meets x[i + k - r]

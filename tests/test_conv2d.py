@@ -14,13 +14,22 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import ROOT
-from grader import build, exprs
-from grader.discovery import resolve
-from grader.grade import grade
-from simulated_kernels import (cpu_cases, exercise, fails_somewhere, figure_line, first_failure, grade_fixture, store,
-                               verdicts)
+from simulated_kernels import (
+    cpu_cases,
+    exercise,
+    fails_somewhere,
+    figure_line,
+    first_failure,
+    grade_fixture,
+    store,
+    verdicts,
+)
+
+from grader.core import exprs
+from grader.core.discovery import resolve
+from grader.run.grade import grade
+from grader.toolchain import build
 
 SPEC = exercise("conv2d")
 

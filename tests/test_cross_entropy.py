@@ -14,15 +14,15 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import ROOT, submission
 from cuda_checks import build_without_spills, compile_fixtures, mutant
 from cuda_rows import cuda_cases, misaligned_rows, rows_at_stride_n, verdict
-from grader.checking import load_reference
-from grader.discovery import discover_exercises, resolve
-from grader.grade import grade
-from grader.inputs import generate
 from simulated_kernels import first_failure
+
+from grader.checks.checking import load_reference
+from grader.checks.inputs import generate
+from grader.core.discovery import discover_exercises, resolve
+from grader.run.grade import grade
 
 SPEC = discover_exercises()["cross_entropy"]
 REFERENCE = load_reference(SPEC.folder / "reference.py")
@@ -282,7 +282,8 @@ def test_rows_at_any_offset_and_past_shared_memory_stay_exact(V, x_shift, d_shif
 
 def _solution_with(**defines):
     """The solution built for this GPU with -D defines, loaded as the grader loads it."""
-    from grader import build, loading
+    from grader.child import loading
+    from grader.toolchain import build
 
     built = build.build_shared_library(SOLUTION, build.gpu_arch(), defines=defines)
     assert built.ok, built.log
@@ -296,7 +297,8 @@ def test_ladder_figures_beside_torch_forward_and_backward():
     (the grader's "torch" figure) and its forward alone (F.cross_entropy, the issue's anchor: 1,231 GB/s
     counting one read of the logits)."""
     from cuda_rows import cuda_caller, gbps
-    from grader import timing
+
+    from grader.child import timing
 
     M, V = 8192, 32_768
     x = torch.randn(M, V, device="cuda").to(torch.bfloat16)

@@ -19,16 +19,16 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import ROOT, submission
 from cuda_checks import fixture_fails, fixture_passes_numerics, mutant
-from grader import build
-from grader.checking import judge_output
-from grader.discovery import resolve
-from grader.grade import grade
-from grader.inputs import make_outputs, place
-from grader.spec import SpecError, load_spec
 from simulated_kernels import cpu_cases, exercise, figure_line, first_failure, store, trial_data
+
+from grader.checks.checking import judge_output
+from grader.checks.inputs import make_outputs, place
+from grader.core.discovery import resolve
+from grader.core.spec import SpecError, load_spec
+from grader.run.grade import grade
+from grader.toolchain import build
 
 BLAS1, GEMM = exercise("cublas_blas1"), exercise("cublas_gemm")
 NVCC = build.find_nvcc()

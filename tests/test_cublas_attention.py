@@ -14,13 +14,13 @@ import math
 
 import pytest
 import torch
-
 from conftest import ROOT
 from cuda_checks import fixture_fails, mutant
-from grader import build
-from grader.discovery import resolve
-from grader.grade import grade
 from simulated_kernels import cpu_cases, exercise, figure_line, first_failure, store, verdicts
+
+from grader.core.discovery import resolve
+from grader.run.grade import grade
+from grader.toolchain import build
 
 SPEC = exercise("cublas_attention")
 SOLUTION = ROOT / "solutions" / "cublas_attention" / "cublas_attention.cu"

@@ -15,13 +15,13 @@ from functools import lru_cache
 
 import pytest
 import torch
-
 from conftest import ROOT, submission
-from grader import build
-from grader.checking import judge_output, load_reference, reference_outputs
-from grader.discovery import discover_exercises, resolve
-from grader.grade import grade
-from grader.inputs import generate, make_outputs, place, written_outside
+
+from grader.checks.checking import judge_output, load_reference, reference_outputs
+from grader.checks.inputs import generate, make_outputs, place, written_outside
+from grader.core.discovery import discover_exercises, resolve
+from grader.run.grade import grade
+from grader.toolchain import build
 
 EXERCISES = ("matrix_add", "matrix_transform", "transpose")
 GRID_Y_LIMIT = 65535
@@ -247,7 +247,7 @@ def test_matrix_transform_reference_is_the_readmes_formula():
 
 
 def test_strides_are_passed_per_tensor_and_timed_bytes_count_every_access():
-    from grader import exprs
+    from grader.core import exprs
 
     moved = {"matrix_add": 3, "matrix_transform": 2, "transpose": 2}
     for exercise in EXERCISES:
@@ -262,8 +262,8 @@ def test_strides_are_passed_per_tensor_and_timed_bytes_count_every_access():
 @pytest.mark.parametrize("roofline,advice", [(30.0, "32-way bank conflict"), (55.0, "tile[32][33]"),
                                               (80.0, "float4")])
 def test_a_slow_transpose_is_sent_to_the_next_step_coalescing_then_bank_conflicts(roofline, advice):
-    from grader import hints
-    from grader.records import Check, GradeResult
+    from grader.checks import hints
+    from grader.core.records import Check, GradeResult
 
     check = Check("speed", "failed", "rows=8192 cols=8192: too slow",
                   {"ratio": roofline / 90, "threshold": 0.75, "roofline_pct": roofline})

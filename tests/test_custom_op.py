@@ -1,5 +1,5 @@
 """custom_op (day 48): a Triton kernel registered with torch.library.custom_op, and the grader's operator
-checks (grader/op_checks.py: operator, opcheck, torch_compile, gradients).
+checks (grader/checks/op_checks.py: operator, opcheck, torch_compile, gradients).
 
 On the CPU: the solution passes every check in a real grade (its kernel under the Triton interpreter,
 torch.compile's inductor around the operator); the stub fails; each classic mistake of the day fails the
@@ -15,16 +15,16 @@ import sys
 import types
 
 import pytest
-
 from conftest import ROOT
 from interpreted import interpreter_on
-from grader import integrity, op_checks
-from grader.checking import compare, load_reference, reference_outputs
-from grader.discovery import resolve
-from grader.grade import grade
-from grader.inputs import generate, place, save_tensor
-from grader.loading import _exec_renamed
-from grader.spec import SpecError, load_spec
+
+from grader.checks import integrity, op_checks
+from grader.checks.checking import compare, load_reference, reference_outputs
+from grader.checks.inputs import generate, place, save_tensor
+from grader.child.loading import _exec_renamed
+from grader.core.discovery import resolve
+from grader.core.spec import SpecError, load_spec
+from grader.run.grade import grade
 
 pytestmark = pytest.mark.solutions
 
@@ -261,7 +261,7 @@ def load_gpu(name: str, tmp_path, text: str):
 def test_the_ladder_and_the_solution_beat_the_eager_composite_near_copy_bandwidth(tmp_path):
     import torch
 
-    from grader import timing
+    from grader.child import timing
 
     M, N = 8192, 8192
     x, r = torch.randn(M, N, device="cuda"), torch.randn(M, N, device="cuda")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from conftest import ROOT
 from interpreted import interpreter_on, load_interpreted
 

@@ -1,6 +1,6 @@
 import pytest
 
-from grader.discovery import ResolveError, resolve
+from grader.core.discovery import ResolveError, resolve
 
 
 def test_week_and_id_resolve_through_the_default_plan():
@@ -47,7 +47,7 @@ def test_exercise_not_in_that_week_names_the_week_and_its_exercises():
 
 
 def test_planned_but_unwritten_topic_is_reported_as_planned(tmp_path, monkeypatch):
-    from grader import discovery, plans
+    from grader.core import discovery, plans
 
     (tmp_path / "p.toml").write_text('id = "p"\n[[units]]\nkey = "day1"\ntitle = "x"\nplanned = ["a kernel to come"]\n')
     monkeypatch.setattr(discovery, "load_plans", lambda: plans.load_plans(tmp_path))  # the kit's plans have none left
@@ -63,13 +63,13 @@ def test_unknown_plan_suggests_the_nearest():
 def test_finding_an_exercise_does_not_import_torch():
     """`kcourse grade` resolves the exercise, then starts the worker, then imports torch: the worker's start-up
     (torch and a CUDA context, ~4 s) overlaps the grader's torch import only if resolving (every spec loaded
-    and validated) leaves torch alone. It once did not (a spec check imported grader.inputs), which cost every
+    and validated) leaves torch alone. It once did not (a spec check imported grader.checks.inputs), which cost every
     one-shot grade the import, ~2 s on an H200."""
     import subprocess
     import sys
 
-    code = ("import sys; from grader.discovery import resolve, all_targets; resolve(['week2', 'reduction']); "
-            "all_targets(); import grader.early; print('torch' in sys.modules)")
+    code = ("import sys; from grader.core.discovery import resolve, all_targets; resolve(['week2', 'reduction']); "
+            "all_targets(); import grader.run.early; print('torch' in sys.modules)")
     found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert found.stdout.strip() == "False"
 
@@ -77,7 +77,8 @@ def test_finding_an_exercise_does_not_import_torch():
 def test_without_a_gpu_the_interpreters_worker_starts_early_and_a_cuda_file_gets_none(monkeypatch):
     """The early worker overlaps its torch import with the grader's on a CPU machine too (a one-shot Triton
     grade 10 s -> 4 s on two cores); a CUDA file there is only compiled, so no worker is started for it."""
-    from grader import build, sandbox
+    from grader.run import sandbox
+    from grader.toolchain import build
 
     monkeypatch.setattr(build, "gpu_arch", lambda: None)
     started = []

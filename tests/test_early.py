@@ -1,4 +1,4 @@
-"""What `kcourse grade` starts before it imports torch (grader/early.py): on a GPU machine the child, the
+"""What `kcourse grade` starts before it imports torch (grader/run/early.py): on a GPU machine the child, the
 references' GPU process and nvcc, so that a one-shot grade pays the import once, overlapped."""
 
 import shutil
@@ -7,8 +7,9 @@ import threading
 import pytest
 from conftest import ROOT
 
-from grader import build, early, heavy, sandbox
-from grader.discovery import resolve
+from grader.core.discovery import resolve
+from grader.run import early, heavy, sandbox
+from grader.toolchain import build
 
 
 class _Child:

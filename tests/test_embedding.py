@@ -15,13 +15,21 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import ROOT, submission
 from cuda_checks import build_without_spills, compile_fixtures, fixture_fails, fixture_passes_numerics, mutant
-from grader.discovery import resolve
-from grader.grade import grade
-from simulated_kernels import (cpu_cases, exercise, fails_somewhere, figure_line, first_failure, store,
-                               trial_data, verdicts)
+from simulated_kernels import (
+    cpu_cases,
+    exercise,
+    fails_somewhere,
+    figure_line,
+    first_failure,
+    store,
+    trial_data,
+    verdicts,
+)
+
+from grader.core.discovery import resolve
+from grader.run.grade import grade
 
 FORWARD, BACKWARD = exercise("embedding"), exercise("embedding_backward")
 

@@ -1,5 +1,5 @@
 """An exercise's own hints ([[mistakes]] in its spec.toml): each classic mistake its README names says how it
-fails first and what the learner reads, tried before the grader's generic hints (grader/hints.py).
+fails first and what the learner reads, tried before the grader's generic hints (grader/checks/hints.py).
 
 The matcher logic on fake checks and the spec's errors run fast; the end-to-end test grades every mistake's
 fixture (tests/fixtures/submissions/, instructor-only) and expects that mistake's hint on the failing check."""
@@ -7,13 +7,13 @@ fixture (tests/fixtures/submissions/, instructor-only) and expects that mistake'
 from __future__ import annotations
 
 import pytest
-
 from conftest import HAS_GPU, SUBMISSIONS, submission
-from grader import hints
-from grader.discovery import discover_exercises, resolve
-from grader.records import FAILED, Check, GradeResult
-from grader.spec import SpecError, load_spec
 from unit.conftest import toy_spec, write_exercise
+
+from grader.checks import hints
+from grader.core.discovery import discover_exercises, resolve
+from grader.core.records import FAILED, Check, GradeResult
+from grader.core.spec import SpecError, load_spec
 
 SOFTMAX_OVERFLOW = "tl.exp of a large value overflows"  # the generic NaN hint's first cause: softmax's topic
 
@@ -153,7 +153,7 @@ def test_every_declared_mistake_names_a_fixture_that_exists():
 @pytest.mark.slow
 @pytest.mark.parametrize("exercise, mistake", DECLARED, ids=[f"{e}-{m.name}" for e, m in DECLARED])
 def test_each_mistakes_fixture_fails_with_its_own_hint(exercise, mistake):
-    from grader.grade import grade
+    from grader.run.grade import grade
 
     lang = mistake.lang or ("cuda" if mistake.fixture.endswith(".cu") else "triton")
     if lang == "cuda" and not HAS_GPU:

@@ -14,12 +14,12 @@ import time
 import torch
 from conftest import ROOT, submission
 
-from grader import console
-from grader.build import format_compiler_errors
-from grader.checking import compare
-from grader.discovery import resolve
-from grader.grade import grade
-from grader.spec import Tolerance
+from grader.checks.checking import compare
+from grader.core.discovery import resolve
+from grader.core.spec import Tolerance
+from grader.run import waiting
+from grader.run.grade import grade
+from grader.toolchain.build import format_compiler_errors
 
 
 def failing(result):
@@ -55,7 +55,7 @@ COMPILE = textwrap.dedent("""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-    from grader.worker import learner_error
+    from grader.child.worker import learner_error
     path = Path(sys.argv[1])
     spec = importlib.util.spec_from_file_location("kernel", path)
     module = importlib.util.module_from_spec(spec)
@@ -124,7 +124,7 @@ def test_a_hang_at_import_stops_at_the_specs_limit_with_still_running_lines(monk
     """The spec's timeout_s bounds loading (the interpreter's multiple is for kernels), said while it waits."""
     target = resolve(("softmax",), lang="triton")
     monkeypatch.setattr(target.variant, "timeout_s", 2)  # the run's limit on the CPU: 2 s x the interpreter factor
-    monkeypatch.setattr(console, "STILL_RUNNING_S", 0.5)
+    monkeypatch.setattr(waiting, "STILL_RUNNING_S", 0.5)
     terminal = Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
     begun = time.monotonic()
@@ -140,5 +140,5 @@ def test_a_hang_at_import_stops_at_the_specs_limit_with_still_running_lines(monk
 
 
 def test_still_running_lines_only_at_a_terminal():
-    assert not console.waiting_lines_wanted(io.StringIO())
-    assert console.waiting_lines_wanted(Terminal())
+    assert not waiting.waiting_lines_wanted(io.StringIO())
+    assert waiting.waiting_lines_wanted(Terminal())

@@ -17,14 +17,14 @@ import math
 
 import pytest
 import torch
-
 from conftest import ROOT, submission
-from grader.checking import load_reference, reference_outputs
-from grader.discovery import discover_exercises, resolve
-from grader.grade import grade
-from grader.inputs import generate
-from grader.spec import Case, SpecError, load_spec
 from interpreted import load_module
+
+from grader.checks.checking import load_reference, reference_outputs
+from grader.checks.inputs import generate
+from grader.core.discovery import discover_exercises, resolve
+from grader.core.spec import Case, SpecError, load_spec
+from grader.run.grade import grade
 
 FWD, BWD = "flash_attention_v2", "flash_attention_v2_backward"
 
@@ -88,7 +88,7 @@ def test_a_transform_returning_a_dict_runs_once_and_fills_each_input_by_name(tmp
                                            '    return {"b": a * 2, "c": a + 1, "calls": a * 0 + both.calls}\n')
     made = generate(spec, spec.cases[0], 3)
     assert torch.equal(made["b"], made["a"] * 2) and torch.equal(made["c"], made["a"] + 1)
-    from grader.inputs import _reference_module
+    from grader.checks.inputs import _reference_module
     assert _reference_module(spec.folder / "reference.py").both.calls == 1
 
 
@@ -227,7 +227,7 @@ def test_the_stub_imports_and_fails_as_not_implemented(exercise):
 @pytest.mark.solutions
 @pytest.mark.parametrize("exercise", [FWD, BWD])
 def test_the_solution_passes_with_its_figures_beside_torch(exercise):
-    from grader import memory
+    from grader.checks import memory
 
     result = grade(resolve((exercise,)), source="solutions", seed=3)
     assert result.status == "passed", result.verdict

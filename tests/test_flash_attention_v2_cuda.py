@@ -21,17 +21,17 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
-
-from conftest import ROOT, HAS_GPU, _session_cache, submission
+from conftest import HAS_GPU, ROOT, _session_cache, submission
 from cuda_checks import mutant
-from grader import memory
-from grader.build import compile_check_torch_op
-from grader.checking import compare, load_reference, reference_outputs
-from grader.discovery import discover_exercises, resolve
-from grader.grade import grade
-from grader.hints import parse_ladder
-from grader.inputs import generate, place
-from grader.records import FAILED, PASSED, SKIPPED
+
+from grader.checks import memory
+from grader.checks.checking import compare, load_reference, reference_outputs
+from grader.checks.hints import parse_ladder
+from grader.checks.inputs import generate, place
+from grader.core.discovery import discover_exercises, resolve
+from grader.core.records import FAILED, PASSED, SKIPPED
+from grader.run.grade import grade
+from grader.toolchain.build import compile_check_torch_op
 
 FWD, BWD = "flash_attention_v2", "flash_attention_v2_backward"
 EXERCISES = (FWD, BWD)

@@ -12,15 +12,14 @@ stub and a one-line edit of the solution on the GPU."""
 
 from __future__ import annotations
 
-
 import pytest
 import torch
-
 from conftest import ROOT
 from cuda_rows import edited, gbps, rows_at_stride_n, verdict
-from grader.discovery import discover_exercises, resolve
-from grader.grade import grade
 from interpreted import load_module
+
+from grader.core.discovery import discover_exercises, resolve
+from grader.run.grade import grade
 
 SPEC = discover_exercises()["fusion"]
 SOLUTION = ROOT / "solutions" / "fusion" / "fusion.py"
@@ -85,7 +84,7 @@ def numerics(result):
 
 
 def test_the_spec_takes_three_inputs_one_output_and_its_bar_needs_one_kernel():
-    from grader import hints
+    from grader.checks import hints
 
     triton = SPEC.variant(None)
     assert [a.name for a in triton.args] == ["x", "scale", "shift", "out"]
@@ -150,7 +149,7 @@ def test_the_unfused_three_kernel_fixture_passes_the_numerics():
 @pytest.mark.solutions
 @pytest.mark.parametrize("dtype, M, N", [(torch.bfloat16, 16_384, 8192), (torch.float32, 8192, 8192)])
 def test_the_fused_solution_beside_three_kernels_near_copy_bandwidth(dtype, M, N):
-    from grader import timing
+    from grader.child import timing
 
     solution = load_module(SOLUTION, "fusion_solution")
     unfused = load_module(UNFUSED, "fusion_unfused")
@@ -195,7 +194,7 @@ def triton_cdiv(a, b):
 @pytest.mark.gpu
 @pytest.mark.solutions
 def test_the_solution_passes_every_case_and_the_speed_bar_on_the_gpu():
-    from grader.console import format_timing
+    from grader.reports.console import format_timing
 
     result = grade(resolve(("fusion",)), source="solutions", seed=5, record=False)
     speed = next(c for c in result.checks if c.name == "speed")
@@ -208,7 +207,7 @@ def test_the_solution_passes_every_case_and_the_speed_bar_on_the_gpu():
 
 @pytest.mark.gpu
 def test_the_unfused_three_kernel_fixture_is_correct_but_fails_the_speed_bar_on_the_gpu():
-    from grader.console import format_timing
+    from grader.reports.console import format_timing
 
     result = grade(resolve(("fusion",)), submission=UNFUSED, seed=5, record=False)
     speed = next(c for c in result.checks if c.name == "speed")

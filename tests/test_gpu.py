@@ -6,11 +6,11 @@ import statistics
 import time
 
 import pytest
-
 from conftest import submission
-from grader import build
-from grader.discovery import all_targets, resolve
-from grader.grade import grade
+
+from grader.core.discovery import all_targets, resolve
+from grader.run.grade import grade
+from grader.toolchain import build
 
 pytestmark = [pytest.mark.gpu, pytest.mark.solutions]
 
@@ -81,7 +81,7 @@ def test_a_torch_op_that_calls_aten_is_caught():
 
 
 def test_a_plain_tiled_matmul_meets_the_threshold_and_tunes_over_tile_sizes():
-    from grader import tools
+    from grader.commands import tools
 
     result = grade(resolve(("week2", "matmul")), submission=submission("matmul_tiled.cu"), seed=2)
     assert result.status == "passed", result.verdict
@@ -97,7 +97,7 @@ def test_nsight_compute_profiles_the_learners_kernel_not_the_childs_start_up(tmp
     The learner's calls are now one NVTX range, and only kernels inside it are profiled."""
     import shutil
 
-    from grader import tools
+    from grader.commands import tools
 
     if shutil.which("ncu") is None:
         pytest.skip("Nsight Compute (ncu) is not on PATH")

@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from grader import batch, exports, leaderboard
-from grader.batch_progress import Progress
 from grader.cli import main
-from grader.discovery import resolve
-from grader.gradebook import Gradebook, row_key
-from grader.records import Check, GradeResult, Timing
+from grader.commands import batch
+from grader.commands.batch_progress import Progress
+from grader.core.discovery import resolve
+from grader.core.records import Check, GradeResult, Timing
+from grader.reports import exports, leaderboard
+from grader.reports.gradebook import Gradebook, row_key
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "submissions"
@@ -266,7 +267,7 @@ class KillOnStart(Progress):
 @pytest.mark.slow
 @needs_solutions
 def test_a_worker_killed_mid_task_has_it_regraded_elsewhere_and_the_rerun_adds_nothing(tmp_path, two_workers, targets):
-    from grader.cluster import DaskRunner
+    from grader.commands.cluster import DaskRunner
 
     subs = make_class(tmp_path / "subs", {
         "ada": {"vector_add.py": FIXTURES / "vector_add_hangs.py", "reduction.cu": REDUCTION},

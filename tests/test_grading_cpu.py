@@ -6,9 +6,10 @@ import pytest
 pytestmark = pytest.mark.solutions
 
 from conftest import HAS_GPU
-from grader import store
-from grader.discovery import all_targets, resolve
-from grader.grade import grade
+
+from grader.core import store
+from grader.core.discovery import all_targets, resolve
+from grader.run.grade import grade
 
 cpu_only = pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU path")
 
@@ -50,7 +51,7 @@ def test_every_grade_is_recorded_in_the_store():
 
 
 def test_a_missing_solutions_folder_is_an_error_not_a_traceback(monkeypatch, tmp_path):
-    for where in ("grader.discovery.solution_file", "grader.grade.solution_file"):  # the file graded, the one timed
+    for where in ("grader.core.discovery.solution_file", "grader.run.grade.solution_file"):  # the file graded, the one timed
         monkeypatch.setattr(where, lambda spec, variant: tmp_path / "nope.py")
     result = grade(resolve(("softmax",)), source="solutions", seed=1)
     assert result.status == "error" and "does not exist" in result.verdict

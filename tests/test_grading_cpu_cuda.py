@@ -7,8 +7,9 @@ import pytest
 pytestmark = pytest.mark.solutions
 
 from conftest import HAS_GPU
-from grader.discovery import all_targets, resolve
-from grader.grade import grade
+
+from grader.core.discovery import all_targets, resolve
+from grader.run.grade import grade
 
 cpu_only = pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU path")
 

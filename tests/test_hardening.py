@@ -7,11 +7,11 @@ from __future__ import annotations
 import shutil
 
 import pytest
-
 from conftest import ROOT, submission
-from grader import kit
-from grader.discovery import resolve
-from grader.grade import grade
+
+from grader.core.discovery import resolve
+from grader.run import kit
+from grader.run.grade import grade
 
 SOFTMAX, VECTOR_ADD, REDUCTION = ("softmax",), ("vector_add",), ("reduction",)
 
@@ -101,7 +101,7 @@ def test_a_patched_timer_cannot_claim_a_speed_the_kernel_did_not_reach():
 
 @pytest.mark.slow
 def test_a_failure_prints_one_seed_and_the_command_that_reproduces_it():
-    from grader.console import format_grade
+    from grader.reports.console import format_grade
 
     result = grade_file(VECTOR_ADD, "vector_add_wrong.py", lang="triton")
     text = format_grade(result)
@@ -130,7 +130,8 @@ def test_a_grader_error_while_drawing_inputs_is_the_graders_not_a_hang(monkeypat
     learner's code for hanging. It is reported as the grader's error, at once."""
     import time
 
-    from grader import judge, inputs
+    from grader.checks import inputs
+    from grader.run import judge
 
     def broken(spec, case, seed, trial=0, device="cpu"):
         if case.params.get("n", 0) > 100:
@@ -154,7 +155,7 @@ def test_recording_the_operators_does_not_load_torch_compile_and_still_sees_them
     import subprocess
     import sys
 
-    code = ("import sys, torch\nfrom grader import integrity\n"
+    code = ("import sys, torch\nfrom grader.checks import integrity\n"
             "_, before = integrity.ops_called(lambda: torch.ones(3) + 1)\n"
             "loaded = 'torch._dynamo' in sys.modules\n"
             "import torch._dynamo\n"

@@ -1,4 +1,4 @@
-"""References on the GPU (grader/heavy.py): asked for by the spec, used only where a GPU is, and the same
+"""References on the GPU (grader/run/heavy.py): asked for by the spec, used only where a GPU is, and the same
 inputs and answers as the CPU path."""
 
 import shutil
@@ -6,10 +6,10 @@ import shutil
 import pytest
 import torch
 
-from grader import heavy
-from grader.discovery import resolve
-from grader.inputs import generate
-from grader.spec import SpecError, load_spec
+from grader.checks.inputs import generate
+from grader.core.discovery import resolve
+from grader.core.spec import SpecError, load_spec
+from grader.run import heavy
 
 
 def _backward():
@@ -21,7 +21,7 @@ def test_the_attention_backward_asks_for_its_references_on_the_gpu():
 
 
 def test_without_a_gpu_the_references_stay_on_the_cpu(monkeypatch):
-    monkeypatch.setattr("grader.build.gpu_arch", lambda: None)
+    monkeypatch.setattr("grader.toolchain.build.gpu_arch", lambda: None)
     assert not heavy.wanted(_backward().spec)
 
 
@@ -44,7 +44,7 @@ def test_transforms_give_the_same_inputs_whatever_device_computes_them():
 
 @pytest.mark.gpu
 def test_gpu_references_equal_the_cpu_ones():
-    from grader.checking import load_reference, reference_outputs
+    from grader.checks.checking import load_reference, reference_outputs
 
     target = _backward()
     case = target.spec.cases[2]
@@ -170,7 +170,7 @@ def test_a_process_started_before_the_grade_is_taken_up_by_it(monkeypatch):
     """`kcourse grade` starts the GPU process before it imports torch (its start-up then overlaps the
     grader's and the child's); the grade's GpuCompute takes that one up rather than starting another,
     and one started for a grade that never got that far is ended."""
-    monkeypatch.setattr("grader.build.gpu_arch", lambda: "sm_90")
+    monkeypatch.setattr("grader.toolchain.build.gpu_arch", lambda: "sm_90")
     spec = _backward().spec
     heavy.start_early(spec, "reference", None)
     early = heavy._early[heavy._early_key(spec, "reference", None)][0]
@@ -190,6 +190,6 @@ def test_the_module_the_grader_starts_it_from_does_not_import_torch():
     import subprocess
     import sys
 
-    code = "import sys, grader.heavy; print('torch' in sys.modules)"
+    code = "import sys, grader.run.heavy; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True).stdout.strip() == "False"

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from conftest import submission
-from grader.checking import compare, load_reference, reference_keywords, reference_outputs
-from grader.discovery import Target, discover_exercises, resolve
-from grader.grade import grade
-from grader.inputs import INT_POISON, make_outputs, written_outside
-from grader.spec import Case, load_spec
+
+from grader.checks.checking import compare, load_reference, reference_keywords, reference_outputs
+from grader.checks.inputs import INT_POISON, make_outputs, written_outside
+from grader.core.discovery import Target, discover_exercises, resolve
+from grader.core.spec import Case, load_spec
+from grader.run.grade import grade
 
 SPEC = discover_exercises()["hello_cuda"]
 REFERENCE = load_reference(SPEC.folder / "reference.py")
@@ -261,7 +261,7 @@ def test_a_missing_bounds_check_fails_already_at_the_smallest_case():
 
 
 def test_timed_bytes_count_every_store():
-    from grader import exprs
+    from grader.core import exprs
 
     params = {"n": 8, "rows": 2, "cols": 3}
     stored = sum(o.numel() * o.element_size() for o in reference_outputs(REFERENCE, SPEC, {}, params))

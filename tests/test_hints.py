@@ -2,11 +2,12 @@
 read from the check's code and details (synthetic results here; one real grade at the end)."""
 
 import pytest
-
 from conftest import submission
-from grader import console, hints
-from grader.discovery import discover_exercises, resolve
-from grader.records import Check, GradeResult, Timing
+
+from grader.checks import hints
+from grader.core.discovery import discover_exercises, resolve
+from grader.core.records import Check, GradeResult, Timing
+from grader.reports import console
 
 
 def spec_of(exercise):
@@ -238,7 +239,7 @@ def test_real_grades_of_softmax_mistakes_get_their_own_hints(exercise, name, sta
 
 
 def hints_grade(target, name):
-    from grader.grade import grade
+    from grader.run.grade import grade
 
     result = grade(target, submission=submission(name), seed=11)
     hints.annotate(result, target.spec)  # a no-op once grade() annotates: a hint already there is kept
@@ -252,7 +253,7 @@ NO_FIGURES = {"vector_add:cuda": {1, 2}, "vector_add:triton": {1}, "sm_id:cuda":
 
 
 def test_every_step_of_a_timed_exercises_ladder_has_the_figure_the_next_step_hint_reads():
-    from grader.discovery import all_targets
+    from grader.core.discovery import all_targets
 
     missing = {}
     for target in all_targets():

@@ -8,17 +8,16 @@ real fixtures are graded, and the solution's and the ladder's figures printed be
 
 from __future__ import annotations
 
-
 import pytest
 import torch
-
-from cuda_checks import build_without_spills, compile_fixtures, figures, numerics
 from conftest import ROOT, submission
-from grader.checking import compare, load_reference, reference_outputs
-from grader.discovery import discover_exercises, resolve
-from grader.grade import grade
-from grader.inputs import generate, make_outputs
-from grader.spec import Case, SpecError, load_spec
+from cuda_checks import build_without_spills, compile_fixtures, figures, numerics
+
+from grader.checks.checking import compare, load_reference, reference_outputs
+from grader.checks.inputs import generate, make_outputs
+from grader.core.discovery import discover_exercises, resolve
+from grader.core.spec import Case, SpecError, load_spec
+from grader.run.grade import grade
 
 SPEC = discover_exercises()["histogram"]
 REFERENCE = load_reference(SPEC.folder / "reference.py")

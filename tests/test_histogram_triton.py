@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from conftest import ROOT, submission
-from grader.checking import compare, load_reference, reference_outputs
-from grader.discovery import discover_exercises, resolve
-from grader.grade import grade
-from grader.inputs import generate, make_outputs
 from interpreted import as_model, load_interpreted, load_module
 from simulated_kernels import first_failure, trial_verdict
+
+from grader.checks.checking import compare, load_reference, reference_outputs
+from grader.checks.inputs import generate, make_outputs
+from grader.core.discovery import discover_exercises, resolve
+from grader.run.grade import grade
 
 SPEC = discover_exercises()["histogram"]
 SOLUTION = ROOT / "solutions" / "histogram" / "histogram.py"
@@ -41,7 +41,7 @@ def test_the_cuda_version_stays_the_default_and_triton_is_picked_by_lang():
 
 
 def test_each_language_has_its_own_ladder_with_figures():
-    from grader import hints
+    from grader.checks import hints
 
     for lang in ("cuda", "triton"):
         steps = hints.read_ladder(SPEC, lang)
@@ -147,7 +147,7 @@ def test_the_solution_runs_near_tl_histograms_own_ceiling():
     """The solution's bar is not 85% of copy, which tl.histogram cannot reach (README: its ballots cost about 100
     instructions a warp for 32 values), but 85% of the rate of tl.histogram counting with no loads at all
     (scripts/design_kernels.py): the counting, not memory, is the limit. H200: 802 us against 765 (95%)."""
-    from grader import timing
+    from grader.child import timing
 
     designs = load_module(ROOT / "scripts" / "design_kernels.py", "design_kernels_gpu")
     solution = load_module(SOLUTION, "histogram_solution_gpu")

@@ -18,13 +18,15 @@ import nbformat
 import pytest
 from click.testing import CliRunner
 
-from grader import batch, console, envcheck, portfolio, progress, reporting, store, tools
-from grader.batch_progress import Progress
 from grader.cli import main
-from grader.discovery import ResolveError, resolve
-from grader.notebook import extract_submission, write_notebook
-from grader.paths import course_root
-from grader.records import Check, GradeResult, Timing
+from grader.commands import batch, envcheck, tools
+from grader.commands.batch_progress import Progress
+from grader.core import store
+from grader.core.discovery import ResolveError, resolve
+from grader.core.paths import course_root
+from grader.core.records import Check, GradeResult, Timing
+from grader.reports import console, portfolio, progress, reporting
+from grader.toolchain.notebook import extract_submission, write_notebook
 
 try:
     import tomllib

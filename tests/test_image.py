@@ -1,7 +1,7 @@
 """The day 8 image exercises — rgb_to_gray (uint8 RGB to uint8 luma, exact) and blur (a float32 box blur
 that averages only the pixels inside the image) — and what the grader grew for them: uint8 tensors.
 
-Growth (grader/spec.py, inputs.py, checking.py): "uint8" is a dtype; byte inputs are drawn over all 256
+Growth (grader/core/spec.py, inputs.py, checking.py): "uint8" is a dtype; byte inputs are drawn over all 256
 values; a byte output is poisoned with an ordinary byte (0xA5), so an element holding it counts as never
 written only where the answer is another value.
 
@@ -14,16 +14,24 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import ROOT
-from grader import build
-from grader.checking import compare
-from grader.discovery import resolve
-from grader.grade import grade
-from grader.inputs import BYTE_POISON, generate, make_outputs, written_outside
-from grader.spec import Case, Tolerance
-from simulated_kernels import (cpu_cases, exercise, fails_somewhere, figure_line, first_failure, grade_fixture, store,
-                               verdicts)
+from simulated_kernels import (
+    cpu_cases,
+    exercise,
+    fails_somewhere,
+    figure_line,
+    first_failure,
+    grade_fixture,
+    store,
+    verdicts,
+)
+
+from grader.checks.checking import compare
+from grader.checks.inputs import BYTE_POISON, generate, make_outputs, written_outside
+from grader.core.discovery import resolve
+from grader.core.spec import Case, Tolerance
+from grader.run.grade import grade
+from grader.toolchain import build
 
 GRAY = exercise("rgb_to_gray")
 BLUR = exercise("blur")
@@ -62,7 +70,7 @@ def test_a_store_past_the_end_of_a_byte_output_is_seen():
 
 def test_bytes_cross_to_the_child_and_back_as_raw_files(tmp_path):
     """The parent writes a trial's inputs as raw files and reads the child's outputs back the same way."""
-    from grader.inputs import load_tensor, save_tensor
+    from grader.checks.inputs import load_tensor, save_tensor
 
     rgb = generate(GRAY, Case({"H": 3, "W": 5}), seed=1)["rgb"]
     back = load_tensor(save_tensor(rgb, tmp_path / "rgb.bin"), expected_numel=45)
@@ -137,7 +145,7 @@ GRAY_MISTAKES = {
 
 
 def test_the_reference_rounds_halves_up_in_integers():
-    from grader.checking import load_reference
+    from grader.checks.checking import load_reference
 
     rgb = torch.tensor([[[0, 0, 0], [255, 255, 255], [1, 0, 0], [2, 0, 0], [0, 0, 5]]], dtype=torch.uint8)
     # 0.299 -> 0; 0.598 -> 1; 0.570 (B = 5) -> 1; white stays 255
@@ -226,7 +234,7 @@ BLUR_MISTAKES = {
 
 
 def test_the_blur_reference_averages_only_in_image_pixels():
-    from grader.checking import load_reference
+    from grader.checks.checking import load_reference
 
     img = torch.arange(9, dtype=torch.float64).reshape(3, 3)
     out = load_reference(BLUR.folder / "reference.py")(img, r=1)

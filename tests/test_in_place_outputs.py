@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grader.discovery import Target
-from grader.grade import grade
-from grader.inputs import in_place_names, make_outputs, unwritten, written_outside
-from grader.spec import Case, SpecError, load_spec
+from grader.checks.inputs import in_place_names, make_outputs, unwritten, written_outside
+from grader.core.discovery import Target
+from grader.core.spec import Case, SpecError, load_spec
+from grader.run.grade import grade
 
 AXPY_SPEC = """
 id = "axpy"

@@ -7,11 +7,12 @@ import xml.etree.ElementTree as ET
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import ROOT, submission
-from grader import calibration, exports
+
 from grader.cli import main
-from grader.records import Check, GradeResult
+from grader.core import calibration
+from grader.core.records import Check, GradeResult
+from grader.reports import exports
 
 pytestmark = pytest.mark.solutions
 
@@ -47,7 +48,7 @@ def test_validate_repeat_grades_each_exercise_that_many_times_and_says_how_many_
 
 def test_validate_times_every_size_on_a_targets_first_run_and_the_verdict_size_on_its_repeats(monkeypatch):
     """The repeats' speed verdict is taken at the same size; the other sizes' runs (~2 s a grade) are skipped."""
-    from grader import batch, validation
+    from grader.commands import batch, validation
 
     asked = []
 
@@ -65,8 +66,8 @@ def test_validate_times_every_size_on_a_targets_first_run_and_the_verdict_size_o
 
 def test_validate_calibrate_records_each_ok_exercises_first_run_and_nothing_else(monkeypatch, tmp_path):
     """The first run timed every size beside the solution; an exercise with a failed run records nothing."""
-    from grader import batch
-    from grader.records import Timing
+    from grader.commands import batch
+    from grader.core.records import Timing
 
     runs = {"vector_add": 0, "softmax": 0}
 
@@ -101,9 +102,9 @@ def test_validate_calibrate_records_each_ok_exercises_first_run_and_nothing_else
 
 
 def test_one_run_that_is_not_as_expected_makes_the_exercise_unexpected_with_that_runs_verdict():
-    from grader.discovery import resolve
-    from grader.records import GradeResult
-    from grader.validation import _row
+    from grader.commands.validation import _row
+    from grader.core.discovery import resolve
+    from grader.core.records import GradeResult
 
     def graded(status, verdict):
         result = GradeResult(exercise="reduction", lang="cuda", source="solutions", seed=1)
@@ -122,7 +123,7 @@ def test_one_run_that_is_not_as_expected_makes_the_exercise_unexpected_with_that
 # --- calibration --------------------------------------------------------------------------------
 
 def test_calibrate_missing_picks_the_solutions_without_figures_for_this_gpu_at_every_timed_size():
-    from grader.discovery import resolve
+    from grader.core.discovery import resolve
 
     scan, blur = resolve(["scan"]), resolve(["blur"])
     sizes = [c.label() for c in scan.spec.performance.cases]
@@ -232,15 +233,15 @@ def test_grade_batch_grades_everyone_even_when_one_learner_hangs(tmp_path):
 
 
 def test_validate_solutions_without_a_solutions_folder_is_a_clear_usage_error(tmp_path, monkeypatch):
-    monkeypatch.setattr("grader.paths.solutions_dir", lambda: tmp_path / "solutions")
+    monkeypatch.setattr("grader.core.paths.solutions_dir", lambda: tmp_path / "solutions")
     result = CliRunner().invoke(main, ["validate", "--source", "solutions"])
     assert result.exit_code == 2 and "solutions/ folder" in result.output
 
 
 def test_a_host_side_exercises_figures_name_its_speedup_over_its_own_serial_run():
     """stream_overlap's anchor is its own one-stream run, not PyTorch: validate's table says the speedup."""
-    from grader import validation
-    from grader.records import Timing
+    from grader.commands import validation
+    from grader.core.records import Timing
 
     result = GradeResult(exercise="stream_overlap", lang="cuda", source="solutions", seed=1)
     result.timings = [Timing("n=67108864 n_streams=4", learner_ms=10.0, solution_ms=10.0, unit="GB/s", solution_rate=84.0,

@@ -7,13 +7,12 @@ graded like a learner's submission (the kit ships no kernel text: it skips these
 
 from __future__ import annotations
 
-
 import pytest
-
 from conftest import ROOT
-from grader.discovery import resolve
-from grader.grade import grade
 from interpreted import load_module
+
+from grader.core.discovery import resolve
+from grader.run.grade import grade
 
 pytestmark = pytest.mark.solutions
 
@@ -67,7 +66,7 @@ def test_a_classic_mistake_fails_on_its_case(tmp_path, name, case):
 def test_ladder_figures_at_4096_square_and_the_solution_beats_torch_near_copy_bandwidth():
     import torch
 
-    from grader import timing
+    from grader.child import timing
 
     solution = load_module(SOLUTION, "ln_solution")
     M = N = 4096

@@ -11,17 +11,16 @@ tolerance of each output); the solution and the stub go through a whole grade, t
 
 from __future__ import annotations
 
-
 import pytest
 import torch
-
 from conftest import ROOT, submission
-from grader.checking import compare, load_reference, reference_outputs
-from grader.discovery import discover_exercises, resolve
-from grader.grade import grade
-from grader.inputs import generate, make_outputs, place, written_outside
-from grader.spec import Case, SpecError, load_spec
 from interpreted import load_module
+
+from grader.checks.checking import compare, load_reference, reference_outputs
+from grader.checks.inputs import generate, make_outputs, place, written_outside
+from grader.core.discovery import discover_exercises, resolve
+from grader.core.spec import Case, SpecError, load_spec
+from grader.run.grade import grade
 
 SPEC = discover_exercises()["layer_norm_backward"]
 SOLUTION = ROOT / "solutions" / "layer_norm_backward" / "layer_norm_backward.py"
@@ -234,7 +233,7 @@ def gpu_inputs(M, N, dtype):
 # kernel is 64 us, and stage 2's launch and the programs' last rows are a few of them: 0.8 (H200: 83-86%).
 @pytest.mark.parametrize("M, N, dtype, bar", [(4096, 4096, torch.float32, 0.8), (16384, 4096, torch.bfloat16, 0.85)])
 def test_ladder_figures_and_the_solution_beats_torch_near_copy_bandwidth(M, N, dtype, bar):
-    from grader import timing
+    from grader.child import timing
 
     atomics = load_module(submission("layer_norm_backward_atomics.py"), "lnb_atomics")
     locks = load_module(submission("layer_norm_backward_locks.py"), "lnb_locks")

@@ -17,16 +17,16 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import ROOT
-from grader.checking import Comparison, compare, load_reference, reference_outputs
-from grader.discovery import discover_exercises, resolve
-from grader.grade import grade
-from grader.inputs import generate
-from grader.spec import Case
 from interpreted import load_interpreted, load_module
 from interpreted_kernels import case_named as cases_named
 from triton_judging import judge
+
+from grader.checks.checking import Comparison, compare, load_reference, reference_outputs
+from grader.checks.inputs import generate
+from grader.core.discovery import discover_exercises, resolve
+from grader.core.spec import Case
+from grader.run.grade import grade
 
 SPEC = discover_exercises()["linear_gelu"]
 SOLUTION = ROOT / "solutions" / "linear_gelu" / "linear_gelu.py"
@@ -161,7 +161,7 @@ def test_two_versions_of_one_file_and_erf_is_the_default():
 
 
 def test_the_ladder_has_four_steps_with_estimated_figures():
-    from grader import hints
+    from grader.checks import hints
 
     steps = hints.read_ladder(SPEC, "triton")
     assert len(steps) == 4 and all(s.roofline_pct for s in steps)
@@ -233,7 +233,7 @@ def test_a_misplaced_bias_fails_a_real_grade_with_the_case_and_the_first_wrong_e
 
 
 def test_day51_of_the_100_day_plan_grades_both_versions():
-    from grader.plans import load_plans
+    from grader.core.plans import load_plans
 
     day = load_plans()["challenge-100-day"].unit("day51")
     assert [(e.id, e.lang) for e in day.exercises] == [("linear_gelu", "gelu_erf"), ("linear_gelu", "gelu_tanh")]
@@ -246,7 +246,7 @@ def test_day51_of_the_100_day_plan_grades_both_versions():
 @pytest.mark.solutions
 @pytest.mark.parametrize("dtype, M, N, K", [(torch.bfloat16, 8192, 14_336, 4096), (torch.float16, 4096, 4096, 4096)])
 def test_the_fused_solution_beside_two_kernels_eager_pytorch_and_cublas(dtype, M, N, K):
-    from grader import timing
+    from grader.child import timing
 
     solution = load_module(SOLUTION, "linear_gelu_solution_gpu")
     unfused = load_module(UNFUSED, "linear_gelu_unfused_gpu")
@@ -294,7 +294,7 @@ def test_each_version_of_the_solution_passes_its_grade_on_the_gpu(version):
 
 @pytest.mark.gpu
 def test_the_unfused_fixture_passes_the_numerics_and_is_slower_than_the_solution_on_the_gpu():
-    from grader.console import format_timing
+    from grader.reports.console import format_timing
 
     result = grade(resolve(("linear_gelu",)), submission=UNFUSED, seed=5, record=False)
     speed = next(c for c in result.checks if c.name == "speed")

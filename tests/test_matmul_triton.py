@@ -6,11 +6,11 @@ import json
 import pytest
 import torch
 
-from grader import timing, worker
-from grader.checking import compare, reference_outputs, load_reference
-from grader.discovery import discover_exercises
-from grader.inputs import generate
-from grader.speed import work_and_ceiling
+from grader.checks.checking import compare, load_reference, reference_outputs
+from grader.checks.inputs import generate
+from grader.checks.speed import work_and_ceiling
+from grader.child import timing, worker
+from grader.core.discovery import discover_exercises
 
 
 @pytest.fixture(scope="module")

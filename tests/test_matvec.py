@@ -12,14 +12,22 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from conftest import ROOT
-from grader import build
-from grader.discovery import resolve
-from grader.grade import grade
-from grader.loading import Caller
-from simulated_kernels import (cpu_cases, exercise, fails_somewhere, figure_line, first_failure, grade_fixture, store,
-                               verdicts)
+from simulated_kernels import (
+    cpu_cases,
+    exercise,
+    fails_somewhere,
+    figure_line,
+    first_failure,
+    grade_fixture,
+    store,
+    verdicts,
+)
+
+from grader.child.loading import Caller
+from grader.core.discovery import resolve
+from grader.run.grade import grade
+from grader.toolchain import build
 
 SPEC = exercise("matvec")
 

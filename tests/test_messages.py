@@ -2,10 +2,11 @@
 nvcc command to run by hand when it printed nothing), a file in the wrong language says which to give."""
 
 import pytest
-
 from conftest import submission
-from grader import build, loading
-from grader.discovery import resolve
+
+from grader.child import loading
+from grader.core.discovery import resolve
+from grader.toolchain import build
 
 
 def test_a_cu_file_given_to_a_triton_exercise_says_to_give_a_py_file_or_pick_cuda(tmp_path):
@@ -29,7 +30,7 @@ def test_an_exercise_without_a_cuda_version_says_so(tmp_path):
 
 
 def test_grading_a_cu_file_as_triton_is_a_load_verdict_not_a_traceback(tmp_path):
-    from grader.grade import grade
+    from grader.run.grade import grade
 
     source = tmp_path / "x.cu"
     source.write_text("x = 1\n")
@@ -84,15 +85,15 @@ def test_a_real_compile_error_gives_its_first_error_in_the_one_line_message():
 
 @pytest.mark.nvcc
 def test_the_verdict_of_a_compile_failure_names_the_error():
-    from grader.grade import grade
+    from grader.run.grade import grade
 
     result = grade(resolve(("reduction",)), submission=submission("reduction_broken.cu"), seed=5)
     assert result.verdict == 'reduction_broken.cu did not compile: reduction_broken.cu:5: error: identifier "undefined_function" is undefined'
 
 
 def test_a_grade_found_in_another_plan_than_the_default_names_that_plan_in_its_first_line():
-    from grader.console import format_grade
-    from grader.records import GradeResult
+    from grader.core.records import GradeResult
+    from grader.reports.console import format_grade
 
     def first_line(unit, plan):
         return format_grade(GradeResult(exercise="softmax", lang="cuda", source="learner", seed=1, unit=unit, plan=plan)
@@ -102,8 +103,8 @@ def test_a_grade_found_in_another_plan_than_the_default_names_that_plan_in_its_f
 
 
 def test_a_store_outside_a_row_sliced_output_points_at_the_row_stride_not_the_bounds_check():
-    from grader.judge import Judge
-    from grader.spec import Case
+    from grader.core.spec import Case
+    from grader.run.judge import Judge
 
     sliced = Case(params={"M": 3, "N": 2}, outputs={"C": {"layout": "row_slice"}})
     message = Judge._outside_message("M=3 N=2, trial 1", sliced, ["C"])

@@ -1,5 +1,5 @@
 """occupancy (100-day plan, day 23), and what the grader grew for it: the build check's theoretical
-occupancy per kernel (grader/occupancy.py) — registers and static shared memory from ptxas, threads per
+occupancy per kernel (grader/toolchain/occupancy.py) — registers and static shared memory from ptxas, threads per
 block from __launch_bounds__ (no figure without one), the SM's limits by architecture (sm_90's
 without a GPU, and said so) — with the limit that binds.
 
@@ -16,12 +16,21 @@ import subprocess
 
 import pytest
 import torch
-
 from conftest import ROOT
-from grader import build, occupancy
-from grader.discovery import resolve
-from grader.grade import grade
-from simulated_kernels import cpu_cases, exercise, fails_somewhere, figure_line, first_failure, grade_fixture, store, verdicts
+from simulated_kernels import (
+    cpu_cases,
+    exercise,
+    fails_somewhere,
+    figure_line,
+    first_failure,
+    grade_fixture,
+    store,
+    verdicts,
+)
+
+from grader.core.discovery import resolve
+from grader.run.grade import grade
+from grader.toolchain import build, occupancy
 
 SPEC = exercise("occupancy")
 SM90 = occupancy.LIMITS["sm_90"]

@@ -10,7 +10,6 @@ import textwrap
 import time
 
 import pytest
-
 from conftest import ROOT
 
 # The parent starts a child in its own session, as sandbox.Child does; the child starts a grandchild (the
@@ -19,7 +18,7 @@ PARENT = textwrap.dedent("""
     import subprocess, sys, time
     child = subprocess.Popen([sys.executable, "-c", '''
     import subprocess, sys, time
-    from grader.orphan import exit_with_parent
+    from grader.child.orphan import exit_with_parent
     exit_with_parent(poll_s=0.1)
     grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     print(grandchild.pid, flush=True)

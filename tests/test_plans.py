@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from grader import reporting, store
 from grader.cli import main
-from grader.paths import exercises_dir, plans_dir
-from grader.discovery import discover_exercises
-from grader.plans import Requirement, Unit, load_plans
-from grader.spec import load_spec, tomllib
+from grader.core import store
+from grader.core.discovery import discover_exercises
+from grader.core.paths import exercises_dir, plans_dir
+from grader.core.plans import Requirement, Unit, load_plans
+from grader.core.spec import load_spec, tomllib
+from grader.reports import reporting
 
 UNIT_FIELDS = {"key", "title", "exercises", "planned", "deliverable", "requires", "topics", "prompts", "reading"}
 EXERCISE_FIELDS = {"id", "lang", "extra"}
@@ -263,7 +264,7 @@ def test_the_transformer_course_follows_its_document_in_order():
         assert [text.index(n) for n in names] == sorted(text.index(n) for n in names)
 
 
-# --- Requirements besides exercises (grader/plans.py Requirement) ------------------------------------------
+# --- Requirements besides exercises (grader/core/plans.py Requirement) ------------------------------------------
 
 def test_a_requirement_is_a_record_kind_optionally_of_one_exercise_and_language_or_the_report():
     assert Requirement.parse("profile") == Requirement("profile")
@@ -283,7 +284,7 @@ def test_a_plan_with_an_unknown_requirement_names_the_file_and_the_unit(tmp_path
 
 
 def test_a_unit_with_only_a_planned_topic_is_planned_and_says_what_is_planned(tmp_path):
-    from grader.progress import unit_status, what_counts
+    from grader.reports.progress import unit_status, what_counts
 
     (tmp_path / "p.toml").write_text('id = "p"\n[[units]]\nkey = "day1"\ntitle = "x"\nplanned = ["a kernel to come"]\n')
     unit = load_plans(tmp_path)["p"].units[0]

@@ -1,14 +1,15 @@
-"""`kcourse report portfolio` (grader/portfolio.py): every result of the learner's in one document with its
+"""`kcourse report portfolio` (grader/reports/portfolio.py): every result of the learner's in one document with its
 plots; what is missing is said with the command that records it; its notes and the other reports' notes are
 kept; its notes sections finish days 99-100 of the 100-day plan (`requires = ["portfolio:projects"]`, ...)."""
 
 import pytest
 from click.testing import CliRunner
-
-from grader import portfolio, reporting, store
-from grader.cli import main
-from grader.plans import PORTFOLIO_SECTIONS, PlanError, Requirement, load_plans
 from test_reports import GPU, _red_pixels, env_record, grade_record
+
+from grader.cli import main
+from grader.core import store
+from grader.core.plans import PORTFOLIO_SECTIONS, PlanError, Requirement, load_plans
+from grader.reports import portfolio, reporting
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -3,9 +3,10 @@ latest attempt beside it when that is a different, worse one: a failed scratch f
 
 from click.testing import CliRunner
 
-from grader import reporting, store
 from grader.cli import main
-from grader.records import Check, GradeResult, Timing
+from grader.core import store
+from grader.core.records import Check, GradeResult, Timing
+from grader.reports import reporting
 
 
 def run(*args):
@@ -68,7 +69,7 @@ def test_the_day4_report_shows_the_notebooks_own_grade_after_a_newer_grade_of_th
 
 
 def test_progress_in_a_terminal_wraps_topic_and_what_counts_to_its_width():
-    from grader.progress import format_progress
+    from grader.reports.progress import format_progress
 
     whole = format_progress("cuda-11-week")
     assert max(len(line) for line in whole.splitlines()) > 150  # a file or a pipe: one line a unit, as before

@@ -1,13 +1,14 @@
-"""A unit's `requires` (grader/plans.py Requirement, checked in grader/progress.py): a record of a kind, of
+"""A unit's `requires` (grader/core/plans.py Requirement, checked in grader/reports/progress.py): a record of a kind, of
 one exercise and language where the plan names them, or the unit's report with every notes section
 written; `kcourse progress` says on the unit's line what counts and the command that records it."""
 
 from click.testing import CliRunner
 
-from grader import reporting, store
 from grader.cli import main
-from grader.plans import Plan, PlanExercise, Requirement, Unit
-from grader.progress import record_matches, report_notes, unit_status, what_counts
+from grader.core import store
+from grader.core.plans import Plan, PlanExercise, Requirement, Unit
+from grader.reports import reporting
+from grader.reports.progress import record_matches, report_notes, unit_status, what_counts
 
 
 def progress_line(key: str, plan: str = "challenge-100-day") -> str:

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from conftest import ROOT, submission
-from grader import hints
-from grader.discovery import discover_exercises, resolve
-from grader.grade import grade
 from interpreted import interpreter_on, load_interpreted, load_module
 from interpreted_kernels import case_named
 from triton_judging import judge
+
+from grader.checks import hints
+from grader.core.discovery import discover_exercises, resolve
+from grader.run.grade import grade
 
 # one worker runs the whole file (pytest-xdist --dist loadgroup): its interpreted kernels are loaded once
 pytestmark = [pytest.mark.solutions, pytest.mark.xdist_group("test_reduction_triton")]
@@ -110,7 +110,8 @@ def test_the_stub_imports_and_says_what_to_write():
 @pytest.mark.gpu
 def test_the_triton_ladder_beside_the_cuda_solution_and_torch_sum_at_2_to_the_28():
     from cuda_rows import cuda_caller
-    from grader import timing
+
+    from grader.child import timing
 
     n = 2**28
     x = torch.rand(n, device="cuda")

@@ -10,12 +10,12 @@ import sys
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import ROOT
+
 from grader.cli import main
-from grader.discovery import resolve
-from grader.notebook import write_notebook
-from grader.release import ReleaseError, release
+from grader.commands.release import ReleaseError, release
+from grader.core.discovery import resolve
+from grader.toolchain.notebook import write_notebook
 
 nbformat = pytest.importorskip("nbformat")
 
@@ -161,7 +161,7 @@ def test_the_kits_own_tests_pass_and_those_that_need_the_instructors_files_skip_
 
 
 def test_scaffolding_a_stub_gives_is_not_a_leak_but_a_stub_overwritten_with_its_solution_is(course, tmp_path):
-    from grader.release import solution_lines
+    from grader.commands.release import solution_lines
 
     telling = solution_lines(course)[course / "solutions/flash_attention_v1/flash_attention_v1.cu"]
     assert "const c10::DeviceGuard guard(q.device());" not in telling  # the operator's host code, given in the stub
@@ -172,7 +172,7 @@ def test_scaffolding_a_stub_gives_is_not_a_leak_but_a_stub_overwritten_with_its_
 
 
 def test_a_ladder_rung_shares_its_exercises_launcher_but_a_rung_copied_over_the_stub_is_a_leak(course, tmp_path):
-    from grader.release import solution_lines
+    from grader.commands.release import solution_lines
 
     rung = course / "solutions/tk_gemm/ladder/step2_wgmma.cu"
     launcher = "__global__ __launch_bounds__(THREADS) void gemm_kernel(const __grid_constant__ globals g) {"

@@ -3,9 +3,10 @@ with the data drawn; the learner's notes survive re-rendering."""
 
 import pytest
 
-from grader import plots, reporting, store
-from grader.plans import load_plans
-from grader.records import Check, GradeResult, Timing
+from grader.core import store
+from grader.core.plans import load_plans
+from grader.core.records import Check, GradeResult, Timing
+from grader.reports import plots, reporting
 
 GPU = {"name": "NVIDIA H100 80GB HBM3", "capability": "9.0", "memory_gb": 85.0, "multiprocessors": 132,
        "copy_gbps": 3002.0, "matmul_fp32_tflops": 51.6}
@@ -109,7 +110,7 @@ def _red_pixels(path):
 
 
 def test_plots_draw_the_learners_data(recorded, tmp_path):
-    from grader.records import grade_from_dict
+    from grader.core.records import grade_from_dict
 
     grades = [grade_from_dict(r) for r in store.latest_grades().values()]
     speed = plots.speed_vs_size(next(g for g in grades if g.exercise == "reduction"), tmp_path / "s.png")

@@ -7,10 +7,11 @@ import re
 import pytest
 from click.testing import CliRunner
 
-from grader import reporting, store
 from grader.cli import main
-from grader.plans import load_plans
-from grader.records import Check, GradeResult
+from grader.core import store
+from grader.core.plans import load_plans
+from grader.core.records import Check, GradeResult
+from grader.reports import reporting
 
 
 def cuda_grade_on_a_cpu_machine(exercise="reduction"):
@@ -124,7 +125,7 @@ def test_every_field_of_a_grade_record_is_shaped_for_the_templates():
     raw from old records: give it an entry in reporting.BY_ANNOTATION."""
     import dataclasses
 
-    from grader.records import Check, GradeResult, Timing
+    from grader.core.records import Check, GradeResult, Timing
 
     unknown = [f"{cls.__name__}.{f.name}: {f.type}" for cls in (GradeResult, Check, Timing)
                for f in dataclasses.fields(cls) if str(f.type) not in reporting.BY_ANNOTATION]

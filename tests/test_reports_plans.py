@@ -4,9 +4,9 @@ no documented default and several plans have it."""
 
 from click.testing import CliRunner
 
-from grader import reporting
 from grader.cli import main
-from grader.plans import Plan, Unit, load_plans
+from grader.core.plans import Plan, Unit, load_plans
+from grader.reports import reporting
 
 
 def run(*args):

@@ -10,12 +10,11 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import ROOT, submission
-from cuda_rows import (cuda_caller, cuda_cases, edited, float4_gated_on_n_only, gbps, rows_at_stride_n, verdict,
-                       verdicts)
-from grader.discovery import discover_exercises, resolve
-from grader.grade import grade
+from cuda_rows import cuda_caller, cuda_cases, edited, float4_gated_on_n_only, gbps, rows_at_stride_n, verdict, verdicts
+
+from grader.core.discovery import discover_exercises, resolve
+from grader.run.grade import grade
 
 SPEC = discover_exercises()["rms_norm"]
 SOLUTION = ROOT / "solutions" / "rms_norm" / "rms_norm.cu"
@@ -80,7 +79,7 @@ MISTAKES = {  # name: (play, a label fragment of a case it must fail, the verdic
 
 
 def test_the_spec_passes_strides_and_the_readme_ladder_is_the_three_versions():
-    from grader import hints
+    from grader.checks import hints
 
     cuda = SPEC.variant(None)
     assert [a.name for a in cuda.args] == ["x", "weight", "out", "M", "N", "x.stride(0)", "out.stride(0)"]
@@ -127,7 +126,7 @@ def _source(file):
 @pytest.mark.solutions
 @pytest.mark.nvcc
 def test_the_solution_and_stub_build_for_sm_90_and_the_edits_apply():
-    from grader import build
+    from grader.toolchain import build
 
     for source in (SOLUTION, STUB):
         built = build.build_shared_library(source)
@@ -141,7 +140,7 @@ def test_the_solution_and_stub_build_for_sm_90_and_the_edits_apply():
 @pytest.mark.gpu
 @pytest.mark.solutions
 def test_the_three_versions_figures_and_the_solution_beats_torch_near_copy_bandwidth(tmp_path):
-    from grader import timing
+    from grader.child import timing
 
     M, N = 16384, 4096
     x = torch.randn(M, N, device="cuda")

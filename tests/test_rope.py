@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import ROOT, submission
 from cuda_checks import mutant
 from cuda_rows import cuda_cases, verdict, verdicts
-from grader import exprs
-from grader.checking import load_reference
-from grader.discovery import discover_exercises, resolve
-from grader.grade import grade
-from grader.hints import read_ladder
-from grader.inputs import generate, transform_function
+
+from grader.checks.checking import load_reference
+from grader.checks.hints import read_ladder
+from grader.checks.inputs import generate, transform_function
+from grader.core import exprs
+from grader.core.discovery import discover_exercises, resolve
+from grader.run.grade import grade
 
 SPEC = discover_exercises()["rope"]
 REFERENCE = load_reference(SPEC.folder / "reference.py")

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from conftest import ROOT, submission
-from grader.discovery import discover_exercises, resolve
-from grader.grade import grade
 from interpreted import load_interpreted, load_module
 from interpreted_kernels import case_named
 from triton_judging import judge
+
+from grader.core.discovery import discover_exercises, resolve
+from grader.run.grade import grade
 
 # one worker runs the whole file (pytest-xdist --dist loadgroup): its interpreted kernels are loaded once
 pytestmark = [pytest.mark.solutions, pytest.mark.xdist_group("test_row_reduce")]
@@ -85,7 +85,7 @@ def test_the_spec_sums_in_float32_and_judges_max_and_argmax_exactly():
     assert outputs["sums"].dtype == "float32" and outputs["argmaxes"].dtype == "int64"
     assert (outputs["maxes"].check, outputs["argmaxes"].check) == ("exact_max", "first_max_index")
     assert [a.name for a in SPEC.variant(None).args] == ["x", "sums", "maxes", "argmaxes"]
-    from grader import hints
+    from grader.checks import hints
 
     steps = hints.read_ladder(SPEC, "triton")
     assert len(steps) == 3 and all(s.roofline_pct for s in steps)
@@ -118,7 +118,7 @@ def torch_three(x):
 @pytest.mark.gpu
 @pytest.mark.parametrize("M, N, floor", [(4096, 65536, 0.85), (64, 1_048_576, 0.80)])
 def test_the_solution_beats_torch_near_copy_bandwidth(M, N, floor):
-    from grader import timing
+    from grader.child import timing
 
     solution = load_module(SOLUTION, "row_reduce_solution_gpu")
     step1 = load_module(submission("row_reduce_block_reductions.py"), "row_reduce_step1_gpu")

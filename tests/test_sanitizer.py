@@ -7,11 +7,11 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from conftest import HAS_GPU, submission
-from grader import sanitize
-from grader.discovery import resolve
-from grader.grade import grade
+
+from grader.core.discovery import resolve
+from grader.run import sanitize
+from grader.run.grade import grade
 
 RACECHECK_LOG = """========= COMPUTE-SANITIZER
 ========= Error: Race reported between Write access at sum_kernel(const float *, float *, int)+0x1b0 in /tmp/k/try.cu:11
@@ -150,7 +150,7 @@ def test_a_spec_can_leave_a_tool_out_and_the_passed_check_says_which_and_why(tmp
 
 
 def test_an_unknown_tool_to_leave_out_is_a_spec_error(tmp_path):
-    from grader.spec import SpecError, _sanitizer_skip
+    from grader.core.spec import SpecError, _sanitizer_skip
 
     with pytest.raises(SpecError, match="racecheck, synccheck, memcheck, initcheck"):
         _sanitizer_skip({"synchcheck": "typo"}, "spec.toml: variants.cuda.sanitizer_skip")

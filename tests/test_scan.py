@@ -7,17 +7,16 @@ graded for real, and the solution's and the ladder's figures printed beside torc
 
 from __future__ import annotations
 
-
 import pytest
 import torch
-
-from cuda_checks import build_without_spills, compile_fixtures, figures, numerics
 from conftest import ROOT, submission
-from grader.checking import compare, load_reference, reference_outputs
-from grader.discovery import discover_exercises, resolve
-from grader.grade import grade
-from grader.inputs import generate, make_outputs
-from grader.spec import Case
+from cuda_checks import build_without_spills, compile_fixtures, figures, numerics
+
+from grader.checks.checking import compare, load_reference, reference_outputs
+from grader.checks.inputs import generate, make_outputs
+from grader.core.discovery import discover_exercises, resolve
+from grader.core.spec import Case
+from grader.run.grade import grade
 
 SPEC = discover_exercises()["scan"]
 REFERENCE = load_reference(SPEC.folder / "reference.py")
@@ -164,7 +163,7 @@ def test_each_call_runs_the_largest_build_whose_tiles_fill_the_gpu(tmp_path, def
     the second four: a GPU whose shared memory does not hold two 24-value tiles."""
     import subprocess
 
-    from grader import build
+    from grader.toolchain import build
 
     source = tmp_path / "picker.cu"
     source.write_text(PICKER.replace("SOLUTION", str(ROOT / "solutions" / "scan" / "scan.cu")))

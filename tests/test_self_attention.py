@@ -17,15 +17,24 @@ import math
 
 import pytest
 import torch
-
 from conftest import HAS_GPU, ROOT
 from cuda_checks import build_without_spills, compile_fixtures, mutant, numerics
-from grader.discovery import resolve
-from grader.grade import grade
-from grader.hints import parse_ladder
-from grader.records import PASSED, SKIPPED
-from simulated_kernels import (cpu_cases, exercise, figure_line, first_failure, grade_fixture, store, trial_data,
-                               trial_verdict, verdicts)
+from simulated_kernels import (
+    cpu_cases,
+    exercise,
+    figure_line,
+    first_failure,
+    grade_fixture,
+    store,
+    trial_data,
+    trial_verdict,
+    verdicts,
+)
+
+from grader.checks.hints import parse_ladder
+from grader.core.discovery import resolve
+from grader.core.records import PASSED, SKIPPED
+from grader.run.grade import grade
 
 SPEC = exercise("self_attention")
 STUB = SPEC.folder / "self_attention.cu"

@@ -1,7 +1,7 @@
 """sm_id (the 100-day challenge's day 6: which SM ran each block, read from %smid through inline PTX),
 and what the grader grew for it: an output whose right answer is not unique is judged by a property
 check that the exercise's reference.py defines and spec.toml names (`[outputs.X] check = "name"`),
-instead of elementwise comparison (grader/checking.py: judge_output).
+instead of elementwise comparison (grader/checks/checking.py: judge_output).
 
 On the CPU the grader's side is tested directly and end to end (a Triton exercise under the
 interpreter whose output may be any permutation); sm_id's check is tested on simulated outputs, right
@@ -13,14 +13,15 @@ import ctypes
 
 import pytest
 import torch
-
 from conftest import ROOT, submission
-from grader import build, exprs
-from grader.checking import judge_output, load_reference, reference_outputs
-from grader.discovery import Target, discover_exercises, resolve
-from grader.grade import grade
-from grader.inputs import INT_POISON, make_outputs
-from grader.spec import SpecError, load_spec
+
+from grader.checks.checking import judge_output, load_reference, reference_outputs
+from grader.checks.inputs import INT_POISON, make_outputs
+from grader.core import exprs
+from grader.core.discovery import Target, discover_exercises, resolve
+from grader.core.spec import SpecError, load_spec
+from grader.run.grade import grade
+from grader.toolchain import build
 
 SPEC = discover_exercises()["sm_id"]
 REFERENCE = load_reference(SPEC.folder / "reference.py")

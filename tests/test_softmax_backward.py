@@ -13,12 +13,12 @@ import sys
 
 import pytest
 import torch
-
 from conftest import ROOT, submission
-from grader.discovery import discover_exercises, resolve
-from grader.grade import grade
-from grader.inputs import generate, transform_function
-from grader.spec import Case, SpecError, load_spec
+
+from grader.checks.inputs import generate, transform_function
+from grader.core.discovery import discover_exercises, resolve
+from grader.core.spec import Case, SpecError, load_spec
+from grader.run.grade import grade
 
 MISTAKES = {
     # loads left in float16: the sum and dy - dot in float16 lose the answer when dy is near 60
@@ -132,7 +132,7 @@ def load_module(path, name):
 @pytest.mark.solutions
 @pytest.mark.parametrize("N", [781, 2000, 4096])
 def test_ladder_figures_and_the_solution_beats_torch_near_copy_bandwidth(N):
-    from grader import timing
+    from grader.child import timing
 
     two_pass = load_module(submission("softmax_backward_two_pass.py"), "sb_two_pass")
     one_read = load_module(submission("softmax_backward_fused.py"), "sb_fused")

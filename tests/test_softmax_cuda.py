@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from conftest import ROOT, submission
 from cuda_checks import build_without_spills, solution_edits_apply
-from cuda_rows import (cuda_caller, cuda_cases, edited, float4_gated_on_n_only, gbps, rows_at_stride_n, verdict,
-                       verdicts)
-from grader.discovery import discover_exercises, resolve
-from grader.grade import grade
+from cuda_rows import cuda_caller, cuda_cases, edited, float4_gated_on_n_only, gbps, rows_at_stride_n, verdict, verdicts
+
+from grader.core.discovery import discover_exercises, resolve
+from grader.run.grade import grade
 
 SPEC = discover_exercises()["softmax"]
 SOLUTION = ROOT / "solutions" / "softmax" / "softmax.cu"
@@ -105,7 +104,7 @@ def test_the_solution_builds_for_sm_90_without_spills_and_the_edits_apply():
 @pytest.mark.gpu
 @pytest.mark.solutions
 def test_ladder_figures_at_4096_square_and_the_solution_beats_torch_near_copy_bandwidth(tmp_path):
-    from grader import timing
+    from grader.child import timing
 
     M = N = 4096
     x = torch.randn(M, N, device="cuda")

@@ -1,9 +1,9 @@
 import pytest
 
-from grader import exprs
-from grader.discovery import discover_exercises
-from grader.plans import load_plans
-from grader.spec import SpecError, load_spec
+from grader.core import exprs
+from grader.core.discovery import discover_exercises
+from grader.core.plans import load_plans
+from grader.core.spec import SpecError, load_spec
 
 
 def test_every_exercise_spec_loads_and_has_its_files():

@@ -11,17 +11,16 @@ solution's figures printed beside torch's (cuSPARSE)."""
 
 from __future__ import annotations
 
-
 import pytest
 import torch
-
-from cuda_checks import build_without_spills, compile_fixtures, numerics
 from conftest import ROOT, submission
-from grader.checking import compare, load_reference, reference_outputs
-from grader.discovery import discover_exercises, resolve
-from grader.grade import grade
-from grader.inputs import generate, make_outputs, transform_function
-from grader.spec import Case, load_spec
+from cuda_checks import build_without_spills, compile_fixtures, numerics
+
+from grader.checks.checking import compare, load_reference, reference_outputs
+from grader.checks.inputs import generate, make_outputs, transform_function
+from grader.core.discovery import discover_exercises, resolve
+from grader.core.spec import Case, load_spec
+from grader.run.grade import grade
 
 SPEC = discover_exercises()["spmm_csr"]
 REFERENCE = load_reference(SPEC.folder / "reference.py")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grader import staging
-from grader.inputs import save_tensor
+from grader.checks.inputs import save_tensor
+from grader.child import staging
 
 
 def test_without_a_gpu_an_input_is_read_into_host_memory_as_written(tmp_path):

@@ -1,6 +1,6 @@
 import json
 
-from grader import store
+from grader.core import store
 
 
 def test_records_are_appended_and_read_back(isolated_state):

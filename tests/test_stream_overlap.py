@@ -16,12 +16,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
-from grader import speed
-from grader.discovery import discover_exercises
-from grader.spec import SpecError, load_spec
-from grader.worker_tools import device_concurrency
+
+from grader.checks import speed
+from grader.child.worker_tools import device_concurrency
+from grader.core.discovery import discover_exercises
+from grader.core.spec import SpecError, load_spec
 
 SOLUTION = ROOT / "solutions" / "stream_overlap" / "stream_overlap.cu"
 STUB = ROOT / "exercises" / "stream_overlap" / "stream_overlap.cu"
@@ -77,7 +77,7 @@ def test_baseline_args_must_be_parameters_of_every_timed_case(tmp_path):
 
 # --- the child: the baseline run and pinned tensors ----------------------------------------------------
 def make_worker(tmp_path):
-    from grader.worker import Worker
+    from grader.child.worker import Worker
 
     job = {"spec_folder": str(spec().folder), "lang": "cuda", "device": "cpu", "learner": str(STUB),
            "work_dir": str(tmp_path)}
@@ -136,7 +136,7 @@ def test_profile_summary_tells_serial_from_overlapped(tmp_path):
 
 
 def test_profile_table_prints_the_summary():
-    from grader.tools import format_profile
+    from grader.commands.tools import format_profile
 
     record = {"exercise": "stream_overlap", "lang": "cuda", "case": "n=8", "calls": 5, "device": "H100", "top": [],
               "trace": "t.json", "streams": 20, "most_at_once": 3, "overlap_pct": 71.4}
@@ -293,8 +293,8 @@ def test_emulated_stub_writes_nothing(tmp_path):
 def test_gpu_pinned_tensors_keep_values_layout_and_guard():
     import torch
 
-    from grader.inputs import make_outputs, unwritten, written_outside
-    from grader.worker import pinned
+    from grader.checks.inputs import make_outputs, unwritten, written_outside
+    from grader.child.worker import pinned
 
     case = spec().cases[3]
     out = make_outputs(spec(), case, "cpu")["y"]
@@ -309,8 +309,8 @@ def test_gpu_pinned_tensors_keep_values_layout_and_guard():
 @pytest.mark.gpu
 @pytest.mark.solutions
 def test_gpu_solution_passes_and_beats_one_stream_by_1_8x():
-    from grader.discovery import resolve
-    from grader.grade import grade
+    from grader.core.discovery import resolve
+    from grader.run.grade import grade
 
     result = grade(resolve(("stream_overlap",)), source="solutions", seed=11)
     assert result.status == "passed", result.verdict
@@ -323,8 +323,8 @@ def test_gpu_solution_passes_and_beats_one_stream_by_1_8x():
 @pytest.mark.gpu
 @pytest.mark.solutions
 def test_gpu_profile_shows_pinned_copies_overlapping_kernels(tmp_path):
-    from grader.discovery import resolve
-    from grader.tools import format_profile, run_profile
+    from grader.commands.tools import format_profile, run_profile
+    from grader.core.discovery import resolve
 
     record = run_profile(resolve(("stream_overlap",)), tmp_path, source="solutions")
     print("\n" + format_profile(record))

@@ -16,11 +16,11 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import ROOT
-from grader.discovery import discover_exercises, resolve
-from grader.grade import grade
 from interpreted_kernels import case_named, load_interpreted, verdict
+
+from grader.core.discovery import discover_exercises, resolve
+from grader.run.grade import grade
 
 SPEC = discover_exercises()["swiglu"]
 VARIANT = SPEC.variants["triton"]
@@ -129,7 +129,7 @@ def load_module(path, name):
 @pytest.mark.solutions
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_the_solution_beats_eager_near_copy_bandwidth(dtype):
-    from grader import timing
+    from grader.child import timing
 
     solution = load_module(SOLUTION, "swiglu_solution")
     M, H = (4096 if dtype == torch.float32 else 8192), 14_336  # the spec's two 704 MB timed sizes

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from grader import timing
+from grader.child import timing
 
 
 def test_the_head_start_covers_twice_the_hosts_time_within_its_floor_and_ceiling():
@@ -68,8 +68,8 @@ def test_the_probe_keeps_each_contestants_fastest_burst_so_a_busy_host_does_not_
     """Four grades at once on one host (H200): single bursts of an honest 0.04-ms softmax measured 3.4 ms a
     run. The parent keeps each contestant's fastest burst; a claim is still disbelieved when every burst
     is slow, as a patched timer's would be."""
-    from grader.records import Timing
-    from grader.speed import fastest_bursts, probe_disagrees
+    from grader.checks.speed import fastest_bursts, probe_disagrees
+    from grader.core.records import Timing
 
     record = Timing(case="n=1", learner_ms=0.0375)
     busy = [("baseline", 0.030, 1000), ("baseline", 0.045, 1000), ("baseline", 0.090, 1000),
@@ -84,7 +84,7 @@ def test_a_probe_trace_says_where_each_bursts_wall_clock_went(tmp_path):
     """KCOURSE_PROBE_TRACE's lines: the kernel-kept figures apart from what the child says of itself."""
     import json
 
-    from grader.hostload import burst_trace, main_thread_times, own_thread_times, write_trace
+    from grader.core.hostload import burst_trace, main_thread_times, own_thread_times, write_trace
 
     line = burst_trace("learner", 100, 0.5, (2.0, 1.0), (2.3, 1.1), (5.0, 3.0), (5.0, 3.25),
                        {"enqueue_s": 0.3, "sync_s": 0.2})
@@ -107,7 +107,7 @@ def test_where_the_probe_disagrees_another_programs_work_on_the_gpu_is_named_and
     import subprocess
     import sys
 
-    from grader import gpushare
+    from grader.core import gpushare
 
     helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
@@ -134,8 +134,8 @@ def test_the_gpu_searched_for_other_programs_is_the_grading_childs_own(monkeypat
     server) once asked nvidia-smi about GPU 0, found another lane's grades there and let a patched timer off as
     "not judged: GPU shared". The child's GPU is its UUID where it sent one (CUDA's order of GPUs need not be nvidia-smi's),
     else the CUDA_VISIBLE_DEVICES it inherited or was given."""
-    from grader import gpushare
-    from grader.sandbox import Child
+    from grader.core import gpushare
+    from grader.run.sandbox import Child
 
     assert gpushare.nvidia_smi_ids("1", "808331cc-c7be-48af") == ["GPU-808331cc-c7be-48af", "1"]
     assert gpushare.nvidia_smi_ids(None, "GPU-808331cc") == ["GPU-808331cc", "0"]
@@ -153,7 +153,7 @@ def test_a_uuid_nvidia_smi_does_not_know_falls_back_to_the_index(tmp_path, monke
     import os
     import sys
 
-    from grader import gpushare
+    from grader.core import gpushare
 
     fake = tmp_path / "nvidia-smi"
     fake.write_text('#!/bin/sh\ncase "$*" in *GPU-*) echo "No devices were found" >&2; exit 6;; esac\n'
@@ -168,7 +168,7 @@ def test_a_uuid_nvidia_smi_does_not_know_falls_back_to_the_index(tmp_path, monke
 def test_a_probe_burst_starts_only_after_the_graders_clock_has():
     """Child side: after each probe_start the child waits for the grader's go before it runs anything, so a
     grader slow to wake (a learner's CPU burners) can only lengthen the burst it measures, never shorten it."""
-    from grader.worker import Worker
+    from grader.child.worker import Worker
 
     log = []
 
@@ -191,8 +191,8 @@ def _probe_judge(burst_s: float = 0.0, rounds: int = 1):
     `sent` records each message the judge sends ("go", or the probe_again it sends after a probe), with the time."""
     import time as clock
 
-    from grader import judge as judge_module
-    from grader.records import GradeResult
+    from grader.core.records import GradeResult
+    from grader.run import judge as judge_module
 
     sent = []
 
@@ -227,7 +227,7 @@ def _probe_judge(burst_s: float = 0.0, rounds: int = 1):
 
 
 def _record():
-    from grader.records import Timing
+    from grader.core.records import Timing
 
     return Timing(case="n=1", learner_ms=2.0, solution_ms=None, torch_ms=None, solution_source="calibration")
 
@@ -235,7 +235,7 @@ def _record():
 def test_the_grader_starts_its_clock_before_it_lets_a_burst_run(monkeypatch):
     """Grader side: each probe_start is answered with a go after the clock starts; a burst's wall is at least
     the time the child spent after the go."""
-    from grader import speed
+    from grader.checks import speed
 
     judge, sent = _probe_judge(burst_s=0.02)
     seen = {}
@@ -248,7 +248,7 @@ def test_the_grader_starts_its_clock_before_it_lets_a_burst_run(monkeypatch):
 def test_a_traced_probe_writes_one_line_with_every_burst(tmp_path, monkeypatch):
     import json
 
-    from grader import speed
+    from grader.checks import speed
 
     monkeypatch.setenv("KCOURSE_PROBE_TRACE", str(tmp_path / "trace.jsonl"))
     monkeypatch.setattr(speed, "probe_disagrees", lambda record, probe: None)
@@ -259,9 +259,10 @@ def test_a_traced_probe_writes_one_line_with_every_burst(tmp_path, monkeypatch):
 
 
 def test_a_disagreeing_probe_on_a_gpu_another_program_uses_is_no_accusation(monkeypatch):
-    from grader import gpushare, speed
-    from grader.judge import Finished
-    from grader.records import ERROR
+    from grader.checks import speed
+    from grader.core import gpushare
+    from grader.core.records import ERROR
+    from grader.run.judge import Finished
 
     monkeypatch.setattr(speed, "probe_disagrees", lambda record, probe: "your run reported 0.1 ms per call, but ...")
     monkeypatch.setattr(gpushare, "other_gpu_processes", lambda *devices: ["4242 train.py"])
@@ -283,7 +284,7 @@ def test_a_probe_that_disagrees_once_is_probed_again_and_a_slow_moment_of_the_gp
     """An H200 once ran everything (the flush-only baseline, the solution, the learner) 2x slow for one probe,
     failing a correct scan as a patched timer 1 grade in 20. A disagreement is probed once more: a slow moment
     passes; a patched timer disagrees again (above)."""
-    from grader import speed
+    from grader.checks import speed
 
     verdicts = ["your run reported 0.3 ms per call, but the grader's own clock measured 0.66 ms", None]
     monkeypatch.setattr(speed, "probe_disagrees", lambda record, probe: verdicts.pop(0))
@@ -294,7 +295,7 @@ def test_a_probe_that_disagrees_once_is_probed_again_and_a_slow_moment_of_the_gp
 
 
 def test_the_child_probes_again_each_time_the_parent_asks_and_ends_when_it_does_not():
-    from grader.worker import Worker
+    from grader.child.worker import Worker
 
     replies, probes = [{"go": True}, {"probe_again": True}, {"probe_again": False}, {"never": "read"}], []
 
@@ -313,8 +314,8 @@ def test_the_judge_and_a_real_childs_probe_agree_on_every_message_when_it_probes
     import queue
     import threading
 
-    from grader import speed
-    from grader.worker import Worker
+    from grader.checks import speed
+    from grader.child.worker import Worker
 
     to_child, to_parent = queue.Queue(), queue.Queue()
 

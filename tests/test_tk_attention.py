@@ -17,14 +17,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
-
 from conftest import ROOT, _session_cache
 from cuda_checks import figures, mutant, numerics
 from cuda_rows import verdict
 from tk_checks import NO_TK, TK, with_tk  # noqa: F401 (with_tk: a fixture the tests use)
-from grader import build, thunderkittens
-from grader.discovery import discover_exercises, resolve
-from grader.grade import grade
+
+from grader.core.discovery import discover_exercises, resolve
+from grader.run.grade import grade
+from grader.toolchain import build, thunderkittens
 
 SPEC = discover_exercises()["tk_attention"]
 STUB = ROOT / "exercises" / "tk_attention" / "tk_attention.cu"

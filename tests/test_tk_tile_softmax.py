@@ -12,15 +12,16 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import ROOT, _session_cache
 from cuda_checks import figures, numerics
 from cuda_rows import verdict
 from tk_checks import SHARED_COPY, TK, needs_tk, with_tk  # noqa: F401 (with_tk: a fixture the tests use)
-from grader import build, envcheck, nvcc_errors, thunderkittens
-from grader.discovery import discover_exercises, resolve
-from grader.grade import grade
-from grader.spec import SpecError, load_spec
+
+from grader.commands import envcheck
+from grader.core.discovery import discover_exercises, resolve
+from grader.core.spec import SpecError, load_spec
+from grader.run.grade import grade
+from grader.toolchain import build, nvcc_errors, thunderkittens
 
 SPEC = discover_exercises()["tk_tile_softmax"]
 STUB = ROOT / "exercises" / "tk_tile_softmax" / "tk_tile_softmax.cu"

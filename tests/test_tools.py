@@ -8,16 +8,17 @@ import sys
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import ROOT
-from grader import store, tools
+
 from grader.cli import main
-from grader.discovery import resolve
-from grader.grade import grade
+from grader.commands import tools
+from grader.core import store
+from grader.core.discovery import resolve
+from grader.run.grade import grade
 
 nbformat = pytest.importorskip("nbformat")  # a dependency; absent only on bare GPU images
 
-from grader.notebook import NotebookError, extract_submission, write_notebook  # noqa: E402
+from grader.toolchain.notebook import NotebookError, extract_submission, write_notebook  # noqa: E402
 
 
 def run(*args):

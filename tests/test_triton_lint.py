@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
-from grader.discovery import resolve
-from grader.grade import grade
-from grader.triton_lint import plain_globals_in_kernels
+
+from grader.core.discovery import resolve
+from grader.run.grade import grade
+from grader.toolchain.triton_lint import plain_globals_in_kernels
 
 KIT_TRITON_FILES = sorted(p for folder in ("exercises", "solutions", "tests/fixtures") if (ROOT / folder).is_dir()
                           for p in (ROOT / folder).rglob("*.py") if "triton.jit" in p.read_text(errors="replace"))

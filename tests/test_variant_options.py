@@ -10,11 +10,12 @@ import ctypes
 import pytest
 import torch
 
-from grader import loading, sanitize
-from grader.discovery import discover_exercises, resolve
-from grader.inputs import place
-from grader.judge import _other_dtypes_note
-from grader.spec import SpecError, load_spec
+from grader.checks.inputs import place
+from grader.child import loading
+from grader.core.discovery import discover_exercises, resolve
+from grader.core.spec import SpecError, load_spec
+from grader.run import sanitize
+from grader.run.judge import _other_dtypes_note
 
 SPEC = """id = "{id}"
 {top}

@@ -1,4 +1,4 @@
-"""grade-batch starts each grade's child one grade ahead (grader/warm_children.py): fresh children only,
+"""grade-batch starts each grade's child one grade ahead (grader/run/warm_children.py): fresh children only,
 one spare per thread and device, and a spare nobody takes ends itself."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from grader.warm_children import WarmChildren
+from grader.run.warm_children import WarmChildren
 
 
 @pytest.mark.slow
@@ -65,7 +65,9 @@ def test_settle_returns_once_the_spare_has_warmed_up_and_drops_one_that_died():
 def test_grade_batch_settles_the_next_grades_spare_before_it_times(monkeypatch, tmp_path):
     """The spare's CUDA start-up once made a correct scan's probe disagree with its timing (1 grade in 10):
     grade_row hands the grade a before_timing that waits for it."""
-    from grader import batch, discovery, grade
+    from grader.commands import batch
+    from grader.core import discovery
+    from grader.run import grade
 
     target = discovery.resolve(("vector_add",), lang="triton")
     seen = {}
@@ -93,8 +95,9 @@ def test_grade_batch_settles_the_next_grades_spare_before_it_times(monkeypatch, 
 
 
 def test_before_timing_ends_the_sanitizer_first_then_what_the_caller_has_on_the_gpu(monkeypatch, tmp_path):
-    from grader import discovery, grade
-    from grader.records import GradeResult
+    from grader.core import discovery
+    from grader.core.records import GradeResult
+    from grader.run import grade
 
     order = []
 

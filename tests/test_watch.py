@@ -9,14 +9,14 @@ import time
 
 import pytest
 import torch
-
 from conftest import ROOT
-from grader import store
-from grader.discovery import resolve
-from grader.grade import PENDING, settle_sanitizer
-from grader.inputs import generate
-from grader.records import FAILED, PASSED, SKIPPED, Check, GradeResult
-from grader.watch import watch
+
+from grader.checks.inputs import generate
+from grader.commands.watch import watch
+from grader.core import store
+from grader.core.discovery import resolve
+from grader.core.records import FAILED, PASSED, SKIPPED, Check, GradeResult
+from grader.run.grade import PENDING, settle_sanitizer
 
 
 class FakeSanitizer:
@@ -98,7 +98,8 @@ def test_watch_grades_each_save_once_and_records_each_grade(tmp_path):
 
 @pytest.mark.slow
 def test_a_torch_operator_worker_pays_the_profilers_start_up_before_its_job(monkeypatch):
-    from grader import sandbox, worker
+    from grader.child import worker
+    from grader.run import sandbox
 
     assert sandbox.prewarm_env("torch_op") == {"KCOURSE_CHILD_PREWARM": "profiler"}
     assert sandbox.prewarm_env("cuda") == {} and sandbox.prewarm_env("triton") == {"KCOURSE_CHILD_PREWARM": "triton"}
@@ -115,7 +116,7 @@ def test_a_triton_worker_imports_triton_before_its_job():
     import subprocess
     import sys
 
-    code = "import sys; from grader import worker; worker.warm_up('cpu'); print('triton.language' in sys.modules)"
+    code = "import sys; from grader.child import worker; worker.warm_up('cpu'); print('triton.language' in sys.modules)"
     env = {"KCOURSE_CHILD_PREWARM": "triton", "TRITON_INTERPRET": "1"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, **env},
                           timeout=120)
@@ -125,8 +126,8 @@ def test_a_triton_worker_imports_triton_before_its_job():
 def test_watch_times_only_the_verdicts_size_unless_a_memory_bar_needs_every_size(monkeypatch):
     from types import SimpleNamespace
 
-    from grader import watch as watch_module
-    from grader.judge import Judge
+    from grader.commands import watch as watch_module
+    from grader.run.judge import Judge
 
     calls = []
 
@@ -168,8 +169,8 @@ def test_large_trials_and_the_timed_sizes_are_drawn_ahead_while_the_build_runs(t
     """Judge.prefetch, called before nvcc builds, draws the large trials' inputs (1 GB at reduction's 2^28)
     and the timed sizes' on a thread of its own: written for the child, the reference computed. Here the
     1,000,003-value case stands in for a large one, and two small sizes for the timed ones."""
-    from grader import judge as judge_module
-    from grader.judge import Judge
+    from grader.run import judge as judge_module
+    from grader.run.judge import Judge
 
     monkeypatch.setattr(judge_module, "PREFETCH_BYTES", 2**20)
     target = resolve(["reduction"], lang="cuda")
@@ -197,8 +198,8 @@ def test_large_trials_and_the_timed_sizes_are_drawn_ahead_while_the_build_runs(t
 
 def test_what_is_drawn_ahead_stays_within_its_budget(tmp_path, monkeypatch):
     """Past PREFETCH_BUDGET bytes, a large trial is drawn when its turn comes (AHEAD bounds that)."""
-    from grader import judge as judge_module
-    from grader.judge import Judge, input_bytes
+    from grader.run import judge as judge_module
+    from grader.run.judge import Judge, input_bytes
 
     target = resolve(["reduction"], lang="cuda")
     big = [c for c in target.spec.cases if not c.gpu_only][3]  # n = 1,000,003: 4 MB a trial, two trials
@@ -219,7 +220,7 @@ def test_watch_does_not_time_pytorch_beside_you_and_a_grade_does():
     runs are left out, a third of the timing phase with three contestants."""
     from types import SimpleNamespace
 
-    from grader.judge import Judge
+    from grader.run.judge import Judge
 
     spec = resolve(["vector_add"], lang="triton").spec
     judge = SimpleNamespace(spec=spec, _drawn=lambda *a: ({}, None), _timed_seed=lambda index: index)
@@ -235,9 +236,9 @@ def test_watch_does_not_time_pytorch_beside_you_and_a_grade_does():
 def test_the_next_grades_inputs_are_drawn_while_the_learner_edits_and_that_grade_uses_them(tmp_path, monkeypatch):
     """After a grade, watch makes the next one's judge (its child and seed chosen): its large inputs and
     their references are drawn before the save, and the grade that follows runs with that judge."""
-    from grader import judge as judge_module
-    from grader import watch as watch_module
-    from grader.judge import Judge
+    from grader.commands import watch as watch_module
+    from grader.run import judge as judge_module
+    from grader.run.judge import Judge
 
     monkeypatch.setattr(judge_module, "PREFETCH_BYTES", 0)  # every trial counts as large here
     made, ran = [], []
@@ -261,8 +262,8 @@ def test_the_next_grades_inputs_are_drawn_while_the_learner_edits_and_that_grade
 @pytest.mark.slow
 @pytest.mark.solutions
 def test_a_judge_made_ahead_for_another_seed_is_not_used_and_is_closed(tmp_path):
-    from grader import grade as grade_module
-    from grader.watch import _fresh_child
+    from grader.commands.watch import _fresh_child
+    from grader.run import grade as grade_module
 
     target = resolve(["vector_add"], lang="triton")
     child = _fresh_child(target)
@@ -276,7 +277,7 @@ def test_a_judge_made_ahead_for_another_seed_is_not_used_and_is_closed(tmp_path)
 def test_a_grading_child_keeps_triton_autotuning_results_on_disk(monkeypatch):
     """Every grade is a fresh child: without Triton's on-disk autotuning cache each one re-benchmarks every
     config of every tuning key (most of an FA v2 grade). A learner's own setting is left alone."""
-    from grader.sandbox import child_env
+    from grader.run.sandbox import child_env
 
     monkeypatch.delenv("TRITON_CACHE_AUTOTUNING", raising=False)
     assert child_env("cuda")["TRITON_CACHE_AUTOTUNING"] == "1"

@@ -10,9 +10,9 @@ import os
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
-from grader import thunderkittens
+
+from grader.toolchain import thunderkittens
 
 SHARED_COPY = ROOT.parent / "shared" / "thirdparty" / "ThunderKittens"
 

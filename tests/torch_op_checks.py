@@ -15,13 +15,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, _session_cache
-from grader.build import compile_check_torch_op
-from grader.spec import ExerciseSpec
 
-_BUILD = ("import sys; from pathlib import Path; from grader.discovery import discover_exercises; "
-          "from grader.loading import load; "
+from grader.core.spec import ExerciseSpec
+from grader.toolchain.build import compile_check_torch_op
+
+_BUILD = ("import sys; from pathlib import Path; from grader.core.discovery import discover_exercises; "
+          "from grader.child.loading import load; "
           "load(discover_exercises()[sys.argv[1]].variants['cuda'], Path(sys.argv[2]), None, 'learner')")
 
 
@@ -70,9 +70,10 @@ def race_at_copy_bandwidth(spec: ExerciseSpec, case, contestants: dict, width: i
     """Times `contestants` (name: a call) alternately at `case` and prints each one's time, GB/s (the spec's bytes,
     2-byte elements) and share of the copy bandwidth, names padded to `width`. Returns their GB/s and the copy's."""
     import torch
-
     from cuda_rows import gbps
-    from grader import exprs, timing
+
+    from grader.child import timing
+    from grader.core import exprs
 
     measured = timing.time_alternating(contestants)
     copy_gbps = timing.measure_copy_bandwidth()
@@ -87,7 +88,7 @@ def race_at_copy_bandwidth(spec: ExerciseSpec, case, contestants: dict, width: i
 
 def op_caller(spec: ExerciseSpec, source: Path):
     """`source`'s operator, loaded as the grader loads it: call it with (tensors, params); it returns out."""
-    from grader import loading
+    from grader.child import loading
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("KCOURSE_CACHE", str(_session_cache()))

@@ -13,11 +13,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-
-from grader.checking import Comparison, judge_output, load_reference, reference_outputs
-from grader.inputs import generate, make_outputs, place, written_outside
-from grader.spec import Case, ExerciseSpec
 from interpreted import interpreter_on
+
+from grader.checks.checking import Comparison, judge_output, load_reference, reference_outputs
+from grader.checks.inputs import generate, make_outputs, place, written_outside
+from grader.core.spec import Case, ExerciseSpec
 
 OK = Comparison(True)
 

@@ -13,8 +13,8 @@ import traceback
 
 
 def main(event_fd: int) -> None:
-    from grader.orphan import exit_with_parent
-    from grader.worker import Events, warm_up
+    from grader.child.orphan import exit_with_parent
+    from grader.child.worker import Events, warm_up
 
     exit_with_parent()
     events = Events(event_fd)
@@ -31,7 +31,7 @@ def main(event_fd: int) -> None:
 
             job = dict(json.loads(line), device=device)
             if job.get("box"):  # before any learner kernel loads (box.py)
-                from grader import box
+                from grader.child import box
 
                 box.enter(box.Policy(**job.pop("box")))
             {"capstone": train.capstone, "block": train.block_check}[job["mode"]](job, events.send)

@@ -67,14 +67,14 @@ class Choice:
 
 
 def _targets() -> dict[str, Any]:
-    from grader.discovery import all_targets
+    from grader.core.discovery import all_targets
 
     return {t.key: t for t in all_targets()}
 
 
 def takes_dtype(target, dtype: str) -> bool:
     """Graded in this dtype: the version accepts it and the spec has its tolerance table."""
-    from grader.spec import Case
+    from grader.core.spec import Case
 
     return target.variant.accepts(Case(params={"dtype": dtype})) and dtype in target.spec.tolerance
 
@@ -92,7 +92,7 @@ def why_not_here(target, dtype: str, gpu: bool, interpret_all: bool) -> str:
 
 
 def _case(dtype: str):
-    from grader.spec import Case
+    from grader.core.spec import Case
 
     return Case(params={"dtype": dtype})
 
@@ -101,8 +101,8 @@ def pick_kernels(source: str, dtypes: dict[str, str], gpu: bool, use: dict[str, 
                  interpret_all: bool = False) -> list[Choice]:
     """Every operation's roles, each the learner's kernel or PyTorch's with the reason. `use`: files named
     on the command line ("activations:gelu_tanh" -> try.py) take their version's place, ungated by grades."""
-    from grader.compare_attention import why_not
-    from grader.grade import learner_file
+    from grader.commands.compare_attention import why_not
+    from grader.run.grade import learner_file
 
     targets, use = _targets(), use or {}
     choices = []
@@ -151,8 +151,8 @@ def _first(reasons: list[str], operation: str, role: str) -> str:
 def build_cuda(choices: list[Choice], gpu_arch: str | None) -> None:
     """Compile the raw CUDA kernels chosen (in the parent, as `kcourse grade` does); one that does not build
     falls back to PyTorch with the compiler's first complaint."""
-    from grader import build
-    from grader.spec import NVCC_KINDS
+    from grader.core.spec import NVCC_KINDS
+    from grader.toolchain import build
 
     targets = _targets()
     for choice in choices:
@@ -221,8 +221,8 @@ class ExerciseKernel:
     def _layout(self, tensors: dict[str, Any], extra: dict[str, Any]) -> tuple[dict[str, Any], list]:
         """The case's parameters (shape names read off the inputs, the dtype of the first input that follows
         the case's) and each output's name, shape and dtype."""
-        from grader.inputs import dtype_of, shape_of, torch_dtype
-        from grader.spec import Case
+        from grader.checks.inputs import dtype_of, shape_of, torch_dtype
+        from grader.core.spec import Case
 
         params = dict(extra)
         named = {a.name for a in self.variant.args}  # a version may use some of the folder's tensors (activations)
@@ -243,7 +243,7 @@ class ExerciseKernel:
 
 def load_kernel(choice: Choice, targets: dict[str, Any] | None = None) -> ExerciseKernel:
     """The chosen version loaded by the grader's own loader (raises loading.EntryError or the import's error)."""
-    from grader import loading
+    from grader.child import loading
 
     target = (targets or _targets())[f"{choice.exercise}:{choice.lang}"]
     caller = loading.load(target.variant, Path(choice.file), choice.library, f"capstone_{choice.operation}_{choice.role}")

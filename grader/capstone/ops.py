@@ -86,7 +86,7 @@ class Ops:
         except KernelFailed:
             raise
         except Exception as exc:
-            from grader.learner_errors import learner_error
+            from grader.child.learner_errors import learner_error
 
             raise KernelFailed(operation, role, kernel.source, "raised " + learner_error(exc, Path(kernel.file))) from None
         if self.check:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.capstone.run import final_loss
-from grader.console import table
+from grader.reports.console import table
 
 RUN_NAMES = {"eager": "PyTorch eager", "compile": "torch.compile", "kernels": "your kernels"}
 
@@ -110,7 +110,7 @@ def format_block(record: dict[str, Any], report: Path | None = None) -> str:
 # --- the plot and the Markdown report ------------------------------------------------------------------------
 
 def loss_plot(record: dict[str, Any], path: Path) -> Path | None:
-    from grader import plots  # matplotlib, headless
+    from grader.reports import plots  # matplotlib, headless
 
     plt = plots.plt
     runs = [(RUN_NAMES[n], r) for n, r in record["runs"].items() if n in RUN_NAMES and r.get("losses")]
@@ -136,7 +136,7 @@ def loss_plot(record: dict[str, Any], path: Path) -> Path | None:
 
 def render(record: dict[str, Any], out_dir: Path | None = None) -> Path:
     """The record's Markdown report (and, for the capstone, its loss plot) in the reports folder."""
-    from grader.reporting import environment, reports_dir
+    from grader.reports.reporting import environment, reports_dir
 
     out_dir = out_dir or reports_dir()
     out_dir.mkdir(parents=True, exist_ok=True)

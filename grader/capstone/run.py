@@ -17,11 +17,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
-from grader import sandbox, store
-from grader.paths import course_root
 from grader.capstone import kernels
-from grader.records import FAILED, PASSED, SKIPPED, Check
-from grader.spec import tomllib
+from grader.core import store
+from grader.core.paths import course_root
+from grader.core.records import FAILED, PASSED, SKIPPED, Check
+from grader.core.spec import tomllib
+from grader.run import sandbox
 
 CONFIGS = Path(__file__).with_name("configs.toml")
 CAPSTONE, BLOCK = "capstone", "block"  # store kinds (a plan unit may require them: requires = ["capstone"])
@@ -58,8 +59,8 @@ def parse_use(items: tuple[str, ...]) -> dict[str, Path]:
 
 
 def _device() -> tuple[bool, str | None]:
-    from grader.build import gpu_arch
-    from grader.grade import cuda_available
+    from grader.run.grade import cuda_available
+    from grader.toolchain.build import gpu_arch
 
     gpu = cuda_available()
     return gpu, gpu_arch() if gpu else None
@@ -108,7 +109,7 @@ def run_child(job: dict[str, Any], gpu: bool, timeout_s: float, on_event: Callab
 def _box(job: dict[str, Any], child: sandbox.Child) -> dict | None:
     """The capstone child's box (box.py): it reads the learner's kernel files, their libraries and the data,
     and writes its own folder and caches; None where no box is possible (the report's runs say so)."""
-    from grader import box
+    from grader.child import box
 
     if not box.available()[0] or os.environ.get(box.UNBOXED_ENV) == "1":
         return None

@@ -27,7 +27,7 @@ def dtype(name: str) -> torch.dtype:
 def load_kernels(choices: list[kernels.Choice], send: Send) -> dict[tuple[str, str], Any]:
     """(operation, role) -> the learner's kernel; one load per file (a matmul serving forward and backward
     is one module, autotuned once). A file that does not load ends the run with the operation named."""
-    from grader import loading
+    from grader.child import loading
 
     loaded: dict[tuple[str, str], Any] = {}
     by_file: dict[tuple[str, str], Any] = {}
@@ -40,7 +40,7 @@ def load_kernels(choices: list[kernels.Choice], send: Send) -> dict[tuple[str, s
             except loading.EntryError as exc:
                 raise KernelFailed(choice.operation, choice.role, f"{choice.exercise}, {choice.lang}", str(exc)) from None
             except Exception as exc:  # the learner's module raised at import
-                from grader.learner_errors import learner_error
+                from grader.child.learner_errors import learner_error
 
                 raise KernelFailed(choice.operation, choice.role, f"{choice.exercise}, {choice.lang}",
                                    "importing it raised " + learner_error(exc, Path(choice.file))) from None

@@ -223,8 +223,8 @@ def flags(asan: bool) -> list[str]:
 
 def build(source: Path, defines: dict[str, object] | None = None):
     """The learner's file as a CPU library (build.BuildResult; `arch` "cpu-emulation"), cached by content."""
-    from grader.build import BuildResult, _locked, format_compiler_errors
-    from grader.paths import build_cache_dir
+    from grader.core.paths import build_cache_dir
+    from grader.toolchain.build import BuildResult, _locked, format_compiler_errors
 
     started, compiler = time.perf_counter(), host_compiler()
     if compiler is None:
@@ -255,7 +255,7 @@ def _key(source: Path, options: list[str], compiler: str) -> str:
 
 
 def _compile(source: Path, out_dir: Path, compiler: str, options: list[str]):
-    from grader.build import BuildResult
+    from grader.toolchain.build import BuildResult
 
     rewritten = out_dir / "kernel.cpp"
     rewritten.write_text(f'#line 1 "{source.resolve()}"\n' + rewrite(source.read_text(errors="replace")))

@@ -27,6 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
+
 @triton.jit
 def _load_rows(X, rows, n_ctx, stride_n, stride_d, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr):
     """Rows `rows` of one head (X points at the head), a len(rows) x HEAD_DIM tile; rows past n_ctx read 0."""

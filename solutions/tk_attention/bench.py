@@ -16,7 +16,7 @@ from triton.testing import do_bench
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent))
-from grader import build, thunderkittens  # noqa: E402
+from grader.toolchain import build, thunderkittens  # noqa: E402
 
 KERNELS = [("solution", HERE / "tk_attention.cu"), ("step 2: WGMMA, synchronous", HERE / "ladder" / "step2_wgmma.cu")]
 HEADS = 32  # B = 4 at N = 4096 (the grader's verdict size), 2 at N = 8192: the same number of tokens

@@ -15,7 +15,7 @@ from triton.testing import do_bench
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent))
-from grader import build, thunderkittens  # noqa: E402
+from grader.toolchain import build, thunderkittens  # noqa: E402
 
 RUNGS = [
     ("1 WMMA (warp mma.sync), 64x64, no overlap", HERE / "ladder" / "step1_wmma.cu"),

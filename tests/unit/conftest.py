@@ -95,7 +95,7 @@ def exercise_dir(tmp_path):
 @pytest.fixture
 def toy(exercise_dir):
     """The toy exercise's spec, loaded."""
-    from grader.spec import load_spec
+    from grader.core.spec import load_spec
 
     return load_spec(exercise_dir())
 
@@ -103,7 +103,7 @@ def toy(exercise_dir):
 @pytest.fixture
 def spec_of(exercise_dir):
     """The toy spec, or a variation of it (toy_with's keywords, another reference.py), loaded."""
-    from grader.spec import load_spec
+    from grader.core.spec import load_spec
 
     def load(reference: str = TOY_REFERENCE, **changes):
         return load_spec(exercise_dir(toy_with(**changes), reference))

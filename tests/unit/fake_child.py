@@ -1,5 +1,5 @@
 """A fake of sandbox.Child for the judge's unit tests: it answers the judge's messages in this process, the
-way grader/worker.py answers them, from a `kernel` and the evidence it is told to report (operators called, inputs
+way grader/child/worker.py answers them, from a `kernel` and the evidence it is told to report (operators called, inputs
 modified, stores outside, outputs missing), or crashes, hangs, forges and garbles as a learner's code can make it.
 No child process and no learner code: the judge itself (inputs drawn, references, comparisons) runs for real."""
 
@@ -11,11 +11,11 @@ import time
 from types import SimpleNamespace
 from typing import Any, Callable
 
-from grader.inputs import load_tensor, save_tensor
-from grader.judge import Judge
-from grader.records import GradeResult
-from grader.sandbox import ChildGone, ChildTimeout
-from grader.speed import PROBE_BURSTS
+from grader.checks.inputs import load_tensor, save_tensor
+from grader.checks.speed import PROBE_BURSTS
+from grader.core.records import GradeResult
+from grader.run.judge import Judge
+from grader.run.sandbox import ChildGone, ChildTimeout
 
 GONE = object()  # queued where the real child's event pipe would reach its end
 Kernel = Callable[[dict, dict, Any], dict]

@@ -1,4 +1,4 @@
-"""Hint rules (grader/hints.py) on the toy exercise: what tests/test_hints.py (the catalog's ladders and
+"""Hint rules (grader/checks/hints.py) on the toy exercise: what tests/test_hints.py (the catalog's ladders and
 failure modes) leaves out — the language a hint is written for, the speed hint's tune advice and where the
 ladder runs out, the tail arithmetic, and that a hint never breaks a grade."""
 
@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from grader import hints
-from grader.hints import Step, next_steps
-from grader.records import FAILED, PASSED, Check, GradeResult
-from grader.spec import load_spec
+from grader.checks import hints
+from grader.checks.hints import Step, next_steps
+from grader.core.records import FAILED, PASSED, Check, GradeResult
+from grader.core.spec import load_spec
 
 from .conftest import toy_spec
 

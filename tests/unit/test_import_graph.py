@@ -4,7 +4,11 @@ read, tested and moved without the ones above it."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 GRADER = Path(__file__).resolve().parents[2] / "grader"
 
@@ -58,3 +62,34 @@ def test_the_grader_has_no_import_cycle():
 def test_the_check_finds_a_cycle_when_there_is_one():
     assert cycle_from("a", {"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert cycle_from("a", {"a": {"b"}, "b": set()}) is None
+
+
+# The packages by layer, lowest first (grader/*/__init__.py say what each owns). A module imports from its own
+# layer or below: the child (beside learner code) never from the parent's `run`, and nothing below the top from
+# the commands or the reports.
+LAYERS = (("core",), ("toolchain",), ("cuda_cpu",), ("checks",), ("child",), ("run",),
+          ("commands", "reports", "capstone", "cli", "__main__"))
+
+
+def layer(module: str) -> int:
+    """The layer of `grader.<package>...` (the grader's own __init__ is the bottom: it imports nothing)."""
+    package = module.split(".")[1] if "." in module else ""
+    return next((i for i, names in enumerate(LAYERS) if package in names), -1 if not package else None)
+
+
+def test_every_grader_module_is_in_a_layer():
+    assert [m for m in graph() if layer(m) is None] == []
+
+
+def test_no_module_imports_from_a_layer_above_its_own():
+    edges = graph()
+    upward = sorted(f"{m} -> {t}" for m, targets in edges.items() for t in targets if layer(t) > layer(m))
+    assert upward == []
+
+
+def test_the_module_map_in_docs_is_generated_from_the_current_docstrings():
+    script = GRADER.parent / "scripts" / "module_map.py"
+    if not script.exists():
+        pytest.skip("scripts/module_map.py is the instructors' (not in the learner's kit)")
+    assert subprocess.run([sys.executable, str(script), "--check"]).returncode == 0, (
+        "docs/architecture.md is stale: run `python scripts/module_map.py`")

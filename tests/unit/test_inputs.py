@@ -1,4 +1,4 @@
-"""Input drawing and layouts (grader/inputs.py): seeded, reproducible draws, the case's value options, the
+"""Input drawing and layouts (grader/checks/inputs.py): seeded, reproducible draws, the case's value options, the
 layouts a kernel must handle, poisoned outputs with their guard, and the raw files between the processes."""
 
 from __future__ import annotations
@@ -6,10 +6,21 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grader import inputs
-from grader.inputs import (GUARD, ROW_SLICE_PAD, generate, in_place_names, load_tensor, make_outputs, place, poison,
-                           save_tensor, unwritten, written_outside)
-from grader.spec import Case, SpecError, load_spec
+from grader.checks import inputs
+from grader.checks.inputs import (
+    GUARD,
+    ROW_SLICE_PAD,
+    generate,
+    in_place_names,
+    load_tensor,
+    make_outputs,
+    place,
+    poison,
+    save_tensor,
+    unwritten,
+    written_outside,
+)
+from grader.core.spec import Case, SpecError, load_spec
 
 from .conftest import toy_spec, toy_with
 

@@ -1,4 +1,4 @@
-"""The judge's verdicts (grader/judge.py) on numerics and integrity, from the evidence a fake child gives
+"""The judge's verdicts (grader/run/judge.py) on numerics and integrity, from the evidence a fake child gives
 (fake_child.FakeChild): the judge draws the inputs and computes the float64 reference as in a real grade; the fake
 hands back outputs and evidence, or crashes, hangs, forges and garbles as a learner's code can make it."""
 
@@ -9,10 +9,10 @@ import time
 import pytest
 import torch
 
-from grader.inputs import generate, make_outputs
-from grader.judge import input_bytes
-from grader.paths import course_root
-from grader.records import ERROR, FAILED, PASSED
+from grader.checks.inputs import generate, make_outputs
+from grader.core.paths import course_root
+from grader.core.records import ERROR, FAILED, PASSED
+from grader.run.judge import input_bytes
 
 from .conftest import TOY_REFERENCE
 from .fake_child import GONE, grade, last, verdicts
@@ -21,8 +21,8 @@ LOADED = ("load", PASSED, None)
 
 
 def test_the_fake_sends_only_events_and_fields_the_real_worker_sends():
-    """A guard against the fake drifting from grader/worker.py, whose events these tests stand in for."""
-    worker = (course_root() / "grader" / "worker.py").read_text()  # read, not imported
+    """A guard against the fake drifting from grader/child/worker.py, whose events these tests stand in for."""
+    worker = (course_root() / "grader" / "child" / "worker.py").read_text()  # read, not imported
     for event in ("step", "loaded", "trial", "trials_done", "timing_start", "timed", "probe_start", "probe_end", "check", "done"):
         assert f'send("{event}"' in worker, event
     for field in ('"outputs"', '"ops"', '"modified"', '"outside"', "borrowed=", "measured=", "who=who", "runs=runs"):
@@ -261,7 +261,7 @@ def test_cases_of_another_versions_dtype_are_said_to_be_for_it(spec_of, toy_chil
 
 
 def test_input_bytes_counts_every_input_at_its_dtype(toy):
-    from grader.spec import Case
+    from grader.core.spec import Case
 
     assert input_bytes(toy, Case({"n": 10})) == 80 and input_bytes(toy, Case({"n": 10, "dtype": "float16"})) == 40
 

@@ -1,12 +1,12 @@
-"""The judge's timing phase (grader/judge.py), on a fake child (fake_child.FakeChild) that claims figures and
+"""The judge's timing phase (grader/run/judge.py), on a fake child (fake_child.FakeChild) that claims figures and
 answers the probe: the speed verdict it gives, and the claims it does not believe."""
 
 from __future__ import annotations
 
 import pytest
 
-from grader import gpushare
-from grader.records import ERROR, FAILED, PASSED, SKIPPED
+from grader.core import gpushare
+from grader.core.records import ERROR, FAILED, PASSED, SKIPPED
 
 from .fake_child import grade, last, verdicts
 

@@ -1,12 +1,22 @@
-"""Results as data (grader/records.py): the overall status and one-line verdict a list of checks gives, and
+"""Results as data (grader/core/records.py): the overall status and one-line verdict a list of checks gives, and
 records of other kit versions read back."""
 
 from __future__ import annotations
 
 import pytest
 
-from grader.records import (ERROR, FAILED, PASSED, SKIPPED, Check, GradeResult, Timing, grade_from_dict, overall_status,
-                            summary_verdict)
+from grader.core.records import (
+    ERROR,
+    FAILED,
+    PASSED,
+    SKIPPED,
+    Check,
+    GradeResult,
+    Timing,
+    grade_from_dict,
+    overall_status,
+    summary_verdict,
+)
 
 NUMERICS_OK = Check("numerics", PASSED, "2 cases matched")
 SPEED_SLOW = Check("speed", FAILED, "n=64: 1 ms; your speed is 0.5× the solution's\nmore")

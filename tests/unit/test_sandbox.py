@@ -1,4 +1,4 @@
-"""The sandbox (grader/sandbox.py): how a dead child becomes a verdict (death_message), the trimming of its
+"""The sandbox (grader/run/sandbox.py): how a dead child becomes a verdict (death_message), the trimming of its
 output, its environment, and the event pipe, exercised on a tiny fake child (no torch) that speaks the JSON-lines
 protocol: steps, ready, garbled lines, silence past a deadline, exits and signals."""
 
@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from grader import sandbox
-from grader.paths import course_root
-from grader.sandbox import Child, ChildGone, ChildTimeout, Death, child_env, death_message, trim
+from grader.core.paths import course_root
+from grader.run import sandbox
+from grader.run.sandbox import Child, ChildGone, ChildTimeout, Death, child_env, death_message, trim
 
 # --- death_message ---------------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""spec.toml parsing (grader/spec.py): what a good spec loads into, and the SpecError each malformed one gets,
+"""spec.toml parsing (grader/core/spec.py): what a good spec loads into, and the SpecError each malformed one gets,
 naming the file and the field."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from grader.spec import Case, SpecError, TensorSpec, Tolerance, load_spec, shape_of
-from grader.paths import course_root
+from grader.core.paths import course_root
+from grader.core.spec import Case, SpecError, TensorSpec, Tolerance, load_spec, shape_of
 
 from .conftest import TOY_SPEC, toy_spec, toy_with
 
@@ -98,7 +98,7 @@ def test_a_language_finds_the_only_version_in_it_whatever_its_name(exercise_dir)
 def test_loading_a_spec_imports_no_torch(exercise_dir):
     """The worker's start-up overlaps the parent's: a spec load that imported torch would serialise them."""
     folder = exercise_dir()
-    code = f"import sys; from grader.spec import load_spec; load_spec(__import__('pathlib').Path({str(folder)!r})); " \
+    code = f"import sys; from grader.core.spec import load_spec; load_spec(__import__('pathlib').Path({str(folder)!r})); " \
            "sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=course_root()).returncode == 0
 

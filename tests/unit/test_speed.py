@@ -1,13 +1,13 @@
-"""The speed verdict and its bar (grader/speed.py): pass, fail and skip at the threshold; the bar from the live
+"""The speed verdict and its bar (grader/checks/speed.py): pass, fail and skip at the threshold; the bar from the live
 solution, the calibration for this GPU or an estimate; and the cross-checks of the child's claimed timings."""
 
 from __future__ import annotations
 
 import pytest
 
-from grader import speed
-from grader.records import FAILED, PASSED, SKIPPED, Timing
-from grader.spec import Case, load_spec
+from grader.checks import speed
+from grader.core.records import FAILED, PASSED, SKIPPED, Timing
+from grader.core.spec import Case, load_spec
 
 from .conftest import toy_spec
 

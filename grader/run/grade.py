@@ -1,0 +1,550 @@
+"""The grading pipeline for one exercise: build -> run in a child -> collect checks -> record.
+
+This module decides what can run here (GPU, Triton interpreter, compile check only) and says what
+was skipped and why; the work itself happens in build.py (compiling) and worker.py (checks, timing)."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from pathlib import Path
+from typing import Callable
+
+from grader import cuda_cpu
+from grader.checks import hints
+from grader.child import box
+from grader.core import calibration, store
+from grader.core.discovery import Target, learner_file, solution_file
+from grader.core.paths import course_root, solutions_dir
+from grader.core.records import ERROR, FAILED, PASSED, SKIPPED, Check, GradeResult
+from grader.core.spec import BUILDS, NVCC_KINDS
+from grader.run import heavy, kit, sandbox, sanitize
+from grader.run.judge import Judge
+from grader.toolchain import build, occupancy, op_build
+
+BACKGROUND = "background"  # sanitize_code=BACKGROUND: the verdict does not wait for compute-sanitizer
+PENDING = "sanitizer_pending"
+INTERPRETER_TIMEOUT_FACTOR = 3  # the Triton interpreter is far slower than a GPU
+WRAPPER_EXIT_S = 120  # a wrapped child's exit: Nsight Compute writes its report then (seconds for a few kernels)
+
+
+def cuda_available() -> bool:
+    """A usable NVIDIA GPU for the child: nvidia-smi answers and torch was built with CUDA.
+    KCOURSE_DEVICE=cpu forces the CPU path (interpreter, compile checks) even on a GPU machine."""
+    if os.environ.get("KCOURSE_DEVICE", "").lower() == "cpu":
+        return False
+    import torch
+
+    return torch.version.cuda is not None and build.gpu_arch() is not None
+
+
+def grade(target: Target, source: str = "learner", submission: Path | None = None, seed: int | None = None,
+          timeout_s: float | None = None, record: bool = True, child_env: dict[str, str] | None = None,
+          mode: str = "grade", job_extra: dict | None = None, quick: bool = False,
+          child: sandbox.Child | None = None, sanitize_code: bool = True, timed_sizes: str = "all",
+          ahead: Judge | None = None, before_timing: Callable[[], None] | None = None) -> GradeResult:
+    """Grade one exercise (mode "grade"), or run the learner's code for "profile" / "tune" in the same
+    sandbox. `quick`: numerics and integrity only. `child`: a worker already started (kcourse watch).
+    `sanitize_code`: run compute-sanitizer on a small case (sanitize.py). `timed_sizes`: "all" the
+    [performance] cases, or "verdict": only the last, where the speed verdict is taken (kcourse watch).
+    `ahead`: a judge made by judge_ahead() for this `child` and `seed`, its large draws already under way.
+    `before_timing`: called before the timed runs, to end what the caller has going on this GPU (grade-batch:
+    the next grade's child warming up); the grade's own compute-sanitizer run always ends first."""
+    seed = seed if seed is not None else random.randrange(1, 2**31)
+    result = GradeResult(exercise=target.spec.id, lang=target.variant.lang, source=str(submission or source),
+                         seed=seed, unit=target.unit, plan=target.plan, threshold=target.spec.performance.threshold)
+    path = learner_file(target, source, submission)
+    result.scoring = dict(target.spec.scoring)
+    result.file = _relative(path)
+    tampered = kit.differs_from_shipped()
+    result.kit_changes = kit.differs_from_git() or []
+    if tampered:
+        result.add(Check("kit", ERROR, f"these files of the kit differ from the kit as shipped: {', '.join(tampered[:5])}. "
+                         "Restore them (git checkout -- FILE, or download the kit again): a grade made with a changed "
+                         "grader, spec or reference is not valid", {"code": "kit_modified", "files": tampered}))
+    elif not path.exists():
+        hint = " (solutions/ is absent from a learner's kit)" if source == "solutions" else ""
+        result.add(Check("load", ERROR, f"{path} does not exist{hint}: check the path, or run `kcourse list` "
+                         "for the exercises and their files", {"code": "missing_file"}))
+    else:
+        job = {"mode": mode, "sanitize": sanitize_code, "timed_sizes": timed_sizes, **(job_extra or {})}
+        _grade_file(target, path, result, seed, timeout_s, child_env or {}, job, quick, child, ahead, before_timing)
+        child = None  # _grade_file closed it
+    if child is not None:  # started early for a grade that never ran
+        child.close()
+    heavy.discard_early()  # the same for the references' GPU process
+    if ahead is not None and ahead.result is not result:  # not taken up by this grade (it adopts it in _build_and_run)
+        ahead.close()
+    hints.annotate(result, target.spec)
+    result.finish()
+    if record:
+        started = time.monotonic()
+        store.append(result.to_dict())
+        result.phases["record"] = round(time.monotonic() - started, 3)
+    return result
+
+
+def _relative(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(course_root()))
+    except ValueError:
+        return str(path)
+
+
+def _extract_notebook(target: Target, path: Path, result: GradeResult) -> Path | None:
+    """A notebook submission becomes the .py file of its tagged cells (None, with a verdict, if it cannot)."""
+    if path.suffix != ".ipynb":
+        return path
+    from grader.toolchain.notebook import NotebookError, extract_submission
+
+    try:
+        return extract_submission(path, target)
+    except NotebookError as exc:
+        result.add(Check("load", FAILED, str(exc), {"code": "bad_notebook"}))
+        return None
+
+
+def _grade_file(target: Target, path: Path, result: GradeResult, seed: int, timeout_s: float | None,
+                child_env: dict[str, str], job: dict, quick: bool, child: sandbox.Child | None,
+                ahead: Judge | None = None, before_timing: Callable[[], None] | None = None) -> None:
+    path = _extract_notebook(target, path, result)
+    if path is None:
+        return
+    variant, gpu = target.variant, cuda_available()
+    emulated = not gpu and _emulated(variant, path, result)
+    compile_only = not gpu and variant.kind in sandbox.COMPILED_ONLY_ON_CPU and not emulated
+    preload = cuda_cpu.child_env() if emulated else {}
+    if child is not None and (compile_only or child.device != ("cuda" if gpu else "cpu") or child.preload != preload):
+        child.close()  # started early on a guess this machine turned out not to fit (e.g. torch without CUDA)
+        child = None
+    if child is None and not compile_only:  # it imports torch and starts CUDA while we build
+        child = sandbox.Child("cuda" if gpu else "cpu", {**child_env, **preload}, job.pop("wrapper", None))
+    job["emulated"] = emulated
+    job.pop("wrapper", None)
+    try:
+        _build_and_run(target, path, result, seed, timeout_s, job, quick, gpu, child, ahead, before_timing)
+    finally:
+        if child is not None:
+            if child.wrapped:  # killing its process group at once would lose the wrapper's report (ncu's)
+                child.finish(WRAPPER_EXIT_S)
+            result.output = child.output()
+            child.close()
+
+
+def _emulated(variant, path: Path, result: GradeResult) -> bool:
+    """A CUDA file that runs on this CPU under the emulator (cuda_cpu): its kind, the machine and the file allow it.
+    When the file is what stops it, result.emulation says why (the numerics check repeats it)."""
+    if variant.kind not in NVCC_KINDS or variant.link or variant.requires or not path.exists():
+        return False
+    able, how = cuda_cpu.mode()
+    reason = cuda_cpu.unsupported(path.read_text(errors="replace")) if able else None
+    result.emulation = how if able and reason is None else f"compile only: your file uses {reason}" if reason else how
+    return able and reason is None
+
+
+def _build_and_run(target, path, result, seed, timeout_s, job, quick, gpu, child, ahead=None, before_timing=None) -> None:
+    variant = target.variant
+    solution = solution_file(target.spec, variant)
+    grading = job["mode"] == "grade"
+    timing = gpu and grading and not quick
+    job.update({"spec_folder": str(target.spec.folder), "lang": variant.lang, "learner": str(path), "seed": seed,
+                "solutions_root": str(solutions_dir()), "mode": job["mode"],
+                "solution": str(solution) if timing and solution.exists() else None})
+    timeout = _timeout(variant, timeout_s, gpu)
+    calibration_data, calibration_error = None, None
+    if timing and job["solution"] is None:
+        calibration_data, calibration_error = _calibration(target)
+    judge = None
+    if grading and child is not None:  # its large inputs are drawn while nvcc builds (or were, ahead)
+        if ahead is not None and (ahead.child, ahead.seed, ahead.timing, ahead.timeout_s) == (child, seed, timing, timeout):
+            judge, judge.result = ahead, result
+        else:
+            if ahead is not None:  # made for another grade: its files in this child's folder would clash with ours
+                ahead.close(wait_for_draws=True)
+            judge = Judge(target.spec, variant, child, result, seed, timeout, timing, calibration_data)
+        judge.prefetch(job)
+    try:
+        if not _build(target, path, solution, job, result, gpu):
+            return
+        staged = _box_the_child(target, path, job, child, result) if child is not None else {}
+        if judge is not None:
+            judge.staged_solution = staged
+        if not grading:
+            _run_tool(child, job, timeout, result)
+        elif judge is not None:
+            _judge(target, path, job, result, gpu, quick, judge, calibration_error, before_timing)
+    finally:
+        if judge is not None:
+            judge.close()
+
+
+def _box_the_child(target: Target, path: Path, job: dict, child: sandbox.Child, result: GradeResult) -> dict[Path, Path]:
+    """The child's box (box.py), sent with the job; the solution moves to the child's scratch folder, where
+    the judge copies it just before timing ({instructor's file: its place there}): until then the learner's
+    code cannot read it, and the box never lets it read solutions/."""
+    staged = {}
+    for key in ("solution", "solution_library"):
+        if job.get(key):
+            real = Path(job[key])
+            staged[real] = child.dir / "solution" / real.name
+            job[key] = str(staged[real])
+    home = sandbox.box_home(_box_id(path, result))
+    job["box_home"] = str(home)
+    boxed, why = box.available()
+    if os.environ.get(box.UNBOXED_ENV) == "1":
+        boxed, why = False, f"{box.UNBOXED_ENV}=1 is set"
+    result.isolation = why if boxed else f"none ({why})"
+    if not boxed:
+        job["box"] = None
+        return staged
+    reads = [Path(p) for p in [job.get("learner_library"), *job.get("tune_libraries", {}).values()] if p]
+    writes = [home, *_operator_build_dirs(target, path, staged)]
+    if job.get("trace_path"):  # kcourse profile's trace, written by the child into the learner's reports folder
+        writes.append(Path(job["trace_path"]).parent)
+    job["box"] = box.policy(child.dir, path, course_root(), reads, writes).to_dict()
+    return staged
+
+
+def _box_id(path: Path, result: GradeResult) -> str:
+    """Whose caches the child gets: the learner's own files share one; a submission's folder (grade-batch:
+    one per learner) gets its own, so no learner's code reads kernels another's compiled."""
+    if result.source in ("learner", "stubs", "solutions"):
+        return "local"
+    import hashlib
+
+    return "submission-" + hashlib.sha256(str(path.resolve().parent).encode()).hexdigest()[:16]
+
+
+def _operator_build_dirs(target: Target, path: Path, staged: dict[Path, Path]) -> list[Path]:
+    """A torch operator is built inside the box: its build folders (named by content, not listable) are writable."""
+    sources = [path, *(real for real in staged if real.suffix != ".so")]
+    return [folder for source in sources for folder in op_build.box_build_dirs(target.variant, source)]
+
+
+def _build(target, path, solution, job, result, gpu) -> bool:
+    """Compile what this kind of exercise compiles before its child runs; False if the grade ends here."""
+    variant, started = target.variant, time.monotonic()
+    if variant.kind in NVCC_KINDS:
+        ok = _build_raw_cuda(path, solution if job["solution"] else None, job, result, gpu, variant)
+        result.phases["build"] = round(time.monotonic() - started, 3)
+        return ok
+    if variant.kind == "torch_op" and gpu and op_build.missing_tool(variant):  # cmake, say: the machine's lack
+        result.add(Check("build", ERROR, op_build.missing_tool(variant), {"code": "no_build_tool"}))
+        return False
+    if variant.kind == "torch_op" and not gpu:
+        _compile_check_torch_op(path, result, variant)
+        return False
+    return True
+
+
+def _judge(target, path, job, result, gpu, quick, judge, calibration_error, before_timing=None) -> None:
+    """The child runs the learner's code; the judge decides; compute-sanitizer runs beside or after."""
+    variant = target.variant
+    # Boxed, learner code cannot write the kit or the results: a change meanwhile is someone's edit, left alone.
+    # Unboxed, the files are kept to be put back after the run.
+    before = None if job.get("box") else (kit.contents(), kit.append_only_state(store.results_path()))
+    memory_safety = _MemorySafety(target, path, job, gpu, result, judge.child.visible_devices)
+    background = job.get("sanitize") == BACKGROUND
+    if variant.kind != "torch_op" and not background:  # raw CUDA and Triton: the tools overlap the child's start and numerics
+        memory_safety.start()
+
+    def quiet_gpu() -> None:  # nothing else of ours on the GPU while the child times
+        if not background:
+            memory_safety.finish()  # the sanitizer's processes
+        if before_timing is not None:
+            before_timing()  # the caller's (grade-batch: the next grade's child warming up)
+
+    judge.before_timing = quiet_gpu
+    judge.run(job)
+    if variant.kind == "triton" and not gpu:
+        _lint_for_the_gpu(path, result)
+    memory_safety.start()  # a torch operator: after the child built it (one build at a time in its folder)
+    if background:  # after timing, so the tools never share the GPU with it; watch settles it
+        memory_safety.leave_running()
+    else:
+        memory_safety.finish()
+    result.phases.update(judge.phases)
+    if before is not None:
+        _check_kit_untouched(before, result)
+    if calibration_error:  # numerics still count; only the speed bar is unknown
+        result.checks = [c for c in result.checks if c.name != "speed"]
+        result.add(Check("speed", ERROR, calibration_error, {"code": "corrupt_calibration"}))
+    _add_skipped_speed(result, gpu, quick, variant, job.get("emulated", False))
+
+
+class _MemorySafety:
+    """When the sanitizer runs within a grade: started once, its check added once, before timing; on the
+    grading child's GPU (`visible_devices`), never on another grade's."""
+
+    def __init__(self, target: Target, path: Path, job: dict, gpu: bool, result: GradeResult,
+                 visible_devices: str | None = None):
+        self.target, self.path, self.job, self.gpu, self.result = target, path, job, gpu, result
+        self.visible_devices = visible_devices
+        self.running: sanitize.Sanitizer | Check | None = None
+        self.done = False
+
+    def start(self) -> None:
+        if self.running is not None or self.done:
+            return
+        if not self.job.get("sanitize", True):
+            self.running = Check("sanitizer", SKIPPED, "--no-sanitize: memory safety not checked; grade without it "
+                                 "before you hand in", {"code": "no_sanitize"})
+        elif not self.gpu and self.job.get("emulated"):
+            self.running = Check("sanitizer", SKIPPED, "no GPU found: your kernels ran on the CPU emulator, where "
+                                 "AddressSanitizer checked every access; races are not checked (a clean CPU run is no "
+                                 "race check): compute-sanitizer's racecheck needs a GPU", {"code": "no_gpu"})
+        elif not self.gpu:
+            self.running = Check("sanitizer", SKIPPED, "no GPU found: compute-sanitizer needs one; run `kcourse grade` "
+                                 "on a machine with an NVIDIA GPU to check races and out-of-bounds accesses",
+                                 {"code": "no_gpu"})
+        else:
+            self.running = sanitize.start(self.target.spec, self.target.variant, self.path,
+                                          self.job.get("learner_library"), self.visible_devices,
+                                          boxed=self.job.get("box") is not None, box_home=self.job.get("box_home"))
+
+    def leave_running(self) -> None:
+        """The verdict goes out now; the tools' verdict follows (settle_sanitizer), unless it is already known."""
+        if isinstance(self.running, sanitize.Sanitizer):
+            self.done = True
+            self.result.add(Check("sanitizer", SKIPPED, "compute-sanitizer is still running: its verdict follows",
+                                  {"code": PENDING}))
+            self.result.pending_sanitizer = self.running
+        else:
+            self.finish()
+
+    def finish(self) -> None:
+        if self.done or self.running is None:
+            return
+        self.done = True
+        if isinstance(self.running, Check):
+            self.result.add(self.running)
+            return
+        started = time.monotonic()
+        self.result.add(self.running.collect())
+        self.result.phases["sanitizer"] = round(time.monotonic() - started, 3)  # the wait, not the tools' time
+
+
+def settle_sanitizer(result: GradeResult, spec, superseded: Callable[[], bool]) -> bool:
+    """For a grade with sanitize_code=BACKGROUND (kcourse watch): wait for the tools left running after
+    the verdict and put their verdict in place of the pending check; stop them if `superseded()` (the
+    learner saved again). True when the verdict changed and the result was finished again."""
+    pending = getattr(result, "pending_sanitizer", None)
+    if pending is None:
+        return False
+    result.pending_sanitizer = None
+    while not pending.finished():
+        if superseded():
+            pending.stop()
+            _replace_pending(result, Check("sanitizer", SKIPPED, "stopped: you saved again before compute-sanitizer "
+                                           "finished; the next grade checks the new file", {"code": "sanitizer_superseded"}))
+            return True
+        time.sleep(0.1)
+    _replace_pending(result, pending.collect())
+    hints.annotate(result, spec)
+    return True
+
+
+def _replace_pending(result: GradeResult, check: Check) -> None:
+    result.checks = [c for c in result.checks if c.details.get("code") != PENDING] + [check]
+    result.verdict = ""
+    result.finish()
+
+
+def _add_skipped_speed(result: GradeResult, gpu: bool, quick: bool, variant, emulated: bool = False) -> None:
+    if any(c.name == "speed" for c in result.checks) or any(c.status in (FAILED, ERROR) for c in result.checks):
+        return
+    if quick:
+        result.add(Check("speed", SKIPPED, "--quick: numerics and integrity only; grade without --quick for the "
+                         "speed verdict", {"code": "quick"}))
+    elif not gpu and variant.kind == "triton":
+        result.add(Check("speed", SKIPPED, "no GPU found: timing skipped; numerics ran under the Triton interpreter",
+                         {"code": "no_gpu"}))
+    elif not gpu and emulated:
+        result.add(Check("speed", SKIPPED, "no GPU found: timing skipped; numerics ran on the CPU emulator (CUDA's "
+                         "semantics, not its speed)", {"code": "no_gpu"}))
+
+
+def _check_kit_untouched(before: tuple[dict[str, bytes], tuple[int, str]], result: GradeResult) -> None:
+    """A kit file the learner's run changed (possible only where no box ran) is put back as it was before the
+    run, so a changed kit never judges a later grade; the grade fails, naming it."""
+    touched = kit.restore(before[0])
+    if kit.rewritten(store.results_path(), before[1]):
+        touched.append(str(store.results_path()))
+    if touched:
+        result.add(Check("integrity", FAILED, f"your code changed files of the kit while it ran: {', '.join(touched[:5])} "
+                         "(the kit's files were put back as they were). A kernel must not touch the grader, the specs, "
+                         "the references or your results: remove that code and grade again",
+                         {"code": "kit_modified", "files": touched}))
+
+
+def _lint_for_the_gpu(path: Path, result: GradeResult) -> None:
+    """The interpreter runs kernels a GPU refuses to compile (triton_lint.py): said on the CPU, where it passed."""
+    from grader.toolchain import triton_lint
+
+    found = triton_lint.plain_globals_in_kernels(path.read_text(errors="replace"))
+    if found:
+        result.add(Check("gpu_compile", FAILED, triton_lint.message(path, found), {"code": "plain_global"}))
+
+
+def _run_tool(child: sandbox.Child, job: dict, timeout: float, result: GradeResult) -> None:
+    """profile / tune: the child reports findings, not verdicts (failures of the learner's code still are)."""
+    result.device = child.wait_ready().get("device", {})  # the GPU the figures were taken on, as a grade names it
+    deadline = time.monotonic() + timeout
+    child.send({**job, "work_dir": str(child.dir)})
+    try:
+        while True:
+            event = child.event(deadline)
+            if event["event"] == "tool":
+                result.extra[job["mode"]] = event["result"]
+                result.add(Check("load", PASSED, f"{Path(job['learner']).name} loaded"))
+                return
+            if event["event"] == "check":
+                check = Check(**event["check"])
+                result.add(check if check.status in (FAILED, ERROR) else Check("run", FAILED, "the tool run reported "
+                                                                             "a verdict of its own", {"code": "forged_verdict"}))
+                return
+            if event["event"] == "done":
+                raise sandbox.ChildGone
+    except (sandbox.ChildTimeout, sandbox.ChildGone) as exc:
+        child.kill()
+        death = sandbox.Death(isinstance(exc, sandbox.ChildTimeout), child.proc.wait(), child.last_step)
+        code, message = sandbox.death_message(death, timeout)
+        result.add(Check("run", FAILED, message, {"code": code}))
+
+
+def judge_ahead(target: Target, child: sandbox.Child | None, seed: int, quick: bool, timed_sizes: str) -> Judge | None:
+    """The judge of a grade that has not started: kcourse watch makes the next grade's (its child and seed
+    chosen) as soon as a grade ends, so the large inputs and their references are drawn while the learner
+    edits, not after the save. None where that grade will run no child (a compile check)."""
+    if child is None:
+        return None
+    gpu = child.device == "cuda"
+    timing = gpu and not quick
+    solution_here = solution_file(target.spec, target.variant).exists()
+    calibration_data = _calibration(target)[0] if timing and not solution_here else None
+    result = GradeResult(exercise=target.spec.id, lang=target.variant.lang, source="", seed=seed)  # the grade's own replaces it
+    judge = Judge(target.spec, target.variant, child, result, seed, _timeout(target.variant, None, gpu), timing,
+                  calibration_data)
+    judge.prefetch({"timed_sizes": timed_sizes})
+    return judge
+
+
+def _timeout(variant, timeout_s: float | None, gpu: bool) -> float:
+    return timeout_s or variant.timeout_s * (1 if gpu else INTERPRETER_TIMEOUT_FACTOR)
+
+
+def _calibration(target: Target) -> tuple[dict | None, str | None]:
+    """No solution here: the speed bar comes from the instructor's calibration file (error text if corrupt)."""
+    try:
+        return calibration.load().get(target.key, {}), None
+    except calibration.CalibrationError as exc:
+        return None, str(exc)
+
+
+def _build_raw_cuda(path: Path, solution: Path | None, job: dict, result: GradeResult, gpu: bool, variant) -> bool:
+    arch = build.gpu_arch() if gpu else None
+    built = build.build_variant(path, variant, arch)
+    result.build = built.to_dict()
+    if built.skipped:  # the machine lacks a library the spec links or requires (cuBLAS, ThunderKittens): not the learner's
+        result.add(Check("build", SKIPPED, built.log, {"code": built.skip_code}))
+        result.add(Check("numerics", SKIPPED, "not built: " + built.log.split(":")[0], {"code": built.skip_code}))
+        return False
+    if not built.ok and built.log == build.NVCC_HINT and not gpu and job.get("emulated"):
+        result.add(Check("build", SKIPPED, "no nvcc here: your file was not compiled for a GPU (nvcc's errors and its "
+                         f"resource report need it: {build.NVCC_HINT}); its kernels still run on the CPU emulator",
+                         {"code": "no_nvcc"}))
+        return _build_emulated(path, job, result, nvcc_checked=False)
+    if not built.ok:
+        code = "no_nvcc" if built.log == build.NVCC_HINT else "build_error"
+        result.add(Check("build", ERROR if code == "no_nvcc" else FAILED,
+                         build.failure_message(path, built.log) if code == "build_error" else built.log, {"code": code}))
+        return False
+    timing = "cached" if built.cached else f"{built.seconds:.2f} s"
+    report, occupied = _resource_report(built, path, variant, gpu)
+    result.add(Check("build", PASSED, f"compiled for {built.arch} ({timing})\n{report}",
+                     {"resources": built.resources, "occupancy": occupied}))
+    entry_problem = build.check_entry_point(Path(built.library), path, variant.entry, len(variant.args))
+    if entry_problem:
+        code, message = entry_problem
+        result.add(Check("load", FAILED, message, {"code": code}))
+        return False
+    if not gpu:
+        return _build_emulated(path, job, result)
+    job["learner_library"] = built.library
+    if solution is not None:
+        solution_build = build.build_variant(solution, variant, arch)
+        job["solution_library"] = solution_build.library if solution_build.ok else None
+        if not solution_build.ok:
+            job["solution"] = None
+    return True
+
+
+def _build_emulated(path: Path, job: dict, result: GradeResult, nvcc_checked: bool = True) -> bool:
+    """No GPU: the file built for the CPU emulator (cuda_cpu), whose library the child runs; or the numerics
+    skipped, saying why (the file uses what the emulator lacks, or the emulator's own build failed)."""
+    if not job.get("emulated"):
+        why = getattr(result, "emulation", "") or "the CPU emulation is not available here"
+        result.add(Check("numerics", SKIPPED, f"no GPU found and {why}: compiled and checked the resource report "
+                         "only; run `kcourse grade` on a machine with an NVIDIA GPU to check numerics",
+                         {"code": "no_gpu"}))
+        result.add(Check("speed", SKIPPED, "no GPU found: timing skipped", {"code": "no_gpu"}))
+        return False
+    started = time.monotonic()
+    built = cuda_cpu.build(path)
+    result.phases["emulator_build"] = round(time.monotonic() - started, 3)
+    if not built.ok and not nvcc_checked:  # the host compiler is the only one that read the file: its errors are the learner's
+        result.checks = [c for c in result.checks if c.name != "build"]  # the skipped nvcc check it replaces
+        result.add(Check("build", FAILED, "the CPU emulator's build (no nvcc here) failed:\n" + built.log.strip()[-3000:],
+                         {"code": "build_error"}))
+        return False
+    if not built.ok:  # nvcc accepted the file: what the emulator's header lacks, not the learner's mistake
+        result.add(Check("numerics", SKIPPED, "the CPU emulator could not build your file (nvcc could): "
+                         f"{_first_error(built.log)} — "
+                         "numerics need a GPU for this file; tell your instructor, it is the emulator's gap",
+                         {"code": "emulator_build_error", "log": built.log[-4000:]}))
+        return False
+    job["learner_library"] = built.library
+    return True
+
+
+def _first_error(log: str) -> str:
+    lines = log.strip().splitlines()
+    return next((line.strip() for line in lines if "error" in line), lines[0] if lines else "no compiler output")
+
+
+def _compile_check_torch_op(path: Path, result: GradeResult, variant=None) -> None:
+    built = build.compile_check_torch_op(_project_file(path, variant))
+    result.build = built.to_dict()
+    if built.log == build.NVCC_HINT:
+        result.add(Check("build", ERROR, built.log, {"code": "no_nvcc"}))
+        return
+    if built.skipped:
+        result.add(Check("build", SKIPPED, built.log, {"code": "toolkit_incomplete"}))
+        result.add(Check("numerics", SKIPPED, "no GPU found: the operator was not run", {"code": "no_gpu"}))
+        return
+    if not built.ok:
+        result.add(Check("build", FAILED, build.failure_message(path, built.log), {"code": "build_error"}))
+        return
+    later = f"; {BUILDS[variant.build]} builds the operator on a GPU" if variant is not None and variant.build != "jit" else ""
+    report, occupied = _resource_report(built, path, variant, False)
+    result.add(Check("build", PASSED, f"compiled against torch's headers for {built.arch} (compile only{later})\n"
+                     + report, {"resources": built.resources, "occupancy": occupied}))
+    result.add(Check("numerics", SKIPPED, "no GPU found: the operator was compiled, not run", {"code": "no_gpu"}))
+    result.add(Check("speed", SKIPPED, "no GPU found: timing skipped", {"code": "no_gpu"}))
+
+
+def _resource_report(built: build.BuildResult, path: Path, variant, gpu: bool) -> tuple[str, list[dict]]:
+    """nvcc's report per kernel, then the theoretical occupancy of each kernel that declares __launch_bounds__."""
+    lines, figures = occupancy.describe(built.resources, path.read_text(errors="replace"), built.arch, gpu)
+    return build.format_resources(built.resources) + lines, figures
+
+
+def _project_file(path: Path, variant) -> Path:
+    """The learner's file where its project's given headers are beside it (a copy with the spec's `files`)."""
+    if variant is None or not variant.files:
+        return path
+    from grader.core.paths import build_cache_dir
+
+    folder = build_cache_dir() / ("check-" + op_build.extension_name(variant, path))
+    return op_build.stage(variant, path, folder) / variant.stub

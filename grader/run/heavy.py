@@ -1,0 +1,174 @@
+"""Inputs and references too heavy for the CPU, made on the GPU in a trusted process of their own.
+
+A float64 attention backward at its timed sizes is about 3 TFLOP: minutes on the CPU, a fraction of a
+second on an H100's float64 units. The grader itself never opens CUDA (the learner's child owns the GPU,
+and a context in the parent would outlive its crashes), so an exercise whose spec says
+`reference_device = "cuda"` gets this one more process, running only kit code: it applies the inputs'
+transforms (an attention forward) and computes the float64 references there, for the cases heavy enough
+to be worth it (worth_it: the timed sizes; the small numerics cases stay on the CPU, ready at once). The
+random draws stay on the CPU, so the values are the same on every machine; only the float64 arithmetic
+moves. The judge waits for the timed sizes' references before timing starts: nothing of ours runs on the
+GPU while it is timed.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+from concurrent.futures import Future, ProcessPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from grader.core.spec import Case, ExerciseSpec, Variant
+
+if TYPE_CHECKING:  # torch is imported where it is used: `kcourse grade` starts this process before its own import
+    import torch
+
+_references: dict[str, Any] = {}  # per process: reference.py loaded once
+# Pools started by `kcourse grade` before the grader imported torch (start_early), by (folder, function, GPUs)
+_early: dict[tuple[str, str, str | None], tuple[ProcessPoolExecutor, Future]] = {}
+# A case whose work is under this goes to the CPU as before: its float64 reference takes tens of ms there, less
+# than the GPU process's start (spawn, torch, a CUDA context: seconds), which the first trials would wait for.
+HEAVY_FLOPS = 1e9
+GATE_LIMIT_S = 180.0  # the longest a grading child may take to get ready (sandbox.START_LIMIT_S)
+
+
+class GpuCompute:
+    """One spawned process (CUDA cannot be forked) that draws transformed inputs and computes references.
+    `visible_devices`: the grading child's CUDA_VISIBLE_DEVICES, so the references run on the child's GPU
+    (grade-batch and validate grade on several GPUs from one process; on another GPU they would share it
+    with a grade being timed there)."""
+
+    def __init__(self, spec: ExerciseSpec, reference: str = "reference", visible_devices: str | None = None,
+                 gate: threading.Event | None = None):
+        """`gate`: set once the grading child is ready. Until then it may be measuring this GPU's copy and
+        matmul ceilings (worker.device_ceilings), which work of ours beside it would make read low."""
+        import torch.multiprocessing  # noqa: F401  (registers the reductions that pass tensors through shared memory)
+
+        self.spec, self.reference_name = spec, reference  # the function of reference.py (spec.Variant.reference)
+        self.gate = gate
+        early = _early.pop(_early_key(spec, reference, visible_devices), None)
+        self.executor, self.warm_up = early or _start(spec, reference, visible_devices)
+
+    def generate(self, case: Case, seed: int, trial: int = 0) -> dict[str, torch.Tensor]:
+        self._wait_for_the_gate()
+        return self.executor.submit(_generate, self.spec, case, seed, trial).result()
+
+    def reference(self, inputs: dict[str, torch.Tensor], params: dict[str, Any]) -> Future:
+        self._wait_for_the_gate()
+        return self.executor.submit(_reference, self.spec, inputs, params, self.reference_name)
+
+    def _wait_for_the_gate(self) -> None:
+        if self.gate is not None:
+            self.gate.wait(GATE_LIMIT_S)  # a child that never gets ready ends the grade, and close() opens the gate
+
+    def shutdown(self) -> None:
+        _terminate(self.executor)
+
+
+def start_early(spec: ExerciseSpec, reference: str, visible_devices: str | None) -> None:
+    """Start the GPU process for the grade about to run, before the grader imports torch (`kcourse grade`),
+    so that its start-up (spawn, torch, a CUDA context: seconds) overlaps the grader's and the child's
+    rather than following them; the grade's GpuCompute takes it up. Nothing where it is not wanted."""
+    if wanted(spec):
+        _early[_early_key(spec, reference, visible_devices)] = _start(spec, reference, visible_devices)
+
+
+def discard_early() -> None:
+    """End a process start_early made for a grade that never got to its numerics (a missing file, a build
+    that failed before the judge was made)."""
+    while _early:
+        _terminate(_early.popitem()[1][0])
+
+
+def _early_key(spec: ExerciseSpec, reference: str, visible_devices: str | None) -> tuple[str, str, str | None]:
+    return str(spec.folder), reference, visible_devices
+
+
+def _start(spec: ExerciseSpec, reference: str, visible_devices: str | None) -> tuple[ProcessPoolExecutor, Future]:
+    """The pool and its warm-up, submitted at once: spawning, importing torch and opening a CUDA context take
+    seconds, which then pass while the child starts and nvcc builds (or, in watch, while the learner edits)."""
+    executor = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_see_only, initargs=(visible_devices,))
+    return executor, executor.submit(_warm_up, spec, reference)
+
+
+def _terminate(executor: ProcessPoolExecutor) -> None:
+    """Ends the process now, whatever it is doing. A grade that ends early (a build error) must not wait
+    for the warm-up (seconds): the exit handlers of concurrent.futures join a pool's process after its
+    running task. Its work is ours alone and none of it is wanted any more."""
+    for process in list((getattr(executor, "_processes", None) or {}).values()):
+        process.terminate()
+    executor.shutdown(wait=False, cancel_futures=True)
+
+
+def wanted(spec: ExerciseSpec) -> bool:
+    """A GPU for this exercise's references: asked for by the spec, and one is here (seen by nvidia-smi)."""
+    from grader.toolchain.build import gpu_arch
+
+    return spec.reference_device == "cuda" and gpu_arch() is not None
+
+
+def worth_it(spec: ExerciseSpec, variant: Variant, case: Case) -> bool:
+    """Whether this case's inputs and reference are made in the GPU process: its work (the spec's flops
+    expression) is HEAVY_FLOPS or more, or the spec gives no way to tell."""
+    from grader.checks import speed
+    from grader.core import exprs
+
+    flops = speed.work_model(spec, variant)[0]
+    if flops is None:
+        return True
+    try:
+        return exprs.evaluate(flops, speed.expression_names(case)) >= HEAVY_FLOPS
+    except Exception:  # an expression naming a parameter this case lacks: as the spec asked, on the GPU
+        return True
+
+
+def _see_only(visible_devices: str | None) -> None:
+    """In the spawned process, before anything opens CUDA: the GPUs it may use."""
+    import os
+
+    if visible_devices is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible_devices
+
+
+def _warm_up(spec: ExerciseSpec, function: str) -> None:
+    """Everything the first reference needs but its arithmetic. A CUDA context's start is not work on the
+    GPU's memory or SMs, so it need not wait for the gate. A failure here shows at the first real task."""
+    import torch
+
+    from grader.checks.inputs import generate  # noqa: F401  (imported now, not when the first case is drawn)
+
+    try:
+        _reference_function(spec, function)
+        torch.zeros(1, device="cuda")
+    except Exception:
+        pass
+
+
+def _reference_function(spec: ExerciseSpec, function: str):
+    """reference.py's function, loaded once per process (by the warm-up, or by the first reference)."""
+    from grader.checks.checking import load_reference
+
+    key = f"{spec.folder}:{function}"
+    if key not in _references:
+        _references[key] = load_reference(spec.folder / "reference.py", function)
+    return _references[key]
+
+
+def _generate(spec: ExerciseSpec, case: Case, seed: int, trial: int) -> dict[str, torch.Tensor]:
+    from grader.checks.inputs import generate
+
+    return generate(spec, case, seed, trial, device="cuda")
+
+
+def _reference(spec: ExerciseSpec, inputs: dict[str, torch.Tensor], params: dict[str, Any],
+               function: str = "reference") -> list[torch.Tensor]:
+    import torch
+
+    from grader.checks.checking import reference_outputs
+
+    on_gpu = {name: t.to("cuda") for name, t in inputs.items()}
+    outs = [o.cpu() for o in reference_outputs(_reference_function(spec, function), spec, on_gpu, params)]
+    del on_gpu
+    torch.cuda.empty_cache()  # hand the memory back before the learner's code is timed
+    return outs

@@ -1,0 +1,260 @@
+"""The child process that runs untrusted code, and how the parent talks to it.
+
+The child is started before the job is known (`Child.start`): it imports torch, creates its CUDA
+context and says "ready", so that start-up overlaps the parent's build, or, in `kcourse watch`, the
+learner's typing. It then reads one job and its trials as JSON lines on stdin and answers with events
+on a pipe of its own (JSON lines). It gets its own process group so a hang is killed with everything
+it started; its output (the learner's prints) goes to a file and is trimmed; when it dies, its exit
+status and last step become a verdict such as "crashed with SIGSEGV while checking n=1000003"."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from grader.child.box import release_pids_cgroup
+from grader.core.paths import course_root
+
+OUTPUT_LIMIT = 4000
+START_LIMIT_S = 180.0  # importing torch and creating a CUDA context; ceilings are measured once per GPU
+SHM_MIN_FREE = 8 * 2**30  # trial files go to /dev/shm when it has room (no disk writes for 1 GB inputs)
+# torch's profiler (used to catch torch calls) logs lines like "USDT:2026-.. Sync...cpp:52] profiler_start"
+_PROFILER_NOISE = re.compile(r"^(USDT|INFO|WARNING|ERROR):\d{4}-\d\d-\d\d [^\]]*\.cpp:\d+\].*$\n?", re.M)
+
+
+class ChildGone(Exception):
+    """The child exited or closed its event pipe."""
+
+
+class ChildTimeout(Exception):
+    """The child ran past its deadline."""
+
+
+def trim(text: str, limit: int = OUTPUT_LIMIT) -> str:
+    text = _PROFILER_NOISE.sub("", text)
+    return text if len(text) <= limit else "... (earlier output trimmed)\n" + text[-limit:]
+
+
+def _work_dir() -> Path:
+    shm = Path("/dev/shm")
+    try:
+        base = shm if shm.is_dir() and shutil.disk_usage(shm).free > SHM_MIN_FREE else None
+    except OSError:
+        base = None
+    return Path(tempfile.mkdtemp(prefix="kcourse-", dir=base))
+
+
+def box_home(name: str = "local") -> Path:
+    """A child's own writable caches (Triton's kernels and autotuning results), by owner: the learner's own
+    grades share "local"; each grade-batch submission folder gets its own, so no learner's box reads
+    kernels another learner's grade compiled. The job names it; the child switches to it before the box."""
+    from grader.core.paths import build_cache_dir
+
+    path = build_cache_dir().parent / "box" / re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def child_env(device: str, extra: dict[str, str] | None = None, scratch: Path | None = None) -> dict[str, str]:
+    env = dict(os.environ, PYTHONUNBUFFERED="1", KCOURSE_CHILD_DEVICE=device, **(extra or {}))
+    home = box_home()
+    # CUDA's own JIT cache is off: it would be one more folder shared by every learner's box
+    env.update(TRITON_CACHE_DIR=str(home / "triton"), TRITON_HOME=str(home), CUDA_CACHE_DISABLE="1")
+    # torch.compile (a custom operator's checks) compiles in the child itself, not through a pool of compile-worker
+    # processes started inside the box: CI saw inductor fail there now and then (BackendCompilerFailed)
+    env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+    if scratch is not None:
+        env["TMPDIR"] = str(scratch)  # nvcc's and ptxas's temporary files: the box writes nowhere else
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(course_root()), env.get("PYTHONPATH")]))
+    if device == "cpu":
+        env["TRITON_INTERPRET"] = "1"  # read by triton at import: set before the child starts
+    # Autotuning results kept on disk, keyed by the kernel's source, its configs and the tuning key: a fresh
+    # child per grade otherwise re-benchmarks every config of every key (an FA v2 grade spent most of its
+    # ~45 s there, the solution's and yours). An edit to the kernel or its configs tunes again.
+    env.setdefault("TRITON_CACHE_AUTOTUNING", "1")
+    return env
+
+
+class Child:
+    """One worker process. `send` writes a JSON line to its stdin; `event` reads its next event."""
+
+    @staticmethod
+    def visible_devices_for(extra_env: dict[str, str] | None) -> str | None:
+        """The child's CUDA_VISIBLE_DEVICES: what a multi-GPU batch gave it, else what this grader was given (the
+        child inherits it); the sanitizer, the references and gpushare look at that GPU, not the first."""
+        return (extra_env or {}).get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+    def __init__(self, device: str, extra_env: dict[str, str] | None = None, wrapper: list[str] | None = None,
+                 module: str = "grader.child.worker"):
+        """`module`: the child's program, speaking the worker protocol (grader.capstone.child does too)."""
+        self.device = device
+        self.preload = {k: v for k, v in (extra_env or {}).items() if k in ("LD_PRELOAD", "ASAN_OPTIONS")}
+        self.visible_devices = self.visible_devices_for(extra_env)
+        self.wrapped = bool(wrapper)  # run under a tool (ncu) that writes its report after the worker exits
+        self.dir = _work_dir()
+        self.last_step = "starting"
+        self.ready: dict[str, Any] | None = None
+        self.started = time.monotonic()
+        read_fd, write_fd = os.pipe()
+        self._output = open(self.dir / "output.txt", "wb")
+        command = [*(wrapper or []), sys.executable, "-m", module, str(write_fd)]
+        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=self._output, stderr=subprocess.STDOUT,
+                                     env=child_env(device, extra_env, self.dir), cwd=self.dir, pass_fds=(write_fd,),
+                                     start_new_session=True)
+        os.close(write_fd)
+        self._events = read_fd
+        self._buffer = b""
+
+    # --- talking ---------------------------------------------------------------------------------
+    def send(self, message: dict[str, Any]) -> None:
+        try:
+            self.proc.stdin.write((json.dumps(message) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, ValueError, OSError):
+            pass  # the child is gone: the event reader reports how it died
+
+    def event(self, deadline: float) -> dict[str, Any]:
+        """The next event (a dict with "event"); raises ChildTimeout past `deadline`, ChildGone at EOF."""
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ChildTimeout
+            ready, _, _ = select.select([self._events], [], [], left)
+            if not ready:
+                raise ChildTimeout
+            chunk = os.read(self._events, 1 << 16)
+            if not chunk:
+                raise ChildGone
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        try:
+            message = json.loads(line)
+        except ValueError:
+            message = None
+        if not isinstance(message, dict) or "event" not in message:
+            return {"event": "garbled", "text": line[:200].decode(errors="replace")}
+        if message["event"] == "step":
+            self.last_step = str(message.get("text", ""))[:200]
+        return message
+
+    def wait_ready(self, limit_s: float = START_LIMIT_S) -> dict[str, Any]:
+        if self.ready is None:
+            message = self.event(self.started + limit_s)
+            while message["event"] == "step":
+                message = self.event(self.started + limit_s)
+            if message["event"] != "ready":
+                raise ChildGone
+            self.ready = message
+        return self.ready
+
+    # --- ending ----------------------------------------------------------------------------------
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def finish(self, grace_s: float = 10.0) -> int | None:
+        """Close stdin, wait a little for a clean exit, then kill; returns the exit status."""
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            return self.proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return self.proc.wait()
+
+    def output(self) -> str:
+        self._output.flush()
+        try:
+            return trim((self.dir / "output.txt").read_bytes().decode(errors="replace"))
+        except OSError:
+            return ""
+
+    def close(self) -> None:
+        if self._events is None:
+            return  # closed already
+        self.kill()
+        self.proc.wait()
+        release_pids_cgroup(self.proc.pid)
+        self._output.close()
+        os.close(self._events)
+        self._events = None
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+# Kinds of exercise that only compile on a machine without a GPU: no child runs them there.
+COMPILED_ONLY_ON_CPU = ("cuda", "cuda_host", "torch_op")
+
+
+def early_child(kind: str = "") -> Child | None:
+    """The worker, started before the grader imports torch, so that the two start-ups overlap (a one-shot
+    `kcourse grade` pays them once, not one after the other): a GPU worker where nvidia-smi sees a GPU, else
+    the interpreter's (KCOURSE_DEVICE=cpu too); None where no child will run. grade() replaces a guess that
+    turns out wrong (torch without CUDA). `kind`: the exercise's, for what the worker pre-warms."""
+    from grader.toolchain.build import gpu_arch
+
+    return child_for(kind, os.environ.get("KCOURSE_DEVICE", "").lower() != "cpu" and bool(gpu_arch()))
+
+
+def child_for(kind: str, gpu: bool) -> Child | None:
+    """The worker for an exercise of this kind, pre-warmed for it: on the GPU, or the interpreter's; None
+    where no child runs (a CUDA file without a GPU is only compiled)."""
+    if not gpu and kind in COMPILED_ONLY_ON_CPU:
+        return None
+    return Child("cuda" if gpu else "cpu", prewarm_env(kind))
+
+
+# What a worker pays while it waits for the job (worker.warm_up reads it), by kind: a torch operator's
+# integrity check runs under torch's profiler, whose first use costs seconds; a Triton file's first line
+# imports triton (0.3 s).
+PREWARM = {"torch_op": "profiler", "triton": "triton"}
+
+
+def prewarm_env(kind: str) -> dict[str, str]:
+    return {"KCOURSE_CHILD_PREWARM": PREWARM[kind]} if kind in PREWARM else {}
+
+
+@dataclass
+class Death:
+    timed_out: bool
+    returncode: int | None
+    last_step: str
+
+
+def death_message(death: Death, timeout_s: float) -> tuple[str, str]:
+    """(code, message) for a child that stopped answering."""
+    where = f" while {death.last_step}"
+    if death.timed_out:
+        return "timeout", (f"your code ran past the {timeout_s:g} s limit{where} and was stopped — a loop that never "
+                           "ends? (a loop bound that never changes, a barrier not every thread reaches, a spin-wait)")
+    code = death.returncode or 0
+    if code < 0:
+        name = _signal_name(-code)
+        hint = {"SIGSEGV": " — a bad pointer: a device pointer used on the host, or an index past an array?",
+                "SIGABRT": " — an assertion or a C++ exception in your code?",
+                "SIGFPE": " — an integer division by zero?"}.get(name, "")
+        return "crash", f"your code crashed with {name}{where}{hint}"
+    return "crash", (f"the grading process ended unexpectedly (exit status {code}){where} — does your code call "
+                     "exit() or close file descriptors? Look at your program's output below")
+
+
+def _signal_name(number: int) -> str:
+    """SIGSEGV, ...; a signal Python has no name for (a real-time one) by its number."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
