@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -214,11 +215,27 @@ def _shared_pointer(match: re.Match) -> str:
 
 
 def flags(asan: bool) -> list[str]:
-    # every access a call (the header's preemption hooks); misaligned vector loads stop as a GPU's do
+    # every access a call (the header's preemption hooks); misaligned vector loads stop as a GPU's do. Not checked:
+    # a local array used after its scope ended (compute-sanitizer does not check it either): checking it puts a call
+    # on every access to a local array at a constant index, which otherwise needs none (docs/measurements.md)
     sanitize = ["-fsanitize=address,alignment", "-fno-sanitize-recover=alignment", "-fno-omit-frame-pointer",
-                "--param=asan-instrumentation-with-call-threshold=0"] if asan else []
-    return ["-x", "c++", "-std=c++17", "-O2", "-g", "-fPIC", "-shared", "-U_FORTIFY_SOURCE", "-fno-strict-aliasing",
-            *sanitize, f"-I{INCLUDE}", "-include", "kcourse_cuda_cpu.h"]
+                "--param=asan-instrumentation-with-call-threshold=0", "-fno-sanitize-address-use-after-scope"] \
+        if asan else []
+    return ["-x", "c++", "-std=c++17", "-O2", *_cpu_flags(), "-g", "-fPIC", "-shared", "-U_FORTIFY_SOURCE",
+            "-fno-strict-aliasing", *sanitize, f"-I{INCLUDE}", "-include", "kcourse_cuda_cpu.h"]
+
+
+@lru_cache(maxsize=1)
+def _cpu_flags() -> tuple[str, ...]:
+    """fmaf() as one instruction where this CPU has one (else each is a call into libm). -ffp-contract=off: g++ would
+    otherwise fuse every a * b + c once FMA is on, in C++ even under -std=c++17; only the explicit fmaf is fused, so
+    the numerics are those of the build without -mfma."""
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace") if platform.machine() in ("x86_64", "AMD64") else ""
+    except OSError:
+        cpuinfo = ""
+    has_fma = any(line.startswith("flags") and " fma " in f"{line} " for line in cpuinfo.splitlines())
+    return ("-mfma", "-ffp-contract=off") if has_fma else ("-ffp-contract=off",)
 
 
 def build(source: Path, defines: dict[str, object] | None = None):

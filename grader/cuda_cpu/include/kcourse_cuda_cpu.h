@@ -187,11 +187,20 @@ struct Fiber {
     void* fake_stack = nullptr;
 };
 
+// The scheduler's state is read through plain pointers and counts: the emulator's code is not instrumented, but a
+// std::vector method it calls is (GCC does not inline an instrumented function into one that is not), and every
+// access of one would go through the preemption hooks.
 struct Launch {  // the launch running now
     dim3 grid, block;
     uint3 block_idx;
     std::vector<Thread> threads;
-    std::vector<Thread*> ready;  // run_block's: the threads that run in this round
+    std::vector<Thread*> ready_storage;
+    std::vector<unsigned> waiting_storage;
+    Thread* thread = nullptr;   // threads.data(), n of them
+    Thread** ready = nullptr;   // ready_storage.data(): the threads that may run now, n_ready of them
+    unsigned* at_warp_op = nullptr;  // waiting_storage.data(): per warp, its lanes that wait at a warp intrinsic
+    int n = 0, n_ready = 0;
+    int done = 0, at_barrier = 0;  // the block's threads that returned; that wait at __syncthreads()
     void (*body)(void*) = nullptr;
     void* closure = nullptr;
     char* dynamic_shared = nullptr;
@@ -200,13 +209,16 @@ struct Launch {  // the launch running now
 };
 
 struct Emulator {
-    std::vector<Fiber*> fibers, free_fibers;  // every fiber made; those without a thread now
+    std::vector<Fiber*> fibers;  // every fiber made
+    Fiber** free_fibers = nullptr;  // those without a thread now, n_free of them (room for every fiber)
+    int n_free = 0;
     Launch* launch = nullptr;
     Thread* current = nullptr;
-    Fiber::Context scheduler;
+    Fiber::Context scheduler;  // the stack that called the kernel: a block starts from it and ends on it
     void* scheduler_fake_stack = nullptr;
     const void* main_stack_bottom = nullptr;
     size_t main_stack_size = 0;
+    bool from_main = false;  // the fiber switched to now comes from that stack (its bounds are noted then)
     uint64_t rng = 0;
     cudaError_t last_error = cudaSuccess;
     std::vector<std::pair<const char*, size_t>> device_ranges;  // [start, size): memory a kernel may touch
@@ -215,10 +227,8 @@ struct Emulator {
     char kernel_name[512] = "a kernel";
 };
 
-KCUDA_UNHOOKED Emulator& emu() {
-    static Emulator e;
-    return e;
-}
+Emulator g_emulator;
+__attribute__((always_inline)) inline Emulator& emu() { return g_emulator; }  // (touches no memory: inlined anywhere)
 
 // ---- fibers: a context switch is a few register moves on x86-64 (ucontext elsewhere) ------------------------
 // Neither _longjmp nor swapcontext: AddressSanitizer intercepts _longjmp and clears a stack's shadow on every
@@ -233,14 +243,14 @@ asm(".text\nkcuda_switch:\n"
 constexpr int kSavedWords = 6;  // then the return address
 #endif
 
-inline void start_switch(void** save, const void* bottom, size_t size) {
+KCUDA_UNHOOKED inline void start_switch(void** save, const void* bottom, size_t size) {
 #ifdef KCUDA_ASAN
     __sanitizer_start_switch_fiber(save, bottom, size);
 #else
     (void)save; (void)bottom; (void)size;
 #endif
 }
-inline void finish_switch(void* save, const void** bottom, size_t* size) {
+KCUDA_UNHOOKED inline void finish_switch(void* save, const void** bottom, size_t* size) {
 #ifdef KCUDA_ASAN
     __sanitizer_finish_switch_fiber(save, bottom, size);
 #else
@@ -248,7 +258,7 @@ inline void finish_switch(void* save, const void** bottom, size_t* size) {
 #endif
 }
 
-KCUDA_UNHOOKED void switch_to(Fiber::Context* save, Fiber::Context* to) {
+KCUDA_UNHOOKED inline void switch_to(Fiber::Context* save, Fiber::Context* to) {
 #ifdef KCUDA_ASM_SWITCH
     kcuda_switch(&save->sp, to->sp);
 #else
@@ -258,8 +268,10 @@ KCUDA_UNHOOKED void switch_to(Fiber::Context* save, Fiber::Context* to) {
 
 // Preemption: with AddressSanitizer every load and store of the learner's code goes through a hook (at the end of
 // this file), which now and then lets another thread of the block run first (seeded), so a read-modify-write that
-// is not atomic loses updates as it does on a GPU. The switching code itself is not instrumented.
-Thread* g_running = nullptr;  // the thread whose fiber runs now; null on the scheduler's stack
+// is not atomic loses updates as it does on a GPU. The switching code itself is not instrumented (and calls nothing
+// that is: std::vector's methods are, so the scheduler reads plain arrays).
+Thread* g_running = nullptr;  // the thread whose fiber runs now; null on the scheduler's stack and in the scheduler
+uintptr_t g_stack = 0;  // the start of its fiber's stack (0 with no fiber running): accesses there are never switched out
 // > 0 inside the emulator's own indivisible operations (an atomic); volatile, or the compiler drops the ++/-- pair
 // around an atomic's load and store before AddressSanitizer's checks (the hooks' calls) are put between them
 volatile int g_indivisible = 0;
@@ -269,31 +281,16 @@ const void* g_atomic_ring[64];
 volatile unsigned long g_atomics = 0;
 inline void note_atomic(const void* p) { g_atomic_ring[g_atomics & 63] = p; g_atomics = g_atomics + 1; }
 uint64_t g_preempt_rng = 0;
-
-KCUDA_UNHOOKED void to_scheduler(Fiber* f) {
-    Emulator& e = emu();
-    Thread* running = g_running;
-    g_running = nullptr;
-    start_switch(&f->fake_stack, e.main_stack_bottom, e.main_stack_size);
-    switch_to(&f->context, &e.scheduler);
-    finish_switch(f->fake_stack, &e.main_stack_bottom, &e.main_stack_size);
-    g_running = f->thread ? f->thread : running;
+// the loads and the stores until the next chance of a switch (preemption_gap draws them; the hooks count down)
+long g_loads_left = 1, g_stores_left = 1;
+constexpr unsigned kLoadOdds = 64, kStoreOdds = 8;  // a load: 1 chance in 64; a store (rarer): 1 in 8
+KCUDA_UNHOOKED long preemption_gap(unsigned odds) {  // from 1 to 2 odds - 1, seeded: one access in `odds` on average
+    uint64_t& r = g_preempt_rng;  // seeded per block (run_grid)
+    r ^= r << 13; r ^= r >> 7; r ^= r << 17;
+    return 1 + (long)(((unsigned __int128)r * (2 * odds - 1)) >> 64);
 }
 
-KCUDA_UNHOOKED void fiber_main() {  // a fiber's life: run the thread it is given, park, run the next one
-    Emulator& e = emu();
-    Fiber* f = e.current->fiber;
-    finish_switch(nullptr, &e.main_stack_bottom, &e.main_stack_size);
-    g_running = f->thread;
-    for (;;) {
-        Launch* l = e.launch;
-        l->body(l->closure);  // runs as e.current, the thread this fiber was given
-        f->thread->state = kDone;
-        f->thread->fiber = nullptr;
-        e.free_fibers.push_back(f);
-        to_scheduler(f);
-    }
-}
+void fiber_main();
 
 Fiber* new_fiber() {  // its first switch lands at fiber_main's first line, on its own stack
     Fiber* f = new Fiber();
@@ -301,7 +298,10 @@ Fiber* new_fiber() {  // its first switch lands at fiber_main's first line, on i
     if (memory == MAP_FAILED) { fprintf(stderr, "kcourse-emu: out of memory for a thread's stack\n"); abort(); }
     mprotect(memory, 4096, PROT_NONE);  // a guard page: a stack overflow faults instead of writing another's stack
     f->stack = static_cast<char*>(memory);
-    emu().fibers.push_back(f);
+    Emulator& e = emu();
+    e.fibers.push_back(f);
+    e.free_fibers = static_cast<Fiber**>(realloc(e.free_fibers, e.fibers.size() * sizeof(Fiber*)));
+    if (!e.free_fibers) { fprintf(stderr, "kcourse-emu: out of memory\n"); abort(); }
 #ifdef KCUDA_ASM_SWITCH
     void** top = reinterpret_cast<void**>(f->stack + kStackBytes - 64);  // 16-byte aligned
     top[-1] = nullptr;                                  // where fiber_main's return address would be
@@ -316,13 +316,6 @@ Fiber* new_fiber() {  // its first switch lands at fiber_main's first line, on i
     makecontext(&f->context.uc, fiber_main, 0);
 #endif
     return f;
-}
-
-KCUDA_UNHOOKED void resume(Fiber* f) {
-    Emulator& e = emu();
-    start_switch(&e.scheduler_fake_stack, f->stack, kStackBytes);
-    switch_to(&e.scheduler, &f->context);
-    finish_switch(e.scheduler_fake_stack, nullptr, nullptr);
 }
 
 // ---- reports: what the learner reads when a kernel stops ----------------------------------------------------
@@ -368,20 +361,14 @@ KCUDA_UNHOOKED uint64_t next_random() {
 
 
 // ---- barriers ------------------------------------------------------------------------------------------------
-KCUDA_UNHOOKED Thread& me() {
+KCUDA_UNHOOKED inline Thread& me() {
     Emulator& e = emu();
     if (!e.current) fail("a device function (__syncthreads, a warp intrinsic, threadIdx) was called outside a kernel");
     return *e.current;
 }
 
-KCUDA_UNHOOKED void wait_at(State s) {
-    Thread& t = me();
-    t.state = s;
-    to_scheduler(t.fiber);
-}
-
 KCUDA_UNHOOKED unsigned lanes_of_warp(const Launch& l, int warp) {  // the lanes that exist (the last warp of a block may be short)
-    int first = warp * 32, count = std::min<int>(32, (int)l.threads.size() - first);
+    int first = warp * 32, count = l.n - first < 32 ? l.n - first : 32;
     return count >= 32 ? 0xffffffffu : ((1u << count) - 1);
 }
 
@@ -399,7 +386,7 @@ KCUDA_UNHOOKED uint64_t warp_result(const Thread& t, Thread* const* lanes, unsig
                 if (!((waiting & t.mask) >> i & 1u)) continue;
                 ballot |= (uint64_t)(lanes[i]->predicate != 0) << i;
                 int64_t v = (int64_t)(int32_t)lanes[i]->value;
-                sum += (uint32_t)lanes[i]->value; lo = std::min(lo, v); hi = std::max(hi, v);
+                sum += (uint32_t)lanes[i]->value; lo = v < lo ? v : lo; hi = v > hi ? v : hi;
             }
             if (t.op == kBallot) return ballot;
             if (t.op == kAny) return ballot != 0;
@@ -420,7 +407,7 @@ KCUDA_UNHOOKED bool release_warp(Launch& l, int warp) {
     unsigned waiting = 0, active = 0, exists = lanes_of_warp(l, warp), seen = 0;
     for (int i = 0; i < 32; ++i) {
         if (!((exists >> i) & 1u)) continue;
-        lanes[i] = &l.threads[warp * 32 + i];
+        lanes[i] = &l.thread[warp * 32 + i];
         if (lanes[i]->state == kAtWarpOp) (lanes[i]->op == kActiveMask ? active : waiting) |= 1u << i;
     }
     bool released = false;
@@ -435,6 +422,7 @@ KCUDA_UNHOOKED bool release_warp(Launch& l, int warp) {
             if ((group >> j) & 1u) lanes[j]->result = warp_result(*lanes[j], lanes, group);
         for (int j = 0; j < 32; ++j)
             if ((group >> j) & 1u) lanes[j]->state = kReady;
+        l.at_warp_op[warp] &= ~group;
         released = true;
     }
     if (released || !active) return released;
@@ -442,18 +430,20 @@ KCUDA_UNHOOKED bool release_warp(Launch& l, int warp) {
         if (lanes[j] && lanes[j]->state == kReady) return false;
     for (int j = 0; j < 32; ++j)
         if ((active >> j) & 1u) { lanes[j]->result = active; lanes[j]->state = kReady; }
+    l.at_warp_op[warp] &= ~active;
     return true;
 }
 
 // Why the block cannot go on, if it cannot: a lane named in a mask has exited, or threads wait at barriers
 // that can never all be reached.
 void explain_deadlock(Launch& l) {
-    for (Thread& t : l.threads) {
+    for (int k = 0; k < l.n; ++k) {
+        Thread& t = l.thread[k];
         if (t.state != kAtWarpOp) continue;
         int warp = t.linear / 32;
         for (int i = 0; i < 32; ++i) {
             if (!((t.mask & lanes_of_warp(l, warp)) >> i & 1u)) continue;
-            Thread& other = l.threads[warp * 32 + i];
+            Thread& other = l.thread[warp * 32 + i];
             emu().current = &t;
             if (other.state == kDone)
                 fail("a warp intrinsic (__shfl_*_sync, __ballot_sync, __syncwarp ...) waits for a lane of its mask "
@@ -469,16 +459,126 @@ void explain_deadlock(Launch& l) {
 
 KCUDA_UNHOOKED void release_block(Launch& l) {
     int count = 0, all = 1, any = 0;
-    for (Thread& t : l.threads)
+    for (int k = 0; k < l.n; ++k) {
+        const Thread& t = l.thread[k];
         if (t.state == kAtBlockBarrier) { count += t.predicate != 0; all &= t.predicate != 0; any |= t.predicate != 0; }
-    for (Thread& t : l.threads) {
+    }
+    for (int k = 0; k < l.n; ++k) {
+        Thread& t = l.thread[k];
         if (t.state != kAtBlockBarrier) continue;
         t.result = t.op == kAll ? all : t.op == kAny ? any : count;
         t.state = kReady;
     }
+    l.at_barrier = 0;
 }
 
-// ---- one block -------------------------------------------------------------------------------------------
+// Nothing can run: release what waits at a warp intrinsic or at __syncthreads(), or say why the block is stuck.
+KCUDA_UNHOOKED void release_waiting(Launch& l) {
+    bool released = false;
+    for (int w = 0; w * 32 < l.n; ++w) released |= release_warp(l, w);
+    if (!released && l.at_barrier + l.done == l.n) { release_block(l); released = true; }
+    if (!released) explain_deadlock(l);
+    for (int k = 0; k < l.n; ++k) if (l.thread[k].state == kReady) l.ready[l.n_ready++] = &l.thread[k];
+}
+
+// ---- the scheduler: each step runs a thread drawn at random from those ready, until it returns, waits, or is
+// switched out. It runs on the stack of the fiber that stops (a switch goes from fiber to fiber, not through the
+// caller's stack), and a fiber whose thread returned runs a thread that has not started yet without a switch.
+KCUDA_UNHOOKED Thread* pick(Launch& l) {  // the next thread to run; null when the block is done
+    while (l.n_ready == 0) {
+        if (l.done == l.n) return nullptr;
+        release_waiting(l);
+    }
+    size_t i = (size_t)(((unsigned __int128)next_random() * (unsigned)l.n_ready) >> 64);
+    Thread* t = l.ready[i];
+    l.ready[i] = l.ready[--l.n_ready];
+    return t;
+}
+
+KCUDA_UNHOOKED Fiber* fiber_for(Thread* t) {
+    if (!t->fiber) {
+        Emulator& e = emu();
+        Fiber* f = e.n_free ? e.free_fibers[--e.n_free] : new_fiber();
+        f->thread = t;
+        t->fiber = f;
+    }
+    return t->fiber;
+}
+
+KCUDA_UNHOOKED inline void arrived(Fiber* f) {  // the first thing a fiber does when it runs again
+    Emulator& e = emu();
+    if (e.from_main) {
+        e.from_main = false;
+        finish_switch(f->fake_stack, &e.main_stack_bottom, &e.main_stack_size);
+    } else {
+        finish_switch(f->fake_stack, nullptr, nullptr);
+    }
+}
+
+// The thread of fiber f stops (its state says why: kReady when switched out, a wait, kDone when it returned); the
+// next one runs. Returns when f runs again, with f->thread the thread it runs (another one if this one returned).
+KCUDA_UNHOOKED void reschedule(Fiber* f) {
+    Emulator& e = emu();
+    Launch& l = *e.launch;
+    Thread* t = f->thread;
+    g_running = nullptr;
+    g_stack = 0;
+    if (t->state == kReady) l.ready[l.n_ready++] = t;
+    else if (t->state == kDone) { ++l.done; t->fiber = nullptr; }
+    Thread* next = pick(l);
+    if (next == t) { e.current = t; g_running = t; g_stack = (uintptr_t)f->stack; return; }
+    if (t->state == kDone) {
+        if (next && !next->fiber) {  // a thread that has not started: this fiber runs it
+            f->thread = next;
+            next->fiber = f;
+            e.current = next;
+            g_running = next;
+            g_stack = (uintptr_t)f->stack;
+            return;
+        }
+        f->thread = nullptr;
+        e.free_fibers[e.n_free++] = f;
+    }
+    e.current = next;
+    if (next) {
+        Fiber* to = fiber_for(next);
+        start_switch(&f->fake_stack, to->stack, kStackBytes);
+        switch_to(&f->context, &to->context);
+    } else {  // the block is done
+        start_switch(&f->fake_stack, e.main_stack_bottom, e.main_stack_size);
+        switch_to(&f->context, &e.scheduler);
+    }
+    arrived(f);
+    g_running = f->thread;
+    g_stack = (uintptr_t)f->stack;
+}
+
+KCUDA_UNHOOKED void fiber_main() {  // a fiber's life: run the thread it is given, then the next one it is given
+    Emulator& e = emu();
+    Fiber* f = e.current->fiber;
+    arrived(f);
+    g_running = f->thread;
+    g_stack = (uintptr_t)f->stack;
+    for (;;) {
+        Launch* l = e.launch;
+        l->body(l->closure);  // runs as e.current, the thread this fiber was given
+        f->thread->state = kDone;
+        reschedule(f);
+    }
+}
+
+KCUDA_UNHOOKED void wait_at(State s) {
+    Thread& t = me();
+    Launch& l = *emu().launch;
+    t.state = s;
+    if (s == kAtBlockBarrier && ++l.at_barrier + l.done == l.n) {  // the last one there: the block goes on
+        release_block(l);
+        for (int k = 0; k < l.n; ++k)
+            if (l.thread[k].state == kReady && &l.thread[k] != &t) l.ready[l.n_ready++] = &l.thread[k];
+    }
+    reschedule(t.fiber);
+}
+
 // A lane arriving at a warp intrinsic: when it completes its group (every lane of its mask waits, with that mask)
 // the group goes on at once, this lane without a switch and the others back among the ready; otherwise it waits.
 // __activemask() waits for release_waiting (nothing else can run).
@@ -487,65 +587,54 @@ KCUDA_UNHOOKED void wait_at_warp_op() {
     Launch& l = *emu().launch;
     ++g_indivisible;  // the emulator's own bookkeeping (the ready list above all) is never switched out midway
     t.state = kAtWarpOp;
-    int first = t.linear / 32 * 32;
-    unsigned exists = lanes_of_warp(l, first / 32), mask = t.mask & exists;
-    Thread* lanes[32] = {};
-    bool complete = t.op != kActiveMask;
-    for (int i = 0; i < 32 && complete; ++i) {
-        if (!((exists >> i) & 1u)) continue;
-        lanes[i] = &l.threads[first + i];
-        if ((mask >> i) & 1u) complete = lanes[i]->state == kAtWarpOp && lanes[i]->mask == t.mask;
-    }
-    if (complete) {
-        for (int i = 0; i < 32; ++i)
-            if ((mask >> i) & 1u) lanes[i]->result = warp_result(*lanes[i], lanes, mask);
+    int warp = t.linear / 32, first = warp * 32;
+    unsigned exists = lanes_of_warp(l, warp), mask = t.mask & exists;
+    unsigned& waiting = l.at_warp_op[warp];
+    waiting |= 1u << (t.linear & 31);
+    if (t.op != kActiveMask && (waiting & mask) == mask) {  // every lane of the mask waits: with this mask?
+        Thread* lanes[32] = {};
+        bool complete = true;
         for (int i = 0; i < 32; ++i) {
-            if (!((mask >> i) & 1u)) continue;
-            lanes[i]->state = kReady;
-            if (lanes[i] != &t) l.ready.push_back(lanes[i]);
+            if (!((exists >> i) & 1u)) continue;
+            lanes[i] = &l.thread[first + i];
+            if ((mask >> i) & 1u) complete &= lanes[i]->mask == t.mask;
+        }
+        if (complete) {
+            for (int i = 0; i < 32; ++i)
+                if ((mask >> i) & 1u) lanes[i]->result = warp_result(*lanes[i], lanes, mask);
+            for (int i = 0; i < 32; ++i) {
+                if (!((mask >> i) & 1u)) continue;
+                lanes[i]->state = kReady;
+                if (lanes[i] != &t) l.ready[l.n_ready++] = lanes[i];
+            }
+            waiting &= ~mask;
         }
     }
     --g_indivisible;
-    if (t.state != kReady) to_scheduler(t.fiber);
+    if (t.state != kReady) reschedule(t.fiber);
 }
 
-// Nothing can run: release what waits at a warp intrinsic or at __syncthreads(), or say why the block is stuck.
-KCUDA_UNHOOKED void release_waiting(Launch& l) {
-    int n = (int)l.threads.size();
-    bool released = false;
-    for (int w = 0; w * 32 < n; ++w) released |= release_warp(l, w);
-    bool at_block = true;
-    for (Thread& t : l.threads) at_block &= t.state == kDone || t.state == kAtBlockBarrier;
-    if (!released && at_block) { release_block(l); released = true; }
-    if (!released) explain_deadlock(l);
-    for (Thread& t : l.threads) if (t.state == kReady) l.ready.push_back(&t);
-}
-
-// One block: each step runs a thread drawn at random from those ready, until it returns, waits, or is switched out.
+// One block, from the caller's stack: the first thread drawn runs; the stack comes back here when all returned.
 KCUDA_UNHOOKED void run_block(Launch& l) {
     Emulator& e = emu();
-    int n = (int)l.threads.size(), done = 0;
-    std::vector<Thread*>& ready = l.ready;
-    ready.clear();
-    for (Thread& t : l.threads) { t.state = kReady; t.fiber = nullptr; ready.push_back(&t); }
-    while (done < n) {
-        if (ready.empty()) { release_waiting(l); continue; }
-        size_t pick = next_random() % ready.size();
-        Thread* t = ready[pick];
-        ready[pick] = ready.back();
-        ready.pop_back();
-        if (!t->fiber) {
-            if (e.free_fibers.empty()) e.free_fibers.push_back(new_fiber());
-            t->fiber = e.free_fibers.back();
-            e.free_fibers.pop_back();
-            t->fiber->thread = t;
-        }
-        e.current = t;
-        resume(t->fiber);
-        e.current = nullptr;
-        if (t->state == kDone) ++done;
-        else if (t->state == kReady) ready.push_back(t);  // switched out (a preemption, a failed CAS)
+    l.n_ready = 0;
+    l.done = 0;
+    l.at_barrier = 0;
+    for (int w = 0; w * 32 < l.n; ++w) l.at_warp_op[w] = 0;
+    for (int k = 0; k < l.n; ++k) {
+        Thread& t = l.thread[k];
+        t.state = kReady;
+        t.fiber = nullptr;
+        l.ready[l.n_ready++] = &t;
     }
+    Thread* first = pick(l);
+    Fiber* f = fiber_for(first);
+    e.current = first;
+    e.from_main = true;
+    start_switch(&e.scheduler_fake_stack, f->stack, kStackBytes);
+    switch_to(&e.scheduler, &f->context);
+    finish_switch(e.scheduler_fake_stack, nullptr, nullptr);
+    e.current = nullptr;
 }
 
 KCUDA_UNHOOKED char* dynamic_shared() {  // `extern __shared__ T name[];`, rewritten
@@ -584,9 +673,14 @@ void run_grid(Launch& l, size_t shared) {
     }
     int n = (int)(l.block.x * l.block.y * l.block.z);
     l.threads.assign(n, Thread());
-    l.ready.reserve(n);
+    l.ready_storage.assign(n, nullptr);
     for (int i = 0; i < n; ++i)
         l.threads[i] = Thread{uint3{i % l.block.x, (i / l.block.x) % l.block.y, i / (l.block.x * l.block.y)}, i};
+    l.thread = l.threads.data();
+    l.ready = l.ready_storage.data();
+    l.waiting_storage.assign((n + 31) / 32, 0u);
+    l.at_warp_op = l.waiting_storage.data();
+    l.n = n;
     std::vector<char> dynamic(shared ? shared : 1);
     l.dynamic_shared = dynamic.data();
     Launch* outer = e.launch;
@@ -597,6 +691,8 @@ void run_grid(Launch& l, size_t shared) {
                 l.block_idx = uint3{x, y, z};
                 l.sm = (unsigned)(next_random() % 132);
                 g_preempt_rng = next_random() | 1;
+                g_loads_left = preemption_gap(kLoadOdds);
+                g_stores_left = preemption_gap(kStoreOdds);
                 memset(dynamic.data(), 0xff, dynamic.size());  // NaN in every float until the block writes it
                 run_block(l);
             }
@@ -860,7 +956,9 @@ template <class T> inline void __stwb(T* p, T v) { *p = v; }
 template <class T> inline void __stwt(T* p, T v) { *p = v; }
 
 // ---- the preemption hooks: AddressSanitizer's checks, called for every access (asan-instrumentation-with-call-
-// threshold=0): the real check (in the preloaded runtime), then now and then another thread's turn ---------------
+// threshold=0): the check (the shadow read here; the preloaded runtime's check, which reports, where it is not 0),
+// then now and then another thread's turn: a countdown per kind (loads, stores) of the accesses outside the
+// thread's own stack, drawn anew (seeded) at each chance --------------------------------------------------------
 //
 // A check comes before its access, and a read-modify-write (`hist[b]++`) gets one check, before its load. So a
 // thread switched out at a check first notes the bytes there, and puts them back when it resumes, just before its
@@ -871,21 +969,21 @@ template <class T> inline void __stwt(T* p, T v) { *p = v; }
 #ifdef KCUDA_ASAN
 namespace kcuda {
 namespace {
-KCUDA_UNHOOKED inline void maybe_preempt(uintptr_t address, size_t size, unsigned odds) {
+// A chance of a switch at a check (the countdown of its kind reached 0): the next is drawn, and the thread is
+// switched out if it runs learner code that touches memory outside its own stack.
+KCUDA_UNHOOKED __attribute__((noinline)) void chance(uintptr_t address, size_t size, long& left, unsigned odds) {
+    left = preemption_gap(odds);
     Thread* t = g_running;
     // (a thread on its way into a barrier has left kReady: the emulator's own code then, never switched out)
     if (!t || g_indivisible || t->state != kReady || !t->fiber || address - (uintptr_t)t->fiber->stack < kStackBytes ||
         size > 64)
         return;
-    uint64_t& r = g_preempt_rng;  // seeded per block (run_grid)
-    r ^= r << 13; r ^= r >> 7; r ^= r << 17;
-    if ((r & odds) != 0) return;
     unsigned char before[64];
     volatile unsigned char* at = reinterpret_cast<volatile unsigned char*>(address);
     for (size_t i = 0; i < size; ++i) before[i] = at[i];
     unsigned long first = g_atomics;
     t->state = kReady;
-    to_scheduler(t->fiber);
+    reschedule(t->fiber);
     bool atomic_wrote = g_atomics - first > 64;
     for (unsigned long i = first; !atomic_wrote && i < g_atomics; ++i) {
         uintptr_t p = reinterpret_cast<uintptr_t>(g_atomic_ring[i & 63]);
@@ -894,25 +992,61 @@ KCUDA_UNHOOKED inline void maybe_preempt(uintptr_t address, size_t size, unsigne
     if (atomic_wrote) return;
     for (size_t i = 0; i < size; ++i) at[i] = before[i];
 }
+// AddressSanitizer's shadow memory: a byte per 8 bytes of memory, 0 when all 8 may be touched. Where the runtime
+// says where it is, a hook reads it first and calls the runtime's check (which reports) only when it is not 0.
+KCUDA_UNHOOKED uintptr_t find_shadow_offset() {
+    auto* offset = reinterpret_cast<uintptr_t*>(dlsym(RTLD_DEFAULT, "__asan_shadow_memory_dynamic_address"));
+    if (!offset || !*offset || *offset == ~(uintptr_t)0) return 0;
+    char* p = static_cast<char*>(malloc(1));  // sanity check: one byte of its 8 may be touched, the next may not
+    bool right = p && *reinterpret_cast<const signed char*>(((uintptr_t)p >> 3) + *offset) == 1 &&
+                 !__asan_address_is_poisoned(p) && __asan_address_is_poisoned(p + 1);
+    free(p);
+    return right ? *offset : 0;
+}
+uintptr_t g_shadow_offset = find_shadow_offset();  // 0: every check goes to the runtime
+KCUDA_UNHOOKED inline signed char shadow_of(uintptr_t a, uintptr_t offset) {
+    return *reinterpret_cast<const signed char*>((a >> 3) + offset);
+}
+KCUDA_UNHOOKED inline bool addressable(uintptr_t a, size_t size) {  // [a, a + size) is all addressable (size <= 16)
+    uintptr_t offset = g_shadow_offset;
+    return offset && size <= 16 && shadow_of(a, offset) == 0 && shadow_of(a + size - 1, offset) == 0 &&
+           (size <= 8 || shadow_of(a + 8, offset) == 0);
+}
 }  // namespace
 }  // namespace kcuda
-#define KCUDA_HOOK(NAME, SIZE, ODDS) \
-    extern "C" __attribute__((visibility("hidden"))) KCUDA_UNHOOKED void NAME(uintptr_t a) { \
+// The runtime's check, called where the shadow is not all 0 (it reports what is wrong, or finds nothing: a partly
+// addressable granule), then the countdown of its kind.
+#define KCUDA_HOOK(NAME, SIZE, LEFT, ODDS) \
+    static __attribute__((noinline)) KCUDA_UNHOOKED void kcuda_checked##NAME(uintptr_t a) { \
         static void (*real)(uintptr_t) = reinterpret_cast<void (*)(uintptr_t)>(dlsym(RTLD_DEFAULT, #NAME)); \
         real(a); \
-        ::kcuda::maybe_preempt(a, SIZE, ODDS); \
+        if (a - ::kcuda::g_stack >= ::kcuda::kStackBytes && --::kcuda::LEFT <= 0) \
+            ::kcuda::chance(a, SIZE, ::kcuda::LEFT, ::kcuda::ODDS); \
+    } \
+    extern "C" __attribute__((visibility("hidden"), optimize("omit-frame-pointer"))) KCUDA_UNHOOKED void NAME(uintptr_t a) { \
+        if (__builtin_expect(!::kcuda::addressable(a, SIZE), 0)) return kcuda_checked##NAME(a); \
+        if (a - ::kcuda::g_stack < ::kcuda::kStackBytes) return; \
+        if (__builtin_expect(--::kcuda::LEFT <= 0, 0)) ::kcuda::chance(a, SIZE, ::kcuda::LEFT, ::kcuda::ODDS); \
     }
-#define KCUDA_HOOK_N(NAME, NOTED, ODDS) \
-    extern "C" __attribute__((visibility("hidden"))) KCUDA_UNHOOKED void NAME(uintptr_t a, uintptr_t n) { \
+#define KCUDA_HOOK_N(NAME, LEFT, ODDS) \
+    static __attribute__((noinline)) KCUDA_UNHOOKED void kcuda_checked##NAME(uintptr_t a, uintptr_t n) { \
         static void (*real)(uintptr_t, uintptr_t) = reinterpret_cast<void (*)(uintptr_t, uintptr_t)>(dlsym(RTLD_DEFAULT, #NAME)); \
         real(a, n); \
-        ::kcuda::maybe_preempt(a, NOTED ? n : 0, ODDS); \
+        if (a - ::kcuda::g_stack >= ::kcuda::kStackBytes && --::kcuda::LEFT <= 0) \
+            ::kcuda::chance(a, n, ::kcuda::LEFT, ::kcuda::ODDS); \
+    } \
+    extern "C" __attribute__((visibility("hidden"), optimize("omit-frame-pointer"))) KCUDA_UNHOOKED void NAME(uintptr_t a, uintptr_t n) { \
+        if (!n) return; \
+        if (__builtin_expect(!::kcuda::addressable(a, n), 0)) return kcuda_checked##NAME(a, n); \
+        if (a - ::kcuda::g_stack < ::kcuda::kStackBytes) return; \
+        if (__builtin_expect(--::kcuda::LEFT <= 0, 0)) ::kcuda::chance(a, n, ::kcuda::LEFT, ::kcuda::ODDS); \
     }
-// a store: 1 chance in 8; a load (far more frequent, and the check of a read-modify-write): 1 in 64
-KCUDA_HOOK(__asan_load1, 1, 63) KCUDA_HOOK(__asan_load2, 2, 63) KCUDA_HOOK(__asan_load4, 4, 63)
-KCUDA_HOOK(__asan_load8, 8, 63) KCUDA_HOOK(__asan_load16, 16, 63) KCUDA_HOOK_N(__asan_loadN, true, 63)
-KCUDA_HOOK(__asan_store1, 1, 7) KCUDA_HOOK(__asan_store2, 2, 7) KCUDA_HOOK(__asan_store4, 4, 7)
-KCUDA_HOOK(__asan_store8, 8, 7) KCUDA_HOOK(__asan_store16, 16, 7) KCUDA_HOOK_N(__asan_storeN, true, 7)
+KCUDA_HOOK(__asan_load1, 1, g_loads_left, kLoadOdds) KCUDA_HOOK(__asan_load2, 2, g_loads_left, kLoadOdds)
+KCUDA_HOOK(__asan_load4, 4, g_loads_left, kLoadOdds) KCUDA_HOOK(__asan_load8, 8, g_loads_left, kLoadOdds)
+KCUDA_HOOK(__asan_load16, 16, g_loads_left, kLoadOdds) KCUDA_HOOK_N(__asan_loadN, g_loads_left, kLoadOdds)
+KCUDA_HOOK(__asan_store1, 1, g_stores_left, kStoreOdds) KCUDA_HOOK(__asan_store2, 2, g_stores_left, kStoreOdds)
+KCUDA_HOOK(__asan_store4, 4, g_stores_left, kStoreOdds) KCUDA_HOOK(__asan_store8, 8, g_stores_left, kStoreOdds)
+KCUDA_HOOK(__asan_store16, 16, g_stores_left, kStoreOdds) KCUDA_HOOK_N(__asan_storeN, g_stores_left, kStoreOdds)
 #endif
 
 #include "kcourse_cuda_cpu_runtime.h"
