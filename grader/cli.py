@@ -256,6 +256,9 @@ def validate(source, only, lang, plan_id, unit, seed, repeat, workers, as_json, 
              gradescope, allow_unisolated) -> None:
     """Grade every exercise with the solutions (must pass) or the stubs (must not pass), --repeat times each,
     one grade per GPU at once."""
+    from grader.run import forkserver
+
+    forkserver.enable()  # many grades: children forked after one torch import, where no GPU is
     from grader.commands import validation
 
     _require_box(allow_unisolated)
@@ -442,6 +445,9 @@ def grade_batch(submissions, only, lang, plan_id, unit, out_dir, workers, seed, 
                 allow_modified_kit, allow_unisolated, **cluster) -> None:
     """Instructors: grade every learner folder in SUBMISSIONS into a gradebook and a leaderboard; on this
     machine, or on a Dask cluster (--scheduler, --cluster; docs/grading-a-class.md)."""
+    from grader.run import forkserver
+
+    forkserver.enable()  # many grades: children forked after one torch import, where no GPU is
     _require_box(allow_unisolated)
     _require_committed_kit(allow_modified_kit)
     from grader.commands import batch, validation
@@ -567,6 +573,9 @@ def compare_command(exercise, files, lang, seed, timeout, as_json, no_sanitize, 
     `kcourse compare attention` (on a GPU) runs each attention exercise's own file whose latest grade passed
     numerics, beside torch's scaled_dot_product_attention: ms, TFLOP/s and peak extra GPU memory per length,
     recorded for `kcourse report week10`."""
+    from grader.run import forkserver
+
+    forkserver.enable()  # many grades: children forked after one torch import, where no GPU is
     attention_options = {"--lengths": lengths, "--batch": batch, "--heads": heads, "--head-dim": head_dim,
                          "--dtype": dtype}
     if exercise == "attention":

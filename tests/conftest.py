@@ -94,6 +94,7 @@ def isolated_state(tmp_path, monkeypatch, request):
     monkeypatch.setenv("KCOURSE_CACHE", str(_session_cache()))
     if not HAS_GPU:
         monkeypatch.setenv("KCOURSE_DEVICE", "cpu")
+        monkeypatch.setenv("KCOURSE_FORK_SERVER", "1")  # grading children forked after one torch import (forkserver.py)
     if not request.node.get_closest_marker("emulator") and not request.node.get_closest_marker("emulated"):
         # A CUDA grade without a GPU is compiled only, as before the emulator: tests about something else need not
         # spend seconds running kernels on the CPU (those that do are marked `emulator`)

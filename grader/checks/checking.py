@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 import torch
 
+from grader.checks import output_map
 from grader.checks.inputs import element_size, make_inputs, make_outputs, unwritten  # noqa: F401 (re-exported)
 from grader.core.spec import ExerciseSpec, SpecError, Tolerance
 
@@ -84,7 +85,8 @@ def _never_written(poisoned: torch.Tensor, out: torch.Tensor, ref: torch.Tensor)
     return poisoned & (out.detach().cpu().flatten().double() != ref.detach().cpu().flatten().double())
 
 
-def _shape_or_unwritten(name: str, out: torch.Tensor, ref: torch.Tensor, label: str) -> Comparison | None:
+def _shape_or_unwritten(name: str, out: torch.Tensor, ref: torch.Tensor, label: str,
+                        tol: Tolerance | None = None) -> Comparison | None:
     """The failures told before any value is looked at: a wrong shape, elements never written."""
     if tuple(out.shape) != tuple(ref.shape):
         return Comparison(False, "mismatch", f"{label}: {name} has shape {tuple(out.shape)}, expected {tuple(ref.shape)}")
@@ -101,12 +103,21 @@ def _shape_or_unwritten(name: str, out: torch.Tensor, ref: torch.Tensor, label: 
             False, "partial_write",
             f"{label}: {n_unwritten} of {total} elements of {name} never written (first at index "
             f"{_index(first, tuple(out.shape))}) — does your last block handle the tail?",
-            {"unwritten": n_unwritten, "first_index": first, "last_unwritten": last, "total": total})
+            {"unwritten": n_unwritten, "first_index": first, "last_unwritten": last, "total": total,
+             **_picture(name, out, ref, never, tol)})
     return None
 
 
+def _picture(name: str, out: torch.Tensor, ref: torch.Tensor, never: torch.Tensor, tol: Tolerance | None = None) -> dict:
+    """{"map": lines} of where the output is wrong (output_map.py), or {} when there is nothing to draw."""
+    got = out.detach().double().cpu().flatten()
+    bad = never.clone() if tol is None else never | ~_within(got, ref.detach().double().cpu().flatten(), tol)
+    lines = output_map.draw(name, tuple(out.shape), output_map.categories(got, bad, never))
+    return {"map": lines} if lines else {}
+
+
 def compare(name: str, out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, label: str) -> Comparison:
-    early = _shape_or_unwritten(name, out, ref, label)
+    early = _shape_or_unwritten(name, out, ref, label, tol)
     if early is not None:
         return early
     got, want = out.detach().double().cpu().flatten(), ref.detach().double().cpu().flatten()
@@ -133,6 +144,7 @@ def _mismatch(name, out, got, want, bad, finite, tol: Tolerance, label: str) -> 
         "nan": int(nan.sum()), "inf": int(inf.sum()), "total": got.numel(), "last_wrong": int(bad.nonzero()[-1]),
         "other_wrong": int(others.sum()),
     }
+    details.update(_picture(name, out, want, torch.zeros_like(bad), tol))
     head = f"{label}: {details['wrong']} of {got.numel()} elements of {name} wrong"
     if not (details["nan"] or details["inf"]):
         return Comparison(False, "mismatch", f"{head}; {_error_figures(details, tol)}; "
@@ -204,7 +216,7 @@ def judge_output(spec: ExerciseSpec, spec_out, out: torch.Tensor, ref: torch.Ten
     what is wrong and what to do. Elements never written fail first, as in compare."""
     if spec_out.check is None:
         return compare(spec_out.name, out, ref, tol, label)
-    early = _shape_or_unwritten(spec_out.name, out, ref, label)
+    early = _shape_or_unwritten(spec_out.name, out, ref, label, tol)
     if early is not None:
         return early
     function = check_function(spec, spec_out.check)

@@ -49,7 +49,9 @@ def format_check(check) -> str:
     first, *rest = check.message.splitlines() or [""]
     lines = [f"  [{MARKS.get(check.status, check.status)}] {check.name}: {first}"]
     lines.extend(f"         {line}" for line in rest)
-    hint = check.details.get("hint") if check.status in ("failed", "error") else None
+    failed = check.status in ("failed", "error")
+    lines.extend(f"         {line}" for line in (check.details.get("map") or []) if failed)
+    hint = check.details.get("hint") if failed else None
     if hint:
         first_hint, *more = str(hint).splitlines()
         lines.append(f"         hint: {first_hint}")

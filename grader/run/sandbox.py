@@ -25,6 +25,7 @@ from typing import Any
 
 from grader.child.box import release_pids_cgroup
 from grader.core.paths import course_root
+from grader.run import forkserver
 
 OUTPUT_LIMIT = 4000
 START_LIMIT_S = 180.0  # importing torch and creating a CUDA context; ceilings are measured once per GPU
@@ -108,10 +109,14 @@ class Child:
         self.started = time.monotonic()
         read_fd, write_fd = os.pipe()
         self._output = open(self.dir / "output.txt", "wb")
-        command = [*(wrapper or []), sys.executable, "-m", module, str(write_fd)]
-        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=self._output, stderr=subprocess.STDOUT,
-                                     env=child_env(device, extra_env, self.dir), cwd=self.dir, pass_fds=(write_fd,),
-                                     start_new_session=True)
+        env = child_env(device, extra_env, self.dir)
+        self.proc = forkserver.wanted(device, wrapper, module) and forkserver.spawn(
+            env, str(self.dir), self._output.fileno(), write_fd)
+        if not self.proc:  # a process of its own (the fork server's is for many grades without a GPU)
+            command = [*(wrapper or []), sys.executable, "-m", module, str(write_fd)]
+            self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=self._output,
+                                         stderr=subprocess.STDOUT, env=env, cwd=self.dir, pass_fds=(write_fd,),
+                                         start_new_session=True)
         os.close(write_fd)
         self._events = read_fd
         self._buffer = b""

@@ -1,0 +1,117 @@
+"""The fork server: one process that has imported torch and the worker, and forks a grading child per grade.
+
+A grading child spends about 1.5 s of CPU importing torch before it can say "ready". A process that grades
+many files on a machine without a GPU (`kcourse validate`, `watch`, `grade-batch`, the test suite) starts this
+server once (`python -m grader.child.zygote CONTROL_FD`, from grader/run/forkserver.py) and asks it for each
+child: the forked child starts where a fresh one would be after its imports, runs `worker.main` exactly as
+`python -m grader.child.worker` does, and enters the box itself when its job arrives.
+
+CPU only: a process that has created a CUDA context cannot fork usable children. The server never runs
+learner code and never touches torch beyond importing it (no thread pool is started before a fork).
+
+The control socket (SOCK_SEQPACKET: one JSON message per packet) carries:
+- from the parent: {"env": {...}, "cwd": "..."} with three file descriptors (the child's stdin, its output
+  file, its event pipe);
+- to the parent: {"forked": pid} for each request, then {"exited": pid, "status": waitstatus} when it ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import tempfile
+
+MAX_MESSAGE = 1 << 20  # a request is the child's environment: a few KiB
+
+
+def serve(control: socket.socket) -> None:
+    """Fork a child per request, report each one's end, and stop when the parent closes the socket."""
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_write, False)
+    signal.set_wakeup_fd(wake_write)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so the wake-up fd hears of each exit
+    while True:
+        ready, _, _ = select.select([control, wake_read], [], [])
+        if wake_read in ready:
+            os.read(wake_read, 4096)
+            report_exits(control)
+        if control in ready and not answer(control, wake_read, wake_write):
+            return
+
+
+def report_exits(control: socket.socket) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        control.send(json.dumps({"exited": pid, "status": status}).encode())
+
+
+def answer(control: socket.socket, *own_fds: int) -> bool:
+    """One request: fork its child. False when the parent has gone (the socket closed)."""
+    data, fds, _, _ = socket.recv_fds(control, MAX_MESSAGE, 3)
+    if not data:
+        return False
+    request = json.loads(data)
+    in_session, set_up = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(in_session)
+        become_child(request, fds, control, own_fds + (set_up,))
+    os.close(set_up)
+    os.read(in_session, 1)  # EOF once the child has its own session: from then on the parent can kill its group
+    os.close(in_session)
+    for fd in fds:
+        os.close(fd)
+    control.send(json.dumps({"forked": pid}).encode())
+    return True
+
+
+def become_child(request: dict, fds: list[int], control: socket.socket, own_fds: tuple[int, ...]) -> None:
+    """In the forked child: the process `python -m grader.child.worker` would be, then the worker itself."""
+    try:
+        stdin, output, events = fds
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        control.close()
+        os.setsid()  # its own process group: a hang is killed with everything it started
+        for fd in own_fds:  # the last is the pipe the server waits on until this session exists
+            os.close(fd)
+        os.dup2(stdin, 0)
+        os.dup2(output, 1)
+        os.dup2(output, 2)
+        os.close(stdin)
+        os.close(output)
+        os.chdir(request["cwd"])
+        sys.path[0] = request["cwd"]  # `python -m` puts the start folder first on sys.path: the child's own
+        os.environ.clear()
+        os.environ.update(request["env"])
+        tempfile.tempdir = None  # TMPDIR is this child's scratch folder, read again on first use
+        from grader.child import worker
+
+        sys.argv = [worker.__file__, str(events)]  # as `python -m grader.child.worker EVENT_FD` has it
+        worker.main(events)  # ends with os._exit
+    finally:
+        os._exit(70)
+
+
+def main(control_fd: int) -> None:
+    import triton.language  # noqa: F401  (TRITON_INTERPRET=1 is in this server's environment, as in its children)
+
+    from grader.child import worker  # noqa: F401  (torch and everything a grade imports, paid once)
+
+    # No thread is started here (a fork copies only the calling thread): the server ends when its parent closes
+    # the socket, or dies; its children then see their parent gone (orphan.py) and end themselves.
+    serve(socket.socket(fileno=control_fd))
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]))

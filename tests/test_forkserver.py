@@ -1,0 +1,87 @@
+"""The fork server (grader/child/zygote.py, grader/run/forkserver.py): a grading child forked from a process that
+imported torch once is driven, killed and reported as a freshly started one, and is the process a fresh one
+would be (its session, sys.path, argv, environment, folder)."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+
+from grader.run import forkserver, sandbox
+
+pytestmark = pytest.mark.skipif(not hasattr(__import__("socket"), "send_fds"), reason="needs socket.send_fds")
+
+
+@pytest.fixture
+def forked(monkeypatch):
+    monkeypatch.setenv(forkserver.ENV, "1")
+    children = []
+
+    def start(**extra):
+        child = sandbox.Child("cpu", extra)
+        children.append(child)
+        assert isinstance(child.proc, forkserver.ForkedChild)
+        return child
+
+    yield start
+    for child in children:
+        child.close()
+
+
+def test_a_child_killed_at_once_is_reported_killed_and_closes_at_once(forked):
+    for _ in range(3):  # killed before it could set up its session, the group kill must still reach it
+        child = forked()
+        started = time.monotonic()
+        child.close()
+        assert child.proc.returncode == -9 and time.monotonic() - started < 5
+
+
+def test_a_child_that_exits_reports_its_status_and_its_events(forked):
+    child = forked()
+    ready = child.wait_ready()
+    assert ready["pid"] == child.proc.pid and child.proc.poll() is None
+    assert child.finish(grace_s=30) == 0  # stdin closed before a job: the worker says done and exits 0
+    assert child.proc.poll() == 0
+
+
+PROBE = """import json, os, sys, tempfile
+facts = {"sid": os.getsid(0) == os.getpid(), "path0": os.getcwd() in sys.path[:2], "argv": sys.argv[-1].isdigit(),
+         "worker": sys.argv[0].endswith("worker.py"), "mark": os.environ.get("KCOURSE_PROBE_MARK"),
+         "tmp": tempfile.gettempdir() == os.getcwd()}
+raise RuntimeError("PROBE" + json.dumps(facts) + "PROBE")
+"""
+
+
+@pytest.mark.slow
+def test_a_forked_child_is_the_process_a_fresh_one_would_be(monkeypatch, tmp_path):
+    """Its own session, its folder on sys.path where `python -m` puts it (behind the learner's, which the loader adds), argv ending in the event fd, the
+    environment of its own grade (not the server's), TMPDIR its scratch folder."""
+    from grader.core.discovery import resolve
+    from grader.run.grade import grade
+
+    monkeypatch.setenv(forkserver.ENV, "1")
+    learner = tmp_path / "vector_add.py"
+    learner.write_text(PROBE)
+    for mark in ("first", "second"):  # the second child comes from the server the first one started
+        monkeypatch.setenv("KCOURSE_PROBE_MARK", mark)
+        load = next(c for c in grade(resolve(["vector_add"], lang="triton"), submission=learner, seed=1).checks
+                    if c.name == "load")
+        facts = json.loads(re.search(r"PROBE(\{.*?\})PROBE", load.message).group(1))
+        assert facts == {"sid": True, "path0": True, "argv": True, "worker": True, "mark": mark, "tmp": True}
+
+
+def test_a_server_per_sys_path_and_no_more_than_the_limit_kept_idle(forked, tmp_path, monkeypatch):
+    """A different PYTHONPATH (another kit) gets its own server; idle servers beyond MAX_SERVERS are closed."""
+    paths = [str(tmp_path / f"kit{i}") for i in range(forkserver.MAX_SERVERS + 1)]
+    servers = []
+    for path in paths:
+        monkeypatch.setenv("PYTHONPATH", path)
+        child = forked()
+        servers.append(child.proc.server)
+        child.close()
+    assert len({id(s) for s in servers}) == len(paths)  # one each
+    assert len(forkserver._servers) <= forkserver.MAX_SERVERS and servers[-1] in forkserver._servers.values()
+    assert servers[0].proc.poll() is not None  # the least recently used one was closed, and has ended
