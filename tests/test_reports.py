@@ -138,3 +138,27 @@ def test_learner_notes_survive_re_rendering(recorded):
 def test_unknown_report_suggests_the_nearest(recorded):
     with pytest.raises(reporting.ReportError, match="Did you mean 'week2'"):
         reporting.render("wek2")
+
+
+def test_a_failed_grade_shows_where_its_output_was_wrong_in_the_unit_report(recorded):
+    """The failing check's picture (output_map.py) as a PNG with the failure's colours, and as the characters."""
+    import torch
+
+    from grader.checks.checking import compare
+    from grader.core.spec import Tolerance
+
+    ref = torch.randn(16, 40)
+    out = ref.clone()
+    out[3:5] = float("nan")
+    comparison = compare("out", out, ref, Tolerance(atol=1e-6, rtol=1e-5), "M=16 N=40")
+    failed = GradeResult(exercise="vector_add", lang="cuda", source="learner", seed=1, device=GPU)  # no pass
+    failed.add(Check("numerics", "failed", comparison.message, {"code": comparison.code, **comparison.details}))
+    store.append(failed.finish().to_dict())
+    text = reporting.render("week1").read_text()
+    assert "Where the failing outputs are wrong" in text and "![vector_add (cuda): M=16 N=40" in text
+    assert "NNNNNNNN" in text and "where out (16×40) is wrong" in text
+    import matplotlib.image
+
+    image = matplotlib.image.imread(str(recorded / "map_vector_add_cuda.png"))
+    purple = (image[..., 0] > 0.3) & (image[..., 0] < 0.5) & (image[..., 1] < 0.1) & (image[..., 2] > 0.6)
+    assert int(purple.sum()) > 50  # the NaN rows, in the NaN colour

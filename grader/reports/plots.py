@@ -1,6 +1,6 @@
 """PNG plots for the reports (matplotlib, headless): a roofline chart of the learner's kernels and,
 per exercise, achieved speed against problem size for the learner, the solution and torch; for
-`kcourse compare`, a bar per version."""
+`kcourse compare`, a bar per version; for a failed grade, where its output was wrong (output_map.py)."""
 
 from __future__ import annotations
 
@@ -195,3 +195,58 @@ def attention_charts(sweep: dict, out_dir: Path) -> list[dict[str, str]]:
         if chart:
             made.append({"title": f"attention: {title} against sequence length", "file": chart.name})
     return made
+
+
+# output_map's categories: right, wrong, never written, NaN/inf
+MAP_COLORS = ("#e6e6e6", "#d62728", "#ff9f1c", "#6a0dad")
+MAP_LABELS = ("right", "wrong", "never written", "NaN/inf")
+
+
+def output_map_chart(lines: list[str], title: str, path: Path) -> Path | None:
+    """The picture a failing check drew in characters (its details' "map"), as coloured cells."""
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    from grader.checks.output_map import GLYPHS
+
+    rows = [[GLYPHS.index(c) for c in line.strip() if c in GLYPHS] for line in lines[1:]]
+    if not rows or not rows[0] or len({len(r) for r in rows}) != 1:
+        return None
+    fig, ax = plt.subplots(figsize=(min(10.0, 1.5 + 0.18 * len(rows[0])), 1.2 + 0.3 * len(rows)))
+    ax.imshow(rows, cmap=ListedColormap(MAP_COLORS), vmin=0, vmax=len(MAP_COLORS) - 1, aspect="auto",
+              interpolation="nearest")
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.set_title(title, fontsize=9)
+    ax.legend(handles=[Patch(color=c, label=label) for c, label in zip(MAP_COLORS, MAP_LABELS)], fontsize=7,
+              loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def failure_maps(grades: list, out_dir: Path) -> list[dict[str, Any]]:
+    """[{title, file, lines}] for each failed grade whose failing check drew a map: the report shows both."""
+    made = []
+    for g in grades:
+        check = _mapped_failure(g) if g.status == "failed" else None
+        if check is None:
+            continue
+        title = f"{g.exercise} ({g.lang}): {(str(_field(check, 'message') or '').splitlines() or [''])[0][:100]}"
+        lines = [str(line) for line in _field(check, "details")["map"]]
+        path = output_map_chart(lines, title, out_dir / f"map_{_file_safe(g.exercise)}_{_file_safe(g.lang)}.png")
+        made.append({"title": title, "file": path.name if path else None, "lines": lines})
+    return made
+
+
+def _field(check: Any, name: str) -> Any:
+    return check.get(name) if isinstance(check, dict) else getattr(check, name, None)
+
+
+def _mapped_failure(grade: Any) -> Any:
+    """The grade's failed check that carries a map (a record's checks may be dicts or Checks)."""
+    for check in grade.checks or []:
+        details = _field(check, "details") or {}
+        if _field(check, "status") == "failed" and isinstance(details, dict) and isinstance(details.get("map"), list):
+            return check
+    return None

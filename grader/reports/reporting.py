@@ -383,6 +383,10 @@ def render(which: str, out_dir: Path | None = None, plan_id: str | None = None) 
 
         for item in data["comparisons"]:
             item["plot"] = plots.comparison_file(item, out_dir)
+    if unit is not None:
+        from grader.reports import plots
+
+        data["maps"] = plots.failure_maps(data["unit_grades"], out_dir)
     data["show_attention"] = shows_attention(template_name, unit)
     if data["show_attention"] and data["attention"]:
         from grader.reports import plots
