@@ -263,8 +263,10 @@ def build(source: Path, defines: dict[str, object] | None = None):
 
 
 def _key(source: Path, options: list[str], compiler: str) -> str:
-    digest = hashlib.sha256(source.read_bytes() + " ".join(options).encode() + compiler.encode()
-                            + str(source.resolve()).encode())  # `#line` puts the path in the messages
+    text = source.read_text(errors="replace")
+    # the rewritten text too: a change to rewrite() (the launch syntax, the PTX table) builds anew
+    digest = hashlib.sha256(source.read_bytes() + rewrite(text).encode() + " ".join(options).encode()
+                            + compiler.encode() + str(source.resolve()).encode())  # `#line` puts the path in messages
     ours = sorted(p for p in INCLUDE.rglob("*") if p.is_file())
     for header in ours + sorted(source.parent.glob("*.cuh")) + sorted(source.parent.glob("*.h")):
         digest.update(header.name.encode() + header.read_bytes())
