@@ -93,3 +93,21 @@ def test_the_module_map_in_docs_is_generated_from_the_current_docstrings():
         pytest.skip("scripts/module_map.py is the instructors' (not in the learner's kit)")
     assert subprocess.run([sys.executable, str(script), "--check"]).returncode == 0, (
         "docs/architecture.md is stale: run `python scripts/module_map.py`")
+
+
+def test_every_import_of_a_grader_name_anywhere_resolves():
+    """Imports inside functions too, in the grader, the tests and the scripts: a branch that runs only on a GPU
+    (or only on the device machine) must not hold an import that names a moved module or a missing name."""
+    import importlib
+
+    root = GRADER.parent
+    wrong = []
+    for path in [*GRADER.rglob("*.py"), *(root / "tests").glob("**/*.py"), *(root / "scripts").glob("*.py")]:
+        if "fixtures" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("grader"):
+                module = importlib.import_module(node.module)
+                wrong += [f"{path.relative_to(root)}:{node.lineno}: {node.module}.{a.name}" for a in node.names
+                          if not hasattr(module, a.name) and importlib.util.find_spec(f"{node.module}.{a.name}") is None]
+    assert wrong == []
