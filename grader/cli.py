@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 
 from grader.core.discovery import ResolveError, resolve
+from grader.core.errors import KcourseError
 from grader.core.spec import SpecError
 from grader.reports import console
 
@@ -91,7 +92,20 @@ def run() -> None:
         os._exit(code)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class Commands(click.Group):
+    """The verbs. A KcourseError a verb does not turn into its own message ends here: its message (which says what
+    to do next) and exit status 2, never a traceback."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except KcourseError as exc:
+            error = click.ClickException(str(exc))
+            error.exit_code = 2  # a usage or setup error (the exit codes: README, docs/learners.md)
+            raise error from None
+
+
+@click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """kernel-course: exercises and an autograder for CUDA and Triton."""
 

@@ -107,3 +107,24 @@ def test_the_command_ends_at_once_with_its_exit_code_and_every_line_written(tmp_
     assert "leaked" not in done.stderr and "Traceback" not in done.stderr, done.stderr
     records = list(tmp_path.rglob("results.jsonl"))
     assert records and json.loads(records[0].read_text().splitlines()[-1])["status"] == "failed"
+
+
+def test_a_kcourse_error_no_verb_handles_is_its_message_and_exit_status_2_never_a_traceback():
+    import click
+    from click.testing import CliRunner
+
+    from grader.cli import Commands
+    from grader.core.errors import KcourseError
+    from grader.core.plans import PlanError
+
+    @click.group(cls=Commands)
+    def group():
+        pass
+
+    @group.command()
+    def fails():
+        raise PlanError("plans/x.toml: week 3 lists no exercise; add one or remove the week")
+
+    result = CliRunner().invoke(group, ["fails"])
+    assert result.exit_code == 2 and "plans/x.toml: week 3 lists no exercise" in result.output
+    assert "Traceback" not in result.output and isinstance(PlanError("x"), KcourseError)

@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from grader.capstone import kernels
 from grader.core import store
+from grader.core.errors import KcourseError
 from grader.core.paths import course_root
 from grader.core.records import FAILED, PASSED, SKIPPED, Check
 from grader.core.spec import tomllib
@@ -33,7 +34,7 @@ OPERATION_PARTS = {"attention": ("layer_norm", "linear", "attention", "softmax")
                    "block": ("layer_norm", "linear", "attention", "softmax", "gelu")}
 
 
-class CapstoneError(RuntimeError):
+class CapstoneError(KcourseError, RuntimeError):
     """The run cannot start (a bad --data file, a bad --use); the message says what to do."""
 
 

@@ -22,6 +22,7 @@ from typing import Iterator
 
 from grader.commands import batch
 from grader.core.discovery import Target
+from grader.core.errors import KcourseError
 from grader.run import warm_children
 
 TOPIC = "kcourse-grade"
@@ -30,7 +31,7 @@ RETRIES = 1  # an exception in the task itself (a worker's disk full, say) gets 
 WAIT_FOR_WORKERS_S = 120
 
 
-class ClusterError(RuntimeError):
+class ClusterError(KcourseError, RuntimeError):
     """The cluster could not be used; the message says what to do."""
 
 

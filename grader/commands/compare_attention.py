@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from grader.core import store
 from grader.core.discovery import Target, all_targets
+from grader.core.errors import KcourseError
 from grader.reports.console import table
 
 KIND = "compare_attention"  # the record kind (a plan unit can require it: requires = ["compare_attention"])
@@ -32,7 +33,7 @@ QKV = ("q", "k", "v")
 OOM = "out of GPU memory"
 
 
-class AttentionCompareError(RuntimeError):
+class AttentionCompareError(KcourseError, RuntimeError):
     """The sweep cannot run here (no GPU, nothing graded); the message says what to do."""
 
 

@@ -15,6 +15,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from grader.core.errors import KcourseError
 from grader.core.paths import course_root
 from grader.run.kit import write_manifest
 
@@ -31,7 +32,7 @@ RUNG_SCAFFOLD_FRACTION = 0.5  # ... and of a ladder rung's, a short file around 
 LEAK_LINES = 5  # this many of a solution's long lines in one released file is a leak (stubs share 2 or 3)
 
 
-class ReleaseError(ValueError):
+class ReleaseError(KcourseError, ValueError):
     pass
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from grader.child.worker_tools import LEARNER_RANGE
 from grader.core import store
 from grader.core.discovery import Target
+from grader.core.errors import KcourseError
 from grader.core.records import GradeResult
 from grader.core.spec import NVCC_KINDS
 from grader.reports.console import num, table
@@ -32,7 +33,7 @@ NCU_LAUNCHES = 20  # kernels profiled inside the learner's range: enough for a m
 NOT_LEARNER_KERNELS = ("at::", "void at::", "distribution", "elementwise_kernel", "fill", "cub::")
 
 
-class ToolError(RuntimeError):
+class ToolError(KcourseError, RuntimeError):
     """The learner's code could not be profiled or tuned; the message is the grader's verdict."""
 
 

@@ -13,12 +13,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from grader.core.errors import KcourseError
 from grader.core.paths import course_root
 
 VERSION = 1
 
 
-class CalibrationError(ValueError):
+class CalibrationError(KcourseError, ValueError):
     """The calibration file exists but cannot be used; nothing is changed."""
 
 

@@ -11,12 +11,13 @@ import difflib
 from dataclasses import dataclass
 from pathlib import Path
 
+from grader.core.errors import KcourseError
 from grader.core.paths import exercises_dir, solutions_dir
 from grader.core.plans import Plan, PlanExercise, Unit, default_plan, load_plans
 from grader.core.spec import ExerciseSpec, SpecError, Variant, load_spec
 
 
-class ResolveError(ValueError):
+class ResolveError(KcourseError, ValueError):
     """Unknown plan, week/day or exercise; the message lists what exists and the nearest match."""
 
 

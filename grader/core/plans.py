@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader.core.errors import KcourseError
 from grader.core.paths import plans_dir
 from grader.core.spec import tomllib
 
@@ -28,7 +29,7 @@ UNQUALIFIED_KINDS = ("env", "compare_attention", "report", "capstone", "block") 
 PORTFOLIO_SECTIONS = ("learned", "hard", "projects", "sharing")
 
 
-class PlanError(ValueError):
+class PlanError(KcourseError, ValueError):
     pass
 
 

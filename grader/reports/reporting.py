@@ -30,6 +30,7 @@ from grader.commands.compare_attention import markdown_table
 from grader.commands.compare_attention import notes as attention_notes
 from grader.core import store
 from grader.core.discovery import ResolveError, pick_plan, suggest
+from grader.core.errors import KcourseError
 from grader.core.paths import templates_dir
 from grader.core.plans import Plan, Unit, default_plan, load_plans
 from grader.core.records import Check, GradeResult, Timing
@@ -52,7 +53,7 @@ SUMMARY_TEMPLATES = ("week11_summary.md.j2", "final_report.md.j2")
 ATTENTION_TEMPLATES = ("week10_attention.md.j2", "week11_summary.md.j2", "final_report.md.j2")
 
 
-class ReportError(ValueError):
+class ReportError(KcourseError, ValueError):
     pass
 
 

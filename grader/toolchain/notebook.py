@@ -18,6 +18,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from grader.core import exprs
 from grader.core.discovery import Target
+from grader.core.errors import KcourseError
 from grader.core.paths import state_dir
 from grader.core.spec import Case, ExerciseSpec, TensorSpec
 
@@ -25,7 +26,7 @@ TAG = "kcourse"
 NO_GPU_TIMING = "no GPU: timing skipped (the Triton interpreter runs on the CPU; its speed says nothing about a GPU's)"
 
 
-class NotebookError(ValueError):
+class NotebookError(KcourseError, ValueError):
     pass
 
 

@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from grader.core.errors import KcourseError
 from grader.core.spec import BUILDS, Variant  # noqa: F401 (BUILDS: re-exported, tests name it here)
 from grader.toolchain.build import BUILD_TIMEOUT_S, _locked, find_nvcc, format_compiler_errors
 
@@ -25,7 +26,7 @@ CMAKE_HINT = ("cmake was not found: this version builds the operator with CMake.
               "in the course's environment, or your system's package) and grade again")
 
 
-class BuildFailed(Exception):
+class BuildFailed(KcourseError):
     """The build stopped; the message is what the learner needs from its log."""
 
 
