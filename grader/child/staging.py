@@ -1,11 +1,10 @@
 """Large trial inputs from the judge's files onto the GPU, fast: the grading child's side of the hand-over.
 
-The judge writes each input as raw bytes under /dev/shm. Reading a 1 GB file into the child's memory and
-copying that to the GPU took 240-290 ms on an H200 host, and a grade of a 2^28-element exercise does it twice
-(its largest trial and its timed size): a sixth of a `kcourse watch` answer. Here the file is mapped rather
-than read, and torch's threads copy it into one of two page-locked buffers while the other is on its way to
-the GPU: 55-61 ms for the same GB. The buffers are allocated while the child warms up, before any job
-(page-locking memory is slow: 0.55 s for a GB)."""
+The judge writes each input as raw bytes under /dev/shm. Read into the child's memory and then copied, a GB
+costs a noticeable share of a `kcourse watch` answer, twice in a grade of a 2^28-element exercise (its largest
+trial and its timed size). Here the file is mapped rather than read, and torch's threads copy it into one of two
+page-locked buffers while the other is on its way to the GPU (figures: docs/measurements.md). The buffers are
+allocated while the child warms up, before any job, because page-locking memory is slow."""
 
 from __future__ import annotations
 

@@ -406,9 +406,8 @@ def device_ceilings(name: str) -> dict[str, float]:
     if not missing:
         return known[name]
     measured = {**known.get(name, {}), **timing.measure_ceilings(missing)}
-    # A ceiling measured while another process works on the GPU comes out low (seen: 7 TFLOP/s for a
-    # 51 TFLOP/s float32 matmul while stub grades shared the H100) and would make every later grade's
-    # "% of roofline" wrong: use it for this grade, keep it only when the GPU was ours alone.
+    # A ceiling measured while another process works on the GPU comes out low and would make every later
+    # grade's "% of roofline" wrong: use it for this grade, keep it only when the GPU was ours alone.
     if timing.memory_held_by_others() < timing.SHARED_GPU_BYTES:
         known[name] = measured
         write_result(str(path), known)

@@ -28,9 +28,8 @@ def _fresh_child(target: Target) -> sandbox.Child | None:
 
 def _next_grade(target: Target, child: sandbox.Child | None, quick: bool) -> tuple[int, Judge | None]:
     """The next grade's seed and its judge, whose large inputs and references are drawn from now on, while
-    the learner edits. On an H200 a save of the reduction waited ~0.3 s twice where its 1 GB inputs are
-    handed over (the trial at 2^28, the timed size); the parent's part of that (the draw, the file, the
-    float64 reference) is done before the save now."""
+    the learner edits: the parent's part of handing over large inputs (the draw, the file, the float64
+    reference) is done before the save, not after it."""
     seed = random.randrange(1, 2**31)
     return seed, judge_ahead(target, child, seed, quick, timed_sizes="verdict")
 

@@ -488,9 +488,8 @@ class Judge:
         """Fails the grade where the grader's own clock disagrees with the child's timing; where another
         program shares the GPU, returns the speed check that says so instead (gpushare.py).
 
-        A disagreement is probed once more before it counts: a moment when the whole GPU runs slow passes (an
-        H200 once ran the flush-only baseline, the solution and the learner 2x slow for one probe's 60 ms,
-        failing a correct scan 1 grade in 20); a patched timer disagrees again."""
+        A disagreement is probed once more before it counts: a moment when the whole GPU runs slow (baseline,
+        solution and learner alike) passes the second look; a patched timer disagrees again."""
         pid = int((self.child.ready or {}).get("pid") or self.child.proc.pid)  # sent before learner code ran
         self.child.send({"go": True})
         self.quiet = True  # no terminal writes while this process's clock times the bursts

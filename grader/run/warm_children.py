@@ -4,9 +4,9 @@ A grade's child spends seconds importing torch and starting CUDA before it can r
 hides part of that behind the build, but a cached build takes about a second, so in a class of hundreds of
 files most of each grade's start is paid in full. Here, when a grade takes its child, the next one starts
 at once, so its start-up runs while this grade builds and checks. Not while it times: a spare's start-up
-(its CUDA context, the page-locked buffers, the timer's calibration) works on the GPU, the likeliest cause of
-the probes that saw everything run 2x slow on an H200 (a correct scan failed as a patched timer, 1 validate
-grade in 10, both looks of the probe slow), so a grade waits for its spare to be ready before timing (settle);
+(its CUDA context, the page-locked buffers, the timer's calibration) works on the GPU and can slow every kernel
+the probe times (docs/measurements.md, "Why the code is as it is"), so a grade waits for its spare to be ready
+before timing (settle);
 from then on the spare holds a CUDA context but runs nothing. Every child is fresh: none runs
 two learners' code. An unused child ends itself after IDLE_S (KCOURSE_CHILD_IDLE_S), so a worker left idle
 holds no CUDA context, and with its parent (grader/child/orphan.py)."""
