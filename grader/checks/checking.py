@@ -86,7 +86,7 @@ def _never_written(poisoned: torch.Tensor, out: torch.Tensor, ref: torch.Tensor)
 
 
 def _shape_or_unwritten(name: str, out: torch.Tensor, ref: torch.Tensor, label: str,
-                        tol: Tolerance | None = None) -> Comparison | None:
+                        tol: Tolerance) -> Comparison | None:
     """The failures told before any value is looked at: a wrong shape, elements never written."""
     if tuple(out.shape) != tuple(ref.shape):
         return Comparison(False, "mismatch", f"{label}: {name} has shape {tuple(out.shape)}, expected {tuple(ref.shape)}")
@@ -99,20 +99,21 @@ def _shape_or_unwritten(name: str, out: torch.Tensor, ref: torch.Tensor, label: 
                           "(or a launch that covers no block at this size)", {"unwritten": n_unwritten})
     if n_unwritten:
         first, last = int(never.nonzero()[0]), int(never.nonzero()[-1])
+        got = out.detach().double().cpu().flatten()
+        bad = never | ~_within(got, ref.detach().double().cpu().flatten(), tol)
         return Comparison(
             False, "partial_write",
             f"{label}: {n_unwritten} of {total} elements of {name} never written (first at index "
             f"{_index(first, tuple(out.shape))}) — does your last block handle the tail?",
             {"unwritten": n_unwritten, "first_index": first, "last_unwritten": last, "total": total,
-             **_picture(name, out, ref, never, tol)})
+             **_picture(name, tuple(out.shape), got, bad, never)})
     return None
 
 
-def _picture(name: str, out: torch.Tensor, ref: torch.Tensor, never: torch.Tensor, tol: Tolerance | None = None) -> dict:
-    """{"map": lines} of where the output is wrong (output_map.py), or {} when there is nothing to draw."""
-    got = out.detach().double().cpu().flatten()
-    bad = never.clone() if tol is None else never | ~_within(got, ref.detach().double().cpu().flatten(), tol)
-    lines = output_map.draw(name, tuple(out.shape), output_map.categories(got, bad, never))
+def _picture(name: str, shape: tuple[int, ...], got: torch.Tensor, bad: torch.Tensor, never: torch.Tensor) -> dict:
+    """{"map": lines} of where the output is wrong (output_map.py), or {} when there is nothing to draw: the
+    output's values, and which elements are wrong and never written (flat, as the comparison has them)."""
+    lines = output_map.draw(name, shape, output_map.categories(got, bad, never))
     return {"map": lines} if lines else {}
 
 
@@ -144,7 +145,7 @@ def _mismatch(name, out, got, want, bad, finite, tol: Tolerance, label: str) -> 
         "nan": int(nan.sum()), "inf": int(inf.sum()), "total": got.numel(), "last_wrong": int(bad.nonzero()[-1]),
         "other_wrong": int(others.sum()),
     }
-    details.update(_picture(name, out, want, torch.zeros_like(bad), tol))
+    details.update(_picture(name, shape, got, bad, torch.zeros_like(bad)))
     head = f"{label}: {details['wrong']} of {got.numel()} elements of {name} wrong"
     if not (details["nan"] or details["inf"]):
         return Comparison(False, "mismatch", f"{head}; {_error_figures(details, tol)}; "

@@ -10,9 +10,9 @@ CPU only: a process that has created a CUDA context cannot fork usable children.
 learner code and never touches torch beyond importing it (no thread pool is started before a fork).
 
 The control socket (SOCK_SEQPACKET: one JSON message per packet) carries:
-- from the parent: {"env": {...}, "cwd": "..."} with three file descriptors (the child's stdin, its output
+- from the parent: {"id": n, "env": {...}, "cwd": "..."} with three file descriptors (the child's stdin, its output
   file, its event pipe);
-- to the parent: {"forked": pid} for each request, then {"exited": pid, "status": waitstatus} when it ends.
+- to the parent: {"forked": pid, "id": n} for each request, then {"exited": pid, "status": waitstatus} when it ends.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def answer(control: socket.socket, *own_fds: int) -> bool:
     os.close(in_session)
     for fd in fds:
         os.close(fd)
-    control.send(json.dumps({"forked": pid}).encode())
+    control.send(json.dumps({"forked": pid, "id": request["id"]}).encode())
     return True
 
 

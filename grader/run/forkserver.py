@@ -74,7 +74,8 @@ class Server:
                                      start_new_session=True)
         theirs.close()
         self.control, self.lock, self.changed = mine, threading.Lock(), threading.Condition()
-        self.forked: list[int] = []
+        self.forked: dict[int, int] = {}  # request id -> pid, until the request that asked takes it
+        self.requests = 0
         self.exits: dict[int, int] = {}
         self.running = 0  # children forked and not yet reported ended
         self.alive = True
@@ -93,7 +94,7 @@ class Server:
                     return
                 message = json.loads(data)
                 if "forked" in message:
-                    self.forked.append(message["forked"])
+                    self.forked[message["id"]] = message["forked"]
                     self.running += 1
                 else:
                     self.exits[message["exited"]] = message["status"]
@@ -105,14 +106,16 @@ class Server:
         with self.lock, self.changed:
             if not self.alive:
                 return None
+            self.requests += 1
+            request = {"id": self.requests, "env": env, "cwd": cwd}
             try:
-                socket.send_fds(self.control, [json.dumps({"env": env, "cwd": cwd}).encode()], list(fds))
+                socket.send_fds(self.control, [json.dumps(request).encode()], list(fds))
             except OSError:
                 return None
             deadline = time.monotonic() + limit_s
-            while not self.forked and self.alive and time.monotonic() < deadline:
+            while request["id"] not in self.forked and self.alive and time.monotonic() < deadline:
                 self.changed.wait(deadline - time.monotonic())
-            return self.forked.pop(0) if self.forked else None
+            return self.forked.pop(request["id"], None)
 
     def wait(self, pid: int, deadline: float | None) -> int | None:
         """The child's wait status once the server reports its exit; None past the deadline or if the server is gone."""
@@ -123,7 +126,6 @@ class Server:
                     return None
                 self.changed.wait(left)
             return self.exits.pop(pid)
-
 
     def close(self) -> None:
         """End the server (its children, if any, then end themselves: call it when none runs)."""
