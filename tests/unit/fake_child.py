@@ -149,7 +149,7 @@ class FakeChild:
         self._put({"event": "probe_start", "who": self.bursts[0], "runs": 1})
 
 
-def grade(spec, child: FakeChild, *, timing: bool = False, timeout_s: float = 5.0, seed: int = 1,
+def grade(spec, child: FakeChild, *, timing: bool = False, timeout_s: float = 60.0, seed: int = 1,
           calibration: dict | None = None, **job) -> GradeResult:
     result = GradeResult(exercise=spec.id, lang="triton", source="learner", seed=seed)
     Judge(spec, spec.variant(None), child, result, seed, timeout_s, timing, calibration).run({"learner": "/x/toy.py", **job})
