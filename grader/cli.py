@@ -17,6 +17,7 @@ import click
 from grader.core.discovery import ResolveError, resolve
 from grader.core.errors import KcourseError
 from grader.core.spec import SpecError
+from grader.core.vocabulary import Event
 from grader.reports import console
 
 STARTED = time.monotonic()  # for the `imports` phase: the grader's own start-up (Python's is before this)
@@ -669,11 +670,11 @@ def _capstone_options(command):
 
 
 def _progress_line(event: dict) -> None:
-    if event.get("event") == "progress":
+    if event.get("event") == Event.PROGRESS:
         rate = event.get("tokens_per_s")
         click.echo(f"  {event['run']:>8}  step {event['step']:>4}/{event['steps']}  loss {event['loss']:.4f}"
                    + (f"  {rate:,.0f} tokens/s" if rate else ""), err=True)
-    elif event.get("event") == "step":
+    elif event.get("event") == Event.STEP:
         click.echo(f"  {event.get('text', '')}", err=True)
 
 

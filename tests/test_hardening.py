@@ -131,14 +131,14 @@ def test_a_grader_error_while_drawing_inputs_is_the_graders_not_a_hang(monkeypat
     import time
 
     from grader.checks import inputs
-    from grader.run import judge
+    from grader.run import input_feed
 
     def broken(spec, case, seed, trial=0, device="cpu"):
         if case.params.get("n", 0) > 100:
             raise ValueError("the input transform broke")
         return inputs.generate(spec, case, seed, trial, device)
 
-    monkeypatch.setattr(judge, "generate", broken)
+    monkeypatch.setattr(input_feed, "generate", broken)
     started = time.monotonic()
     result = grade(resolve(["vector_add"], lang="triton"), source="solutions", seed=5, timeout_s=60)
     assert time.monotonic() - started < 30  # not the 60-s limit

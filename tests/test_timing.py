@@ -193,6 +193,7 @@ def _probe_judge(burst_s: float = 0.0, rounds: int = 1):
 
     from grader.core.records import GradeResult
     from grader.run import judge as judge_module
+    from grader.run.child_link import ChildLink
 
     sent = []
 
@@ -219,10 +220,9 @@ def _probe_judge(burst_s: float = 0.0, rounds: int = 1):
             sent.append(("kill", clock.monotonic()))
 
     judge = judge_module.Judge.__new__(judge_module.Judge)
-    judge.child, judge.deadline, judge.stop = FakeChild(), float("inf"), __import__("threading").Event()
+    judge.link = ChildLink(FakeChild(), GradeResult("x", "cuda", "learner", 1), float("inf"), float("inf"))
     judge.spec = type("S", (), {"id": "x"})()
     judge.variant = type("V", (), {"lang": "cuda", "kind": "cuda"})()
-    judge.result = GradeResult("x", "cuda", "learner", 1)
     return judge, sent
 
 
@@ -339,7 +339,7 @@ def test_the_judge_and_a_real_childs_probe_agree_on_every_message_when_it_probes
                                                                                  False)))
     child.start()
     judge, _ = _probe_judge()
-    judge.child = Pipes()
+    judge.link.child = Pipes()
     assert judge._cross_check_probe(_record()) is None and judge.result.checks == []
     child.join(timeout=10)
     assert ended == [None] and verdicts == [] and to_child.empty() and to_parent.empty()

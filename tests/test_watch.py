@@ -169,10 +169,10 @@ def test_large_trials_and_the_timed_sizes_are_drawn_ahead_while_the_build_runs(t
     """Judge.prefetch, called before nvcc builds, draws the large trials' inputs (1 GB at reduction's 2^28)
     and the timed sizes' on a thread of its own: written for the child, the reference computed. Here the
     1,000,003-value case stands in for a large one, and two small sizes for the timed ones."""
-    from grader.run import judge as judge_module
+    from grader.run import input_feed
     from grader.run.judge import Judge
 
-    monkeypatch.setattr(judge_module, "PREFETCH_BYTES", 2**20)
+    monkeypatch.setattr(input_feed, "PREFETCH_BYTES", 2**20)
     target = resolve(["reduction"], lang="cuda")
     judge = Judge(target.spec, target.variant, RecordingChild(tmp_path),
                   GradeResult(exercise="reduction", lang="cuda", source="x", seed=5), seed=5, timeout_s=10, timing=True,
@@ -182,15 +182,15 @@ def test_large_trials_and_the_timed_sizes_are_drawn_ahead_while_the_build_runs(t
     try:
         judge.prefetch({"timed_sizes": "all"})
         large = [k for k, (_, case, _, _) in enumerate(judge._trials()) if case.params["n"] == 1_000_003]
-        assert len(large) == 2 and sorted(judge.drawn, key=str) == sorted(large + ["t0", "t1"], key=str)
-        metas, inputs = judge._drawn("t1", small[1], 0, 0)
-        assert metas["x"]["shape"] == [small[1].params["n"]] and "t1" not in judge.drawn
+        assert len(large) == 2 and sorted(judge.feed.drawn, key=str) == sorted(large + ["t0", "t1"], key=str)
+        metas, inputs = judge.feed.take("t1", small[1], 0, 0)
+        assert metas["x"]["shape"] == [small[1].params["n"]] and "t1" not in judge.feed.drawn
         assert inputs == {}  # written for the child; the judge needs them no more, so they are not held
         assert (tmp_path / "in-t1-x.bin").stat().st_size == 4 * small[1].params["n"]
         drawn = generate(target.spec, small[1], judge._timed_seed(1))["x"]
         assert torch.equal(torch.from_file(str(tmp_path / "in-t1-x.bin"), size=drawn.numel(), dtype=torch.float32), drawn)
-        assert judge.refs["t1"].result()[0].item() == pytest.approx(drawn.double().sum().item())
-        metas, _ = judge._drawn(large[0], None, 0, 0)  # drawn already: case and seed are not needed
+        assert judge.feed.expected("t1")[0].item() == pytest.approx(drawn.double().sum().item())
+        metas, _ = judge.feed.take(large[0], None, 0, 0)  # drawn already: case and seed are not needed
         assert (tmp_path / f"in-{large[0]}-x.bin").exists()
     finally:
         judge.close()
@@ -198,19 +198,20 @@ def test_large_trials_and_the_timed_sizes_are_drawn_ahead_while_the_build_runs(t
 
 def test_what_is_drawn_ahead_stays_within_its_budget(tmp_path, monkeypatch):
     """Past PREFETCH_BUDGET bytes, a large trial is drawn when its turn comes (AHEAD bounds that)."""
-    from grader.run import judge as judge_module
-    from grader.run.judge import Judge, input_bytes
+    from grader.run import input_feed
+    from grader.run.input_feed import input_bytes
+    from grader.run.judge import Judge
 
     target = resolve(["reduction"], lang="cuda")
     big = [c for c in target.spec.cases if not c.gpu_only][3]  # n = 1,000,003: 4 MB a trial, two trials
-    monkeypatch.setattr(judge_module, "PREFETCH_BYTES", 2**20)
-    monkeypatch.setattr(judge_module, "PREFETCH_BUDGET", input_bytes(target.spec, big) + 1)
+    monkeypatch.setattr(input_feed, "PREFETCH_BYTES", 2**20)
+    monkeypatch.setattr(input_feed, "PREFETCH_BUDGET", input_bytes(target.spec, big) + 1)
     judge = Judge(target.spec, target.variant, RecordingChild(tmp_path),
                   GradeResult(exercise="reduction", lang="cuda", source="x", seed=5), seed=5, timeout_s=10, timing=False,
                   calibration=None)
     try:
         judge.prefetch({})
-        assert len(judge.drawn) == 1
+        assert len(judge.feed.drawn) == 1
     finally:
         judge.close()
 
@@ -223,7 +224,7 @@ def test_watch_does_not_time_pytorch_beside_you_and_a_grade_does():
     from grader.run.judge import Judge
 
     spec = resolve(["vector_add"], lang="triton").spec
-    judge = SimpleNamespace(spec=spec, _drawn=lambda *a: ({}, None), _timed_seed=lambda index: index)
+    judge = SimpleNamespace(spec=spec, feed=SimpleNamespace(take=lambda *a: ({}, None)), _timed_seed=lambda index: index)
     timed = list(enumerate(spec.performance.cases))
     watched = Judge._timing_messages(judge, {"timed_sizes": "verdict"}, timed[-1:])
     graded = Judge._timing_messages(judge, {"timed_sizes": "all"}, timed)
@@ -237,10 +238,10 @@ def test_the_next_grades_inputs_are_drawn_while_the_learner_edits_and_that_grade
     """After a grade, watch makes the next one's judge (its child and seed chosen): its large inputs and
     their references are drawn before the save, and the grade that follows runs with that judge."""
     from grader.commands import watch as watch_module
-    from grader.run import judge as judge_module
+    from grader.run import input_feed
     from grader.run.judge import Judge
 
-    monkeypatch.setattr(judge_module, "PREFETCH_BYTES", 0)  # every trial counts as large here
+    monkeypatch.setattr(input_feed, "PREFETCH_BYTES", 0)  # every trial counts as large here
     made, ran = [], []
     real_ahead, real_run = watch_module.judge_ahead, Judge.run
     monkeypatch.setattr(watch_module, "judge_ahead", lambda *a, **k: made.append(real_ahead(*a, **k)) or made[-1])
@@ -270,7 +271,7 @@ def test_a_judge_made_ahead_for_another_seed_is_not_used_and_is_closed(tmp_path)
     ahead = grade_module.judge_ahead(target, child, seed=11, quick=True, timed_sizes="verdict")
     result = grade_module.grade(target, source="solutions", quick=True, child=child, seed=12, record=False, ahead=ahead)
     assert result.status == PASSED, result.verdict
-    assert ahead.result is not result and ahead.stop.is_set()  # its draws were for seed 11: closed, not used
+    assert ahead.result is not result and ahead.feed.stop.is_set()  # its draws were for seed 11: closed, not used
 
 
 @pytest.mark.slow

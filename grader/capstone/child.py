@@ -11,6 +11,8 @@ import os
 import sys
 import traceback
 
+from grader.core.vocabulary import Event
+
 
 def main(event_fd: int) -> None:
     from grader.child.orphan import exit_with_parent
@@ -24,7 +26,7 @@ def main(event_fd: int) -> None:
 
         torch.set_num_threads(1)
     try:
-        events.send("ready", device=warm_up(device), pid=os.getpid())
+        events.send(Event.READY, device=warm_up(device), pid=os.getpid())
         line = sys.stdin.readline()
         if line:
             from grader.capstone import train
@@ -36,8 +38,8 @@ def main(event_fd: int) -> None:
                 box.enter(box.Policy(**job.pop("box")))
             {"capstone": train.capstone, "block": train.block_check}[job["mode"]](job, events.send)
     except BaseException as exc:  # a grader bug, or learner code escaping every guard: still say what happened
-        events.send("error", message=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()[-4000:])
-    events.send("done")
+        events.send(Event.ERROR, message=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()[-4000:])
+    events.send(Event.DONE)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)  # skip interpreter teardown: a broken CUDA context can hang it

@@ -23,6 +23,7 @@ from grader.core.errors import KcourseError
 from grader.core.paths import course_root
 from grader.core.records import FAILED, PASSED, SKIPPED, Check
 from grader.core.spec import tomllib
+from grader.core.vocabulary import CheckName, Code, Event
 from grader.run import sandbox
 
 CONFIGS = Path(__file__).with_name("configs.toml")
@@ -88,11 +89,11 @@ def run_child(job: dict[str, Any], gpu: bool, timeout_s: float, on_event: Callab
         child.send(job)
         while True:
             event = child.event(deadline)
-            if event["event"] == "done":
+            if event["event"] == Event.DONE:
                 break
-            if event["event"] in ("run", "block"):
+            if event["event"] in (Event.RUN, Event.BLOCK):
                 results.append(event["result"])
-            if event["event"] == "error":
+            if event["event"] == Event.ERROR:
                 ended = f"the run stopped with an internal error: {event.get('message')}"
             on_event(event)
     except (sandbox.ChildTimeout, sandbox.ChildGone) as exc:
@@ -171,13 +172,13 @@ def final_loss(run: dict[str, Any], window: int) -> float | None:
 def judge_capstone(runs: dict[str, dict], ended: str, config: dict, shared: dict, source: str, gpu: bool) -> list[Check]:
     eager, mine = runs.get("eager"), runs.get("kernels")
     if eager is None or final_loss(eager, config["final_window"]) is None:
-        return [Check("run", "error", "the PyTorch eager run did not finish: " + (ended or "its loss became NaN") +
-                      " — check the installation with `kcourse env-check`", {"code": "baseline_failed"})]
+        return [Check(CheckName.RUN, "error", "the PyTorch eager run did not finish: " + (ended or "its loss became NaN") +
+                      " — check the installation with `kcourse env-check`", {"code": Code.BASELINE_FAILED})]
     if mine is None or mine.get("failed"):
         why = (mine or {}).get("failed") or ended or "the run with your kernels did not report"
-        return [Check("run", FAILED, f"training with your kernels failed: {why}",
-                      {"code": "kernel_failed", "operation": (mine or {}).get("operation")})]
-    checks = [Check("run", PASSED, f"{config['steps']} steps with your kernels, no NaN")]
+        return [Check(CheckName.RUN, FAILED, f"training with your kernels failed: {why}",
+                      {"code": Code.KERNEL_FAILED, "operation": (mine or {}).get("operation")})]
+    checks = [Check(CheckName.RUN, PASSED, f"{config['steps']} steps with your kernels, no NaN")]
     tolerance = loss_tolerance(eager, runs.get("compile"), config["final_window"], shared)
     checks.append(_loss_check(eager, mine, config["final_window"], tolerance))
     checks.append(_speed_check(runs, shared["speed_floor"], source, gpu))
@@ -205,8 +206,8 @@ def _loss_check(eager: dict, mine: dict, window: int, tolerance: float) -> Check
     text = (f"final loss (median of the last {window} steps) {got:.4f} vs eager's {want:.4f}: {gap:.2%} apart "
             f"(tolerance {tolerance:.1%})")
     if gap <= tolerance:
-        return Check("loss", PASSED, text, {"gap": gap})
-    return Check("loss", FAILED, text + " — a kernel that is slightly wrong everywhere (a dropped term, a scale, a "
+        return Check(CheckName.LOSS, PASSED, text, {"gap": gap})
+    return Check(CheckName.LOSS, FAILED, text + " — a kernel that is slightly wrong everywhere (a dropped term, a scale, a "
                  "gradient off by a factor) shows here, not in a NaN; its own grade's tolerance is tighter: re-grade "
                  "the kernels listed as yours. If the curves in the report only part where the loss falls in a step "
                  "(your run still on a plateau the others have left), run again with another --seed", {"gap": gap})
@@ -216,24 +217,24 @@ def _speed_check(runs: dict[str, dict], floor: float, source: str, gpu: bool) ->
     eager, mine = runs["eager"].get("tokens_per_s"), runs["kernels"].get("tokens_per_s")
     compiled = (runs.get("compile") or {}).get("tokens_per_s")
     if not gpu or not eager or not mine:
-        return Check("speed", INFO, "no GPU: tokens/s under the Triton interpreter and CPU PyTorch mean nothing; "
-                     "run `kcourse capstone` on a GPU for the speed figures", {"code": "no_gpu"})
+        return Check(CheckName.SPEED, INFO, "no GPU: tokens/s under the Triton interpreter and CPU PyTorch mean nothing; "
+                     "run `kcourse capstone` on a GPU for the speed figures", {"code": Code.NO_GPU})
     ratio = mine / eager
     text = f"{mine:,.0f} tokens/s: {ratio:.2f}x eager's {eager:,.0f}" + (
         f", {mine / compiled:.2f}x torch.compile's {compiled:,.0f}" if compiled else "")
     if source != "solutions":
-        return Check("speed", INFO, text + " (reported, not required: the bar is the kit's solutions')", {"ratio": ratio})
+        return Check(CheckName.SPEED, INFO, text + " (reported, not required: the bar is the kit's solutions')", {"ratio": ratio})
     status = PASSED if ratio >= floor else FAILED
-    return Check("speed", status, text + f" (the solutions' bar: at least {floor:g}x eager)", {"ratio": ratio})
+    return Check(CheckName.SPEED, status, text + f" (the solutions' bar: at least {floor:g}x eager)", {"ratio": ratio})
 
 
 def _none_yours(choices: list[kernels.Choice]) -> list[Check]:
     """A run with PyTorch in every slot proves nothing of the learner's: skipped, with what to grade."""
     if any(c.yours for c in choices):
         return []
-    return [Check("kernels", SKIPPED, "none of your kernels could serve here (the report says why for each "
+    return [Check(CheckName.KERNELS, SKIPPED, "none of your kernels could serve here (the report says why for each "
                   "operation): pass an exercise's grade first (`kcourse grade activations --lang gelu_tanh`, "
-                  "`kcourse grade layer_norm`, ...), or plug a file in with --use", {"code": "no_kernels"})]
+                  "`kcourse grade layer_norm`, ...), or plug a file in with --use", {"code": Code.NO_KERNELS})]
 
 
 def _status(checks: list[Check]) -> dict[str, str]:
@@ -268,8 +269,8 @@ def block(source: str = "learner", tiny: bool = False, seed: int | None = None, 
 
 def judge_block(found: dict[str, Any], shared: dict[str, Any]) -> list[Check]:
     if found.get("failed"):
-        return [Check("run", FAILED, f"the block with your kernels failed: {found['failed']}",
-                      {"code": "kernel_failed", "operation": found.get("operation")})]
+        return [Check(CheckName.RUN, FAILED, f"the block with your kernels failed: {found['failed']}",
+                      {"code": Code.KERNEL_FAILED, "operation": found.get("operation")})]
     checks = []
     for part, figures in found["parts"].items():
         limit = shared["error_factor"] * figures["torch_error"] + shared["error_floor"]

@@ -16,6 +16,7 @@ import torch
 from grader.capstone import data, kernels
 from grader.capstone.gpt import GPT, Block, ModelConfig, parameter_count
 from grader.capstone.ops import KernelFailed, Ops, optimizer
+from grader.core.vocabulary import Event
 
 Send = Callable[..., None]
 
@@ -34,7 +35,7 @@ def load_kernels(choices: list[kernels.Choice], send: Send) -> dict[tuple[str, s
     for choice in (c for c in choices if c.yours):
         key = (choice.exercise + ":" + choice.lang, choice.file)
         if key not in by_file:
-            send("step", text=f"loading {Path(choice.file).name} ({choice.exercise}, {choice.lang})")
+            send(Event.STEP, text=f"loading {Path(choice.file).name} ({choice.exercise}, {choice.lang})")
             try:
                 by_file[key] = kernels.load_kernel(choice)
             except loading.EntryError as exc:
@@ -87,7 +88,7 @@ def train(name: str, job: dict[str, Any], ops: Ops, send: Send, stop_at: int | N
         if (step + 1) % cfg["log_every"] == 0 or step + 1 == steps:
             seen = losses[: step + 1].tolist()  # a sync: the figures below are the GPU's, not the queue's
             rate = _rate(tokens, step + 1 - timed_from[0], timed_from[1]) if timed_from and step > timed_from[0] else None
-            send("progress", run=name, step=step + 1, steps=steps, loss=seen[-1], tokens_per_s=rate)
+            send(Event.PROGRESS, run=name, step=step + 1, steps=steps, loss=seen[-1], tokens_per_s=rate)
             if not all(math.isfinite(v) for v in seen):
                 return _result(name, model, seen, None, device, started, nan_at=next(i for i, v in enumerate(seen) if not math.isfinite(v)))
     sync(device)
@@ -110,7 +111,7 @@ def _result(name: str, model, losses: list[float], rate: float | None, device: s
 def trace_nan(job: dict[str, Any], ops: Ops, nan_at: int, send: Send) -> str:
     """The kernel run again up to the step whose loss was NaN, every kernel's outputs checked as they come:
     the first operation that turned finite inputs into NaN/inf. "" where none did (PyTorch's part diverged)."""
-    send("step", text=f"tracing the NaN at step {nan_at + 1} to its operation")
+    send(Event.STEP, text=f"tracing the NaN at step {nan_at + 1} to its operation")
     ops.check = True
     try:
         train("trace", job, ops, lambda *a, **k: None, stop_at=nan_at + 1)
@@ -127,21 +128,21 @@ def capstone(job: dict[str, Any], send: Send) -> None:
     act, low = torch.float32, dtype(cfg["low_precision"])
     baselines = ["eager"] + (["compile"] if cfg["compile"] else [])
     for name in baselines:
-        send("step", text=f"training with PyTorch ({name})")
-        send("run", result=train(name, job, Ops(act, low), send))
-    send("step", text="loading your kernels")
+        send(Event.STEP, text=f"training with PyTorch ({name})")
+        send(Event.RUN, result=train(name, job, Ops(act, low), send))
+    send(Event.STEP, text="loading your kernels")
     try:
         ops = Ops(act, low, load_kernels(kernels.from_dicts(job["choices"]), send))
-        send("step", text="training with your kernels")
+        send(Event.STEP, text="training with your kernels")
         result = train("kernels", job, ops, send)
     except KernelFailed as exc:
-        send("run", result={"name": "kernels", "failed": str(exc), "operation": exc.operation, "role": exc.role})
+        send(Event.RUN, result={"name": "kernels", "failed": str(exc), "operation": exc.operation, "role": exc.role})
         return
     if result["nan_at"] is not None:
         result["failed"] = trace_nan(job, ops, result["nan_at"], send) or (
             f"the loss became NaN at step {result['nan_at'] + 1}, and no kernel's output turned finite inputs into NaN "
             "when traced: the training diverged (look at the backward kernels' magnitudes)")
-    send("run", result=result)
+    send(Event.RUN, result=result)
 
 
 # --- one transformer block against float64 ---------------------------------------------------------------
@@ -196,12 +197,12 @@ def block_check(job: dict[str, Any], send: Send) -> None:
     x = torch.randn(cfg["batch"], cfg["context"], cfg["d_model"], device=device, dtype=torch.float64)
     grad = torch.randn_like(x)
     pytorch = _copy(reference, config, Ops(act, low), device)
-    send("step", text="loading your kernels")
+    send(Event.STEP, text="loading your kernels")
     try:
         yours = _copy(reference, config, Ops(act, low, load_kernels(kernels.from_dicts(job["choices"]), send)), device)
         parts = {}
         for part in PARTS:
-            send("step", text=f"checking the {part} part")
+            send(Event.STEP, text=f"checking the {part} part")
             want = _block_run(reference, x, part, grad)
             mine, theirs = (_relative_error(_block_run(b, x.to(act), part, grad), want) for b in (yours, pytorch))
             parts[part] = {"error": mine[0], "worst": mine[1], "torch_error": theirs[0], "torch_worst": theirs[1]}
@@ -209,9 +210,9 @@ def block_check(job: dict[str, Any], send: Send) -> None:
         step = lambda b: lambda: _block_run(b, x.to(act), "block", grad)  # noqa: E731
         times = {"ms": _time(step(yours), device, runs), "torch_ms": _time(step(pytorch), device, runs)}
     except KernelFailed as exc:
-        send("block", result={"failed": str(exc), "operation": exc.operation, "role": exc.role})
+        send(Event.BLOCK, result={"failed": str(exc), "operation": exc.operation, "role": exc.role})
         return
-    send("block", result={"parts": parts, **times})
+    send(Event.BLOCK, result={"parts": parts, **times})
 
 
 def _copy(reference: Block, config: ModelConfig, ops: Ops, device: str) -> Block:

@@ -12,6 +12,7 @@ import torch
 from grader.checks import output_map
 from grader.checks.inputs import element_size, make_inputs, make_outputs, unwritten  # noqa: F401 (re-exported)
 from grader.core.spec import ExerciseSpec, SpecError, Tolerance
+from grader.core.vocabulary import Code
 
 # A cached answer is only named when the previous trial's answer is this many tolerances away from
 # this trial's: otherwise "equals the previous answer" is just rounding, and the verdict is numerics.
@@ -89,20 +90,20 @@ def _shape_or_unwritten(name: str, out: torch.Tensor, ref: torch.Tensor, label: 
                         tol: Tolerance) -> Comparison | None:
     """The failures told before any value is looked at: a wrong shape, elements never written."""
     if tuple(out.shape) != tuple(ref.shape):
-        return Comparison(False, "mismatch", f"{label}: {name} has shape {tuple(out.shape)}, expected {tuple(ref.shape)}")
+        return Comparison(False, Code.MISMATCH, f"{label}: {name} has shape {tuple(out.shape)}, expected {tuple(ref.shape)}")
     poisoned = unwritten(out.detach().cpu()).flatten()
     never = _never_written(poisoned, out, ref)
     total = never.numel()
     n_unwritten = int(never.sum())
     if total > 0 and bool(poisoned.all()) and n_unwritten:
-        return Comparison(False, "not_written", f"{label}: no element of {name} was written — not implemented yet? "
+        return Comparison(False, Code.NOT_WRITTEN, f"{label}: no element of {name} was written — not implemented yet? "
                           "(or a launch that covers no block at this size)", {"unwritten": n_unwritten})
     if n_unwritten:
         first, last = int(never.nonzero()[0]), int(never.nonzero()[-1])
         got = out.detach().double().cpu().flatten()
         bad = never | ~_within(got, ref.detach().double().cpu().flatten(), tol)
         return Comparison(
-            False, "partial_write",
+            False, Code.PARTIAL_WRITE,
             f"{label}: {n_unwritten} of {total} elements of {name} never written (first at index "
             f"{_index(first, tuple(out.shape))}) — does your last block handle the tail?",
             {"unwritten": n_unwritten, "first_index": first, "last_unwritten": last, "total": total,
@@ -148,7 +149,7 @@ def _mismatch(name, out, got, want, bad, finite, tol: Tolerance, label: str) -> 
     details.update(_picture(name, shape, got, bad, torch.zeros_like(bad)))
     head = f"{label}: {details['wrong']} of {got.numel()} elements of {name} wrong"
     if not (details["nan"] or details["inf"]):
-        return Comparison(False, "mismatch", f"{head}; {_error_figures(details, tol)}; "
+        return Comparison(False, Code.MISMATCH, f"{head}; {_error_figures(details, tol)}; "
                           f"{_first_text(first, shape, got, want)}", details)
     counts = []
     for key, word, mask in (("nan", "NaN", nan), ("inf", "inf", inf)):
@@ -160,7 +161,7 @@ def _mismatch(name, out, got, want, bad, finite, tol: Tolerance, label: str) -> 
     if details["other_wrong"]:
         rest = (f"elsewhere {details['other_wrong']} more wrong: {_error_figures(details, tol)}; "
                 f"{_first_text(int(others.nonzero()[0]), shape, got, want)}")
-    return Comparison(False, "mismatch", f"{head}: {', '.join(counts)}; {rest}", details)
+    return Comparison(False, Code.MISMATCH, f"{head}: {', '.join(counts)}; {rest}", details)
 
 
 def _max_over(values: torch.Tensor, mask: torch.Tensor) -> float | None:
@@ -227,4 +228,4 @@ def judge_output(spec: ExerciseSpec, spec_out, out: torch.Tensor, ref: torch.Ten
     problem = function(out.detach().cpu(), **keywords)
     if problem is None:
         return Comparison(True)
-    return Comparison(False, "property", f"{label}: {spec_out.name}: {problem}", {"check": spec_out.check})
+    return Comparison(False, Code.PROPERTY, f"{label}: {spec_out.name}: {problem}", {"check": spec_out.check})

@@ -35,6 +35,7 @@ from typing import Any, Callable
 from grader.core import exprs
 from grader.core.records import ERROR, FAILED, Check, GradeResult
 from grader.core.spec import ExerciseSpec, Mistake, case_word
+from grader.core.vocabulary import Code
 
 
 @dataclass
@@ -483,39 +484,39 @@ def _build_error(check: Check, context: Context) -> str | None:
 
 
 _BY_CODE: dict[str, Callable[[Check, Context], str | None]] = {
-    "mismatch": _wrong_values,
-    "partial_write": _unwritten,
-    "not_written": _not_written,
-    "not_implemented": _not_implemented,
-    "exception": _exception,
-    "cuda_error": _cuda_error,
-    "timeout": _timeout,
-    "crash": _crash,
-    "missing_entry": _missing_entry,
-    "bad_signature": _bad_signature,
-    "syntax_error": _syntax_error,
-    "build_error": _build_error,
-    "bad_return": lambda check, context: "return the tensor(s) your operator allocated, e.g. `return y;` after the launch",
-    "torch_compute": lambda check, context: ("compute in your own kernel (tl.* or CUDA); torch may only allocate "
+    Code.MISMATCH: _wrong_values,
+    Code.PARTIAL_WRITE: _unwritten,
+    Code.NOT_WRITTEN: _not_written,
+    Code.NOT_IMPLEMENTED: _not_implemented,
+    Code.EXCEPTION: _exception,
+    Code.CUDA_ERROR: _cuda_error,
+    Code.TIMEOUT: _timeout,
+    Code.CRASH: _crash,
+    Code.MISSING_ENTRY: _missing_entry,
+    Code.BAD_SIGNATURE: _bad_signature,
+    Code.SYNTAX_ERROR: _syntax_error,
+    Code.BUILD_ERROR: _build_error,
+    Code.BAD_RETURN: lambda check, context: "return the tensor(s) your operator allocated, e.g. `return y;` after the launch",
+    Code.TORCH_COMPUTE: lambda check, context: ("compute in your own kernel (tl.* or CUDA); torch may only allocate "
                                              "(torch.empty_like), view, reshape or copy"),
-    "input_modified": lambda check, context: ("write only to the output tensor(s); keep temporaries in registers "
+    Code.INPUT_MODIFIED: lambda check, context: ("write only to the output tensor(s); keep temporaries in registers "
                                               "or in a buffer you allocate (torch.empty_like)"),
-    "cached_result": lambda check, context: ("compute from the inputs on every call: no results kept in global "
+    Code.CACHED_RESULT: lambda check, context: ("compute from the inputs on every call: no results kept in global "
                                              "variables, caches or dictionaries between calls"),
-    "solution_loaded": lambda check, context: "remove whatever reads solutions/: the kernel must be your own work",
+    Code.SOLUTION_LOADED: lambda check, context: "remove whatever reads solutions/: the kernel must be your own work",
 }
 
 _SANITIZER = {
-    "race": ("two threads touched the same shared-memory address with no barrier between: put __syncthreads() "
+    Code.RACE: ("two threads touched the same shared-memory address with no barrier between: put __syncthreads() "
              "between writing shared memory and reading another thread's slot, and at the end of each loop round "
              "before the buffer is written again"),
-    "sync": ("a __syncthreads() that not every thread of the block reaches (inside an if, or a loop whose trip "
+    Code.SYNC: ("a __syncthreads() that not every thread of the block reaches (inside an if, or a loop whose trip "
              "count differs per thread): move the barrier out of the branch and keep the condition inside it"),
-    "memcheck": ("an access outside an allocation: guard global loads and stores with the bounds check (i < n) and "
+    Code.MEMCHECK: ("an access outside an allocation: guard global loads and stores with the bounds check (i < n) and "
                  "keep shared-memory indices below the array's size; the line named above is where it happened"),
-    "leak": ("device memory your host code allocated and never freed: every cudaMalloc needs its cudaFree "
+    Code.LEAK: ("device memory your host code allocated and never freed: every cudaMalloc needs its cudaFree "
              "before the function returns, on every path"),
-    "initcheck": ("a read of device memory nothing wrote: the output holds garbage when you are called, so set "
+    Code.INITCHECK: ("a read of device memory nothing wrote: the output holds garbage when you are called, so set "
                   "accumulators to 0 first (cudaMemsetAsync, or a first kernel), and read nothing past n"),
 }
 

@@ -28,6 +28,7 @@ from typing import Any, Callable
 from grader.core.op_spec import CHECKS, GRADCHECK_ELEMENTS, OpChecks, parse  # noqa: F401 (the spec side, re-exported)
 from grader.core.records import FAILED, PASSED, SKIPPED, Check
 from grader.core.spec import gradcheck_small as _small  # noqa: F401 (re-exported)
+from grader.core.vocabulary import CheckName, Code
 
 # torch is imported inside the functions: loading a spec (which parses [checks]) imports no torch
 
@@ -216,18 +217,18 @@ def judge_trial(spec, variant, case, label: str, event: dict, refs: list, ref_gr
 def _operator_verdict(checks: OpChecks, variant, label: str, found: dict, ops: list) -> Check:
     name, register = checks.qualname, f'@torch.library.custom_op("{checks.qualname}", mutates_args=())'
     if "schema" not in found:
-        return Check("operator", FAILED, f"{label}: no operator torch.ops.{checks.namespace}.{checks.name}: register it with "
+        return Check(CheckName.OPERATOR, FAILED, f"{label}: no operator torch.ops.{checks.namespace}.{checks.name}: register it with "
                      f"{register} on the function that launches your kernel ({found.get('error', 'no evidence')})",
-                     {"code": "no_operator"})
+                     {"code": Code.NO_OPERATOR})
     if found["schema"] != checks.schema:
-        return Check("operator", FAILED, f"{name} has the schema `{found['schema']}`; the exercise's is `{checks.schema}`: "
+        return Check(CheckName.OPERATOR, FAILED, f"{name} has the schema `{found['schema']}`; the exercise's is `{checks.schema}`: "
                      "keep the stub's parameter names and type hints (they make the schema) and mutates_args=()",
-                     {"code": "wrong_schema", "schema": found["schema"]})
+                     {"code": Code.WRONG_SCHEMA, "schema": found["schema"]})
     if name not in ops:
-        return Check("operator", FAILED, f"{label}: `{variant.entry}` did not call torch.ops.{checks.namespace}.{checks.name}: "
+        return Check(CheckName.OPERATOR, FAILED, f"{label}: `{variant.entry}` did not call torch.ops.{checks.namespace}.{checks.name}: "
                      "call the registered operator, so torch.compile and autograd see one operator (not your kernel's "
-                     "launch)", {"code": "operator_not_called"})
-    return Check("operator", PASSED, f"torch.ops.{checks.namespace}.{checks.name} registered as `{checks.schema}`, "
+                     "launch)", {"code": Code.OPERATOR_NOT_CALLED})
+    return Check(CheckName.OPERATOR, PASSED, f"torch.ops.{checks.namespace}.{checks.name} registered as `{checks.schema}`, "
                  f"called by `{variant.entry}`")
 
 
@@ -243,40 +244,40 @@ OPCHECK_HINTS = {
 
 def _opcheck_verdict(label: str, ran: dict | None, operator: Check) -> Check:
     if ran is None:
-        if operator.details.get("code") in ("no_operator", "wrong_schema"):
-            return Check("opcheck", SKIPPED, "not run: the operator is missing or has another schema (see operator)",
-                         {"code": "no_operator"})
-        return Check("opcheck", FAILED, f"{label}: the opcheck evidence did not come back from your run",
-                     {"code": "no_evidence"})
+        if operator.details.get("code") in (Code.NO_OPERATOR, Code.WRONG_SCHEMA):
+            return Check(CheckName.OPCHECK, SKIPPED, "not run: the operator is missing or has another schema (see operator)",
+                         {"code": Code.NO_OPERATOR})
+        return Check(CheckName.OPCHECK, FAILED, f"{label}: the opcheck evidence did not come back from your run",
+                     {"code": Code.NO_EVIDENCE})
     if "error" in ran:
-        return Check("opcheck", FAILED, f"{label}: torch.library.opcheck could not run your operator: {ran['error']}",
-                     {"code": "opcheck_failed"})
+        return Check(CheckName.OPCHECK, FAILED, f"{label}: torch.library.opcheck could not run your operator: {ran['error']}",
+                     {"code": Code.OPCHECK_FAILED})
     failed = {test: outcome for test, outcome in (ran.get("tests") or {}).items() if outcome != "SUCCESS"}
     if failed or not ran.get("tests"):
         test, outcome = next(iter(failed.items()), ("opcheck", "no test ran"))
         hint = OPCHECK_HINTS.get(test, "")
-        return Check("opcheck", FAILED, f"{label}: torch.library.opcheck: {test} failed: {outcome}" + (f"\n{hint}" if hint else ""),
-                     {"code": "opcheck_failed", "tests": sorted(failed)})
-    return Check("opcheck", PASSED, f"torch.library.opcheck: {', '.join(ran['tests'])} passed")
+        return Check(CheckName.OPCHECK, FAILED, f"{label}: torch.library.opcheck: {test} failed: {outcome}" + (f"\n{hint}" if hint else ""),
+                     {"code": Code.OPCHECK_FAILED, "tests": sorted(failed)})
+    return Check(CheckName.OPCHECK, PASSED, f"torch.library.opcheck: {', '.join(ran['tests'])} passed")
 
 
 def _compile_verdict(spec, variant, label: str, ran: dict, refs: list, tol) -> Check:
     if "skipped" in ran:
-        return Check("torch_compile", SKIPPED, ran["skipped"], {"code": "no_compiler"})
+        return Check(CheckName.TORCH_COMPILE, SKIPPED, ran["skipped"], {"code": Code.NO_COMPILER})
     if "outputs" not in ran:
-        return Check("torch_compile", FAILED, f"{label}: torch.compile(`{variant.entry}`, fullgraph=True) failed: "
+        return Check(CheckName.TORCH_COMPILE, FAILED, f"{label}: torch.compile(`{variant.entry}`, fullgraph=True) failed: "
                      f"{ran.get('error', 'no evidence came back')}\nA graph break (.item(), print, Python branching on a "
-                     "tensor's values) or a missing fake implementation stops a full-graph trace", {"code": "compile_failed"})
+                     "tensor's values) or a missing fake implementation stops a full-graph trace", {"code": Code.COMPILE_FAILED})
     from grader.checks.checking import compare
 
     for i, (spec_out, ref) in enumerate(zip(spec.outputs, refs)):
         got = _load(ran["outputs"][i] if i < len(ran["outputs"]) else None, ref)
         comparison = compare(spec_out.name, got, ref, tol, f"{label}, compiled") if got is not None else None
         if comparison is None or not comparison.ok:
-            return Check("torch_compile", FAILED, (comparison.message if comparison else f"{label}: the compiled output "
+            return Check(CheckName.TORCH_COMPILE, FAILED, (comparison.message if comparison else f"{label}: the compiled output "
                          f"{spec_out.name} did not come back") + ": the compiled call must give eager's answer",
-                         {"code": "compiled_mismatch"})
-    return Check("torch_compile", PASSED, f"torch.compile(`{variant.entry}`, fullgraph=True, backend {ran.get('backend')}) "
+                         {"code": Code.COMPILED_MISMATCH})
+    return Check(CheckName.TORCH_COMPILE, PASSED, f"torch.compile(`{variant.entry}`, fullgraph=True, backend {ran.get('backend')}) "
                  "traced without a graph break and matched the reference")
 
 
@@ -285,33 +286,33 @@ def _gradient_verdict(spec, variant, case, label: str, ran: dict, ref_grads: dic
         how = ("register it with <op>.register_autograd(backward, setup_context=setup_context)" if spec.checks.schema
                else "your autograd.Function's backward must return one gradient per forward argument, in their order, "
                     "None for those that are not tensors (a float, an int)")
-        return Check("gradients", FAILED, f"{label}: backward through `{variant.entry}` failed: {ran.get('error', 'no evidence')}"
-                     f"\n{how}", {"code": "no_backward"})
+        return Check(CheckName.GRADIENTS, FAILED, f"{label}: backward through `{variant.entry}` failed: {ran.get('error', 'no evidence')}"
+                     f"\n{how}", {"code": Code.NO_BACKWARD})
     from grader.checks import integrity
     from grader.checks.checking import compare
 
     bad_ops = integrity.forbidden_ops(set(ran.get("ops", []))) if spec.checks.kernel_backward else []
     if bad_ops:
-        return Check("gradients", FAILED, f"{label}: your backward called torch's {', '.join(bad_ops[:5])}: compute the "
+        return Check(CheckName.GRADIENTS, FAILED, f"{label}: your backward called torch's {', '.join(bad_ops[:5])}: compute the "
                      "gradients in your own backward kernel (launch it from backward; allowed there: allocation, views, "
-                     "copies, ctx.saved_tensors)", {"code": "torch_compute_backward", "ops": bad_ops})
+                     "copies, ctx.saved_tensors)", {"code": Code.TORCH_COMPUTE_BACKWARD, "ops": bad_ops})
 
     positions = {a.name: str(i) for i, a in enumerate(variant.args)}
     for name, ref in ref_grads.items():
         got = _load(ran["grads"].get(positions.get(name, "")), ref)
         if got is None:
-            return Check("gradients", FAILED, f"{label}: your backward returned no gradient for {name}: return one per "
-                         "input, in the operator's argument order", {"code": "gradient_missing"})
+            return Check(CheckName.GRADIENTS, FAILED, f"{label}: your backward returned no gradient for {name}: return one per "
+                         "input, in the operator's argument order", {"code": Code.GRADIENT_MISSING})
         comparison = compare(f"the gradient of {name}", got, ref, summed_tolerance(tol, ref, spec, case), label)
         if not comparison.ok:
-            return Check("gradients", FAILED, comparison.message + ": check your backward formula (and that a broadcast "
-                         "input's gradient is summed over the dimensions it was broadcast along)", {"code": "gradient_mismatch"})
+            return Check(CheckName.GRADIENTS, FAILED, comparison.message + ": check your backward formula (and that a broadcast "
+                         "input's gradient is summed over the dimensions it was broadcast along)", {"code": Code.GRADIENT_MISMATCH})
     checked = ran.get("gradcheck")
     if checked is not None and not checked.get("passed"):
-        return Check("gradients", FAILED, f"{label}: torch.autograd.gradcheck on float64 copies failed: {checked.get('error')}"
+        return Check(CheckName.GRADIENTS, FAILED, f"{label}: torch.autograd.gradcheck on float64 copies failed: {checked.get('error')}"
                      "\nyour kernels must take float64 and compute in it (tl.float32 casts lose the precision gradcheck "
-                     "needs), and the backward must be the forward's exact derivative", {"code": "gradcheck_failed"})
-    return Check("gradients", PASSED, f"gradients of {', '.join(ref_grads)} matched the float64 reference"
+                     "needs), and the backward must be the forward's exact derivative", {"code": Code.GRADCHECK_FAILED})
+    return Check(CheckName.GRADIENTS, PASSED, f"gradients of {', '.join(ref_grads)} matched the float64 reference"
                  + (" and torch.autograd.gradcheck (float64)" if checked else ""))
 
 
@@ -352,5 +353,5 @@ def verdicts(spec, judged: list[dict[str, Check]]) -> list[Check]:
         bad = next((c for c in seen if c.status != PASSED), None)
         if bad is None and seen:
             bad = Check(name, PASSED, f"{seen[0].message} ({len(seen)} case(s))")
-        out.append(bad or Check(name, SKIPPED, "no case ran the operator checks here", {"code": "not_run"}))
+        out.append(bad or Check(name, SKIPPED, "no case ran the operator checks here", {"code": Code.NOT_RUN}))
     return out

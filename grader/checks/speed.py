@@ -13,6 +13,7 @@ from grader.checks.inputs import element_size
 from grader.core import exprs
 from grader.core.records import FAILED, PASSED, SKIPPED, Check, Timing
 from grader.core.spec import Case, ExerciseSpec, Variant
+from grader.core.vocabulary import CheckName, Code
 
 PROBE_AGREEMENT = 1.6  # claimed ratio may exceed the probe's by this factor (launch overhead, L2 warmth)
 LAUNCH_SLACK_S = 50e-6  # a probe run includes the host's launch latency, which events do not time
@@ -152,14 +153,14 @@ def baseline_speedup(record: Timing) -> float | None:
 def verdict(spec, variant, record: Timing | None, calibration: dict | None, device: dict) -> Check:
     threshold = spec.performance.threshold
     if record is None:
-        return Check("speed", SKIPPED, "this exercise has no timed sizes", {"code": "no_timed_sizes"})
+        return Check(CheckName.SPEED, SKIPPED, "this exercise has no timed sizes", {"code": Code.NO_TIMED_SIZES})
     if not record.learner_ms or record.learner_ms <= 0:  # the judge fails such a claim first (implausible_claim)
-        return Check("speed", FAILED, f"your timed run reported taking {record.learner_ms} ms: no kernel runs in no time",
-                     {"code": "implausible_timing"})
+        return Check(CheckName.SPEED, FAILED, f"your timed run reported taking {record.learner_ms} ms: no kernel runs in no time",
+                     {"code": Code.IMPLAUSIBLE_TIMING})
     if record.solution_ms is None and not apply_calibration(spec, variant, record, calibration or {}, device):
-        return Check("speed", SKIPPED, f"no solution here to time against (you: {record.learner_ms:.4g} ms) and no "
+        return Check(CheckName.SPEED, SKIPPED, f"no solution here to time against (you: {record.learner_ms:.4g} ms) and no "
                      "calibration for this exercise: ask your instructor for calibration/calibration.json",
-                     {"code": "no_solution"})
+                     {"code": Code.NO_SOLUTION})
     rate = f", {record.learner_rate:.4g} {record.unit}" if record.learner_rate else ""
     roof = f" ({record.roofline_pct:.0f}% of this GPU's measured roofline)" if record.roofline_pct else ""
     speedup = baseline_speedup(record)
@@ -169,6 +170,6 @@ def verdict(spec, variant, record: Timing | None, calibration: dict | None, devi
             f"[{record.solution_source}]; your speed is {record.ratio:.2f}× the solution's (needed: {threshold:.2f}×)")
     status = PASSED if record.ratio >= threshold else FAILED
     hint = "" if status == PASSED else " — see the exercise README's ladder for the next step"
-    return Check("speed", status, text + hint, {"ratio": record.ratio, "threshold": threshold, "bar": record.solution_source,
+    return Check(CheckName.SPEED, status, text + hint, {"ratio": record.ratio, "threshold": threshold, "bar": record.solution_source,
                                                 "roofline_pct": record.roofline_pct, "baseline_speedup": speedup,
-                                                "code": "ok" if status == PASSED else "slow"})
+                                                "code": Code.OK if status == PASSED else Code.SLOW})

@@ -16,6 +16,7 @@ import torch
 
 from grader.core.spec import BUILDS, NVCC_KINDS, Argument, Variant
 from grader.core.toolkit import c_parameter_count
+from grader.core.vocabulary import Code
 
 _CTYPES = {"int32": ctypes.c_int, "int64": ctypes.c_int64, "float32": ctypes.c_float, "float64": ctypes.c_double}
 
@@ -90,7 +91,7 @@ def load(variant: Variant, source: Path, library: str | None, role: str, renamed
             else Caller(variant, function)
     if variant.kind == "torch_op":
         return Caller(variant, _load_torch_op(variant, source, role))
-    raise EntryError("bad_spec", f"unknown kind {variant.kind}")
+    raise EntryError(Code.BAD_SPEC, f"unknown kind {variant.kind}")
 
 
 def _load_python(variant: Variant, source: Path, role: str, renamed: dict[str, str] | None = None) -> Callable:
@@ -112,7 +113,7 @@ def _load_python(variant: Variant, source: Path, role: str, renamed: dict[str, s
         else:
             message = (f"{source.name} is not a Python file, and {owner.id} has no CUDA version: give a .py file like "
                        f"{variant.stub} with --file")
-        raise EntryError("wrong_language", message)
+        raise EntryError(Code.WRONG_LANGUAGE, message)
     sys.path.insert(0, str(source.parent))  # the learner's helper modules next to the stub
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
@@ -122,16 +123,16 @@ def _load_python(variant: Variant, source: Path, role: str, renamed: dict[str, s
         else:
             spec.loader.exec_module(module)
     except SyntaxError as exc:
-        raise EntryError("syntax_error", f"{Path(exc.filename or source).name}:{exc.lineno}: syntax error: {exc.msg}\n    {(exc.text or '').rstrip()}") from None
+        raise EntryError(Code.SYNTAX_ERROR, f"{Path(exc.filename or source).name}:{exc.lineno}: syntax error: {exc.msg}\n    {(exc.text or '').rstrip()}") from None
     function = getattr(module, variant.entry, None)
     if not callable(function):
-        raise EntryError("missing_entry", f"{source.name} has no function `{variant.entry}`: keep the name and signature from the stub")
+        raise EntryError(Code.MISSING_ENTRY, f"{source.name} has no function `{variant.entry}`: keep the name and signature from the stub")
     expected = [a.name for a in variant.args]
     try:
         inspect.signature(function).bind(*expected)
     except TypeError:
         raise EntryError(
-            "bad_signature",
+            Code.BAD_SIGNATURE,
             f"{source.name}: `{variant.entry}{inspect.signature(function)}` cannot be called as "
             f"{variant.entry}({', '.join(expected)}): keep the stub's signature",
         ) from None
@@ -149,19 +150,19 @@ def _exec_renamed(module, source: Path, renamed: dict[str, str]) -> None:
 def _load_shared_library(variant: Variant, source: Path, library: str | None) -> tuple[ctypes.CDLL, Callable]:
     """The library and its entry point (the CPU emulator's libraries export more: loading's EmulatedCaller)."""
     if library is None:
-        raise EntryError("build_error", "no compiled library to load")
+        raise EntryError(Code.BUILD_ERROR, "no compiled library to load")
     lib = ctypes.CDLL(library)
     try:
         function = getattr(lib, variant.entry)
     except AttributeError:
         raise EntryError(
-            "missing_entry",
+            Code.MISSING_ENTRY,
             f"{source.name} does not export `{variant.entry}`: keep `extern \"C\"` and the stub's function name",
         ) from None
     declared = c_parameter_count(source.read_text(errors="replace"), variant.entry)
     if declared is not None and declared != len(variant.args):
         raise EntryError(
-            "bad_signature",
+            Code.BAD_SIGNATURE,
             f"{source.name}: `{variant.entry}` takes {declared} parameters; the grader passes {len(variant.args)} "
             f"({', '.join(a.name for a in variant.args)}): keep the stub's signature",
         )
@@ -183,7 +184,7 @@ def _load_torch_op(variant: Variant, source: Path, role: str) -> Callable:
         library = op_build.build(variant, source, name, build_dir)
     except op_build.BuildFailed as exc:
         how = "" if variant.build == "jit" else f" with {BUILDS[variant.build]}"
-        raise EntryError("build_error", f"building {source.name}{how} failed:\n{exc}") from None
+        raise EntryError(Code.BUILD_ERROR, f"building {source.name}{how} failed:\n{exc}") from None
     if library is not None:
         torch.ops.load_library(str(library))
     namespace = getattr(torch.ops, name)
@@ -191,7 +192,7 @@ def _load_torch_op(variant: Variant, source: Path, role: str) -> Callable:
         return getattr(namespace, variant.entry)
     except (AttributeError, RuntimeError):
         raise EntryError(
-            "missing_entry",
+            Code.MISSING_ENTRY,
             f"{source.name} registers no operator `{variant.entry}`: define it in TORCH_LIBRARY(TORCH_EXTENSION_NAME, m) "
             f"and implement it in TORCH_LIBRARY_IMPL(TORCH_EXTENSION_NAME, CUDA, m)",
         ) from None

@@ -39,6 +39,7 @@ from grader.child.orphan import exit_with_parent
 from grader.core import hostload  # memory binds torch's allocator statistics before learner code loads
 from grader.core.records import FAILED, Check
 from grader.core.spec import Case, ExerciseSpec, load_spec
+from grader.core.vocabulary import CheckName, Code, Event
 
 CUDA_HINT = ("Find the faulting access with: compute-sanitizer python -m grader grade ... "
              "(an index past the end of an array, or a host pointer used on the device?)")
@@ -91,11 +92,11 @@ class Worker:
 
     # --- bookkeeping -------------------------------------------------------------------------
     def progress(self, text: str) -> None:
-        self.events.send("step", text=text)
+        self.events.send(Event.STEP, text=text)
 
     def add(self, name: str, status: str, message: str, **details: Any) -> None:
         """A failure of the learner's own code (a learner can only hurt themselves by forging one)."""
-        self.events.send("check", check=Check(name, status, message, details).__dict__)
+        self.events.send(Event.CHECK, check=Check(name, status, message, details).__dict__)
 
     def sync(self) -> None:
         if self.device == "cuda":
@@ -119,9 +120,9 @@ class Worker:
         if mode != "grade":
             from grader.child import worker_tools
 
-            self.events.send("tool", result=getattr(worker_tools, mode)(self, learner))
+            self.events.send(Event.TOOL, result=getattr(worker_tools, mode)(self, learner))
             return
-        self.events.send("loaded")
+        self.events.send(Event.LOADED)
         self.run_trials(learner)
         message = self.read_message()
         if "time" in message:
@@ -143,18 +144,18 @@ class Worker:
             box.enter(box.Policy(**self.job["box"]))
             learner_errors.BOXED = True
         except (box.BoxError, OSError) as exc:
-            self.events.send("check", check=Check("grader", "error", f"the grading box could not be set up: {exc} — "
+            self.events.send(Event.CHECK, check=Check(CheckName.GRADER, "error", f"the grading box could not be set up: {exc} — "
                                                   "grade again; if it persists, report it to your instructor",
-                                                  {"code": "box_failed"}).__dict__)
+                                                  {"code": Code.BOX_FAILED}).__dict__)
             raise Stop from None
 
     def _load(self, path: Path, library: str | None, role: str) -> loading.Caller:
         try:
             return loading.load(self.variant, path, library, role, self._renamed(role))
         except loading.EntryError as exc:
-            self.add("load", FAILED, str(exc), code=exc.code)
+            self.add(CheckName.LOAD, FAILED, str(exc), code=exc.code)
         except Exception as exc:  # the learner's module raised at import time
-            self.add("load", FAILED, f"importing {path.name} failed: " + learner_error(exc, path), code="exception")
+            self.add(CheckName.LOAD, FAILED, f"importing {path.name} failed: " + learner_error(exc, path), code=Code.EXCEPTION)
         raise Stop from None
 
     def _renamed(self, role: str) -> dict[str, str] | None:
@@ -172,14 +173,14 @@ class Worker:
             self.sync()
             return result
         except NotImplementedError as exc:
-            self.add("numerics", FAILED, f"not implemented yet: {exc or 'fill in the TODOs in ' + self.learner_path.name}",
-                     code="not_implemented")
+            self.add(CheckName.NUMERICS, FAILED, f"not implemented yet: {exc or 'fill in the TODOs in ' + self.learner_path.name}",
+                     code=Code.NOT_IMPLEMENTED)
         except Exception as exc:
             text = f"{type(exc).__name__}: {exc}"
             if "CUDA error" in text or type(exc).__name__ == "AcceleratorError":
-                self.add("numerics", FAILED, f"{what}: CUDA error — {str(exc).splitlines()[0]}\n{CUDA_HINT}", code="cuda_error")
+                self.add(CheckName.NUMERICS, FAILED, f"{what}: CUDA error — {str(exc).splitlines()[0]}\n{CUDA_HINT}", code=Code.CUDA_ERROR)
             else:
-                self.add("numerics", FAILED, f"{what}: your code raised " + learner_error(exc, self.learner_path), code="exception")
+                self.add(CheckName.NUMERICS, FAILED, f"{what}: your code raised " + learner_error(exc, self.learner_path), code=Code.EXCEPTION)
         raise Stop
 
     # --- numerics: run each trial the parent sends, hand the outputs back ---------------------------
@@ -191,9 +192,9 @@ class Worker:
                 break
             case = self.spec.cases[message["case"]]
             self.progress(f"checking {message['label']}")
-            self.events.send("trial", k=message["k"], **self._one_trial(learner, case, message, watch_ops))
+            self.events.send(Event.TRIAL, k=message["k"], **self._one_trial(learner, case, message, watch_ops))
         self.solution_watch.active = False  # from here on the grader itself may load the solution
-        self.events.send("trials_done", borrowed=sorted(self.solution_watch.seen))
+        self.events.send(Event.TRIALS_DONE, borrowed=sorted(self.solution_watch.seen))
 
     def _tensors(self, case: Case, message: dict) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         inputs = {}
@@ -247,8 +248,8 @@ class Worker:
             return list(outputs.values())
         got = list(result) if isinstance(result, (tuple, list)) else [result]
         if len(got) != len(self.spec.outputs) or not all(isinstance(t, torch.Tensor) for t in got):
-            self.add("numerics", FAILED, f"{label}: `{self.variant.entry}` must return {len(self.spec.outputs)} tensor(s), "
-                     f"got {type(result).__name__}", code="bad_return")
+            self.add(CheckName.NUMERICS, FAILED, f"{label}: `{self.variant.entry}` must return {len(self.spec.outputs)} tensor(s), "
+                     f"got {type(result).__name__}", code=Code.BAD_RETURN)
             raise Stop
         return got
 
@@ -282,7 +283,7 @@ class Worker:
             if self.variant.kind != "cuda_host" and message.get("anchor", True):
                 keywords = reference_keywords(self.reference, case.params, self.tensor_device)
                 functions["torch"] = lambda: self.reference(*inputs.values(), **keywords)
-            self.events.send("timing_start", k=message["k"])
+            self.events.send(Event.TIMING_START, k=message["k"])
             host = self.variant.kind == "cuda_host"
             measured = (timing.time_host_alternating(functions, budget_s=message["budget_s"]) if host
                         else timing.time_alternating(functions, budget_s=message["budget_s"]))
@@ -294,7 +295,7 @@ class Worker:
                 self.sync()
             got = self._outputs_from(last.get("result"), mine, case.label())
             files = {s.name: save_tensor(out, self._out_path(message["k"], s.name)) for s, out in zip(self.spec.outputs, got)}
-            self.events.send("timed", k=message["k"], measured=measured, outputs=files, memory=peaks)
+            self.events.send(Event.TIMED, k=message["k"], measured=measured, outputs=files, memory=peaks)
             if message.get("probe"):
                 self._probe_while_asked(functions, host)
 
@@ -338,7 +339,7 @@ class Worker:
             once = min(self._once(functions[who]) for _ in range(3))  # one slow call must not shrink the bursts
             runs = max(3, min(1000, int(PROBE_S / PROBE_BURSTS / once)))
             for _ in range(PROBE_BURSTS):
-                self.events.send("probe_start", who=who, runs=runs)
+                self.events.send(Event.PROBE_START, who=who, runs=runs)
                 self.read_message()  # the parent's go, sent once its clock runs: its late waking only lengthens it
                 begun = time.perf_counter()
                 for _ in range(runs):
@@ -348,7 +349,7 @@ class Worker:
                 enqueued = time.perf_counter()
                 self.sync()
                 # the child's own account, for KCOURSE_PROBE_TRACE only: the parent's clock decides
-                self.events.send("probe_end", who=who, enqueue_s=enqueued - begun, sync_s=time.perf_counter() - enqueued)
+                self.events.send(Event.PROBE_END, who=who, enqueue_s=enqueued - begun, sync_s=time.perf_counter() - enqueued)
 
     def _once(self, function: Callable) -> float:
         started = time.perf_counter()
@@ -451,16 +452,16 @@ def main(event_fd: int) -> None:
     try:
         hostload.limit_threads()  # one GPU's share of the host's CPUs: other GPUs' grades may be running
         info = warm_up(device)
-        events.send("ready", device=info, pid=os.getpid())
+        events.send(Event.READY, device=info, pid=os.getpid())
         line = read_job_line(float(os.environ.get("KCOURSE_CHILD_IDLE_S", "0")))
         if line:
             Worker(dict(json.loads(line), device=device), events, info).run()
     except Stop:
         pass
     except BaseException as exc:  # a grader bug: still hand back what we know
-        events.send("check", check=Check("grader", "error", f"internal grader error: {type(exc).__name__}: {exc}",
+        events.send(Event.CHECK, check=Check(CheckName.GRADER, "error", f"internal grader error: {type(exc).__name__}: {exc}",
                                          {"traceback": traceback.format_exc()[-4000:]}).__dict__)
-    events.send("done")
+    events.send(Event.DONE)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)  # skip interpreter teardown: a broken CUDA context can hang it

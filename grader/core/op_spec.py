@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from grader.core.errors import SpecError
+from grader.core.vocabulary import CheckName
 
-CHECKS = ("operator", "opcheck", "torch_compile", "gradients")
+CHECKS = (CheckName.OPERATOR, CheckName.OPCHECK, CheckName.TORCH_COMPILE, CheckName.GRADIENTS)
 _SCHEMA = re.compile(r"^(?P<namespace>[A-Za-z_]\w*)::(?P<name>[A-Za-z_]\w*)\(.*\) -> .+$")
 GRADCHECK_ELEMENTS = 256  # gradcheck calls forward twice per input element: only tiny cases run it
 

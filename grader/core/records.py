@@ -6,13 +6,15 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-PASSED, FAILED, ERROR, SKIPPED = "passed", "failed", "error", "skipped"
+from grader.core.vocabulary import Status
+
+PASSED, FAILED, ERROR, SKIPPED = Status.PASSED, Status.FAILED, Status.ERROR, Status.SKIPPED
 
 
 @dataclass
 class Check:
-    name: str  # build | compile | numerics | integrity | speed
-    status: str  # passed | failed | error | skipped
+    name: str  # a vocabulary.CheckName
+    status: str  # a vocabulary.Status
     message: str
     details: dict[str, Any] = field(default_factory=dict)
 

@@ -7,6 +7,7 @@ Adding an exercise means adding a folder; no grader code changes.
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 import sys
@@ -16,6 +17,7 @@ from typing import Any
 
 from grader.core import op_spec
 from grader.core.errors import SpecError
+from grader.core.vocabulary import CheckName, Code, Vocab
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -217,13 +219,18 @@ class Mistake:
     nan: bool | None = None  # true: the output has NaN or inf where the reference is finite; false: it has none
     message: str | None = None  # a regular expression searched for in the check's message
     lang: str | None = None  # a variant's name or a language (triton, cuda); None: every version
-    # the file in tests/fixtures/submissions/ that makes this mistake (tests/test_exercise_hints.py grades it
-    # and expects this hint); only a name: fixtures do not ship to learners
+    # the file in tests/fixtures/submissions/ that makes this mistake (tests/test_exercise_mistakes.py grades it
+    # and expects these matchers and this hint); only a name: fixtures do not ship to learners
     fixture: str | None = None
+    # where that test grades the fixture: "cpu" (the Triton interpreter or the CUDA emulator; every matcher must
+    # hold) and "gpu" (the failing check and its code must); the hints ignore both fields
+    tiers: list[str] = field(default_factory=lambda: ["cpu"])
+    gpu_code: list[str] = field(default_factory=list)  # the code(s) a GPU's grade gets, where not `code`'s
 
 
 MISTAKE_MATCHERS = ("check", "code", "first_case", "nan", "message", "lang")
-MISTAKE_KEYS = ("name", "hint", "fixture") + MISTAKE_MATCHERS
+MISTAKE_KEYS = ("name", "hint", "fixture", "tiers", "gpu_code") + MISTAKE_MATCHERS
+TIERS = ("cpu", "gpu")
 
 
 def case_word(text: str) -> "re.Pattern[str]":
@@ -402,19 +409,55 @@ def _mistakes(entries: Any, path: Path) -> list[Mistake]:
                 raise SpecError(f"{where}: {key} = {raw[key]!r}: give a non-empty string")
         if "nan" in raw and not isinstance(raw["nan"], bool):
             raise SpecError(f"{where}: nan = {raw['nan']!r}: true (NaN or inf in the output) or false (none)")
+        _known(raw, "check", CheckName, where)
+        _known(raw, "code", Code, where)
         if "message" in raw:
             try:
                 re.compile(raw["message"])
             except re.error as exc:
                 raise SpecError(f"{where}: message = {raw['message']!r} is not a regular expression: {exc}") from None
+        tiers, gpu_code = _tiers(raw, where)
         mistake = Mistake(name=name, hint=hint.strip() if hint else None, check=raw.get("check"),
                           code=_strings(raw, "code", where), first_case=_strings(raw, "first_case", where), nan=raw.get("nan"),
-                          message=raw.get("message"), lang=raw.get("lang"), fixture=raw.get("fixture"))
+                          message=raw.get("message"), lang=raw.get("lang"), fixture=raw.get("fixture"), tiers=tiers,
+                          gpu_code=gpu_code)
         if not (mistake.code or mistake.first_case or mistake.nan is not None or mistake.message):
             raise SpecError(f"{where}: give at least one of code, first_case, nan, message: a mistake matched by its "
                             "check alone would take the hint of every failure")
         mistakes.append(mistake)
     return mistakes
+
+
+def _tiers(raw: dict[str, Any], where: str) -> tuple[list[str], list[str]]:
+    """`tiers` and `gpu_code`: where the mistake's fixture is graded (tests only), and a GPU's code where it differs."""
+    tiers = _strings(raw, "tiers", where) if "tiers" in raw else ["cpu"]
+    if not tiers or set(tiers) - set(TIERS) or len(set(tiers)) < len(tiers):
+        raise SpecError(f"{where}: tiers = {raw['tiers']!r}: give [\"cpu\"] (the Triton interpreter or the CUDA "
+                        "emulator), [\"gpu\"] (a mistake only a GPU shows), or both, each once")
+    if ("tiers" in raw or "gpu_code" in raw) and "fixture" not in raw:
+        raise SpecError(f"{where}: tiers and gpu_code say where and how its fixture fails: give fixture = \"<its file "
+                        "in tests/fixtures/submissions/>\"")
+    _known(raw, "gpu_code", Code, where)
+    gpu_code = _strings(raw, "gpu_code", where)
+    if gpu_code and "gpu" not in tiers:
+        raise SpecError(f"{where}: gpu_code = {raw['gpu_code']!r}, but tiers = {tiers!r} has no \"gpu\": add \"gpu\" "
+                        "to tiers, or leave gpu_code out")
+    if "gpu" in tiers and not (gpu_code or raw.get("code")):
+        raise SpecError(f"{where}: tiers has \"gpu\", where the grade is checked by its code: give code (or "
+                        "gpu_code, where a GPU's differs)")
+    return tiers, gpu_code
+
+
+def _known(raw: dict[str, Any], key: str, vocabulary: type[Vocab], where: str) -> None:
+    """A mistake's `check` or `code` must be one the grader gives (grader/core/vocabulary.py): a misspelt one
+    would never match, and its hint would never show."""
+    given = raw.get(key, [])
+    for value in [given] if isinstance(given, str) else given if isinstance(given, list) else []:
+        if isinstance(value, str) and value not in vocabulary.values():
+            close = difflib.get_close_matches(value, vocabulary.values(), n=1)
+            also = f"did you mean {close[0]!r}? " if close else ""
+            raise SpecError(f"{where}: {key} = {value!r} is not a {key} the grader gives: {also}the list is "
+                            f"grader/core/vocabulary.py's {vocabulary.__name__}")
 
 
 def _strings(raw: dict[str, Any], key: str, where: str) -> list[str]:

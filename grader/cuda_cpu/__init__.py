@@ -20,6 +20,8 @@ import time
 from functools import lru_cache
 from pathlib import Path
 
+from grader.core.vocabulary import Code
+
 INCLUDE = Path(__file__).parent / "include"
 SEED_ENV = "KCOURSE_CUDA_CPU_SEED"  # the fibers' schedule between barriers (read by the header)
 MODE_ENV = "KCOURSE_CUDA_CPU"  # "off": CUDA files on a machine without a GPU are only compiled, as before
@@ -245,7 +247,7 @@ def build(source: Path, defines: dict[str, object] | None = None):
 
     started, compiler = time.perf_counter(), host_compiler()
     if compiler is None:
-        return BuildResult(ok=False, seconds=0.0, arch="cpu-emulation", skipped=True, skip_code="no_host_compiler",
+        return BuildResult(ok=False, seconds=0.0, arch="cpu-emulation", skipped=True, skip_code=Code.NO_HOST_COMPILER,
                            log="no host C++ compiler (g++ or clang++): install one to run CUDA kernels on the CPU")
     options = flags(asan_runtime() is not None) + [f"-D{k}={v}" for k, v in sorted((defines or {}).items())]
     out_dir = build_cache_dir() / ("cpu-" + _key(source, options, compiler))
@@ -314,21 +316,21 @@ def explain(output: str) -> tuple[str, str] | None:
     where = next((line for line in lines if line.startswith("in kernel")), "")
     said = [line for line in lines if not line.startswith("in kernel")]
     if said:  # the emulator's own words come first: they say what CUDA would have done
-        return "emulated_fault", "your kernel stopped on the CPU emulator: " + "; ".join(said + ([where] if where else []))
+        return Code.EMULATED_FAULT, "your kernel stopped on the CPU emulator: " + "; ".join(said + ([where] if where else []))
     misaligned = re.search(r"(\S+?):(\d+):\d+: runtime error: .*?misaligned address \S+ for type '([^']+)', "
                            r"which requires (\d+) byte alignment", output)
     if misaligned:
         kind = misaligned.group(3).replace("const ", "").replace("struct ", "")
-        return "misaligned", (f"your code reads or writes a {kind} at an address that is not a multiple of "
+        return Code.MISALIGNED, (f"your code reads or writes a {kind} at an address that is not a multiple of "
                               f"{misaligned.group(4)} bytes, at {Path(misaligned.group(1)).name}:{misaligned.group(2)}"
                               f"{'; ' + where if where else ''}: on a GPU that is a 'misaligned address' error. Use the "
                               "vector type only where the row's start (pointer and stride) and length allow it")
     failed = re.search(r"(\S+?\.(?:cu|cuh|h|cpp)):(\d+): .*?Assertion `(.+?)' failed", output)
     if failed:
-        return "emulated_fault", (f"an assert() failed at {Path(failed.group(1)).name}:{failed.group(2)}: "
+        return Code.EMULATED_FAULT, (f"an assert() failed at {Path(failed.group(1)).name}:{failed.group(2)}: "
                                   f"`{failed.group(3)}`" + (f"; {where}" if where else ""))
     if "ERROR: AddressSanitizer" in output:
-        return "memory_error", _asan_message(output, where)
+        return Code.MEMORY_ERROR, _asan_message(output, where)
     return None
 
 

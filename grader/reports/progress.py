@@ -18,6 +18,7 @@ from typing import Any
 from grader.core import store
 from grader.core.discovery import pick_plan
 from grader.core.plans import Plan, Requirement, Unit, load_plans
+from grader.core.vocabulary import Code
 from grader.reports.console import table
 from grader.reports.report_files import (  # noqa: F401 (re-exported)
     PLACEHOLDER,
@@ -44,7 +45,7 @@ SPEED_NOT_CHECKED = "numerics passed, speed not checked"
 HONEST_ORDER = ("passed", SPEED_NOT_CHECKED, "skipped", "failed", "error")
 # Why the speed was not checked, by the speed check's code (others: the check's message, shortened).
 UNCHECKED_WHY = {"no_gpu": "no GPU", "quick": "--quick", "no_solution": "no solution or calibration to time against"}
-NOTHING_TO_TIME = "no_timed_sizes"  # an exercise without timed sizes: its pass is a whole pass
+NOTHING_TO_TIME = Code.NO_TIMED_SIZES  # an exercise without timed sizes: its pass is a whole pass
 
 
 def _field(item: Any, name: str) -> Any:

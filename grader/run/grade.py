@@ -19,12 +19,13 @@ from grader.core.discovery import Target, learner_file, solution_file
 from grader.core.paths import course_root, solutions_dir
 from grader.core.records import ERROR, FAILED, PASSED, SKIPPED, Check, GradeResult
 from grader.core.spec import BUILDS, NVCC_KINDS
+from grader.core.vocabulary import CheckName, Code, Event
 from grader.run import heavy, kit, sandbox, sanitize
 from grader.run.judge import Judge
 from grader.toolchain import build, occupancy, op_build
 
 BACKGROUND = "background"  # sanitize_code=BACKGROUND: the verdict does not wait for compute-sanitizer
-PENDING = "sanitizer_pending"
+PENDING = Code.SANITIZER_PENDING
 INTERPRETER_TIMEOUT_FACTOR = 3  # the Triton interpreter is far slower than a GPU
 WRAPPER_EXIT_S = 120  # a wrapped child's exit: Nsight Compute writes its report then (seconds for a few kernels)
 
@@ -60,13 +61,13 @@ def grade(target: Target, source: str = "learner", submission: Path | None = Non
     tampered = kit.differs_from_shipped()
     result.kit_changes = kit.differs_from_git() or []
     if tampered:
-        result.add(Check("kit", ERROR, f"these files of the kit differ from the kit as shipped: {', '.join(tampered[:5])}. "
+        result.add(Check(CheckName.KIT, ERROR, f"these files of the kit differ from the kit as shipped: {', '.join(tampered[:5])}. "
                          "Restore them (git checkout -- FILE, or download the kit again): a grade made with a changed "
-                         "grader, spec or reference is not valid", {"code": "kit_modified", "files": tampered}))
+                         "grader, spec or reference is not valid", {"code": Code.KIT_MODIFIED, "files": tampered}))
     elif not path.exists():
         hint = " (solutions/ is absent from a learner's kit)" if source == "solutions" else ""
-        result.add(Check("load", ERROR, f"{path} does not exist{hint}: check the path, or run `kcourse list` "
-                         "for the exercises and their files", {"code": "missing_file"}))
+        result.add(Check(CheckName.LOAD, ERROR, f"{path} does not exist{hint}: check the path, or run `kcourse list` "
+                         "for the exercises and their files", {"code": Code.MISSING_FILE}))
     else:
         job = {"mode": mode, "sanitize": sanitize_code, "timed_sizes": timed_sizes, **(job_extra or {})}
         _grade_file(target, path, result, seed, timeout_s, child_env or {}, job, quick, child, ahead, before_timing)
@@ -101,7 +102,7 @@ def _extract_notebook(target: Target, path: Path, result: GradeResult) -> Path |
     try:
         return extract_submission(path, target)
     except NotebookError as exc:
-        result.add(Check("load", FAILED, str(exc), {"code": "bad_notebook"}))
+        result.add(Check(CheckName.LOAD, FAILED, str(exc), {"code": Code.BAD_NOTEBOOK}))
         return None
 
 
@@ -230,7 +231,7 @@ def _build(target, path, solution, job, result, gpu) -> bool:
         result.phases["build"] = round(time.monotonic() - started, 3)
         return ok
     if variant.kind == "torch_op" and gpu and op_build.missing_tool(variant):  # cmake, say: the machine's lack
-        result.add(Check("build", ERROR, op_build.missing_tool(variant), {"code": "no_build_tool"}))
+        result.add(Check(CheckName.BUILD, ERROR, op_build.missing_tool(variant), {"code": Code.NO_BUILD_TOOL}))
         return False
     if variant.kind == "torch_op" and not gpu:
         _compile_check_torch_op(path, result, variant)
@@ -269,7 +270,7 @@ def _judge(target, path, job, result, gpu, quick, judge, calibration_error, befo
         _check_kit_untouched(before, result)
     if calibration_error:  # numerics still count; only the speed bar is unknown
         result.checks = [c for c in result.checks if c.name != "speed"]
-        result.add(Check("speed", ERROR, calibration_error, {"code": "corrupt_calibration"}))
+        result.add(Check(CheckName.SPEED, ERROR, calibration_error, {"code": Code.CORRUPT_CALIBRATION}))
     _add_skipped_speed(result, gpu, quick, variant, job.get("emulated", False))
 
 
@@ -288,16 +289,16 @@ class _MemorySafety:
         if self.running is not None or self.done:
             return
         if not self.job.get("sanitize", True):
-            self.running = Check("sanitizer", SKIPPED, "--no-sanitize: memory safety not checked; grade without it "
-                                 "before you hand in", {"code": "no_sanitize"})
+            self.running = Check(CheckName.SANITIZER, SKIPPED, "--no-sanitize: memory safety not checked; grade without it "
+                                 "before you hand in", {"code": Code.NO_SANITIZE})
         elif not self.gpu and self.job.get("emulated"):
-            self.running = Check("sanitizer", SKIPPED, "no GPU found: your kernels ran on the CPU emulator, where "
+            self.running = Check(CheckName.SANITIZER, SKIPPED, "no GPU found: your kernels ran on the CPU emulator, where "
                                  "AddressSanitizer checked every access; races are not checked (a clean CPU run is no "
-                                 "race check): compute-sanitizer's racecheck needs a GPU", {"code": "no_gpu"})
+                                 "race check): compute-sanitizer's racecheck needs a GPU", {"code": Code.NO_GPU})
         elif not self.gpu:
-            self.running = Check("sanitizer", SKIPPED, "no GPU found: compute-sanitizer needs one; run `kcourse grade` "
+            self.running = Check(CheckName.SANITIZER, SKIPPED, "no GPU found: compute-sanitizer needs one; run `kcourse grade` "
                                  "on a machine with an NVIDIA GPU to check races and out-of-bounds accesses",
-                                 {"code": "no_gpu"})
+                                 {"code": Code.NO_GPU})
         else:
             self.running = sanitize.start(self.target.spec, self.target.variant, self.path,
                                           self.job.get("learner_library"), self.visible_devices,
@@ -307,7 +308,7 @@ class _MemorySafety:
         """The verdict goes out now; the tools' verdict follows (settle_sanitizer), unless it is already known."""
         if isinstance(self.running, sanitize.Sanitizer):
             self.done = True
-            self.result.add(Check("sanitizer", SKIPPED, "compute-sanitizer is still running: its verdict follows",
+            self.result.add(Check(CheckName.SANITIZER, SKIPPED, "compute-sanitizer is still running: its verdict follows",
                                   {"code": PENDING}))
             self.result.pending_sanitizer = self.running
         else:
@@ -336,8 +337,8 @@ def settle_sanitizer(result: GradeResult, spec, superseded: Callable[[], bool]) 
     while not pending.finished():
         if superseded():
             pending.stop()
-            _replace_pending(result, Check("sanitizer", SKIPPED, "stopped: you saved again before compute-sanitizer "
-                                           "finished; the next grade checks the new file", {"code": "sanitizer_superseded"}))
+            _replace_pending(result, Check(CheckName.SANITIZER, SKIPPED, "stopped: you saved again before compute-sanitizer "
+                                           "finished; the next grade checks the new file", {"code": Code.SANITIZER_SUPERSEDED}))
             return True
         time.sleep(0.1)
     _replace_pending(result, pending.collect())
@@ -355,14 +356,14 @@ def _add_skipped_speed(result: GradeResult, gpu: bool, quick: bool, variant, emu
     if any(c.name == "speed" for c in result.checks) or any(c.status in (FAILED, ERROR) for c in result.checks):
         return
     if quick:
-        result.add(Check("speed", SKIPPED, "--quick: numerics and integrity only; grade without --quick for the "
-                         "speed verdict", {"code": "quick"}))
+        result.add(Check(CheckName.SPEED, SKIPPED, "--quick: numerics and integrity only; grade without --quick for the "
+                         "speed verdict", {"code": Code.QUICK}))
     elif not gpu and variant.kind == "triton":
-        result.add(Check("speed", SKIPPED, "no GPU found: timing skipped; numerics ran under the Triton interpreter",
-                         {"code": "no_gpu"}))
+        result.add(Check(CheckName.SPEED, SKIPPED, "no GPU found: timing skipped; numerics ran under the Triton interpreter",
+                         {"code": Code.NO_GPU}))
     elif not gpu and emulated:
-        result.add(Check("speed", SKIPPED, "no GPU found: timing skipped; numerics ran on the CPU emulator (CUDA's "
-                         "semantics, not its speed)", {"code": "no_gpu"}))
+        result.add(Check(CheckName.SPEED, SKIPPED, "no GPU found: timing skipped; numerics ran on the CPU emulator (CUDA's "
+                         "semantics, not its speed)", {"code": Code.NO_GPU}))
 
 
 def _check_kit_untouched(before: tuple[dict[str, bytes], tuple[int, str]], result: GradeResult) -> None:
@@ -372,10 +373,10 @@ def _check_kit_untouched(before: tuple[dict[str, bytes], tuple[int, str]], resul
     if kit.rewritten(store.results_path(), before[1]):
         touched.append(str(store.results_path()))
     if touched:
-        result.add(Check("integrity", FAILED, f"your code changed files of the kit while it ran: {', '.join(touched[:5])} "
+        result.add(Check(CheckName.INTEGRITY, FAILED, f"your code changed files of the kit while it ran: {', '.join(touched[:5])} "
                          "(the kit's files were put back as they were). A kernel must not touch the grader, the specs, "
                          "the references or your results: remove that code and grade again",
-                         {"code": "kit_modified", "files": touched}))
+                         {"code": Code.KIT_MODIFIED, "files": touched}))
 
 
 def _lint_for_the_gpu(path: Path, result: GradeResult) -> None:
@@ -384,7 +385,7 @@ def _lint_for_the_gpu(path: Path, result: GradeResult) -> None:
 
     found = triton_lint.plain_globals_in_kernels(path.read_text(errors="replace"))
     if found:
-        result.add(Check("gpu_compile", FAILED, triton_lint.message(path, found), {"code": "plain_global"}))
+        result.add(Check(CheckName.GPU_COMPILE, FAILED, triton_lint.message(path, found), {"code": Code.PLAIN_GLOBAL}))
 
 
 def _run_tool(child: sandbox.Child, job: dict, timeout: float, result: GradeResult) -> None:
@@ -395,22 +396,22 @@ def _run_tool(child: sandbox.Child, job: dict, timeout: float, result: GradeResu
     try:
         while True:
             event = child.event(deadline)
-            if event["event"] == "tool":
+            if event["event"] == Event.TOOL:
                 result.extra[job["mode"]] = event["result"]
-                result.add(Check("load", PASSED, f"{Path(job['learner']).name} loaded"))
+                result.add(Check(CheckName.LOAD, PASSED, f"{Path(job['learner']).name} loaded"))
                 return
-            if event["event"] == "check":
+            if event["event"] == Event.CHECK:
                 check = Check(**event["check"])
-                result.add(check if check.status in (FAILED, ERROR) else Check("run", FAILED, "the tool run reported "
-                                                                             "a verdict of its own", {"code": "forged_verdict"}))
+                result.add(check if check.status in (FAILED, ERROR) else Check(CheckName.RUN, FAILED, "the tool run reported "
+                                                                             "a verdict of its own", {"code": Code.FORGED_VERDICT}))
                 return
-            if event["event"] == "done":
+            if event["event"] == Event.DONE:
                 raise sandbox.ChildGone
     except (sandbox.ChildTimeout, sandbox.ChildGone) as exc:
         child.kill()
         death = sandbox.Death(isinstance(exc, sandbox.ChildTimeout), child.proc.wait(), child.last_step)
         code, message = sandbox.death_message(death, timeout)
-        result.add(Check("run", FAILED, message, {"code": code}))
+        result.add(Check(CheckName.RUN, FAILED, message, {"code": code}))
 
 
 def judge_ahead(target: Target, child: sandbox.Child | None, seed: int, quick: bool, timed_sizes: str) -> Judge | None:
@@ -447,27 +448,27 @@ def _build_raw_cuda(path: Path, solution: Path | None, job: dict, result: GradeR
     built = build.build_variant(path, variant, arch)
     result.build = built.to_dict()
     if built.skipped:  # the machine lacks a library the spec links or requires (cuBLAS, ThunderKittens): not the learner's
-        result.add(Check("build", SKIPPED, built.log, {"code": built.skip_code}))
-        result.add(Check("numerics", SKIPPED, "not built: " + built.log.split(":")[0], {"code": built.skip_code}))
+        result.add(Check(CheckName.BUILD, SKIPPED, built.log, {"code": built.skip_code}))
+        result.add(Check(CheckName.NUMERICS, SKIPPED, "not built: " + built.log.split(":")[0], {"code": built.skip_code}))
         return False
     if not built.ok and built.log == build.NVCC_HINT and not gpu and job.get("emulated"):
-        result.add(Check("build", SKIPPED, "no nvcc here: your file was not compiled for a GPU (nvcc's errors and its "
+        result.add(Check(CheckName.BUILD, SKIPPED, "no nvcc here: your file was not compiled for a GPU (nvcc's errors and its "
                          f"resource report need it: {build.NVCC_HINT}); its kernels still run on the CPU emulator",
-                         {"code": "no_nvcc"}))
+                         {"code": Code.NO_NVCC}))
         return _build_emulated(path, job, result, nvcc_checked=False)
     if not built.ok:
-        code = "no_nvcc" if built.log == build.NVCC_HINT else "build_error"
-        result.add(Check("build", ERROR if code == "no_nvcc" else FAILED,
+        code = Code.NO_NVCC if built.log == build.NVCC_HINT else Code.BUILD_ERROR
+        result.add(Check(CheckName.BUILD, ERROR if code == "no_nvcc" else FAILED,
                          build.failure_message(path, built.log) if code == "build_error" else built.log, {"code": code}))
         return False
     timing = "cached" if built.cached else f"{built.seconds:.2f} s"
     report, occupied = _resource_report(built, path, variant, gpu)
-    result.add(Check("build", PASSED, f"compiled for {built.arch} ({timing})\n{report}",
+    result.add(Check(CheckName.BUILD, PASSED, f"compiled for {built.arch} ({timing})\n{report}",
                      {"resources": built.resources, "occupancy": occupied}))
     entry_problem = build.check_entry_point(Path(built.library), path, variant.entry, len(variant.args))
     if entry_problem:
         code, message = entry_problem
-        result.add(Check("load", FAILED, message, {"code": code}))
+        result.add(Check(CheckName.LOAD, FAILED, message, {"code": code}))
         return False
     if not gpu:
         return _build_emulated(path, job, result)
@@ -485,24 +486,24 @@ def _build_emulated(path: Path, job: dict, result: GradeResult, nvcc_checked: bo
     skipped, saying why (the file uses what the emulator lacks, or the emulator's own build failed)."""
     if not job.get("emulated"):
         why = getattr(result, "emulation", "") or "the CPU emulation is not available here"
-        result.add(Check("numerics", SKIPPED, f"no GPU found and {why}: compiled and checked the resource report "
+        result.add(Check(CheckName.NUMERICS, SKIPPED, f"no GPU found and {why}: compiled and checked the resource report "
                          "only; run `kcourse grade` on a machine with an NVIDIA GPU to check numerics",
-                         {"code": "no_gpu"}))
-        result.add(Check("speed", SKIPPED, "no GPU found: timing skipped", {"code": "no_gpu"}))
+                         {"code": Code.NO_GPU}))
+        result.add(Check(CheckName.SPEED, SKIPPED, "no GPU found: timing skipped", {"code": Code.NO_GPU}))
         return False
     started = time.monotonic()
     built = cuda_cpu.build(path)
     result.phases["emulator_build"] = round(time.monotonic() - started, 3)
     if not built.ok and not nvcc_checked:  # the host compiler is the only one that read the file: its errors are the learner's
         result.checks = [c for c in result.checks if c.name != "build"]  # the skipped nvcc check it replaces
-        result.add(Check("build", FAILED, "the CPU emulator's build (no nvcc here) failed:\n" + built.log.strip()[-3000:],
-                         {"code": "build_error"}))
+        result.add(Check(CheckName.BUILD, FAILED, "the CPU emulator's build (no nvcc here) failed:\n" + built.log.strip()[-3000:],
+                         {"code": Code.BUILD_ERROR}))
         return False
     if not built.ok:  # nvcc accepted the file: what the emulator's header lacks, not the learner's mistake
-        result.add(Check("numerics", SKIPPED, "the CPU emulator could not build your file (nvcc could): "
+        result.add(Check(CheckName.NUMERICS, SKIPPED, "the CPU emulator could not build your file (nvcc could): "
                          f"{_first_error(built.log)} — "
                          "numerics need a GPU for this file; tell your instructor, it is the emulator's gap",
-                         {"code": "emulator_build_error", "log": built.log[-4000:]}))
+                         {"code": Code.EMULATOR_BUILD_ERROR, "log": built.log[-4000:]}))
         return False
     job["learner_library"] = built.library
     return True
@@ -517,21 +518,21 @@ def _compile_check_torch_op(path: Path, result: GradeResult, variant=None) -> No
     built = build.compile_check_torch_op(_project_file(path, variant))
     result.build = built.to_dict()
     if built.log == build.NVCC_HINT:
-        result.add(Check("build", ERROR, built.log, {"code": "no_nvcc"}))
+        result.add(Check(CheckName.BUILD, ERROR, built.log, {"code": Code.NO_NVCC}))
         return
     if built.skipped:
-        result.add(Check("build", SKIPPED, built.log, {"code": "toolkit_incomplete"}))
-        result.add(Check("numerics", SKIPPED, "no GPU found: the operator was not run", {"code": "no_gpu"}))
+        result.add(Check(CheckName.BUILD, SKIPPED, built.log, {"code": Code.TOOLKIT_INCOMPLETE}))
+        result.add(Check(CheckName.NUMERICS, SKIPPED, "no GPU found: the operator was not run", {"code": Code.NO_GPU}))
         return
     if not built.ok:
-        result.add(Check("build", FAILED, build.failure_message(path, built.log), {"code": "build_error"}))
+        result.add(Check(CheckName.BUILD, FAILED, build.failure_message(path, built.log), {"code": Code.BUILD_ERROR}))
         return
     later = f"; {BUILDS[variant.build]} builds the operator on a GPU" if variant is not None and variant.build != "jit" else ""
     report, occupied = _resource_report(built, path, variant, False)
-    result.add(Check("build", PASSED, f"compiled against torch's headers for {built.arch} (compile only{later})\n"
+    result.add(Check(CheckName.BUILD, PASSED, f"compiled against torch's headers for {built.arch} (compile only{later})\n"
                      + report, {"resources": built.resources, "occupancy": occupied}))
-    result.add(Check("numerics", SKIPPED, "no GPU found: the operator was compiled, not run", {"code": "no_gpu"}))
-    result.add(Check("speed", SKIPPED, "no GPU found: timing skipped", {"code": "no_gpu"}))
+    result.add(Check(CheckName.NUMERICS, SKIPPED, "no GPU found: the operator was compiled, not run", {"code": Code.NO_GPU}))
+    result.add(Check(CheckName.SPEED, SKIPPED, "no GPU found: timing skipped", {"code": Code.NO_GPU}))
 
 
 def _resource_report(built: build.BuildResult, path: Path, variant, gpu: bool) -> tuple[str, list[dict]]:

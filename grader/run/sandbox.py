@@ -25,6 +25,7 @@ from typing import Any
 
 from grader.child.box import release_pids_cgroup
 from grader.core.paths import course_root
+from grader.core.vocabulary import Code, Event
 from grader.run import forkserver
 
 OUTPUT_LIMIT = 4000
@@ -148,17 +149,17 @@ class Child:
         except ValueError:
             message = None
         if not isinstance(message, dict) or "event" not in message:
-            return {"event": "garbled", "text": line[:200].decode(errors="replace")}
-        if message["event"] == "step":
+            return {"event": Event.GARBLED, "text": line[:200].decode(errors="replace")}
+        if message["event"] == Event.STEP:
             self.last_step = str(message.get("text", ""))[:200]
         return message
 
     def wait_ready(self, limit_s: float = START_LIMIT_S) -> dict[str, Any]:
         if self.ready is None:
             message = self.event(self.started + limit_s)
-            while message["event"] == "step":
+            while message["event"] == Event.STEP:
                 message = self.event(self.started + limit_s)
-            if message["event"] != "ready":
+            if message["event"] != Event.READY:
                 raise ChildGone
             self.ready = message
         return self.ready
@@ -244,7 +245,7 @@ def death_message(death: Death, timeout_s: float) -> tuple[str, str]:
     """(code, message) for a child that stopped answering."""
     where = f" while {death.last_step}"
     if death.timed_out:
-        return "timeout", (f"your code ran past the {timeout_s:g} s limit{where} and was stopped — a loop that never "
+        return Code.TIMEOUT, (f"your code ran past the {timeout_s:g} s limit{where} and was stopped — a loop that never "
                            "ends? (a loop bound that never changes, a barrier not every thread reaches, a spin-wait)")
     code = death.returncode or 0
     if code < 0:
@@ -252,8 +253,8 @@ def death_message(death: Death, timeout_s: float) -> tuple[str, str]:
         hint = {"SIGSEGV": " — a bad pointer: a device pointer used on the host, or an index past an array?",
                 "SIGABRT": " — an assertion or a C++ exception in your code?",
                 "SIGFPE": " — an integer division by zero?"}.get(name, "")
-        return "crash", f"your code crashed with {name}{where}{hint}"
-    return "crash", (f"the grading process ended unexpectedly (exit status {code}){where} — does your code call "
+        return Code.CRASH, f"your code crashed with {name}{where}{hint}"
+    return Code.CRASH, (f"the grading process ended unexpectedly (exit status {code}){where} — does your code call "
                      "exit() or close file descriptors? Look at your program's output below")
 
 

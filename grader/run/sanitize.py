@@ -27,6 +27,7 @@ from grader.checks.inputs import dtype_of, generate, poison, save_tensor, shape_
 from grader.core.paths import build_cache_dir, course_root
 from grader.core.records import FAILED, PASSED, SKIPPED, Check
 from grader.core.spec import Case, ExerciseSpec, Variant
+from grader.core.vocabulary import CheckName, Code
 
 VERSION = 1  # part of the cache key: bump when what is checked changes
 SMALL_ELEMENTS = 1 << 18  # the largest case (input elements) sanitized by default: racecheck is ~100x slower
@@ -37,7 +38,7 @@ TOOLS = {"cuda": ("racecheck", "synccheck", "memcheck", "initcheck"),
          "cuda_host": ("racecheck", "synccheck", "memcheck", "initcheck"),
          "torch_op": ("racecheck", "synccheck", "memcheck"),
          "triton": ("memcheck",)}
-CODES = {"racecheck": "race", "synccheck": "sync", "memcheck": "memcheck", "initcheck": "initcheck"}
+CODES = {"racecheck": Code.RACE, "synccheck": Code.SYNC, "memcheck": Code.MEMCHECK, "initcheck": Code.INITCHECK}
 
 
 def executable() -> str | None:
@@ -121,16 +122,16 @@ class Sanitizer:
             tool, log = findings[0]
             reports = [summarize(t, text) for t, text in findings]
             lines = [r["message"].strip() for r in reports]
-            code = "leak" if lines[0].startswith(f"{tool}: Leaked") else CODES[tool]
+            code = Code.LEAK if lines[0].startswith(f"{tool}: Leaked") else CODES[tool]
             message = "\n".join([f"{lines[0]} (compute-sanitizer on {where})", *lines[1:]])
-            return Check("sanitizer", FAILED, message,
+            return Check(CheckName.SANITIZER, FAILED, message,
                          {"code": code, "tools": [t for t, _ in findings], "reports": reports, "seconds": seconds})
         if unfinished:
-            return Check("sanitizer", SKIPPED, f"compute-sanitizer did not finish on {where}: {'; '.join(unfinished)}. "
+            return Check(CheckName.SANITIZER, SKIPPED, f"compute-sanitizer did not finish on {where}: {'; '.join(unfinished)}. "
                          "Numerics still judge this run; `--no-sanitize` skips this check",
-                         {"code": "sanitizer_incomplete", "seconds": seconds})
+                         {"code": Code.SANITIZER_INCOMPLETE, "seconds": seconds})
         not_run = "".join(f"; {tool} not run: {why}" for tool, why in self.skipped.items())
-        return Check("sanitizer", PASSED, f"{', '.join(self.tools)}: no hazards on {where} ({seconds:.1f} s){not_run}",
+        return Check(CheckName.SANITIZER, PASSED, f"{', '.join(self.tools)}: no hazards on {where} ({seconds:.1f} s){not_run}",
                      {"tools": self.tools, "seconds": seconds, "not_run": list(self.skipped)})
 
 
@@ -142,11 +143,11 @@ def start(spec: ExerciseSpec, variant: Variant, source: Path, library: str | Non
     tool_path = executable()
     case = small_case(spec, variant)
     if tool_path is None:
-        return Check("sanitizer", SKIPPED, "compute-sanitizer not found (it comes with the CUDA toolkit: put its bin/ "
-                     "on PATH or set CUDA_HOME); memory safety was not checked", {"code": "no_sanitizer"})
+        return Check(CheckName.SANITIZER, SKIPPED, "compute-sanitizer not found (it comes with the CUDA toolkit: put its bin/ "
+                     "on PATH or set CUDA_HOME); memory safety was not checked", {"code": Code.NO_SANITIZER})
     if case is None:
-        return Check("sanitizer", SKIPPED, f"{spec.id} has no case small enough to sanitize: mark one "
-                     "`sanitize = true` in spec.toml", {"code": "no_small_case"})
+        return Check(CheckName.SANITIZER, SKIPPED, f"{spec.id} has no case small enough to sanitize: mark one "
+                     "`sanitize = true` in spec.toml", {"code": Code.NO_SMALL_CASE})
     tools = [t for t in TOOLS[variant.kind] if t not in variant.sanitizer_skip]
     key = _cache_key(spec, variant, source, library, case, tools)
     cached = _load(key)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from grader.core.paths import build_cache_dir
 from grader.core.toolkit import c_parameter_count, cuda_library_dirs
+from grader.core.vocabulary import Code
 
 DEFAULT_ARCH = "sm_90"  # compile checks without a GPU target the course's reference GPU (H100/H200)
 BUILD_TIMEOUT_S = 300
@@ -114,14 +115,14 @@ def build_shared_library(source: Path, arch: str | None = None, nvcc: str | None
     extra, arch, unmet, fingerprint = requirement_options(requires or [], arch, nvcc)
     arch = arch or DEFAULT_ARCH
     if unmet:
-        return BuildResult(ok=False, seconds=0.0, arch=arch, skipped=True, skip_code="requirement_missing", log=unmet)
+        return BuildResult(ok=False, seconds=0.0, arch=arch, skipped=True, skip_code=Code.REQUIREMENT_MISSING, log=unmet)
     flags = ["-O3", "-std=c++17", *arch_flags(arch), "-lineinfo", "-Xptxas", "-v", "-shared", "-Xcompiler", "-fPIC"]
     if extra:  # the library's own language standard replaces the kit's
         flags = [f for f in flags if not f.startswith("-std=")] + extra
     flags += [f"-D{name}={value}" for name, value in sorted((defines or {}).items())]
     library_flags, missing = link_flags(link or [], nvcc)
     if missing:
-        return BuildResult(ok=False, seconds=0.0, arch=arch, skipped=True, skip_code="library_missing",
+        return BuildResult(ok=False, seconds=0.0, arch=arch, skipped=True, skip_code=Code.LIBRARY_MISSING,
                            log=missing_library_message(missing))
     flags += library_flags
     out_dir = build_cache_dir() / _source_key([source], flags, nvcc_version(nvcc) + nvcc + fingerprint)
@@ -393,10 +394,10 @@ def check_entry_point(library: Path, source: Path, entry: str, n_args: int) -> t
     if symbols is not None and entry not in symbols:
         mangled = sorted(s for s in symbols if entry in s)
         note = f" (found {mangled[0]}: a C++ name — is `extern \"C\"` missing?)" if mangled else ""
-        return "missing_entry", (f"{source.name} does not export `{entry}`{note}: keep `extern \"C\"` and the "
+        return Code.MISSING_ENTRY, (f"{source.name} does not export `{entry}`{note}: keep `extern \"C\"` and the "
                                  "stub's function name and signature")
     declared = c_parameter_count(source.read_text(errors="replace"), entry)
     if declared is not None and declared != n_args:
-        return "bad_signature", (f"{source.name}: `{entry}` takes {declared} parameters; the grader passes {n_args}: "
+        return Code.BAD_SIGNATURE, (f"{source.name}: `{entry}` takes {declared} parameters; the grader passes {n_args}: "
                                  "keep the stub's signature")
     return None

@@ -12,7 +12,7 @@ import torch
 from grader.checks.inputs import generate, make_outputs
 from grader.core.paths import course_root
 from grader.core.records import ERROR, FAILED, PASSED
-from grader.run.judge import input_bytes
+from grader.run.input_feed import input_bytes
 
 from .conftest import TOY_REFERENCE
 from .fake_child import GONE, grade, last, verdicts
@@ -24,7 +24,7 @@ def test_the_fake_sends_only_events_and_fields_the_real_worker_sends():
     """A guard against the fake drifting from grader/child/worker.py, whose events these tests stand in for."""
     worker = (course_root() / "grader" / "child" / "worker.py").read_text()  # read, not imported
     for event in ("step", "loaded", "trial", "trials_done", "timing_start", "timed", "probe_start", "probe_end", "check", "done"):
-        assert f'send("{event}"' in worker, event
+        assert f"send(Event.{event.upper()}" in worker, event
     for field in ('"outputs"', '"ops"', '"modified"', '"outside"', "borrowed=", "measured=", "who=who", "runs=runs"):
         assert field in worker, field
 

@@ -1,0 +1,197 @@
+"""The judge's inputs: each trial's inputs drawn from its seed, written to the child's folder, and their float64
+reference started, ahead of the child (grader/run/judge.py reads the references when the child's outputs come).
+
+Threads: a producer draws and sends the trials, at most AHEAD ahead of the trial being judged; a reference
+thread computes the CPU references; a draw thread draws the large trials and the timed sizes from the start of
+the grade (`prefetch`, while nvcc builds and the child starts). Heavy references run in a GPU process of their
+own (heavy.py). Learner code never runs here."""
+
+from __future__ import annotations
+
+import threading
+import traceback
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Callable
+
+from grader.checks import op_checks
+from grader.checks.checking import reference_outputs
+from grader.checks.inputs import dtype_of, element_size, generate, save_tensor, shape_of
+from grader.core.spec import Case, ExerciseSpec, Variant
+from grader.run import heavy
+from grader.run.sandbox import Child
+
+AHEAD = 2  # trials drawn ahead of the child: enough to hide drawing, little memory held
+# A trial whose inputs are this large (reduction's 1 GB at 2^28) is drawn from the start of the grade on a
+# thread of its own: drawing and writing it takes about a second, which the build and the first trials hide.
+# What is drawn ahead waits on disk (and in memory, where the judge needs the inputs again): at most
+# PREFETCH_BUDGET bytes of it, the rest drawn when its turn comes.
+PREFETCH_BYTES = 64 * 2**20
+PREFETCH_BUDGET = 3 * 2**30
+
+Trial = tuple[int, Case, int, int]  # (case index, case, trial, trial seed)
+
+
+class InputFeed:
+    def __init__(self, spec: ExerciseSpec, variant: Variant, child: Child, reference: Callable):
+        self.spec, self.variant, self.child, self.reference = spec, variant, child, reference
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="kcourse-reference")
+        self.drawer = ThreadPoolExecutor(1, thread_name_prefix="kcourse-draw")
+        self.child_ready = threading.Event()  # the GPU process's work waits for it (heavy.GpuCompute's gate)
+        if child.ready is not None:
+            self.child_ready.set()
+        self.gpu = heavy.GpuCompute(spec, variant.reference, child.visible_devices, self.child_ready) \
+            if heavy.wanted(spec) else None
+        self.stop = threading.Event()
+        self.slots = threading.Semaphore(AHEAD)
+        self.refs: dict[Any, Future] = {}  # trial k or "t{index}" -> its reference's outputs
+        self.op_refs: dict[Any, Future] = {}  # the reference's gradients for the trials running [checks] (op_checks.py)
+        # a trial's inputs, kept until it is judged only where an output is judged by a property check
+        self.checked_inputs: dict[Any, dict] = {}
+        self.keep_inputs = any(t.check for t in spec.outputs)
+        self.drawn: dict[Any, Future] = {}  # trial k or "t{index}" -> (file metadata, inputs), drawn ahead
+        self.producer_error: tuple[BaseException, str] | None = None  # (error, traceback) of the producer thread
+
+    # --- the producer --------------------------------------------------------------------------------
+    def start(self, trials: list[Trial], label: Callable[[Case, int], str]) -> None:
+        """Draw, write and send each trial on the producer thread; the judge frees a slot per trial it takes."""
+        threading.Thread(target=self._produce, args=(trials, label), daemon=True).start()
+
+    def next_slot(self) -> None:
+        """A trial's outputs came: the producer may send one more."""
+        self.slots.release()
+
+    def _produce(self, trials: list[Trial], label: Callable[[Case, int], str]) -> None:
+        """A grading that ended early stops it (its errors then mean nothing); any other error is the grader's:
+        kept for the judge to report, and the child stopped, so the judge is not left waiting for a trial that
+        was never sent (which would read as the learner's hang)."""
+        try:
+            self._produce_all(trials, label)
+        except Exception as exc:
+            if not self.stop.is_set():
+                self.producer_error = (exc, traceback.format_exc())
+                self.child.kill()
+
+    def _produce_all(self, trials: list[Trial], label: Callable[[Case, int], str]) -> None:
+        for k, (index, case, trial, trial_seed) in enumerate(trials):
+            self.slots.acquire()
+            if self.stop.is_set():
+                return
+            metas, inputs = self.take(k, case, trial_seed, trial)
+            self.child.send({"case": index, "k": k, "label": label(case, trial), "inputs": metas,
+                             "watch_ops": trial == 0, **self._op_checks_request(k, case, trial, trial_seed, inputs)})
+        self.child.send({"end_trials": True})
+
+    # --- drawing -------------------------------------------------------------------------------------
+    def prefetch(self, trials: list[Trial], timed: list[tuple[Any, Case, int]]) -> None:
+        """Start drawing, before the build: the trials of PREFETCH_BYTES or more and those whose reference
+        is the GPU process's (a GFLOP or more: the one wait numerics would otherwise have), then the timed
+        sizes (key, case, seed), as far as PREFETCH_BUDGET goes."""
+        wanted = [(k, case, seed, trial) for k, (_, case, trial, seed) in enumerate(trials)
+                  if input_bytes(self.spec, case) >= PREFETCH_BYTES or self.on_gpu(case)]
+        wanted += [(key, case, seed, 0) for key, case, seed in timed]
+        budget = PREFETCH_BUDGET
+        for k, case, seed, trial in wanted:
+            size = input_bytes(self.spec, case)
+            if size <= budget:
+                budget -= size
+                if k not in self.drawn:  # a judge made ahead (grade.judge_ahead) has drawn it already
+                    self.drawn[k] = self.drawer.submit(self._draw, case, seed, trial, k, True)
+
+    def take(self, k: Any, case: Case, seed: int, trial: int) -> tuple[dict, dict]:
+        """(file metadata, inputs) of trial k: the prefetched draw, or drawn now."""
+        future = self.drawn.pop(k, None)
+        metas, inputs = future.result() if future is not None else self._draw(case, seed, trial, k)
+        if self.keep_inputs:
+            self.checked_inputs[k] = inputs
+        return metas, inputs
+
+    def _draw(self, case: Case, seed: int, trial: int, k: Any, ahead: bool = False) -> tuple[dict, dict]:
+        """Draw a trial's inputs, write them for the child and start its reference. Ahead of time the
+        reference is computed on this thread, not queued before the small trials' on the reference thread."""
+        inputs = self._generate(case, seed, trial)
+        metas = {name: save_tensor(t, self.child.dir / f"in-{k}-{name}.bin") for name, t in inputs.items()}
+        if not ahead:
+            self.refs[k] = self._reference_of(inputs, case)
+            return metas, inputs
+        self.refs[k] = self._reference_of(inputs, case) if self.on_gpu(case) else \
+            _done(lambda: reference_outputs(self.reference, self.spec, inputs, case.params))
+        needed = self.keep_inputs or op_checks.wanted(self.spec, case, trial)  # else not held while it waits
+        return metas, inputs if needed else {}
+
+    def _op_checks_request(self, k: int, case: Case, trial: int, seed: int, inputs: dict) -> dict:
+        """For a trial that runs the operator checks: the gradients fed backward (their reference's on the way)."""
+        if not op_checks.wanted(self.spec, case, trial):
+            return {}
+        grads = op_checks.draw_grad_outputs(self.spec, case, seed)
+        self.op_refs[k] = self.pool.submit(op_checks.reference_gradients, self.reference, self.spec, inputs, grads,
+                                           case.params)
+        return {"op_checks": {"grad_outputs": [save_tensor(g, self.child.dir / f"in-{k}-grad{i}.bin")
+                                               for i, g in enumerate(grads)]}}
+
+    def on_gpu(self, case: Case) -> bool:
+        """A heavy case of an exercise whose spec asks for references on the GPU (heavy.py); the small
+        ones stay on the CPU, so the first trials do not wait for the GPU process to start."""
+        return self.gpu is not None and heavy.worth_it(self.spec, self.variant, case)
+
+    def _generate(self, case: Case, seed: int, trial: int = 0) -> dict:
+        if self.on_gpu(case):
+            return self.gpu.generate(case, seed, trial)
+        return generate(self.spec, case, seed, trial)
+
+    def _reference_of(self, inputs: dict, case: Case) -> Future:
+        if self.on_gpu(case):
+            return self.gpu.reference(inputs, case.params)
+        return self.pool.submit(reference_outputs, self.reference, self.spec, inputs, case.params)
+
+    # --- what the judge reads ------------------------------------------------------------------------
+    def expected(self, k: Any) -> list:
+        """Trial k's reference outputs (waits for them)."""
+        return self.refs[k].result()
+
+    def inputs_of(self, k: Any) -> dict | None:
+        """Trial k's inputs where a property check needs them (keep_inputs), else None."""
+        return self.checked_inputs.get(k)
+
+    def forget(self, k: Any) -> None:
+        """Trial k is judged: its inputs are held no longer."""
+        self.checked_inputs.pop(k, None)
+
+    def wait_for_timed(self, keys: list[str]) -> None:
+        """The timed sizes' references computed: nothing of ours on the GPU while the child times."""
+        if self.gpu is not None:
+            for key in keys:
+                self.refs[key].result()
+
+    def close(self, wait_for_draws: bool = False) -> None:
+        """End the threads and the GPU process. `wait_for_draws`: until a draw under way has written its files
+        (another judge will write the same names in this child's folder)."""
+        self.stop.set()
+        self.child_ready.set()  # a draw waiting to use the GPU process goes on, and finds it shut down
+        for _ in range(AHEAD):
+            self.slots.release()  # a producer waiting for a slot sees `stop` and ends
+        self.drawer.shutdown(wait=wait_for_draws, cancel_futures=True)  # a failure's verdict does not wait for a draw
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        if self.gpu is not None:
+            self.gpu.shutdown()
+
+
+def input_bytes(spec: ExerciseSpec, case: Case) -> int:
+    """Bytes of one trial's inputs at `case`."""
+    return sum(numel(shape_of(t, case)) * element_size(dtype_of(t, case)) for t in spec.inputs)
+
+
+def _done(compute: Callable[[], Any]) -> Future:
+    """A future holding compute()'s answer (or its exception), computed now."""
+    future: Future = Future()
+    try:
+        future.set_result(compute())
+    except Exception as exc:  # raised again where the reference is read, as the reference thread's would be
+        future.set_exception(exc)
+    return future
+
+
+def numel(shape: list[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n

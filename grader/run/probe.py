@@ -1,0 +1,80 @@
+"""The timing probe: the grader's own clock against the child's claimed timing (grader/run/judge.py calls it
+after the verdict size is timed). The child runs bursts of each contestant's calls, each only after this
+process's go; the wall time of each burst, taken here, must agree with the medians the child reported
+(speed.probe_disagrees). A patched timer in learner code cannot move this clock."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from grader.checks import speed
+from grader.core import gpushare, hostload
+from grader.core.records import ERROR, Check, GradeResult, Timing
+from grader.core.spec import ExerciseSpec, Variant
+from grader.core.vocabulary import CheckName, Code, Event
+from grader.run.child_link import ChildLink
+
+
+def cross_check(link: ChildLink, spec: ExerciseSpec, variant: Variant, result: GradeResult,
+                record: Timing) -> Check | None:
+    """Fails the grade where the grader's own clock disagrees with the child's timing; where another
+    program shares the GPU, returns the speed check that says so instead (gpushare.py).
+
+    A disagreement is probed once more before it counts: a moment when the whole GPU runs slow (baseline,
+    solution and learner alike) passes the second look; a patched timer disagrees again."""
+    child = link.child
+    pid = int((child.ready or {}).get("pid") or child.proc.pid)  # sent before learner code ran
+    child.send({"go": True})
+    link.quiet = True  # no terminal writes while this process's clock times the bursts
+    disagreement = _round(link, spec, variant, record, pid)
+    if disagreement:
+        child.send({"probe_again": True})
+        disagreement = _round(link, spec, variant, record, pid)
+    link.quiet = False
+    if not disagreement:
+        child.send({"probe_again": False})  # the child ends as after any grade
+        return None
+    sharers = gpushare.other_gpu_processes(*gpushare.nvidia_smi_ids(child.visible_devices,
+                                                                    (result.device or {}).get("uuid")))
+    if sharers:
+        return Check(CheckName.SPEED, ERROR, f"not judged: another program used this GPU while your kernel was timed "
+                     f"({', '.join(sharers[:3])}), and the grader's clock and your timing disagree ({disagreement}); "
+                     "grade again when `nvidia-smi` shows the GPU free", {"code": Code.GPU_SHARED})
+    link.fail(CheckName.INTEGRITY, disagreement + ": was the timer patched? If not, your Python code spends that long "
+              "on the host each call while the GPU waits (a device-properties query, an allocation, a compile or "
+              "a .item() in every call): do such work once and keep it", code=Code.TIMING_FORGED)
+    return None
+
+
+def _round(link: ChildLink, spec: ExerciseSpec, variant: Variant, record: Timing, pid: int) -> str | None:
+    """One probe: each contestant's bursts timed by this process's clock (the child has its go); what
+    speed.probe_disagrees says of them."""
+    bursts, traced, trace = [], [], _trace_file()
+    contestants = 3 if record.solution_source == "live solution" else 2
+    for _ in range(contestants * speed.PROBE_BURSTS):
+        start = link.expect(Event.PROBE_START)
+        # the trace's /proc reads come before the clock starts: a grade that is not traced pays nothing for them
+        before = (hostload.main_thread_times(pid), hostload.own_thread_times()) if trace else (None, None)
+        begun = time.monotonic()
+        # the child waits for this go: a burst cannot run before the clock that times it has started (were
+        # it sent before, a grader slow to wake, say under a learner's CPU burners, would see it shorter)
+        link.child.send({"go": True})
+        end = link.expect(Event.PROBE_END)
+        wall = time.monotonic() - begun
+        who, runs = str(start.get("who")), int(start.get("runs", 1))
+        bursts.append((who, wall, runs))
+        if trace:
+            traced.append(hostload.burst_trace(who, runs, wall, before[0], hostload.main_thread_times(pid),
+                                               before[1], hostload.own_thread_times(), end))
+    disagreement = speed.probe_disagrees(record, speed.fastest_bursts(bursts))
+    if trace:
+        hostload.write_trace(trace, {"exercise": spec.id, "lang": variant.lang, "claimed_ms": record.learner_ms,
+                                     "verdict": disagreement or "agrees", "bursts": traced})
+    return disagreement
+
+
+def _trace_file() -> str | None:
+    """KCOURSE_PROBE_TRACE=FILE: every probe's bursts, with the host's accounting, appended to FILE as JSON lines
+    (a diagnostic for instructors grading on a busy host; verdicts are unchanged)."""
+    return os.environ.get("KCOURSE_PROBE_TRACE") or None
