@@ -151,7 +151,7 @@ def _first(reasons: list[str], operation: str, role: str) -> str:
 def build_cuda(choices: list[Choice], gpu_arch: str | None) -> None:
     """Compile the raw CUDA kernels chosen (in the parent, as `kcourse grade` does); one that does not build
     falls back to PyTorch with the compiler's first complaint."""
-    from grader.core.spec import NVCC_KINDS
+    from grader.core.kinds import NVCC_KINDS
     from grader.toolchain import build
 
     targets = _targets()

@@ -38,7 +38,7 @@ def work_and_ceiling(spec: ExerciseSpec, variant: Variant, case: Case, device: d
     """(work in the reported unit, this GPU's ceiling in that unit, unit) for one timed size."""
     flops, nbytes, compute_bound = work_model(spec, variant)
     names = expression_names(case)
-    host = variant.kind == "cuda_host"  # host transfers have no device roofline
+    host = variant.kind_of.host_side  # host transfers have no device roofline
     if compute_bound:
         return exprs.evaluate(flops, names) / 1e12, None if host else device.get(_matmul_ceiling(case.dtype)), "TFLOP/s"
     if nbytes:

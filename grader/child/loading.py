@@ -14,7 +14,8 @@ from typing import Any, Callable
 
 import torch
 
-from grader.core.spec import BUILDS, NVCC_KINDS, Argument, Variant
+from grader.core.kinds import NVCC_KINDS
+from grader.core.spec import BUILDS, Argument, Variant
 from grader.core.toolkit import c_parameter_count
 from grader.core.vocabulary import Code
 

@@ -54,7 +54,9 @@ def run_raw(job: dict, driver: Driver) -> None:
     library = ctypes.CDLL(job["library"])
     entry = getattr(library, job["entry"])
     entry.restype = None
-    host = job["kind"] == "cuda_host"
+    from grader.core.kinds import kind_named
+
+    host = kind_named(job["kind"]).host_side
     args, device_buffers, keep = [], [], []
     for arg in job["args"]:
         if arg["kind"] == "scalar":
@@ -95,7 +97,9 @@ def run_torch(job: dict) -> None:
 
 def main() -> int:
     job = json.loads(Path(sys.argv[1]).read_text())
-    raw = job["kind"] in ("cuda", "cuda_host")
+    from grader.core.kinds import kind_named
+
+    raw = kind_named(job["kind"]).nvcc
     driver = Driver() if raw else _torch_on_the_gpu()
     enter_box(job)
     run_raw(job, driver) if raw else run_torch(job)

@@ -67,9 +67,9 @@ class Worker:
         self.variant = self.spec.variant(job["lang"])
         self.device = job["device"]
         # host-pointer exercises get CPU tensors: the learner's own code copies them to the GPU
-        self.tensor_device = "cpu" if self.variant.kind == "cuda_host" else self.device
+        self.tensor_device = "cpu" if self.variant.kind_of.host_side else self.device
         # (page-locked memory needs CUDA: the CPU emulator reads plain host memory)
-        self.pinned = self.variant.kind == "cuda_host" and self.variant.host_memory == "pinned" and self.device == "cuda"
+        self.pinned = self.variant.kind_of.host_side and self.variant.host_memory == "pinned" and self.device == "cuda"
         self.learner_path = Path(job["learner"])
         self.device_info = device_info
         self.out: dict[str, Any] = {"device": device_info}  # what profile/tune helpers read
@@ -185,7 +185,7 @@ class Worker:
 
     # --- numerics: run each trial the parent sends, hand the outputs back ---------------------------
     def run_trials(self, learner: loading.Caller) -> None:
-        watch_ops = self.variant.kind in ("triton", "torch_op")
+        watch_ops = self.variant.kind_of.watch_ops
         while True:
             message = self.read_message()
             if "end_trials" in message:
@@ -280,11 +280,11 @@ class Worker:
             if solution is not None:
                 functions["solution"] = lambda: solution({**inputs, **theirs}, case.params)
             functions.update(self._baseline(learner, inputs, case))
-            if self.variant.kind != "cuda_host" and message.get("anchor", True):
+            if not self.variant.kind_of.host_side and message.get("anchor", True):
                 keywords = reference_keywords(self.reference, case.params, self.tensor_device)
                 functions["torch"] = lambda: self.reference(*inputs.values(), **keywords)
             self.events.send(Event.TIMING_START, k=message["k"])
-            host = self.variant.kind == "cuda_host"
+            host = self.variant.kind_of.host_side
             measured = (timing.time_host_alternating(functions, budget_s=message["budget_s"]) if host
                         else timing.time_alternating(functions, budget_s=message["budget_s"]))
             self.sync()

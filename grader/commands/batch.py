@@ -21,7 +21,6 @@ from grader.core.discovery import Target
 from grader.core.records import GradeResult
 from grader.reports.exports import gradescope_json
 from grader.reports.gradebook import Gradebook, file_digest, write_views
-from grader.run import sandbox
 from grader.run.warm_children import WarmChildren
 
 MISSING, ERROR = "missing", "error"
@@ -109,7 +108,7 @@ def grade_row(target: Target, path: Path, seed: int | None, timeout_s: float | N
     from grader.run.grade import grade
 
     env = {"CUDA_VISIBLE_DEVICES": device} if device is not None else {}
-    compile_only = device is None and target.variant.kind in sandbox.COMPILED_ONLY_ON_CPU  # no child runs
+    compile_only = device is None and target.variant.kind_of.gpu_to_run  # no child runs
     child = children.take(device) if children is not None and not compile_only else None
     settle = (lambda: children.settle(device)) if child is not None else None  # the next grade's spare, warming up
     result = grade(target, submission=path, seed=seed, timeout_s=timeout_s, record=False, child_env=env,

@@ -23,7 +23,6 @@ from grader.reports.console import num, table
 # What a file's suffix says about its language, for an exercise that exists in both.
 LANG_OF_SUFFIX = {".cu": "cuda", ".py": "triton", ".ipynb": "triton"}
 NO_DEVICE = "this machine (no GPU: compiled only)"  # no file ran: the CUDA files were only compiled
-SUFFIXES_OF_KIND = {"cuda": (".cu",), "cuda_host": (".cu",), "torch_op": (".cu",), "triton": (".py", ".ipynb")}
 
 
 @dataclass
@@ -42,7 +41,7 @@ def entries_for_files(exercise_id: str, files: list[Path], lang: str | None = No
     if len(set(paths)) < len(paths):
         raise ResolveError("the same file is named twice: compare different files")
     target = resolve((exercise_id,), lang=lang or _lang_of(exercise_id, files))
-    allowed = SUFFIXES_OF_KIND.get(target.variant.kind, ())
+    allowed = target.variant.kind_of.suffixes
     wrong = [f.name for f in files if Path(f).suffix not in allowed]
     if wrong:
         raise ResolveError(f"{exercise_id} ({target.variant.lang}) takes {' or '.join(allowed)} files, not "

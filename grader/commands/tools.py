@@ -20,12 +20,11 @@ from grader.child.worker_tools import LEARNER_RANGE
 from grader.core import store
 from grader.core.discovery import Target
 from grader.core.errors import KcourseError
+from grader.core.kinds import NVCC_KINDS
 from grader.core.records import GradeResult
-from grader.core.spec import NVCC_KINDS
 from grader.reports.console import num, table
 from grader.reports.progress import profile_kernels, tune_timed
 from grader.run.grade import cuda_available, grade, learner_file
-from grader.run.sandbox import COMPILED_ONLY_ON_CPU
 from grader.toolchain.build import build_variant, format_resources, gpu_arch
 
 NCU_METRICS = ("Duration", "Memory Throughput", "DRAM Throughput", "Compute (SM) Throughput")
@@ -51,7 +50,7 @@ def run_profile(target: Target, out_dir: Path, submission: Path | None = None, s
     ncu_path = shutil.which("ncu") if ncu else None
     if ncu and ncu_path is None:
         raise ToolError("Nsight Compute (ncu) was not found on PATH: install it with the CUDA Toolkit, or drop --ncu")
-    if target.variant.kind in COMPILED_ONLY_ON_CPU and not cuda_available():
+    if target.variant.kind_of.gpu_to_run and not cuda_available():
         raise ToolError(f"no GPU here: {target.spec.id} ({target.variant.lang}) is CUDA code, which this machine can "
                         "compile but not run, so there is nothing to profile. Run `kcourse profile` on a machine "
                         "with an NVIDIA GPU")

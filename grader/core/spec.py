@@ -17,6 +17,7 @@ from typing import Any
 
 from grader.core import op_spec
 from grader.core.errors import SpecError
+from grader.core.kinds import KINDS, NVCC_KINDS, Kind
 from grader.core.vocabulary import CheckName, Code, Vocab
 
 if sys.version_info >= (3, 11):
@@ -24,15 +25,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-# How the grader calls the learner's code, per kind of variant.
-KINDS = {
-    "triton": "a Python function taking torch tensors (Triton kernels inside)",
-    "cuda": "an extern \"C\" host function taking device pointers, called through ctypes",
-    "cuda_host": "an extern \"C\" function taking host pointers; it allocates, copies and launches itself",
-    "torch_op": "a PyTorch operator registered with TORCH_LIBRARY, built with torch's extension builder",
-}
-LANG_OF_KIND = {"triton": "triton", "cuda": "cuda", "cuda_host": "cuda", "torch_op": "cuda"}
-NVCC_KINDS = ("cuda", "cuda_host")  # built by the kit with nvcc into a shared library and called through ctypes
+LANG_OF_KIND = {name: kind.lang for name, kind in KINDS.items()}
 DTYPES = ("float64", "float32", "float16", "bfloat16", "int32", "int64", "uint8")
 INITS = ("normal", "uniform", "positive")
 HOST_MEMORY = ("pageable", "pinned")
@@ -111,13 +104,18 @@ class Variant:
     bytes: str | None = None
 
     @property
+    def kind_of(self) -> Kind:
+        """What this version's kind means (grader/core/kinds.py)."""
+        return KINDS[self.kind]
+
+    @property
     def language(self) -> str:
         """cuda or triton, whatever the version's name."""
-        return LANG_OF_KIND[self.kind]
+        return self.kind_of.lang
 
     @property
     def returns_outputs(self) -> bool:
-        return self.kind == "torch_op" or self.returns
+        return self.kind_of.returns_outputs or self.returns
 
     def accepts(self, case: "Case") -> bool:
         """Whether this version runs `case` (its dtype is one the version takes)."""
@@ -330,7 +328,8 @@ def _parse(data: dict[str, Any], folder: Path) -> ExerciseSpec:
     for lang, raw in data["variants"].items():
         kind = raw.get("kind", lang)
         if kind not in KINDS:
-            raise SpecError(f"{path}: variants.{lang}.kind = {kind!r}; known kinds: {', '.join(KINDS)}")
+            raise SpecError(f"{path}: variants.{lang}.kind = {kind!r}; known kinds: "
+                            + "; ".join(f"{k.name} ({k.entry})" for k in KINDS.values()))
         variants[lang] = Variant(
             lang=_variant_name(lang, kind, path),
             kind=kind,
@@ -711,7 +710,7 @@ def _validate_host_options(spec: ExerciseSpec, path: Path) -> None:
     for variant in spec.variants.values():
         if variant.host_memory not in HOST_MEMORY:
             raise SpecError(f"{path}: variants.{variant.lang}.host_memory = {variant.host_memory!r}; known: {', '.join(HOST_MEMORY)}")
-        if variant.host_memory != "pageable" and variant.kind != "cuda_host":
+        if variant.host_memory != "pageable" and not variant.kind_of.host_side:
             raise SpecError(f"{path}: variants.{variant.lang}.host_memory applies to kind \"cuda_host\" only (the other "
                             "kinds get device arrays): remove it from this variant")
     unknown = [k for k in spec.performance.baseline_args if any(k not in c.params for c in spec.performance.cases)]

@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 
 from grader.core.discovery import Target, learner_file
-from grader.core.spec import NVCC_KINDS
+from grader.core.kinds import NVCC_KINDS
 from grader.run import heavy, sandbox
 from grader.toolchain import build
 

@@ -16,9 +16,10 @@ from grader.checks import hints
 from grader.child import box
 from grader.core import calibration, store
 from grader.core.discovery import Target, learner_file, solution_file
+from grader.core.kinds import NVCC_KINDS
 from grader.core.paths import course_root, solutions_dir
 from grader.core.records import ERROR, FAILED, PASSED, SKIPPED, Check, GradeResult
-from grader.core.spec import BUILDS, NVCC_KINDS
+from grader.core.spec import BUILDS
 from grader.core.vocabulary import CheckName, Code, Event
 from grader.run import heavy, kit, sandbox, sanitize
 from grader.run.judge import Judge
@@ -114,7 +115,7 @@ def _grade_file(target: Target, path: Path, result: GradeResult, seed: int, time
         return
     variant, gpu = target.variant, cuda_available()
     emulated = not gpu and _emulated(variant, path, result)
-    compile_only = not gpu and variant.kind in sandbox.COMPILED_ONLY_ON_CPU and not emulated
+    compile_only = not gpu and variant.kind_of.gpu_to_run and not emulated
     preload = cuda_cpu.child_env() if emulated else {}
     if child is not None and (compile_only or child.device != ("cuda" if gpu else "cpu") or child.preload != preload):
         child.close()  # started early on a guess this machine turned out not to fit (e.g. torch without CUDA)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.child.box import release_pids_cgroup
+from grader.core.kinds import kind_named
 from grader.core.paths import course_root
 from grader.core.vocabulary import Code, Event
 from grader.run import forkserver
@@ -203,7 +204,6 @@ class Child:
 
 
 # Kinds of exercise that only compile on a machine without a GPU: no child runs them there.
-COMPILED_ONLY_ON_CPU = ("cuda", "cuda_host", "torch_op")
 
 
 def early_child(kind: str = "") -> Child | None:
@@ -219,7 +219,7 @@ def early_child(kind: str = "") -> Child | None:
 def child_for(kind: str, gpu: bool) -> Child | None:
     """The worker for an exercise of this kind, pre-warmed for it: on the GPU, or the interpreter's; None
     where no child runs (a CUDA file without a GPU is only compiled)."""
-    if not gpu and kind in COMPILED_ONLY_ON_CPU:
+    if not gpu and kind_named(kind).gpu_to_run:
         return None
     return Child("cuda" if gpu else "cpu", prewarm_env(kind))
 
@@ -227,11 +227,9 @@ def child_for(kind: str, gpu: bool) -> Child | None:
 # What a worker pays while it waits for the job (worker.warm_up reads it), by kind: a torch operator's
 # integrity check runs under torch's profiler, whose first use costs seconds; a Triton file's first line
 # imports triton (0.3 s).
-PREWARM = {"torch_op": "profiler", "triton": "triton"}
-
-
 def prewarm_env(kind: str) -> dict[str, str]:
-    return {"KCOURSE_CHILD_PREWARM": PREWARM[kind]} if kind in PREWARM else {}
+    prewarm = kind_named(kind).prewarm if kind else None
+    return {"KCOURSE_CHILD_PREWARM": prewarm} if prewarm else {}
 
 
 @dataclass

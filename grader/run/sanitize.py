@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.checks.inputs import dtype_of, generate, poison, save_tensor, shape_of, torch_dtype
+from grader.core.kinds import kind_named
 from grader.core.paths import build_cache_dir, course_root
 from grader.core.records import FAILED, PASSED, SKIPPED, Check
 from grader.core.spec import Case, ExerciseSpec, Variant
@@ -34,10 +35,6 @@ SMALL_ELEMENTS = 1 << 18  # the largest case (input elements) sanitized by defau
 SEED = 20_260_101  # fixed: hazards depend on sizes, not values, and a fixed seed keeps the cache valid
 LIMIT_S = 60.0
 HAZARD_EXIT = 86
-TOOLS = {"cuda": ("racecheck", "synccheck", "memcheck", "initcheck"),
-         "cuda_host": ("racecheck", "synccheck", "memcheck", "initcheck"),
-         "torch_op": ("racecheck", "synccheck", "memcheck"),
-         "triton": ("memcheck",)}
 CODES = {"racecheck": Code.RACE, "synccheck": Code.SYNC, "memcheck": Code.MEMCHECK, "initcheck": Code.INITCHECK}
 
 
@@ -148,7 +145,7 @@ def start(spec: ExerciseSpec, variant: Variant, source: Path, library: str | Non
     if case is None:
         return Check(CheckName.SANITIZER, SKIPPED, f"{spec.id} has no case small enough to sanitize: mark one "
                      "`sanitize = true` in spec.toml", {"code": Code.NO_SMALL_CASE})
-    tools = [t for t in TOOLS[variant.kind] if t not in variant.sanitizer_skip]
+    tools = [t for t in variant.kind_of.sanitizer_tools if t not in variant.sanitizer_skip]
     key = _cache_key(spec, variant, source, library, case, tools)
     cached = _load(key)
     if cached is not None:
@@ -166,7 +163,7 @@ def _launch(tool_path: str, tool: str, kind: str, job: Path, folder: Path,
             visible_devices: str | None = None) -> subprocess.Popen:
     command = [tool_path, "--tool", tool, "--error-exitcode", str(HAZARD_EXIT), "--print-limit", "10",
                "--show-backtrace", "no", "--log-file", str(folder / f"{tool}.log")]
-    if tool == "memcheck" and kind == "cuda_host":
+    if tool == "memcheck" and kind_named(kind).host_side:
         command += ["--leak-check", "full"]
     if tool == "racecheck":
         command += ["--racecheck-report", "hazard"]

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from grader.core.kinds import GPU_TO_RUN
 from grader.core.paths import course_root
 from grader.run import sandbox
 from grader.run.sandbox import Child, ChildGone, ChildTimeout, Death, child_env, death_message, trim
@@ -105,7 +106,7 @@ def test_the_visible_gpu_is_the_batchs_else_the_graders(monkeypatch):
 
 
 def test_compiled_kinds_start_no_child_without_a_gpu():
-    assert all(sandbox.child_for(kind, gpu=False) is None for kind in sandbox.COMPILED_ONLY_ON_CPU)
+    assert all(sandbox.child_for(kind, gpu=False) is None for kind in GPU_TO_RUN)
 
 
 def test_prewarming_is_asked_for_the_kinds_that_pay_for_it():
