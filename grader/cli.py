@@ -122,22 +122,29 @@ def main() -> None:
 @click.option("--quick", is_flag=True, help="Numerics and integrity only: no timing (for when speed is not the question).")
 @click.option("--verbose", "-v", is_flag=True, help="Also print the seconds spent in each phase.")
 @click.option("--no-sanitize", is_flag=True, help="Skip compute-sanitizer's race and memory checks (cached per file anyway).")
+@click.option("--full", is_flag=True, help="Time every size of the exercise (the curve in your report), not only the "
+              "size the speed verdict is taken at.")
 def grade(words, lang, plan_id, source, submission, seed, timeout, as_json, strict, junit, gradescope, quick, verbose,
-          no_sanitize) -> None:
+          no_sanitize, full) -> None:
     """Grade one exercise: `kcourse grade week2 reduction` or `kcourse grade reduction`."""
     from grader.run import early
 
     target = _resolve(words, lang, plan_id, submission)
     child = early.start(target, source, submission)  # before the import below: their start-ups overlap it
 
-    from grader.run.grade import grade as run_grade
+    with console.grading_status(child, enabled=not as_json):  # a live line at a terminal, until the verdict
+        from grader.run.grade import grade as run_grade
 
-    imports = time.monotonic() - STARTED
-    result = run_grade(target, source=source, submission=submission, seed=seed, timeout_s=timeout, quick=quick,
-                       sanitize_code=not no_sanitize, child=child)
+        imports = time.monotonic() - STARTED
+        result = run_grade(target, source=source, submission=submission, seed=seed, timeout_s=timeout, quick=quick,
+                           sanitize_code=not no_sanitize, child=child, timed_sizes="all" if full else "verdict",
+                           job_extra={"torch_anchor": True})
     result.lang_choice = target.lang_choice
     total = _command_phases(result, imports)
-    click.echo(json.dumps(result.to_dict(), indent=2) if as_json else console.format_grade(result))
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=2))
+    else:
+        console.print_grade(result)
     if verbose and not as_json:
         click.echo(console.format_phases(result, total_s=total))
     _export([result], junit, gradescope, annotate=not as_json)
@@ -158,16 +165,16 @@ def watch(words, lang, plan_id, source, submission, quick, no_sanitize) -> None:
 
     def show(result):
         result.lang_choice = target.lang_choice
-        click.echo(console.format_grade(result))
+        console.print_grade(result)
         click.echo(console.format_phases(result, warm=True))
         if result.timings:
-            click.echo("(watch times the verdict's size only; `kcourse grade` times every size)")
+            click.echo("(watch times the verdict's size only, without PyTorch beside it; `kcourse grade --full` times every size)")
         click.echo("watching for changes (Ctrl-C to stop) ...")
 
     def show_later(result):  # compute-sanitizer's verdict, after the rest (it runs once timing is done)
         check = next(c for c in result.checks if c.name == "sanitizer")
-        click.echo(console.format_check(check))
-        click.echo(f"=> {result.status.upper()}: {result.verdict}")
+        console.print_check(check)
+        console.print_verdict(result)
 
     try:
         run_watch(target, source, submission, show, quick=quick, sanitize_code=not no_sanitize, show_later=show_later)
@@ -547,6 +554,26 @@ def tune(words, lang, plan_id, source, submission) -> None:
         sys.exit(1)
     click.echo(tools.format_tune(record))
     sys.exit(0 if any(row["correct"] for row in record["rows"]) else 1)
+
+
+@main.command()
+@learner_code_options
+@click.option("--case", "case_index", type=int, help="Index into the spec's [[cases]] (default: a small case).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), help="Folder for the pictures.")
+def viz(words, lang, plan_id, source, submission, case_index, out_dir) -> None:
+    """Pictures of what each program of your Triton kernel loaded and stored (run once under the interpreter)."""
+    from grader.commands import tools
+    from grader.commands import viz as pictures
+    from grader.reports.report_files import reports_dir
+
+    target = _resolve(words, lang, plan_id, submission)  # a --file's suffix picks the version, as grade's does
+    try:
+        record = pictures.run_viz(target, out_dir or reports_dir(), submission, source, case_index)
+    except tools.ToolError as exc:
+        click.echo(f"could not draw: {exc}")
+        sys.exit(2 if isinstance(exc, pictures.CaseError) else 1)  # 2: --case names no case it can run
+    click.echo(pictures.format_viz(record))
+    sys.exit(1 if pictures.problems(record) else 0)
 
 
 def _lengths(ctx, param, value):

@@ -365,3 +365,17 @@ def test_a_size_that_only_draws_the_curve_settles_in_a_third_of_the_verdicts_tim
         clock[0] = 0.0
         runs[budget] = timing.time_alternating({"a": None, "b": None}, flush=object(), budget_s=budget)["a"]["runs"]
     assert runs == {timing.BUDGET_S: 250, timing.BUDGET_S / 3: 90}  # checked every 10 rounds once 0.25 s / 0.083 s passed
+
+
+def test_the_live_line_stops_redrawing_while_the_probe_times_the_bursts():
+    """A redraw holds the interpreter in the process whose clock times the bursts: the line is held meanwhile."""
+    from grader.run import waiting
+
+    held = []
+    line = type("Line", (), {"show": lambda self, *a: None, "hold": lambda self, on: held.append(on)})()
+    waiting.attach(line)
+    try:
+        judge, _ = _probe_judge()
+        assert judge._cross_check_probe(_record()) is None and held == [True, False]
+    finally:
+        waiting.attach(None)

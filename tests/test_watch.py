@@ -228,7 +228,9 @@ def test_watch_does_not_time_pytorch_beside_you_and_a_grade_does():
     timed = list(enumerate(spec.performance.cases))
     watched = Judge._timing_messages(judge, {"timed_sizes": "verdict"}, timed[-1:])
     graded = Judge._timing_messages(judge, {"timed_sizes": "all"}, timed)
+    one_shot = Judge._timing_messages(judge, {"timed_sizes": "verdict", "torch_anchor": True}, timed[-1:])
     assert [m["anchor"] for m in watched] == [False] and all(m["anchor"] for m in graded)
+    assert [m["anchor"] for m in one_shot] == [True]  # kcourse grade times PyTorch beside you at the verdict size
     assert graded[-1]["probe"] and not graded[0]["probe"]  # the probe runs at the verdict's size only
 
 

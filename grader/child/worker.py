@@ -118,9 +118,10 @@ class Worker:
         learner = self._load(self.learner_path, self.job.get("learner_library"), "learner")
         mode = self.job.get("mode", "grade")
         if mode != "grade":
-            from grader.child import worker_tools
+            from grader.child import viz, worker_tools
 
-            self.events.send(Event.TOOL, result=getattr(worker_tools, mode)(self, learner))
+            jobs = viz if mode == "viz" else worker_tools  # kcourse viz's job has a module of its own
+            self.events.send(Event.TOOL, result=getattr(jobs, mode)(self, learner))
             return
         self.events.send(Event.LOADED)
         self.run_trials(learner)

@@ -14,6 +14,7 @@ from typing import Callable
 
 from grader.core import store
 from grader.core.discovery import Target
+from grader.reports.console import grading_status
 from grader.run import sandbox
 from grader.run.grade import BACKGROUND, cuda_available, grade, judge_ahead, learner_file, settle_sanitizer
 from grader.run.judge import Judge
@@ -68,9 +69,10 @@ def watch(target: Target, source: str, submission: Path | None, show: Callable, 
                 continue
             time.sleep(SETTLE_S)  # let an editor finish writing the file
             seen = _stamp(path)
-            result = grade(target, source=source, submission=submission, quick=quick, child=child, seed=seed,
-                           sanitize_code=BACKGROUND if sanitize_code else False, record=False, timed_sizes="verdict",
-                           ahead=ahead)
+            with grading_status(child):  # a live line at a terminal, until the verdict
+                result = grade(target, source=source, submission=submission, quick=quick, child=child, seed=seed,
+                               sanitize_code=BACKGROUND if sanitize_code else False, record=False,
+                               timed_sizes="verdict", ahead=ahead)
             if ahead is not None:
                 ahead.close()  # the grade closed it if it used it: closing again is safe
             child = _fresh_child(target)  # warms up while the learner reads the verdict

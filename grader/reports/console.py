@@ -1,9 +1,20 @@
-"""Plain-text renderings of results for the terminal (the CLI prints these; it computes nothing)."""
+"""Renderings of results for the terminal (the CLI prints these; it computes nothing): plain text for a pipe,
+a file, CI and the tests; at a terminal the same words through rich, in colour, with a live status line while a
+grade runs. rich is imported only at a terminal (`kcourse --help`, a pipe and --json never load it)."""
 
 from __future__ import annotations
 
 import itertools
+import os
+import re
+import sys
 import textwrap
+import threading
+import time
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
+
+import click
 
 from grader.core.records import GradeResult
 
@@ -11,6 +22,18 @@ MARKS = {"passed": "PASS", "failed": "FAIL", "error": "ERROR", "skipped": "SKIP"
 
 
 def format_grade(result: GradeResult) -> str:
+    """The verdict as plain text: what a pipe, a file, CI and the tests get (a terminal gets render_grade)."""
+    lines = header_lines(result)
+    lines.extend(format_check(check) for check in result.checks)
+    for t in result.timings:
+        lines.append("  " + format_timing(t))
+    lines.extend(output_lines(result))
+    lines.extend(closing_lines(result))
+    return "\n".join(lines)
+
+
+def header_lines(result: GradeResult) -> list[str]:
+    """What was graded, where and how: the exercise, the source and seed, the device, the box, the kit."""
     where = f"{result.unit} " if result.unit else ""
     if result.unit and result.plan and result.plan != _default_plan_id():  # `grade day12 softmax` found its plan
         where = f"{result.unit} ({result.plan}) "
@@ -26,16 +49,26 @@ def format_grade(result: GradeResult) -> str:
         shown = ", ".join(result.kit_changes[:3]) + (", ..." if len(result.kit_changes) > 3 else "")
         lines.append(f"kit: {len(result.kit_changes)} file(s) differ from git ({shown}): this grade judged with them; "
                      "`git diff` shows them, `git checkout -- FILE` restores one")
-    lines.extend(format_check(check) for check in result.checks)
-    for t in result.timings:
-        lines.append("  " + format_timing(t))
-    if result.output.strip() and result.status != "passed":
-        lines.append("  your program's output:")
-        lines.extend(f"    | {line}" for line in result.output.strip().splitlines()[-30:])
-    lines.append(f"=> {result.status.upper()}: {result.verdict}")
+    return lines
+
+
+def output_lines(result: GradeResult) -> list[str]:
+    """The end of the learner's own output, under a grade that did not pass (none under one that did)."""
+    if not result.output.strip() or result.status == "passed":
+        return []
+    return ["  your program's output:", *(f"    | {line}" for line in result.output.strip().splitlines()[-30:])]
+
+
+def closing_lines(result: GradeResult) -> list[str]:
+    """The verdict line, and after a numerics failure the command that reproduces it."""
+    lines = [verdict_line(result)]
     if result.status == "failed" and any(c.name == "numerics" for c in result.checks):
         lines.append(f"   reproduce with: {reproduce_command(result)}")
-    return "\n".join(lines)
+    return lines
+
+
+def verdict_line(result: GradeResult) -> str:
+    return f"=> {result.status.upper()}: {result.verdict}"
 
 
 def _default_plan_id() -> str | None:
@@ -49,14 +82,24 @@ def format_check(check) -> str:
     first, *rest = check.message.splitlines() or [""]
     lines = [f"  [{MARKS.get(check.status, check.status)}] {check.name}: {first}"]
     lines.extend(f"         {line}" for line in rest)
-    failed = check.status in ("failed", "error")
-    lines.extend(f"         {line}" for line in (check.details.get("map") or []) if failed)
-    hint = check.details.get("hint") if failed else None
+    lines.extend(f"         {line}" for line in failure_map(check))
+    hint = failure_hint(check)
     if hint:
-        first_hint, *more = str(hint).splitlines()
+        first_hint, *more = hint.splitlines()
         lines.append(f"         hint: {first_hint}")
         lines.extend(f"               {line}" for line in more)
     return "\n".join(lines)
+
+
+def failure_map(check) -> list[str]:
+    """The picture of where a failing check's output went wrong (output_map.py); none under another check."""
+    return list(check.details.get("map") or []) if check.status in ("failed", "error") else []
+
+
+def failure_hint(check) -> str:
+    """What to try next, under a failing check only ("" where there is none)."""
+    hint = check.details.get("hint") if check.status in ("failed", "error") else None
+    return str(hint) if hint else ""
 
 
 def format_timing(t) -> str:
@@ -162,4 +205,204 @@ def reproduce_command(result: GradeResult) -> str:
     return " ".join(words + ["--seed", str(result.seed)])
 
 
-# --- while a grade waits on the learner's code --------------------------------------------------------
+# --- at a terminal: the same words through rich -------------------------------------------------------------
+
+STATUS_STYLES = {"passed": "green", "failed": "red", "error": "red", "skipped": "yellow"}
+GLYPH_STYLES = {"█": "red", "░": "yellow", "N": "magenta", "·": "dim"}  # output_map.GLYPHS, tastefully
+# patterns as strings, compiled (and cached by re) at a terminal only: compiling them costs every import
+LEGEND_GLYPH = r"[█░N·](?= (?:wrong|never|NaN|right))"  # a glyph the legend explains, not the N of NaN
+CONTROL = r"[\x00-\x08\x0b-\x1a\x1c-\x1f\x7f]"  # C0 controls but tab, newline and ESC (from_ansi reads it)
+
+
+def at_terminal(stream) -> bool:
+    """Whether `stream` is a terminal that takes rich's output: a TTY, and not TERM=dumb (rich's own test). NO_COLOR
+    keeps the layout and drops the colour (rich reads it)."""
+    tty = getattr(stream, "isatty", lambda: False)()
+    return bool(tty) and os.environ.get("TERM", "") not in ("dumb", "unknown")
+
+
+def terminal(stream=None):
+    """A rich Console on `stream` (default stdout) where it is a terminal; None elsewhere (plain text goes there)."""
+    stream = stream or sys.stdout
+    if not at_terminal(stream):
+        return None
+    from rich.console import Console
+
+    return Console(file=stream, highlight=False, markup=False, emoji=False)
+
+
+def print_grade(result: GradeResult, stream=None) -> None:
+    """A grade's verdict: render_grade at a terminal, format_grade's text elsewhere (byte for byte)."""
+    _print(stream, lambda: format_grade(result), lambda: render_grade(result))
+
+
+def print_check(check, stream=None) -> None:
+    """One check (kcourse watch's late sanitizer verdict): render_check at a terminal, format_check's text elsewhere."""
+    _print(stream, lambda: format_check(check), lambda: render_check(check))
+
+
+def print_verdict(result: GradeResult, stream=None) -> None:
+    """The verdict line alone, coloured by status at a terminal."""
+    _print(stream, lambda: verdict_line(result), lambda: render_verdict(result))
+
+
+def _print(stream, plain: Callable[[], str], rich: Callable[[], Any]) -> None:
+    out = terminal(stream)
+    if out is None:
+        click.echo(plain(), file=stream)
+    else:
+        out.print(rich(), crop=False)  # a line longer than the terminal (a command to copy) is wrapped by it, not cut
+
+
+def render_grade(result: GradeResult):
+    """A grade for a terminal: format_grade's words, the checks in a table, each failing check's output map and
+    hint under it, the verdict in its status's colour."""
+    from rich.console import Group
+    from rich.text import Text
+
+    head, *rest = header_lines(result)
+    parts = [Text(head, style="bold"), *(Text(line) for line in rest), checks_table(result.checks)]
+    parts += [part for check in result.checks for part in failure_details(check)]
+    parts += [Text("  " + format_timing(t)) for t in result.timings]
+    if output_lines(result):  # their lines as they wrote them: the terminal wraps a long one, as it does theirs
+        parts.append(learner_text("\n".join(output_lines(result)), style="dim", no_wrap=True, overflow="ignore"))
+    parts.append(render_verdict(result))
+    parts += [Text(line, style="dim", no_wrap=True, overflow="ignore")  # a command to copy: one line, unbroken
+              for line in closing_lines(result)[1:]]
+    return Group(*parts)
+
+
+def render_check(check):
+    """One check for a terminal: its table row, then its output map and hint."""
+    from rich.console import Group
+
+    return Group(checks_table([check]), *failure_details(check))
+
+
+def checks_table(checks):
+    """The checks as a table: status (PASS green, FAIL/ERROR red, SKIP yellow), name, message."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table("status", "check", "message", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                  header_style="bold")
+    for check in checks:
+        mark = Text(MARKS.get(check.status, check.status), style=f"bold {STATUS_STYLES.get(check.status, '')}")
+        table.add_row(mark, Text(check.name), learner_text(check.message))
+    return table
+
+
+def failure_details(check) -> list:
+    """Under the table, for a failing check with them: its output map and its hint (a highlighted panel), indented."""
+    from rich.padding import Padding
+    from rich.panel import Panel
+    from rich.text import Text
+
+    picture, hint = failure_map(check), failure_hint(check)
+    if not picture and not hint:
+        return []
+    parts: list = [Text(f"{check.name}:", style=f"bold {STATUS_STYLES.get(check.status, '')}")]
+    if picture:
+        parts += render_map(picture)
+    if hint:
+        parts.append(Panel(learner_text(hint), title="hint", title_align="left", border_style="cyan", expand=False))
+    return [Padding(part, (0, 0, 0, 2), expand=False) for part in parts]
+
+
+def render_map(lines: list[str]) -> list:
+    """The output map as output_map.py drew it: its legend (wrapped like prose), then the rows of cells, one line
+    each, never wrapped (a picture, monospaced as the terminal is), each glyph in its colour."""
+    from rich.text import Text
+
+    legend, *rows = lines
+    title = Text(legend)
+    for found in re.finditer(LEGEND_GLYPH, legend):
+        title.stylize(GLYPH_STYLES[found.group()], found.start(), found.end())
+    picture = Text(no_wrap=True, overflow="ignore")
+    for row in rows:
+        for glyph, run in itertools.groupby(row):
+            picture.append("".join(run), GLYPH_STYLES.get(glyph))
+        picture.append("\n")
+    picture.rstrip()
+    return [title, picture]
+
+
+def render_verdict(result: GradeResult):
+    """`=> FAILED: ...`, the status in its colour."""
+    line = learner_text(verdict_line(result))
+    line.stylize(f"bold {STATUS_STYLES.get(result.status, '')}", 0, len(f"=> {result.status.upper()}:"))
+    return line
+
+
+def learner_text(text: str, style: str = "", **options):
+    """Text that may hold the learner's words (their output, their exception's message): rich's markup is not read
+    in it, and of terminal escapes only colours are kept (cursor moves, clearing, titles are dropped). `options`:
+    rich Text's (no_wrap, overflow)."""
+    from rich.text import Text
+
+    return Text.from_ansi(re.sub(CONTROL, "", text), style=style, **options)
+
+
+# --- at a terminal: the live status line while a grade runs -----------------------------------------------------
+
+class GradingStatus:
+    """What the live line says: the step the grade is at and the seconds it has run, of its limit once the judge
+    reports them (waiting.report); until then the step the grading child last announced (`child.last_step`) and the
+    seconds since the command started. A waiting.LiveLine."""
+
+    def __init__(self, child=None, clock: Callable[[], float] = time.monotonic):
+        self.child, self.clock = child, clock
+        self.started = clock()
+        self.reported: tuple[float, float, float, str] | None = None  # (when, elapsed_s, limit_s, step)
+
+    def show(self, elapsed_s: float, limit_s: float, step: str) -> None:
+        self.reported = (self.clock(), elapsed_s, limit_s, step)
+
+    def hold(self, on: bool) -> None:
+        """No redraws while on (the probe's bursts are timed by this process's clock): the line's Live stops."""
+        live = getattr(self, "live", None)
+        if live is not None:
+            live.stop() if on else live.start()
+
+    def text(self) -> str:
+        """`checking M=33 N=600, trial 2 · 12 s (stopped at 120 s)`."""
+        now = self.clock()
+        if self.reported is None:
+            return f"{getattr(self.child, 'last_step', '') or 'grading'} · {now - self.started:.0f} s"
+        when, elapsed_s, limit_s, step = self.reported
+        limit = f" (stopped at {limit_s:.0f} s)" if limit_s > 0 else ""  # a build has no limit of the learner's
+        return f"{step or 'grading'} · {elapsed_s + now - when:.0f} s{limit}"
+
+
+@contextmanager
+def grading_status(child=None, enabled: bool = True) -> Iterator[GradingStatus | None]:
+    """A live status line on stderr while the block runs (a grade), where stderr is a terminal and this is the main
+    thread; it stands in for the "still running" lines and is gone when the block ends (transient). Elsewhere, or
+    not `enabled` (--json), nothing: the grade prints what it printed before. `child`: the grading child, whose
+    announced step the line shows until the judge reports its own."""
+    if not enabled or not at_terminal(sys.stderr) or threading.current_thread() is not threading.main_thread():
+        yield None
+        return
+    from rich.console import Console
+    from rich.live import Live
+    from rich.spinner import Spinner
+
+    from grader.run import waiting
+
+    status, spinner = GradingStatus(child), Spinner("dots", style="cyan")
+
+    def current():  # called by rich at every refresh, from its own thread
+        spinner.update(text=learner_text(status.text()))  # the step is the child's words
+        return spinner
+
+    # Prints during the block go above the line; stdout's only where it is this terminal too (not a pipe). Four
+    # refreshes a second (rich's default): each render holds the GIL, in the process whose clock the probe reads.
+    with Live(console=Console(stderr=True, highlight=False), get_renderable=current, transient=True,
+              refresh_per_second=4, redirect_stdout=at_terminal(sys.stdout)) as live:
+        status.live = live
+        waiting.attach(status)
+        try:
+            yield status
+        finally:
+            waiting.attach(None)

@@ -66,6 +66,8 @@ class ChildLink:
     def next_event(self) -> dict[str, Any]:
         """The child's next event; at a terminal, while the grade goes on, a "still running" line every
         waiting.STILL_RUNNING_S (not during the probe, whose bursts this process's clock times)."""
+        if not self.quiet:  # the live line at a terminal, where one is drawn, shows the step
+            waiting.report(time.monotonic() - self.waited_from, self.deadline - self.waited_from, self.child.last_step)
         if self.quiet or not waiting.waiting_lines_wanted():
             return self.child.event(self.deadline)
         while True:

@@ -21,7 +21,7 @@ from grader.core.paths import course_root, solutions_dir
 from grader.core.records import ERROR, FAILED, PASSED, SKIPPED, Check, GradeResult
 from grader.core.spec import BUILDS
 from grader.core.vocabulary import CheckName, Code, Event
-from grader.run import heavy, kit, sandbox, sanitize
+from grader.run import heavy, kit, sandbox, sanitize, waiting
 from grader.run.judge import Judge
 from grader.toolchain import build, occupancy, op_build
 
@@ -49,7 +49,9 @@ def grade(target: Target, source: str = "learner", submission: Path | None = Non
     """Grade one exercise (mode "grade"), or run the learner's code for "profile" / "tune" in the same
     sandbox. `quick`: numerics and integrity only. `child`: a worker already started (kcourse watch).
     `sanitize_code`: run compute-sanitizer on a small case (sanitize.py). `timed_sizes`: "all" the
-    [performance] cases, or "verdict": only the last, where the speed verdict is taken (kcourse watch).
+    [performance] cases (validate, grade-batch, `kcourse grade --full`), or "verdict": only the last, where the
+    speed verdict is taken (kcourse grade, kcourse watch); job_extra {"torch_anchor": True} times PyTorch beside
+    it there too (watch leaves it out).
     `ahead`: a judge made by judge_ahead() for this `child` and `seed`, its large draws already under way.
     `before_timing`: called before the timed runs, to end what the caller has going on this GPU (grade-batch:
     the next grade's child warming up); the grade's own compute-sanitizer run always ends first."""
@@ -227,6 +229,8 @@ def _operator_build_dirs(target: Target, path: Path, staged: dict[Path, Path]) -
 def _build(target, path, solution, job, result, gpu) -> bool:
     """Compile what this kind of exercise compiles before its child runs; False if the grade ends here."""
     variant, started = target.variant, time.monotonic()
+    if variant.kind in NVCC_KINDS or variant.kind == "torch_op":
+        waiting.report(0.0, 0.0, "building")  # the live line at a terminal, where one is drawn
     if variant.kind in NVCC_KINDS:
         ok = _build_raw_cuda(path, solution if job["solution"] else None, job, result, gpu, variant)
         result.phases["build"] = round(time.monotonic() - started, 3)

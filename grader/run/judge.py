@@ -237,8 +237,9 @@ class Judge:
     # --- timing -------------------------------------------------------------------------------------
     def _timed_cases(self, job: dict[str, Any]) -> list[tuple[int, Case]]:
         """(index in [performance.cases], case) of the sizes to time: all of them, or with job["timed_sizes"] =
-        "verdict" (kcourse watch) only the last, the size the speed verdict is taken at, with the same budget:
-        the verdict is as trustworthy, and the other sizes' inputs, references and runs (~2 s) are saved.
+        "verdict" (kcourse grade without --full, kcourse watch) only the last, the size the speed verdict is taken
+        at, with the same budget: the verdict is as trustworthy, and the other sizes' inputs, references and runs
+        are saved.
         An exercise with a memory bar times every size anyway: its O(N) check needs the long, thin ones."""
         indexed = list(enumerate(self.spec.performance.cases))
         verdict_only = job.get("timed_sizes") == "verdict" and self.spec.performance.max_extra_bytes is None
@@ -280,8 +281,8 @@ class Judge:
             messages.append({"case": index, "k": f"t{index}", "inputs": metas, "probe": last,
                              "budget_s": BUDGET_S if last else BUDGET_S / 3,  # the verdict size gets most runs
                              # kcourse watch: PyTorch is not timed beside you (the verdict does not use it):
-                             # two contestants take two thirds of three's time
-                             "anchor": job.get("timed_sizes") != "verdict"})
+                             # two contestants take two thirds of three's time; a one-shot grade asks for it
+                             "anchor": job.get("torch_anchor", job.get("timed_sizes") != "verdict")})
         return messages
 
     def _one_timed_case(self, index: int, case: Case):

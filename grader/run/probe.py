@@ -13,6 +13,7 @@ from grader.core import gpushare, hostload
 from grader.core.records import ERROR, Check, GradeResult, Timing
 from grader.core.spec import ExerciseSpec, Variant
 from grader.core.vocabulary import CheckName, Code, Event
+from grader.run import waiting
 from grader.run.child_link import ChildLink
 
 
@@ -27,11 +28,13 @@ def cross_check(link: ChildLink, spec: ExerciseSpec, variant: Variant, result: G
     pid = int((child.ready or {}).get("pid") or child.proc.pid)  # sent before learner code ran
     child.send({"go": True})
     link.quiet = True  # no terminal writes while this process's clock times the bursts
+    waiting.hold(True)
     disagreement = _round(link, spec, variant, record, pid)
     if disagreement:
         child.send({"probe_again": True})
         disagreement = _round(link, spec, variant, record, pid)
     link.quiet = False
+    waiting.hold(False)
     if not disagreement:
         child.send({"probe_again": False})  # the child ends as after any grade
         return None
