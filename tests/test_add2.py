@@ -192,7 +192,8 @@ def test_the_given_setup_py_names_its_extension_from_torch_extension_name(tmp_pa
 @pytest.mark.nvcc
 def test_the_fixtures_compile(tmp_path):
     nvcc = build.find_nvcc()
-    sources = [mistake_file(name, tmp_path) for name in GPU_MISTAKES] + [submission("add2_2d.cu")]
+    sources = [mistake_file(name, tmp_path) for name in GPU_MISTAKES]
+    sources += [submission("add2_2d.cu"), submission("add2_no_tail.cu")]  # the ladder's step 1, a mistake of the spec's
     jobs = [subprocess.Popen([nvcc, "-std=c++17", "-arch=sm_90", "-cubin", f"-I{FOLDER}", "-o", os.devnull, str(source)],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for source in sources]
     for source, job in zip(sources, jobs):
@@ -264,13 +265,12 @@ def test_the_stub_fails_on_the_gpu():
 
 GPU_MISTAKES = {  # mistake -> the verdict codes it may get (n = 1 launches no block: a CUDA error)
     "grid_floor": ("cuda_error", "not_written", "mismatch"),
-    "no_tail": ("not_written", "mismatch"),
     # the values land in the next row, right; the last row's stores past c do not (memcheck), and may spoil a
     # neighbouring tensor
     "no_bounds_check": ("memcheck", "input_modified", "mismatch"),
 }
 # Mistakes that are edits of tests/fixtures/submissions/add2_2d.cu (the ladder's step 1); no_tail, another
-# kernel (float4 over the flat array), is a fixture of its own.
+# kernel (float4 over the flat array), is a fixture of its own: the spec's [[mistakes]] (tests/test_exercise_mistakes.py).
 MISTAKE_EDITS = {
     # The document's launch, as written: grid(n / block.x, n / block.y) rounds down, so the last n % 16 rows and
     # columns are never written, and n < 16 launches no block at all (a launch error).
@@ -283,8 +283,6 @@ MISTAKE_EDITS = {
 
 
 def mistake_file(name: str, folder: Path) -> Path:
-    if name not in MISTAKE_EDITS:
-        return submission(f"add2_{name}.cu")
     return mutant("add2_2d.cu", name, MISTAKE_EDITS[name], folder)
 
 

@@ -1,11 +1,11 @@
 """broadcast_ops (Triton, 100-day days 31 and 34): out = where(x > threshold, x * scale[col] + bias[row], leaky * x).
 
 On the CPU: the spec's inputs (values exactly at the threshold, infinities, M != N), the solution graded
-under the interpreter (passes) and the stub (fails), and each classic mistake (a fixture in
-tests/fixtures/submissions/broadcast_ops_<mistake>.py) failing on the case built for it, run in this
-process under the interpreter (tests/interpreted.py). On a GPU (`python -m pytest -m gpu -s
-tests/test_broadcast_ops.py`): the solution graded, its GB/s at 8192x8192 float32 and bfloat16 beside
-eager PyTorch's five kernels and the ladder's steps, and every fixture graded for real."""
+under the interpreter (passes) and the stub (fails), and a correct kernel passing the cases the classic mistakes
+fail on, run in this process under the interpreter (tests/interpreted.py). The mistakes themselves (the spec's
+[[mistakes]], each a fixture) are graded on the CPU and on a GPU by tests/test_exercise_mistakes.py. On a GPU
+(`python -m pytest -m gpu -s tests/test_broadcast_ops.py`): the solution graded, its GB/s at 8192x8192 float32
+and bfloat16 beside eager PyTorch's five kernels and the ladder's steps, and bf16_arithmetic without FP fusion."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from simulated_kernels import first_failure, trial_verdict
 
 from grader.checks.inputs import generate
 from grader.core.discovery import discover_exercises, resolve
+from grader.core.spec import case_word
 from grader.run.grade import grade
 
 SPEC = discover_exercises()["broadcast_ops"]
@@ -87,38 +88,14 @@ def test_the_stub_imports_and_fails_as_not_implemented():
     assert check.name == "numerics" and check.details["code"] == "not_implemented", check.message
 
 
-# --- the classic mistakes, each on the case built for it (interpreted in this process) ---------------------
-
-MISTAKES = {  # fixture: (a label fragment of the case built for it, the verdicts it may get there)
-    "swapped_broadcast": ("M=3 N=5", {"mismatch"}),            # scale[:, None] on square tiles
-    "swapped_sizes": ("M=3 N=5", {"out_of_bounds"}),           # M and N swapped in the masks
-    "greater_equal": ("N=100 threshold=0.0", {"mismatch"}),     # >= on values exactly at the threshold
-    "blend": ("with_infinities", {"mismatch"}),                # m * a + (1 - m) * b: 0 * inf = NaN
-    "rows_at_stride_n": ("x layout=row_slice", {"mismatch"}),  # x's rows at multiples of N
-    "row_mask_only": ("M=37 N=781 threshold=0.5", {"out_of_bounds"}),  # a ragged right edge stored past the rows
-    # no .to(tl.float32): on a GPU without FP fusion rounded per operation (mismatch; with fusion one bf16 FMA,
-    # correct: see below); the interpreter computes on bfloat16's raw bits, and some of its garbage reads as the
-    # never-written poison (partial_write)
-    "bf16_arithmetic": ("N=1025 dtype=bfloat16", {"mismatch", "partial_write"}),
-}
-
-
-@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # the blend's 0 * inf, in numpy
-@pytest.mark.parametrize("name", list(MISTAKES))
-def test_each_classic_mistake_fails_on_its_case(name):
-    fragment, expected = MISTAKES[name]
-    case = case_with(fragment)
-    model = as_model(SPEC, load_interpreted(submission(f"broadcast_ops_{name}.py"), f"broadcast_ops_{name}"))
-    index = SPEC.cases.index(case)
-    codes = [trial_verdict(SPEC, case, model, SEED + 1000 * index + t, t) for t in range(SPEC.trials_for(case))]
-    assert expected & set(codes), f"{name} on {case.label()}: {codes}"
-
+# --- the cases the classic mistakes fail on (interpreted in this process) ---------------------------------
 
 def test_a_correct_kernel_passes_the_cases_the_mistakes_fail_on():
-    """The cases catch the mistakes, not the harness: the same tiles without the mistake pass each of them."""
+    """The cases catch the mistakes, not the harness: the same tiles without a mistake pass the case each
+    mistake's grade fails first (its first_case in the spec's [[mistakes]]: tests/test_exercise_mistakes.py)."""
     model = as_model(SPEC, load_interpreted(submission("broadcast_ops_square_tiles.py"), "broadcast_ops_square_tiles"))
-    for fragment, _ in MISTAKES.values():
-        case = case_with(fragment)
+    for text in sorted({text for mistake in SPEC.mistakes for text in mistake.first_case}):
+        case = next(c for c in SPEC.cases if not c.gpu_only and case_word(text).search(c.label()))
         index = SPEC.cases.index(case)
         assert trial_verdict(SPEC, case, model, SEED + 1000 * index, 0) == "ok", case.label()
 
@@ -185,15 +162,6 @@ def test_ladder_figures_at_8192_square_and_the_solution_beats_eager_near_copy_ba
 def test_the_stub_fails_on_the_gpu():
     result = grade(resolve(("broadcast_ops",)), source="stubs", seed=SEED, record=False)
     assert first_failure(result).details.get("code") == "not_implemented", result.verdict
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("name", [name for name in MISTAKES if name != "bf16_arithmetic"])  # that one: below
-def test_each_classic_mistake_fails_when_graded_on_the_gpu(name):
-    result = grade(resolve(("broadcast_ops",)), submission=submission(f"broadcast_ops_{name}.py"), seed=SEED, record=False)
-    check = first_failure(result)
-    assert check.name == "numerics" and check.details.get("code") in ("mismatch", "out_of_bounds", "partial_write"), \
-        result.verdict
 
 
 def bfloat16_ptx_ops(fp_fusion: str, monkeypatch) -> set[str]:

@@ -1,17 +1,16 @@
 """An exercise's own hints ([[mistakes]] in its spec.toml): each classic mistake its README names says how it
 fails first and what the learner reads, tried before the grader's generic hints (grader/checks/hints.py).
 
-The matcher logic on fake checks and the spec's errors run fast; the end-to-end test grades every mistake's
-fixture (tests/fixtures/submissions/, instructor-only) and expects that mistake's hint on the failing check."""
+Here the matcher logic on fake checks and the spec's errors (fast). Every mistake's fixture is graded end to end,
+its verdict and its hint expected, by tests/test_exercise_mistakes.py."""
 
 from __future__ import annotations
 
 import pytest
-from conftest import HAS_GPU, SUBMISSIONS, submission
 from unit.conftest import toy_spec, write_exercise
 
 from grader.checks import hints
-from grader.core.discovery import discover_exercises, resolve
+from grader.core.discovery import discover_exercises
 from grader.core.records import FAILED, Check, GradeResult
 from grader.core.spec import SpecError, load_spec
 
@@ -135,38 +134,3 @@ def test_two_mistakes_with_one_name_are_an_error(tmp_path):
     twice = mistakes_toml('name = "a"\nhint = "h"\nnan = true', 'name = "a"\nhint = "h2"\nnan = false')
     with pytest.raises(SpecError, match="a second mistake named 'a'"):
         load_spec(write_exercise(tmp_path, toy_spec(after=twice)))
-
-
-# --- the catalog: every declared mistake has a fixture that gets its hint -------------------------
-
-DECLARED = [(exercise, mistake) for exercise, spec in sorted(discover_exercises().items()) for mistake in spec.mistakes]
-
-
-def test_every_declared_mistake_names_a_fixture_that_exists():
-    assert DECLARED, "no exercise declares [[mistakes]]"
-    if not SUBMISSIONS.is_dir():
-        pytest.skip("tests/fixtures/submissions/ is absent (a learner's kit)")
-    missing = [f"{exercise}:{m.name}" for exercise, m in DECLARED if not m.fixture or not (SUBMISSIONS / m.fixture).is_file()]
-    assert not missing, f"give these [[mistakes]] a fixture = \"...\" in tests/fixtures/submissions/: {missing}"
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("exercise, mistake", DECLARED, ids=[f"{e}-{m.name}" for e, m in DECLARED])
-def test_each_mistakes_fixture_fails_with_its_own_hint(exercise, mistake):
-    from grader.run.grade import grade
-
-    lang = mistake.lang or ("cuda" if mistake.fixture.endswith(".cu") else "triton")
-    if lang == "cuda" and not HAS_GPU:
-        pytest.skip("a CUDA mistake's fixture is graded on a GPU")
-    target = resolve((exercise,), lang=lang)
-    result = grade(target, submission=submission(mistake.fixture), seed=11)
-    check = next((c for c in result.checks if c.status in ("failed", "error")), None)
-    assert check is not None, f"{mistake.fixture} passes: the mistake fails no case (a numerics gap)"
-    context = hints.Context(result, target.spec)
-    assert mistake in hints.matching_mistakes(check, context), (check.message, check.details)
-    got = check.details.get("hint") or ""
-    if mistake.hint:
-        assert mistake.hint in got, (check.message, got)
-        assert SOFTMAX_OVERFLOW not in got  # no generic hint stood in for the exercise's own
-    else:  # declared without a hint of its own: a generic hint answers it
-        assert got and hints.exercise_hint(check, context) is None, (check.message, got)

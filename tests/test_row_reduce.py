@@ -1,9 +1,10 @@
 """row_reduce (Triton, 100-day challenge day 33): per-row sum, max and first argmax over rows up to ~1M long.
 
 On the CPU, under the Triton interpreter in this process (tests/triton_judging.py): each classic mistake —
-a one-line edit of the solution, or a fixture file — fails on the case built for it with the message that
-names it, while the solution passes that same case. (The whole grade of the solution and of the stub
-under the interpreter is tests/test_grading_cpu.py's.) On a GPU: the solution beside torch's three
+a one-line edit of the solution — fails on the case built for it with the message that names it, while the
+solution passes that same case (the spec's [[mistakes]], fixture files, are graded by
+tests/test_exercise_mistakes.py; the whole grade of the solution and of the stub under the interpreter is
+tests/test_grading_cpu.py's). On a GPU: the solution beside torch's three
 reductions and the copy bandwidth at 4096 x 65536 and 64 x 2^20, the ladder's step 1, the real grades of
 the solution, the stub and the mistakes (`python -m pytest -m gpu -s tests/test_row_reduce.py`)."""
 
@@ -32,7 +33,8 @@ TIES = "M=3 N=20000 dtype=bfloat16 (x offset=100.0)"
 HALF_OVERFLOW = "M=2 N=40000 dtype=float16 (x offset=100.0)"
 ROW_SLICE = "M=6 N=4200 (x layout=row_slice)"
 
-# name: (edits of the solution [(old, new), ...] or a fixture file, the case it fails, the output, a message fragment)
+# name: (edits of the solution [(old, new), ...], the case it fails, the output, a message fragment). The spec's
+# [[mistakes]], each a fixture file, are graded by tests/test_exercise_mistakes.py.
 MISTAKES = {
     # `>=` keeps the last of equal values in each lane: a row of -inf answers an index near its end
     "last index wins": ([("take = x > run_max", "take = x >= run_max")], NEG_INF_ROWS, "argmaxes",
@@ -54,17 +56,12 @@ MISTAKES = {
                                      "tl.store(idx_ptr + row, tl.argmax(maxes, axis=0))")], TIES, "argmaxes", "expected"),
     # rows found with N instead of the row stride
     "rows at stride N": ([("row * x_row_stride", "row * n_cols")], ROW_SLICE, "sums", "wrong"),
-    # one block per row, no loop: a row longer than BLOCK is read only in part
-    "no loop over the row": ("row_reduce_one_block_per_row.py", NEGATIVE, "sums", "wrong"),
 }
 
 
 def mistake_file(name, tmp_path):
-    edits = MISTAKES[name][0]
-    if isinstance(edits, str):
-        return submission(edits)
     text = SOLUTION.read_text()
-    for old, new in edits:
+    for old, new in MISTAKES[name][0]:
         assert text.count(old) >= 1, f"{name}: {old!r} is not in the solution: update MISTAKES"
         text = text.replace(old, new)
     path = tmp_path / "row_reduce.py"

@@ -5,7 +5,8 @@ instead of elementwise comparison (grader/checks/checking.py: judge_output).
 
 On the CPU the grader's side is tested directly and end to end (a Triton exercise under the
 interpreter whose output may be any permutation); sm_id's check is tested on simulated outputs, right
-ones and each classic mistake's. The tests marked gpu grade the real solution, stub and fixtures."""
+ones and each classic mistake's. The tests marked gpu grade the real solution and stub; the mistakes' fixtures
+(the spec's [[mistakes]]) are graded on the CPU emulator and on a GPU by tests/test_exercise_mistakes.py."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import ctypes
 
 import pytest
 import torch
-from conftest import ROOT, submission
+from conftest import ROOT
 
 from grader.checks.checking import judge_output, load_reference, reference_outputs
 from grader.checks.inputs import INT_POISON, make_outputs
@@ -275,22 +276,3 @@ def test_the_solution_passes_and_its_ids_cover_the_gpu():
 def test_the_stub_fails_numerics_on_the_gpu():
     result = grade(resolve(("sm_id",)), source="stubs", seed=11, record=False, quick=True, sanitize_code=False)
     assert _failure(result).details.get("code") == "not_written", result.verdict
-
-
-GPU_MISTAKES = {
-    "sm_id_constant.cu": "property",
-    "sm_id_block_index.cu": "property",
-    "sm_id_warpid.cu": "property",
-    "sm_id_one_block.cu": "property",
-    "sm_id_thread_index.cu": "mismatch",
-}
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("name", list(GPU_MISTAKES))
-def test_each_fixture_mistake_fails_on_the_gpu(name):
-    result = grade(resolve(("sm_id",)), submission=submission(name), seed=11, record=False, quick=True,
-                   sanitize_code=False)
-    failed = _failure(result)
-    assert failed.details.get("code") == GPU_MISTAKES[name], result.verdict
-    print(f"\n{name}: {failed.message[:240]}")
