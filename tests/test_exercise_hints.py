@@ -134,3 +134,17 @@ def test_two_mistakes_with_one_name_are_an_error(tmp_path):
     twice = mistakes_toml('name = "a"\nhint = "h"\nnan = true', 'name = "a"\nhint = "h2"\nnan = false')
     with pytest.raises(SpecError, match="a second mistake named 'a'"):
         load_spec(write_exercise(tmp_path, toy_spec(after=twice)))
+
+
+def test_on_a_gpu_a_mistake_matches_its_gpu_code_and_elsewhere_its_code(tmp_path):
+    """A mistake whose GPU verdict differs (gpu_code: a store past the end is out_of_bounds on a GPU, a wrong
+    value on the interpreter) gets its hint on either machine."""
+    entry = mistakes_toml('name = "tail"\nhint = "tail hint"\ncode = "mismatch"\ngpu_code = "out_of_bounds"\n'
+                          'fixture = "x.py"\ntiers = ["cpu", "gpu"]')
+    spec = load_spec(write_exercise(tmp_path, toy_spec(after=entry)))
+    for device, code, hinted in [({"type": "cpu"}, "mismatch", True), ({"type": "cuda"}, "out_of_bounds", True),
+                                 ({"type": "cuda"}, "mismatch", False), ({"type": "cpu"}, "out_of_bounds", False)]:
+        check = Check("numerics", FAILED, "n=5: wrong", {"code": code})
+        result = GradeResult("toy", "triton", "learner", 1, checks=[check], device=device)
+        hints.annotate(result, spec)
+        assert (check.details.get("hint") == "tail hint") is hinted, (device, code)

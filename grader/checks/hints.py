@@ -123,6 +123,11 @@ class Context:
         return self.result.lang == "cuda" or getattr(_variant(self), "language", None) == "cuda"
 
     @property
+    def on_gpu(self) -> bool:
+        """The grade ran on a GPU (not the interpreter or the CUDA emulator)."""
+        return (self.result.device or {}).get("type") == "cuda"
+
+    @property
     def readme(self) -> str:
         return f"exercises/{self.spec.id}/README.md"
 
@@ -177,7 +182,8 @@ def mistake_matches(mistake: Mistake, check: Check, context: Context) -> bool:
         return False
     if mistake.check is not None and check.name != mistake.check:
         return False
-    if mistake.code and d.get("code") not in mistake.code:
+    codes = mistake.gpu_code if context.on_gpu and mistake.gpu_code else mistake.code
+    if codes and d.get("code") not in codes:  # a GPU's code where the spec gives one (gpu_code)
         return False
     if mistake.first_case:
         label = case_label(check)
