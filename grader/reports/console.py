@@ -289,8 +289,31 @@ def checks_table(checks):
                   header_style="bold")
     for check in checks:
         mark = Text(MARKS.get(check.status, check.status), style=f"bold {STATUS_STYLES.get(check.status, '')}")
-        table.add_row(mark, Text(check.name), learner_text(check.message))
+        table.add_row(mark, Text(check.name), message_text(check.message))
     return table
+
+
+SOURCE_LINE = r"^(?P<head>\s*(?P<file>[\w.-]+\.(?P<suffix>py|cu|cuh|ipynb)):\d+(?: in \w+)?: )(?P<code>.+)$"
+LEXERS = {"py": "python", "ipynb": "python", "cu": "cuda", "cuh": "cuda"}
+
+
+def message_text(message: str):
+    """A check's message for a terminal: the learner's words as learner_text has them, and each line that quotes
+    their source (`softmax.py:13 in softmax_kernel: numerator = tl.expp(...)`) with the code syntax-highlighted."""
+    from rich.syntax import Syntax
+    from rich.text import Text
+
+    lines = []
+    for line in message.split("\n"):
+        quoted = re.match(SOURCE_LINE, line)
+        if quoted is None:
+            lines.append(learner_text(line))
+            continue
+        clean = re.sub(r"[\x00-\x08\x0b-\x1f\x7f]", "", quoted["code"])  # a source line: no escape is replayed
+        code = Syntax(clean, LEXERS[quoted["suffix"]], theme="ansi_dark", background_color="default").highlight(clean)
+        code.rstrip()
+        lines.append(Text.assemble(learner_text(quoted["head"]), code))
+    return Text("\n").join(lines)
 
 
 def failure_details(check) -> list:

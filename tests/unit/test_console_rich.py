@@ -248,3 +248,17 @@ def test_a_build_shows_no_limit_on_the_live_line():
     status = console.GradingStatus(clock=lambda: 5.0)
     status.show(0.0, 0.0, "building")
     assert status.text() == "building · 0 s"
+
+
+def test_a_quoted_source_line_is_highlighted_and_keeps_its_text_and_caret():
+    message = ("n=1, trial 1: your code raised AttributeError\n"
+               "    typo.py:13 in kernel: y = tl.expp(x - tl.max(x, axis=0))\n"
+               "                          ^^^^^^^\n"
+               "    add.cu:7: out[i] = a[i] + b[i];\x1b[2J")
+    buffer = io.StringIO()
+    Console(file=buffer, force_terminal=True, width=200, color_system="truecolor").print(console.message_text(message))
+    shown = buffer.getvalue()
+    assert re.sub(r"\x1b\[[0-9;]*m", "", shown) == message.replace("\x1b[2J", "[2J") + "\n"  # the words, unchanged
+    assert "\x1b[2J" not in shown  # the learner's escape is not replayed (the screen is not cleared)
+    code_line = shown.splitlines()[1]
+    assert code_line.count("\x1b[") > 2  # highlighted
