@@ -522,6 +522,18 @@ def progress(plan_id) -> None:
         raise click.UsageError(str(exc)) from None
 
 
+def _tool_record(verb: str, run):
+    """run()'s record; a ToolError (the learner's code could not be run for the tool) printed as `could not <verb>`
+    and exit status 1, or 2 for a CaseError (--case names no case the tool can run)."""
+    from grader.commands import tools
+
+    try:
+        return run()
+    except tools.ToolError as exc:
+        click.echo(f"could not {verb}: {exc}")
+        sys.exit(2 if isinstance(exc, tools.CaseError) else 1)
+
+
 @main.command()
 @learner_code_options
 @click.option("--ncu", is_flag=True, help="Also collect Nsight Compute's Speed-of-Light metrics (needs ncu).")
@@ -532,11 +544,7 @@ def profile(words, lang, plan_id, source, submission, ncu, out_dir) -> None:
     from grader.reports.reporting import reports_dir
 
     target = _resolve(words, lang, plan_id, submission)  # a --file's suffix picks the version, as grade's does
-    try:
-        record = tools.run_profile(target, out_dir or reports_dir(), submission, source, ncu)
-    except tools.ToolError as exc:
-        click.echo(f"could not profile: {exc}")
-        sys.exit(1)
+    record = _tool_record("profile", lambda: tools.run_profile(target, out_dir or reports_dir(), submission, source, ncu))
     click.echo(tools.format_profile(record))
 
 
@@ -547,11 +555,7 @@ def tune(words, lang, plan_id, source, submission) -> None:
     from grader.commands import tools
 
     target = _resolve(words, lang, plan_id, submission)  # a --file's suffix picks the version, as grade's does
-    try:
-        record = tools.run_tune(target, submission, source)
-    except tools.ToolError as exc:
-        click.echo(f"could not tune: {exc}")
-        sys.exit(1)
+    record = _tool_record("tune", lambda: tools.run_tune(target, submission, source))
     click.echo(tools.format_tune(record))
     sys.exit(0 if any(row["correct"] for row in record["rows"]) else 1)
 
@@ -562,16 +566,12 @@ def tune(words, lang, plan_id, source, submission) -> None:
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), help="Folder for the pictures.")
 def viz(words, lang, plan_id, source, submission, case_index, out_dir) -> None:
     """Pictures of what each program of your Triton kernel loaded and stored (run once under the interpreter)."""
-    from grader.commands import tools
     from grader.commands import viz as pictures
     from grader.reports.report_files import reports_dir
 
     target = _resolve(words, lang, plan_id, submission)  # a --file's suffix picks the version, as grade's does
-    try:
-        record = pictures.run_viz(target, out_dir or reports_dir(), submission, source, case_index)
-    except tools.ToolError as exc:
-        click.echo(f"could not draw: {exc}")
-        sys.exit(2 if isinstance(exc, pictures.CaseError) else 1)  # 2: --case names no case it can run
+    record = _tool_record("draw", lambda: pictures.run_viz(target, out_dir or reports_dir(), submission, source,
+                                                            case_index))
     click.echo(pictures.format_viz(record))
     sys.exit(1 if pictures.problems(record) else 0)
 

@@ -36,7 +36,12 @@ class ToolError(KcourseError, RuntimeError):
     """The learner's code could not be profiled or tuned; the message is the grader's verdict."""
 
 
-def _failure(result: GradeResult) -> str:
+class CaseError(ToolError):
+    """--case names no case this version can run here (a usage error: exit status 2)."""
+
+
+def failure_message(result: GradeResult) -> str:
+    """The learner's failure as the child reported it (a crash, a timeout, an exception, a stub)."""
     bad = [c for c in result.checks if c.status in ("failed", "error")]
     return bad[0].message if bad else result.verdict
 
@@ -57,7 +62,7 @@ def run_profile(target: Target, out_dir: Path, submission: Path | None = None, s
     result = grade(target, source=source, submission=submission, mode="profile", job_extra={"trace_path": str(trace)},
                    record=False, timeout_s=target.variant.timeout_s * 3)
     if "profile" not in result.extra:
-        raise ToolError(_failure(result))
+        raise ToolError(failure_message(result))
     record = {"kind": "profile", "exercise": target.spec.id, "lang": target.variant.lang, "at": time.time(),
               "device": result.device.get("name", "CPU"), **result.extra["profile"],
               **(_ncu_metrics(target, submission, source, ncu_path) if ncu_path else {"ncu": []})}
@@ -86,7 +91,7 @@ def _ncu_silence(text: str, result: Any) -> str:
     if errors:
         return "Nsight Compute said: " + " | ".join(errors[:3])
     if "counters" not in result.extra:
-        return f"the run under Nsight Compute did not finish: {_failure(result)}"
+        return f"the run under Nsight Compute did not finish: {failure_message(result)}"
     return ("Nsight Compute profiled no kernel inside the learner's calls (all were library kernels, or the "
             "calls launched none): check that your code launches its own kernel")
 
@@ -147,7 +152,7 @@ def run_tune(target: Target, submission: Path | None = None, source: str = "lear
     result = grade(target, source=source, submission=submission, mode="tune", record=False, job_extra=job_extra,
                    timeout_s=target.variant.timeout_s * 5)
     if "tune" not in result.extra:
-        raise ToolError(_failure(result))
+        raise ToolError(failure_message(result))
     found = result.extra["tune"]
     for row in found["rows"]:  # what the compiler said of each CUDA configuration
         if row["config"] in builds:

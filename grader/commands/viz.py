@@ -14,9 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from grader.commands.tools import ToolError
+from grader.commands.tools import CaseError, ToolError, failure_message
 from grader.core.discovery import Target
-from grader.core.records import ERROR, FAILED, GradeResult
 from grader.core.spec import Case, ExerciseSpec, Variant, shape_of
 
 MIN_ELEMENTS = 100  # the default case: the smallest with at least this many input elements (one element shows nothing)
@@ -29,10 +28,6 @@ RACE = (0.85, 0.0, 0.0, 1.0)  # an element stored by two programs or more
 NO_ELEMENT = (0.8, 0.8, 0.8, 1.0)  # the end of a wrapped row, past the last element
 SHARED = 0.55  # an element loaded by two programs or more: its colour this much darker
 LEGEND_PROGRAMS = 12  # programs named in a legend; beyond that the colours repeat unnamed
-
-
-class CaseError(ToolError):
-    """--case names no case this version can run here (a usage error)."""
 
 
 def run_viz(target: Target, out_dir: Path, submission: Path | None = None, source: str = "learner",
@@ -48,7 +43,7 @@ def run_viz(target: Target, out_dir: Path, submission: Path | None = None, sourc
                    job_extra={"viz_case": index}, child_env={"TRITON_INTERPRET": "1"},
                    timeout_s=timeout_s or target.variant.timeout_s * INTERPRETER_TIMEOUT_FACTOR)
     if "viz" not in result.extra:
-        raise ToolError(_failure(result))
+        raise ToolError(failure_message(result))
     findings = result.extra["viz"]
     if not findings["launches"]:
         raise ToolError(f"your {target.variant.entry}() launched no Triton kernel at {findings['case']}: there is "
@@ -59,12 +54,6 @@ def run_viz(target: Target, out_dir: Path, submission: Path | None = None, sourc
             "case": findings["case"], "case_index": index, "device": result.device.get("name", "CPU"),
             "launches": findings["launches"], "tensors": summarise(findings), "stray": findings["stray"],
             "switched_off": findings["switched_off"], "pictures": [str(p) for p in draw_all(findings, out_dir, stem)]}
-
-
-def _failure(result: GradeResult) -> str:
-    """The learner's failure as the child reported it (a crash, a timeout, an exception, a stub)."""
-    bad = [c for c in result.checks if c.status in (FAILED, ERROR)]
-    return bad[0].message if bad else result.verdict
 
 
 def cuda_message(target: Target) -> str:

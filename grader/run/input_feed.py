@@ -8,6 +8,7 @@ own (heavy.py). Learner code never runs here."""
 
 from __future__ import annotations
 
+import math
 import threading
 import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -177,7 +178,7 @@ class InputFeed:
 
 def input_bytes(spec: ExerciseSpec, case: Case) -> int:
     """Bytes of one trial's inputs at `case`."""
-    return sum(numel(shape_of(t, case)) * element_size(dtype_of(t, case)) for t in spec.inputs)
+    return sum(math.prod(shape_of(t, case)) * element_size(dtype_of(t, case)) for t in spec.inputs)
 
 
 def _done(compute: Callable[[], Any]) -> Future:
@@ -188,10 +189,3 @@ def _done(compute: Callable[[], Any]) -> Future:
     except Exception as exc:  # raised again where the reference is read, as the reference thread's would be
         future.set_exception(exc)
     return future
-
-
-def numel(shape: list[int]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n

@@ -8,6 +8,7 @@ agrees (probe.py). What the child may send and how its death reads is child_link
 
 from __future__ import annotations
 
+import math
 import shutil
 import time
 import traceback
@@ -25,7 +26,7 @@ from grader.core.spec import Case, ExerciseSpec, Variant
 from grader.core.vocabulary import CheckName, Code, Event
 from grader.run import probe
 from grader.run.child_link import ChildLink, Finished
-from grader.run.input_feed import InputFeed, Trial, numel
+from grader.run.input_feed import InputFeed, Trial
 from grader.run.sandbox import Child, ChildGone, ChildTimeout
 
 __all__ = ["Finished", "Judge"]
@@ -172,7 +173,7 @@ class Judge:
         for spec_out in self.spec.outputs:
             meta = event.get("outputs", {}).get(spec_out.name)
             try:
-                tensor = load_tensor(meta, expected_numel=numel(shape_of(spec_out, case)))
+                tensor = load_tensor(meta, expected_numel=math.prod(shape_of(spec_out, case)))
             except (TypeError, KeyError, ValueError, OSError) as exc:
                 self.link.fail(CheckName.NUMERICS, f"{case.label()}: output {spec_out.name} did not come back from "
                                f"your run ({exc})", code=Code.BAD_RETURN)
