@@ -221,7 +221,7 @@ class Mistake:
     # and expects these matchers and this hint); only a name: fixtures do not ship to learners
     fixture: str | None = None
     # where that test grades the fixture: "cpu" (the Triton interpreter or the CUDA emulator; every matcher must
-    # hold) and "gpu" (the failing check and its code must); the hints ignore both fields
+    # hold) and "gpu" (the failing check and its code must); the hints ignore tiers and match gpu_code on a GPU
     tiers: list[str] = field(default_factory=lambda: ["cpu"])
     gpu_code: list[str] = field(default_factory=list)  # the code(s) a GPU's grade gets, where not `code`'s
 
