@@ -45,23 +45,44 @@ def _command_phases(result, imports: float) -> float:
     result.phases = {**own, "imports": round(imports, 3), **result.phases}  # the child's start-up is `start`
     return age if age is not None else now
 
+
 SOURCES = click.Choice(["learner", "stubs", "solutions"])
 LANGS = "cuda|triton|VERSION"  # a version's name; the spec checks it and lists the ones an exercise has
-SOURCE_HELP = ("learner/stubs: the files in exercises/; solutions: the hidden solutions in the learner's place "
-               "(env KCOURSE_SOURCE does the same, for CI systems that set variables).")
+SOURCE_HELP = (
+    "learner/stubs: the files in exercises/; solutions: the hidden solutions in the learner's place "
+    "(env KCOURSE_SOURCE does the same, for CI systems that set variables)."
+)
 
 
 def learner_code_options(command):
     """What names the code to run: `week2 reduction` or `reduction`, --lang, --plan, --source, --file."""
-    for option in reversed([
-        click.argument("words", nargs=-1, required=True),
-        click.option("--lang", type=str, metavar=LANGS, help="Pick the version where an exercise has several: its "
-                     "language, or the name its spec gives it (add2 --lang setup)."),
-        click.option("--plan", "plan_id", help="Resolve the week/day in this plan (default: the 11-week plan)."),
-        click.option("--source", type=SOURCES, default="learner", show_default=True, envvar="KCOURSE_SOURCE", help=SOURCE_HELP),
-        click.option("--file", "submission", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-                     help="Use this file (a .py, .cu or tagged .ipynb) instead of the one in exercises/."),
-    ]):
+    for option in reversed(
+        [
+            click.argument("words", nargs=-1, required=True),
+            click.option(
+                "--lang",
+                type=str,
+                metavar=LANGS,
+                help="Pick the version where an exercise has several: its "
+                "language, or the name its spec gives it (add2 --lang setup).",
+            ),
+            click.option("--plan", "plan_id", help="Resolve the week/day in this plan (default: the 11-week plan)."),
+            click.option(
+                "--source",
+                type=SOURCES,
+                default="learner",
+                show_default=True,
+                envvar="KCOURSE_SOURCE",
+                help=SOURCE_HELP,
+            ),
+            click.option(
+                "--file",
+                "submission",
+                type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                help="Use this file (a .py, .cu or tagged .ipynb) instead of the one in exercises/.",
+            ),
+        ]
+    ):
         command = option(command)
     return command
 
@@ -118,14 +139,38 @@ def main() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the full result as one JSON document.")
 @click.option("--strict", is_flag=True, help="Count skipped checks as failures.")
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), help="Also write JUnit XML here.")
-@click.option("--gradescope", type=click.Path(dir_okay=False, path_type=Path), help="Also write Gradescope results.json here.")
-@click.option("--quick", is_flag=True, help="Numerics and integrity only: no timing (for when speed is not the question).")
+@click.option(
+    "--gradescope", type=click.Path(dir_okay=False, path_type=Path), help="Also write Gradescope results.json here."
+)
+@click.option(
+    "--quick", is_flag=True, help="Numerics and integrity only: no timing (for when speed is not the question)."
+)
 @click.option("--verbose", "-v", is_flag=True, help="Also print the seconds spent in each phase.")
-@click.option("--no-sanitize", is_flag=True, help="Skip compute-sanitizer's race and memory checks (cached per file anyway).")
-@click.option("--full", is_flag=True, help="Time every size of the exercise (the curve in your report), not only the "
-              "size the speed verdict is taken at.")
-def grade(words, lang, plan_id, source, submission, seed, timeout, as_json, strict, junit, gradescope, quick, verbose,
-          no_sanitize, full) -> None:
+@click.option(
+    "--no-sanitize", is_flag=True, help="Skip compute-sanitizer's race and memory checks (cached per file anyway)."
+)
+@click.option(
+    "--full",
+    is_flag=True,
+    help="Time every size of the exercise (the curve in your report), not only the size the speed verdict is taken at.",
+)
+def grade(
+    words,
+    lang,
+    plan_id,
+    source,
+    submission,
+    seed,
+    timeout,
+    as_json,
+    strict,
+    junit,
+    gradescope,
+    quick,
+    verbose,
+    no_sanitize,
+    full,
+) -> None:
     """Grade one exercise: `kcourse grade week2 reduction` or `kcourse grade reduction`."""
     from grader.run import early
 
@@ -136,9 +181,18 @@ def grade(words, lang, plan_id, source, submission, seed, timeout, as_json, stri
         from grader.run.grade import grade as run_grade
 
         imports = time.monotonic() - STARTED
-        result = run_grade(target, source=source, submission=submission, seed=seed, timeout_s=timeout, quick=quick,
-                           sanitize_code=not no_sanitize, child=child, timed_sizes="all" if full else "verdict",
-                           job_extra={"torch_anchor": True})
+        result = run_grade(
+            target,
+            source=source,
+            submission=submission,
+            seed=seed,
+            timeout_s=timeout,
+            quick=quick,
+            sanitize_code=not no_sanitize,
+            child=child,
+            timed_sizes="all" if full else "verdict",
+            job_extra={"torch_anchor": True},
+        )
     result.lang_choice = target.lang_choice
     total = _command_phases(result, imports)
     if as_json:
@@ -168,7 +222,9 @@ def watch(words, lang, plan_id, source, submission, quick, no_sanitize) -> None:
         console.print_grade(result)
         click.echo(console.format_phases(result, warm=True))
         if result.timings:
-            click.echo("(watch times the verdict's size only, without PyTorch beside it; `kcourse grade --full` times every size)")
+            click.echo(
+                "(watch times the verdict's size only, without PyTorch beside it; `kcourse grade --full` times every size)"
+            )
         click.echo("watching for changes (Ctrl-C to stop) ...")
 
     def show_later(result):  # compute-sanitizer's verdict, after the rest (it runs once timing is done)
@@ -211,8 +267,12 @@ def _resolve(words, lang, plan_id, submission: Path | None = None):
 
 @main.command("env-check")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-@click.option("--no-training", is_flag=True, help="Skip the small CPU-vs-GPU training run (about 2 s: the CPU's run "
-              "stops at envcheck.BUDGET_S, and the GPU runs as many steps).")
+@click.option(
+    "--no-training",
+    is_flag=True,
+    help="Skip the small CPU-vs-GPU training run (about 2 s: the CPU's run "
+    "stops at envcheck.BUDGET_S, and the GPU runs as many steps).",
+)
 def env_check(as_json, no_training) -> None:
     """Check torch, CUDA, the GPU, nvcc, ninja and Triton; measure the GPU; time a small training run."""
     from grader.commands import envcheck
@@ -238,9 +298,12 @@ def list_command(plan_id, show_all) -> None:
 
 
 def _allow_unisolated_option(command):
-    return click.option("--allow-unisolated", is_flag=True,
-                        help="Run learner code even where this machine cannot box it (no Landlock): only for code "
-                             "you trust, such as your own solutions and stubs.")(command)
+    return click.option(
+        "--allow-unisolated",
+        is_flag=True,
+        help="Run learner code even where this machine cannot box it (no Landlock): only for code "
+        "you trust, such as your own solutions and stubs.",
+    )(command)
 
 
 def _require_box(allowed: bool) -> None:
@@ -249,33 +312,66 @@ def _require_box(allowed: bool) -> None:
 
     boxed, why = box.available()
     if not boxed and not allowed:
-        raise click.UsageError(f"learner code cannot be boxed here: {why}. Grade on Linux 5.13 or later with "
-                               "Landlock enabled, or pass --allow-unisolated to run it with your user's rights")
+        raise click.UsageError(
+            f"learner code cannot be boxed here: {why}. Grade on Linux 5.13 or later with "
+            "Landlock enabled, or pass --allow-unisolated to run it with your user's rights"
+        )
     if not boxed:
         click.echo(f"isolation: none ({why}); --allow-unisolated was given", err=True)
 
 
 @main.command()
-@click.option("--source", type=SOURCES, default="solutions", show_default=True, envvar="KCOURSE_SOURCE",
-              help="solutions: every solution must pass; stubs: every stub must fail (env KCOURSE_SOURCE).")
+@click.option(
+    "--source",
+    type=SOURCES,
+    default="solutions",
+    show_default=True,
+    envvar="KCOURSE_SOURCE",
+    help="solutions: every solution must pass; stubs: every stub must fail (env KCOURSE_SOURCE).",
+)
 @click.option("--only", "only", multiple=True, help="Only this exercise id (repeatable).")
 @click.option("--lang", type=str, metavar=LANGS, help="Only this language (or version name).")
 @click.option("--plan", "plan_id", help="Only the exercises of this plan.")
 @click.option("--unit", help="Only the exercises of this week/day of the plan (e.g. week2).")
 @click.option("--seed", type=int, help="The same inputs in every run (default: fresh random inputs per run).")
-@click.option("--repeat", type=int, default=1, show_default=True,
-              help="Grade each exercise this many times; it is ok only if every run is (--repeat 10: 10/10).")
+@click.option(
+    "--repeat",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Grade each exercise this many times; it is ok only if every run is (--repeat 10: 10/10).",
+)
 @click.option("--workers", type=int, help="Grades at once (default: one per GPU, each grade seeing only its GPU).")
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--strict", is_flag=True, help="Count exercises that could not run here as failures.")
-@click.option("--calibrate", "write_calibration", is_flag=True,
-              help="With the solutions on a GPU: also record each exercise's figures in calibration/calibration.json "
-                   "(its first run, which times every size), as `kcourse calibrate` does; only exercises ok every run.")
+@click.option(
+    "--calibrate",
+    "write_calibration",
+    is_flag=True,
+    help="With the solutions on a GPU: also record each exercise's figures in calibration/calibration.json "
+    "(its first run, which times every size), as `kcourse calibrate` does; only exercises ok every run.",
+)
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), help="Also write JUnit XML here.")
-@click.option("--gradescope", type=click.Path(dir_okay=False, path_type=Path), help="Also write Gradescope results.json here.")
+@click.option(
+    "--gradescope", type=click.Path(dir_okay=False, path_type=Path), help="Also write Gradescope results.json here."
+)
 @_allow_unisolated_option
-def validate(source, only, lang, plan_id, unit, seed, repeat, workers, as_json, strict, write_calibration, junit,
-             gradescope, allow_unisolated) -> None:
+def validate(
+    source,
+    only,
+    lang,
+    plan_id,
+    unit,
+    seed,
+    repeat,
+    workers,
+    as_json,
+    strict,
+    write_calibration,
+    junit,
+    gradescope,
+    allow_unisolated,
+) -> None:
     """Grade every exercise with the solutions (must pass) or the stubs (must not pass), --repeat times each,
     one grade per GPU at once."""
     from grader.run import forkserver
@@ -292,14 +388,17 @@ def validate(source, only, lang, plan_id, unit, seed, repeat, workers, as_json, 
     from grader.core.paths import solutions_dir
 
     if source == "solutions" and not solutions_dir().is_dir():
-        raise click.UsageError(f"{solutions_dir()} is missing: validating the solutions needs the instructor's "
-                               "solutions/ folder (a learner's kit has none)")
+        raise click.UsageError(
+            f"{solutions_dir()} is missing: validating the solutions needs the instructor's "
+            "solutions/ folder (a learner's kit has none)"
+        )
     if repeat < 1:
         raise click.UsageError("--repeat takes a count of 1 or more")
     if write_calibration and source != "solutions":
         raise click.UsageError("--calibrate records the solutions' figures: use it with --source solutions")
-    summary, results = validation.validate(targets, source=source, seed=seed, repeat=repeat, workers=workers,
-                                           progress=not as_json)
+    summary, results = validation.validate(
+        targets, source=source, seed=seed, repeat=repeat, workers=workers, progress=not as_json
+    )
     click.echo(json.dumps(summary, indent=2) if as_json else validation.format_summary(summary))
     if write_calibration:
         _merge_calibration(validation.calibration_entries(summary, results))
@@ -313,8 +412,10 @@ def _merge_calibration(entries: dict) -> None:
     from grader.core import calibration
 
     if not entries:
-        click.echo("calibration: nothing recorded (no exercise passed every run with a timed size; "
-                   "calibrating needs a GPU)", err=True)
+        click.echo(
+            "calibration: nothing recorded (no exercise passed every run with a timed size; calibrating needs a GPU)",
+            err=True,
+        )
         return
     try:
         path = calibration.merge(entries)
@@ -340,8 +441,11 @@ def calibrate(only, missing) -> None:
         known = calibration.load()  # refuse before measuring if the file is corrupt: nothing is changed
     except calibration.CalibrationError as exc:
         raise click.UsageError(str(exc)) from None
-    targets = [t for t in all_targets() if (not only or t.spec.id in only or t.key in only)
-               and solution_file(t.spec, t.variant).exists()]
+    targets = [
+        t
+        for t in all_targets()
+        if (not only or t.spec.id in only or t.key in only) and solution_file(t.spec, t.variant).exists()
+    ]
     if missing:
         targets = calibration.lacking(targets, known, gpu_name())
         if not targets:
@@ -352,12 +456,22 @@ def calibrate(only, missing) -> None:
     rows, path = [], None
     for target in targets:  # merged one by one: an interrupted run keeps what it measured
         entries, target_rows = calibration.calibrate(
-            [target], lambda t: run_grade(t, source="solutions", record=False, sanitize_code=False))
+            [target], lambda t: run_grade(t, source="solutions", record=False, sanitize_code=False)
+        )
         path = calibration.merge(entries)
         rows += target_rows
         click.echo(f"  {target.key}: {target_rows[0]['status']}", err=True)
-    table_rows = [[r["exercise"], r["lang"], r["status"], r["case"], console.num(r["ms"]), console.num(r["roofline_pct"], "{:.0f}%")]
-                  for r in rows]
+    table_rows = [
+        [
+            r["exercise"],
+            r["lang"],
+            r["status"],
+            r["case"],
+            console.num(r["ms"]),
+            console.num(r["roofline_pct"], "{:.0f}%"),
+        ]
+        for r in rows
+    ]
     click.echo(console.table(table_rows, ["exercise", "lang", "status", "timed size", "solution ms", "% roofline"]))
     click.echo(f"wrote {path}")
     sys.exit(0 if all(r["status"] == "passed" for r in rows) else 1)
@@ -365,8 +479,12 @@ def calibrate(only, missing) -> None:
 
 @main.command()
 @click.argument("which")
-@click.option("--plan", "plan_id", help="The plan whose week/day this is (default: weekN of the 11-week plan, "
-              "dayN of the 5-day plan, else the one plan that has it).")
+@click.option(
+    "--plan",
+    "plan_id",
+    help="The plan whose week/day this is (default: weekN of the 11-week plan, "
+    "dayN of the 5-day plan, else the one plan that has it).",
+)
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), help="Folder for the report.")
 def report(which, plan_id, out_dir) -> None:
     """Write a report from your results: `kcourse report day1`, `week3`, `final`, `portfolio`. Your notes are kept.
@@ -398,12 +516,16 @@ def release(target_dir) -> None:
         kit = write_release(target_dir)
     except ReleaseError as exc:
         raise click.UsageError(str(exc)) from None
-    click.echo(f"wrote the learner's kit to {target_dir} ({len(kit.files)} files, no solutions or test fixtures; "
-               "checked for leaks)")
+    click.echo(
+        f"wrote the learner's kit to {target_dir} ({len(kit.files)} files, no solutions or test fixtures; "
+        "checked for leaks)"
+    )
     if kit.untracked:
         shown = ", ".join(p.as_posix() for p in kit.untracked[:5]) + (", ..." if len(kit.untracked) > 5 else "")
-        click.echo(f"left out {len(kit.untracked)} file(s) git does not track: {shown} — `git add` any a learner "
-                   "needs and release again")
+        click.echo(
+            f"left out {len(kit.untracked)} file(s) git does not track: {shown} — `git add` any a learner "
+            "needs and release again"
+        )
 
 
 def _cluster_options(command):
@@ -419,12 +541,17 @@ def _submitted(submissions: Path, targets: list) -> list:
     found = batch.submitted_targets(submissions, targets)
     if not found:
         names = ", ".join(sorted({t.variant.stub for t in targets})[:6]) + (", ..." if len(targets) > 6 else "")
-        raise click.UsageError(f"no learner folder in {submissions} holds a file of the {len(targets)} selected "
-                               f"exercise(s) (found by the stub's name: {names}); --all gives each a `missing` row")
+        raise click.UsageError(
+            f"no learner folder in {submissions} holds a file of the {len(targets)} selected "
+            f"exercise(s) (found by the stub's name: {names}); --all gives each a `missing` row"
+        )
     if len(found) < len(targets):
-        click.echo(f"grading the {len(found)} exercise(s) the submissions hold ({', '.join(t.key for t in found[:8])}"
-                   f"{', ...' if len(found) > 8 else ''}); {len(targets) - len(found)} other(s) no learner submitted "
-                   "are left out (--all lists them as missing)", err=True)
+        click.echo(
+            f"grading the {len(found)} exercise(s) the submissions hold ({', '.join(t.key for t in found[:8])}"
+            f"{', ...' if len(found) > 8 else ''}); {len(targets) - len(found)} other(s) no learner submitted "
+            "are left out (--all lists them as missing)",
+            err=True,
+        )
     return found
 
 
@@ -434,8 +561,10 @@ def _require_committed_kit(allowed: bool) -> None:
 
     changed = kit.differs_from_git() or []
     if changed and not allowed:
-        raise click.UsageError(f"the kit differs from git in {len(changed)} file(s): {', '.join(changed[:5])}. Commit "
-                               "or restore them (`git checkout -- FILE`), or pass --allow-modified-kit")
+        raise click.UsageError(
+            f"the kit differs from git in {len(changed)} file(s): {', '.join(changed[:5])}. Commit "
+            "or restore them (`git checkout -- FILE`), or pass --allow-modified-kit"
+        )
 
 
 def _render_report(which: str, out_dir, plan_id):
@@ -450,21 +579,54 @@ def _render_report(which: str, out_dir, plan_id):
 @click.option("--lang", type=str, metavar=LANGS)
 @click.option("--plan", "plan_id", help="Only the exercises of this plan.")
 @click.option("--unit", help="Only the exercises of this week/day.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("gradebook"),
-              show_default=True, help="Folder for the gradebook (gradebook.jsonl, .csv, .json) and the leaderboard.")
-@click.option("--workers", type=int, help="Parallel graders (default: one per GPU, or 1 without a GPU; "
-              "--cluster local without a GPU: CPU workers).")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("gradebook"),
+    show_default=True,
+    help="Folder for the gradebook (gradebook.jsonl, .csv, .json) and the leaderboard.",
+)
+@click.option(
+    "--workers",
+    type=int,
+    help="Parallel graders (default: one per GPU, or 1 without a GPU; --cluster local without a GPU: CPU workers).",
+)
 @click.option("--seed", type=int)
 @click.option("--timeout", type=float, help="Seconds each learner's code may run.")
 @click.option("--regrade", is_flag=True, help="Grade every submission again, even those the gradebook holds.")
-@click.option("--all", "every_exercise", is_flag=True, help="Give every selected exercise a row for every learner, "
-              "`missing` where none submitted it (default: only the exercises some learner has a file for).")
-@click.option("--allow-modified-kit", is_flag=True, envvar="KCOURSE_ALLOW_MODIFIED_KIT", help="Grade even though the kit's grader, specs, references or "
-              "calibration differ from git (your uncommitted edits judge every learner).")
+@click.option(
+    "--all",
+    "every_exercise",
+    is_flag=True,
+    help="Give every selected exercise a row for every learner, "
+    "`missing` where none submitted it (default: only the exercises some learner has a file for).",
+)
+@click.option(
+    "--allow-modified-kit",
+    is_flag=True,
+    envvar="KCOURSE_ALLOW_MODIFIED_KIT",
+    help="Grade even though the kit's grader, specs, references or "
+    "calibration differ from git (your uncommitted edits judge every learner).",
+)
 @_cluster_options
 @_allow_unisolated_option
-def grade_batch(submissions, only, lang, plan_id, unit, out_dir, workers, seed, timeout, regrade, every_exercise,
-                allow_modified_kit, allow_unisolated, **cluster) -> None:
+def grade_batch(
+    submissions,
+    only,
+    lang,
+    plan_id,
+    unit,
+    out_dir,
+    workers,
+    seed,
+    timeout,
+    regrade,
+    every_exercise,
+    allow_modified_kit,
+    allow_unisolated,
+    **cluster,
+) -> None:
     """Instructors: grade every learner folder in SUBMISSIONS into a gradebook and a leaderboard; on this
     machine, or on a Dask cluster (--scheduler, --cluster; docs/grading-a-class.md)."""
     from grader.run import forkserver
@@ -496,17 +658,29 @@ def grade_batch(submissions, only, lang, plan_id, unit, out_dir, workers, seed, 
     click.echo(f"grading on {runner.describe()}", err=True)
     progress = Progress(stream=sys.stderr)
     try:
-        rows = batch.grade_batch(submissions, targets, seed=seed, timeout_s=timeout, out_dir=out_dir, runner=runner,
-                                 regrade=regrade, progress=progress)
+        rows = batch.grade_batch(
+            submissions,
+            targets,
+            seed=seed,
+            timeout_s=timeout,
+            out_dir=out_dir,
+            runner=runner,
+            regrade=regrade,
+            progress=progress,
+        )
     finally:
         close(opened)
     csv_path, json_path = batch.write_gradebook(rows, out_dir)
     md_path, _ = leaderboard.write(rows, submissions, out_dir)
-    table_rows = [[r["learner"], r["exercise"], r["lang"], r["status"], f"{r['score']:g}/{r['max_score']:g}", r["verdict"][:70]]
-                  for r in rows]
+    table_rows = [
+        [r["learner"], r["exercise"], r["lang"], r["status"], f"{r['score']:g}/{r['max_score']:g}", r["verdict"][:70]]
+        for r in rows
+    ]
     click.echo(console.table(table_rows, ["learner", "exercise", "lang", "status", "score", "verdict"]))
     click.echo(progress.summary(rows))
-    click.echo(f"wrote {csv_path}, {json_path} and {md_path} (.html beside it); all grades: {out_dir / 'gradebook.jsonl'}")
+    click.echo(
+        f"wrote {csv_path}, {json_path} and {md_path} (.html beside it); all grades: {out_dir / 'gradebook.jsonl'}"
+    )
 
 
 @main.command()
@@ -544,7 +718,9 @@ def profile(words, lang, plan_id, source, submission, ncu, out_dir) -> None:
     from grader.reports.reporting import reports_dir
 
     target = _resolve(words, lang, plan_id, submission)  # a --file's suffix picks the version, as grade's does
-    record = _tool_record("profile", lambda: tools.run_profile(target, out_dir or reports_dir(), submission, source, ncu))
+    record = _tool_record(
+        "profile", lambda: tools.run_profile(target, out_dir or reports_dir(), submission, source, ncu)
+    )
     click.echo(tools.format_profile(record))
 
 
@@ -570,8 +746,9 @@ def viz(words, lang, plan_id, source, submission, case_index, out_dir) -> None:
     from grader.reports.report_files import reports_dir
 
     target = _resolve(words, lang, plan_id, submission)  # a --file's suffix picks the version, as grade's does
-    record = _tool_record("draw", lambda: pictures.run_viz(target, out_dir or reports_dir(), submission, source,
-                                                            case_index))
+    record = _tool_record(
+        "draw", lambda: pictures.run_viz(target, out_dir or reports_dir(), submission, source, case_index)
+    )
     click.echo(pictures.format_viz(record))
     sys.exit(1 if pictures.problems(record) else 0)
 
@@ -592,8 +769,9 @@ def _lengths(ctx, param, value):
 @main.command("compare")
 @click.argument("exercise")
 @click.argument("files", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--lang", type=str, metavar=LANGS, help="Pick the language where an exercise has both "
-              "(default: the files' suffix).")
+@click.option(
+    "--lang", type=str, metavar=LANGS, help="Pick the language where an exercise has both (default: the files' suffix)."
+)
 @click.option("--seed", type=int, help="Seed for the inputs, the same for every file.")
 @click.option("--timeout", type=float, help="Seconds each file's code may run (default: the exercise's).")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison record as one JSON document.")
@@ -604,8 +782,9 @@ def _lengths(ctx, param, value):
 @click.option("--head-dim", type=click.IntRange(1), help="attention: head dimension d (default 64).")
 @click.option("--dtype", type=click.Choice(["float16", "bfloat16"]), help="attention: input dtype (default float16).")
 @click.option("--source", type=SOURCES, envvar="KCOURSE_SOURCE", help="attention: " + SOURCE_HELP)
-def compare_command(exercise, files, lang, seed, timeout, as_json, no_sanitize, lengths, batch, heads, head_dim, dtype,
-                    source) -> None:
+def compare_command(
+    exercise, files, lang, seed, timeout, as_json, no_sanitize, lengths, batch, heads, head_dim, dtype, source
+) -> None:
     """Grade several versions of one exercise side by side: `kcourse compare reduction v1.cu v2.cu v3.cu`;
     or every attention implementation you graded over sequence lengths: `kcourse compare attention`.
 
@@ -618,28 +797,44 @@ def compare_command(exercise, files, lang, seed, timeout, as_json, no_sanitize, 
     from grader.run import forkserver
 
     forkserver.enable()  # many grades: children forked after one torch import, where no GPU is
-    attention_options = {"--lengths": lengths, "--batch": batch, "--heads": heads, "--head-dim": head_dim,
-                         "--dtype": dtype}
+    attention_options = {
+        "--lengths": lengths,
+        "--batch": batch,
+        "--heads": heads,
+        "--head-dim": head_dim,
+        "--dtype": dtype,
+    }
     if exercise == "attention":
         if files or lang:
-            raise click.UsageError("`kcourse compare attention` takes no files or --lang: it runs each attention "
-                                   "exercise's own file (graded first). To compare versions of one exercise: "
-                                   "kcourse compare flash_attention_v1 a.py b.py")
+            raise click.UsageError(
+                "`kcourse compare attention` takes no files or --lang: it runs each attention "
+                "exercise's own file (graded first). To compare versions of one exercise: "
+                "kcourse compare flash_attention_v1 a.py b.py"
+            )
         config = {k: v for k, v in {"B": batch, "H": heads, "d": head_dim, "dtype": dtype}.items() if v is not None}
         _compare_attention(source or "learner", config, lengths, seed, timeout, as_json)
         return
     given = [name for name, value in attention_options.items() if value is not None]  # --source: maybe from the env
     if given:
-        raise click.UsageError(f"{', '.join(given)}: for `kcourse compare attention` only; "
-                               f"`kcourse compare {exercise}` compares the files you name")
+        raise click.UsageError(
+            f"{', '.join(given)}: for `kcourse compare attention` only; "
+            f"`kcourse compare {exercise}` compares the files you name"
+        )
     from grader.commands import compare
 
     try:
         entries = compare.entries_for_files(exercise, list(files), lang)
     except (ResolveError, SpecError) as exc:
         raise click.UsageError(str(exc)) from None
-    echo = (lambda entry, result: None) if as_json else (
-        lambda entry, result: click.echo(f"graded {entry.label}: {result.status.upper()}: {result.verdict.splitlines()[0]}"))
+    echo = (
+        (lambda entry, result: None)
+        if as_json
+        else (
+            lambda entry, result: click.echo(
+                f"graded {entry.label}: {result.status.upper()}: {result.verdict.splitlines()[0]}"
+            )
+        )
+    )
     record, results = compare.compare(exercise, entries, seed, timeout, on_graded=echo, sanitize_code=not no_sanitize)
     click.echo(json.dumps(record, indent=2) if as_json else compare.format_comparison(record))
     sys.exit(exit_code([c.status for r in results for c in r.checks], strict=False))
@@ -664,8 +859,13 @@ def _compare_attention(source, config, lengths, seed, timeout, as_json) -> None:
 @main.command()
 @click.argument("which", type=click.Choice(["day4"]))
 @click.option("--exercise", default="softmax", show_default=True, help="The Triton exercise the notebook replaces.")
-@click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("replace_op.ipynb"),
-              show_default=True)
+@click.option(
+    "--out",
+    "out_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("replace_op.ipynb"),
+    show_default=True,
+)
 @click.option("--force", is_flag=True, help="Overwrite an existing notebook.")
 def notebook(which, exercise, out_path, force) -> None:
     """Write the day 4 starter notebook: a PyTorch baseline, your Triton cell, profiling cells."""
@@ -681,17 +881,35 @@ def notebook(which, exercise, out_path, force) -> None:
 
 def _capstone_options(command):
     """What both `kcourse capstone` and `kcourse block` take."""
-    for option in reversed([
-        click.option("--source", type=SOURCES, default="learner", show_default=True, envvar="KCOURSE_SOURCE",
-                     help="learner/stubs: your files in exercises/ whose latest grade passed numerics; solutions: the "
-                     "kit's own kernels in every slot they fit."),
-        click.option("--use", multiple=True, metavar="EXERCISE[:VERSION]=FILE",
-                     help="Plug this file in for that exercise, graded or not (repeatable), e.g. --use activations=try.py."),
-        click.option("--tiny", is_flag=True, help="The small CPU configuration (automatic without a GPU)."),
-        click.option("--seed", type=int, help="Seed of the weights, the batches and the inputs (printed for reuse)."),
-        click.option("--timeout", type=float, help="Seconds the child process may run (default: 1200 on a GPU, 300 on the CPU)."),
-        click.option("--json", "as_json", is_flag=True, help="Print the record as one JSON document."),
-    ]):
+    for option in reversed(
+        [
+            click.option(
+                "--source",
+                type=SOURCES,
+                default="learner",
+                show_default=True,
+                envvar="KCOURSE_SOURCE",
+                help="learner/stubs: your files in exercises/ whose latest grade passed numerics; solutions: the "
+                "kit's own kernels in every slot they fit.",
+            ),
+            click.option(
+                "--use",
+                multiple=True,
+                metavar="EXERCISE[:VERSION]=FILE",
+                help="Plug this file in for that exercise, graded or not (repeatable), e.g. --use activations=try.py.",
+            ),
+            click.option("--tiny", is_flag=True, help="The small CPU configuration (automatic without a GPU)."),
+            click.option(
+                "--seed", type=int, help="Seed of the weights, the batches and the inputs (printed for reuse)."
+            ),
+            click.option(
+                "--timeout",
+                type=float,
+                help="Seconds the child process may run (default: 1200 on a GPU, 300 on the CPU).",
+            ),
+            click.option("--json", "as_json", is_flag=True, help="Print the record as one JSON document."),
+        ]
+    ):
         command = option(command)
     return command
 
@@ -699,26 +917,37 @@ def _capstone_options(command):
 def _progress_line(event: dict) -> None:
     if event.get("event") == Event.PROGRESS:
         rate = event.get("tokens_per_s")
-        click.echo(f"  {event['run']:>8}  step {event['step']:>4}/{event['steps']}  loss {event['loss']:.4f}"
-                   + (f"  {rate:,.0f} tokens/s" if rate else ""), err=True)
+        click.echo(
+            f"  {event['run']:>8}  step {event['step']:>4}/{event['steps']}  loss {event['loss']:.4f}"
+            + (f"  {rate:,.0f} tokens/s" if rate else ""),
+            err=True,
+        )
     elif event.get("event") == Event.STEP:
         click.echo(f"  {event.get('text', '')}", err=True)
 
 
 @main.command()
 @_capstone_options
-@click.option("--data", type=click.Path(dir_okay=False, path_type=Path),
-              help="Train on this text file (e.g. tinyshakespeare's input.txt) instead of the embedded text.")
+@click.option(
+    "--data",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Train on this text file (e.g. tinyshakespeare's input.txt) instead of the embedded text.",
+)
 @click.option("--steps", type=int, help="Train this many steps instead of the configuration's.")
-@click.option("--compile/--no-compile", "compile_baseline", default=None,
-              help="Run the torch.compile baseline (default: on a GPU yes, on the CPU no).")
+@click.option(
+    "--compile/--no-compile",
+    "compile_baseline",
+    default=None,
+    help="Run the torch.compile baseline (default: on a GPU yes, on the CPU no).",
+)
 def capstone(source, use, tiny, seed, timeout, as_json, data, steps, compile_baseline) -> None:
     """Train a small GPT with your kernels, against PyTorch eager and torch.compile (days 85-92)."""
     from grader.capstone import report, run
 
     try:
-        record = run.capstone(source, tiny, data, seed, timeout, run.parse_use(use), compile_baseline, steps,
-                              on_event=_progress_line)
+        record = run.capstone(
+            source, tiny, data, seed, timeout, run.parse_use(use), compile_baseline, steps, on_event=_progress_line
+        )
     except run.CapstoneError as exc:
         raise click.UsageError(str(exc)) from None
     path = report.render(record)

@@ -46,8 +46,19 @@ def make_class(folder: Path, learners: int) -> Path:
 
 def grade(submissions: Path, out: Path, timeout: float, exercises: list[str], cluster_args: list[str]) -> float:
     """One grade-batch run; the variants a learner has no file for (vector_add.cu, ...) are rows "missing"."""
-    command = [sys.executable, "-m", "grader", "grade-batch", str(submissions), "--out", str(out), "--timeout",
-               str(timeout), *[a for e in exercises for a in ("--only", e)], *cluster_args]
+    command = [
+        sys.executable,
+        "-m",
+        "grader",
+        "grade-batch",
+        str(submissions),
+        "--out",
+        str(out),
+        "--timeout",
+        str(timeout),
+        *[a for e in exercises for a in ("--only", e)],
+        *cluster_args,
+    ]
     started = time.monotonic()
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     return time.monotonic() - started
@@ -65,13 +76,19 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="kcourse-class-") as folder:
         submissions = make_class(Path(folder) / "submissions", args.learners)
         grades = args.learners * len(args.exercises)
-        runs = [["--scheduler", args.scheduler]] if args.scheduler else [
-            ["--cluster", "local", "--workers", str(n)] for n in args.workers]
+        runs = (
+            [["--scheduler", args.scheduler]]
+            if args.scheduler
+            else [["--cluster", "local", "--workers", str(n)] for n in args.workers]
+        )
         for cluster_args in runs:
             out = Path(folder) / f"book-{'-'.join(cluster_args[1:]).replace('/', '_')}"
             seconds = grade(submissions, out, args.timeout, args.exercises, cluster_args)
-            print(f"{args.learners} learners × {len(args.exercises)} exercises ({' '.join(cluster_args)}): {seconds:.0f} s, "
-                  f"{60 * grades / seconds:.1f} grades/min", flush=True)
+            print(
+                f"{args.learners} learners × {len(args.exercises)} exercises ({' '.join(cluster_args)}): {seconds:.0f} s, "
+                f"{60 * grades / seconds:.1f} grades/min",
+                flush=True,
+            )
             if args.keep:
                 shutil.copytree(out, args.keep / out.name, dirs_exist_ok=True)
 

@@ -28,8 +28,14 @@ import design_kernels  # noqa: E402
 from grader.child import timing  # noqa: E402
 from grader.toolchain.build import build_shared_library, gpu_arch  # noqa: E402
 
-SCAN_BUILDS = [{"ITEMS": 28}, {"SPREAD": 0}, {"ITEMS": 16}, {"READS": 2},  # beside the default (1024 x 24, SPREAD_MIN=6)
-               {"SPREAD_MIN": 1}, {"SPREAD_MIN": 4}]  # mid sizes: one tile a block (the old default) and four
+SCAN_BUILDS = [
+    {"ITEMS": 28},
+    {"SPREAD": 0},
+    {"ITEMS": 16},
+    {"READS": 2},  # beside the default (1024 x 24, SPREAD_MIN=6)
+    {"SPREAD_MIN": 1},
+    {"SPREAD_MIN": 4},
+]  # mid sizes: one tile a block (the old default) and four
 
 
 def solution_module(path: str):
@@ -39,8 +45,9 @@ def solution_module(path: str):
     return module
 
 
-def correct_only(candidates: dict[str, Callable[[], None]], poison: Callable[[], None],
-                 is_right: Callable[[], bool]) -> dict[str, Callable]:
+def correct_only(
+    candidates: dict[str, Callable[[], None]], poison: Callable[[], None], is_right: Callable[[], bool]
+) -> dict[str, Callable]:
     """Runs each candidate once into poisoned outputs and keeps those whose output is right (their calls, without
     the poisoning, are what gets timed); a build or launch that fails is named."""
     kept = {}
@@ -68,10 +75,13 @@ def print_rates(title: str, runs: dict[str, Callable[[], object]], nbytes: int, 
     print(f"\n{title} on {torch.cuda.get_device_name()} (copy {copy_gbps:.0f} GB/s)")
     for name, m in sorted(measured.items(), key=lambda kv: kv[1]["median_ms"]):
         rate = nbytes / (m["median_ms"] / 1000) / 1e9
-        print(f"  {name:54s} {m['median_ms'] * 1000:9.1f} us {rate:6.0f} GB/s {100 * rate / copy_gbps:4.0f}%", flush=True)
+        print(
+            f"  {name:54s} {m['median_ms'] * 1000:9.1f} us {rate:6.0f} GB/s {100 * rate / copy_gbps:4.0f}%", flush=True
+        )
 
 
 # --- scan ----------------------------------------------------------------------------------------------------------
+
 
 def build_scan(label: str, defines: dict[str, int]):
     """The solution built as a grade builds it (grader.toolchain.build: its flags, its cache), with `defines`."""
@@ -88,7 +98,7 @@ def scan_is_right(lib, values: torch.Tensor) -> bool:
     """Ragged sizes, x and y 4 bytes past 16-byte alignment, and each call twice (the statuses carry an epoch)."""
     for n in (1, 7, 1000, 1025, 4097, 65537, 1_000_003, 4_194_319, 2**26 + 27, 2**27):
         for offset in (0, 1):
-            x = values[offset:offset + n]
+            x = values[offset : offset + n]
             y = torch.full((n + offset,), -7, dtype=torch.int32, device="cuda")[offset:]
             for _ in range(2):
                 lib.scan(x.data_ptr(), y.data_ptr(), n)
@@ -103,7 +113,9 @@ def bench_scan() -> None:
     with ThreadPoolExecutor(8) as pool:  # the build cache locks itself: parallel builds are safe
         libraries = dict(zip(jobs, pool.map(lambda item: build_scan(*item), jobs.items())))
     values = torch.randint(-16, 32, (2**27 + 64,), dtype=torch.int32, device="cuda")
-    good = {name: lib for name, lib in libraries.items() if lib is not None and said_right(name, scan_is_right(lib, values))}
+    good = {
+        name: lib for name, lib in libraries.items() if lib is not None and said_right(name, scan_is_right(lib, values))
+    }
     copy_gbps = timing.measure_copy_bandwidth()
     for n in (2**20, 2**22, 2**24, 2**27):  # the timed sizes, and 2^22, where SPREAD_MIN=6 picks 8-value tiles
         x, y = values[:n], torch.empty(n, dtype=torch.int32, device="cuda")
@@ -115,12 +127,14 @@ def bench_scan() -> None:
 
 # --- histogram (Triton) --------------------------------------------------------------------------------------------
 
+
 def histogram_candidates(solution, x: torch.Tensor, counts: torch.Tensor) -> dict[str, Callable[[], None]]:
     """The solution as it is and with other tiles and warps a program."""
     candidates = {"solution (defaults)": lambda: solution.histogram(x, counts)}
     for block, tiles, warps in ((1024, 32, 1), (512, 64, 1), (1024, 32, 2), (4096, 16, 8), (2048, 64, 4)):
-        candidates[f"solution BLOCK={block} TILES={tiles} num_warps={warps}"] = (
-            lambda b=block, t=tiles, w=warps: solution.histogram(x, counts, BLOCK=b, TILES=t, num_warps=w))
+        candidates[f"solution BLOCK={block} TILES={tiles} num_warps={warps}"] = lambda b=block, t=tiles, w=warps: (
+            solution.histogram(x, counts, BLOCK=b, TILES=t, num_warps=w)
+        )
     return candidates
 
 
@@ -128,22 +142,31 @@ def bench_histogram() -> None:
     solution = solution_module("solutions/histogram/histogram.py")
     copy_gbps = timing.measure_copy_bandwidth()
     for n, one_bin in ((2**28, False), (2**26, True)):
-        x = (torch.full((n,), 7, dtype=torch.int32, device="cuda") if one_bin
-             else torch.randint(0, 256, (n,), dtype=torch.int32, device="cuda"))
+        x = (
+            torch.full((n,), 7, dtype=torch.int32, device="cuda")
+            if one_bin
+            else torch.randint(0, 256, (n,), dtype=torch.int32, device="cuda")
+        )
         want = torch.bincount(x, minlength=256).to(torch.int32)
         counts = torch.empty(256, dtype=torch.int32, device="cuda")
 
-        runs = correct_only(histogram_candidates(solution, x, counts), lambda: counts.fill_(-1),
-                            lambda: torch.equal(counts, want))
+        runs = correct_only(
+            histogram_candidates(solution, x, counts), lambda: counts.fill_(-1), lambda: torch.equal(counts, want)
+        )
         as_float = x.float()  # torch.histc counts floating point; the conversion is left out of its time
         scratch = torch.zeros(256, dtype=torch.int32, device="cuda")
         for block, tiles, warps in ((2048, 16, 4), (1024, 32, 2)):  # the counting alone: no answer to check
             runs[f"tl.histogram alone, no loads: BLOCK={block} TILES={tiles} num_warps={warps}"] = (
-                lambda b=block, t=tiles, w=warps: design_kernels.histogram_counting_only(x, scratch, n, b, t, w))
+                lambda b=block, t=tiles, w=warps: design_kernels.histogram_counting_only(x, scratch, n, b, t, w)
+            )
         runs["torch.bincount"] = lambda: torch.bincount(x, minlength=256)
         runs["torch.histc"] = lambda: torch.histc(as_float, bins=256, min=0, max=256)
-        print_rates(f"histogram n={n} {'all in one bin' if one_bin else 'uniform'} int32 (4n bytes; copy moves 8n)",
-                    runs, 4 * n, copy_gbps)
+        print_rates(
+            f"histogram n={n} {'all in one bin' if one_bin else 'uniform'} int32 (4n bytes; copy moves 8n)",
+            runs,
+            4 * n,
+            copy_gbps,
+        )
 
 
 def bench_scan_trace() -> None:
@@ -169,11 +192,15 @@ def bench_scan_trace() -> None:
         rows = trace[:tiles]
         rows = rows[rows[:, 3] > 0]  # tiles this call traced
         us = 1000.0 / khz.value  # microseconds a cycle, at the rated clock (each SM's counter is its own)
-        phases = {"next tile landed, its total out": rows[:, 1] - rows[:, 0],
-                  "look-back (prefix known)": rows[:, 2] - rows[:, 1],
-                  "prefix added, stores issued": rows[:, 3] - rows[:, 2]}
-        print(f"\nscan 2^27 {label}: {len(rows)} tiles; per tile (median / 90th percentile, us at "
-              f"{khz.value / 1000:.0f} MHz):")
+        phases = {
+            "next tile landed, its total out": rows[:, 1] - rows[:, 0],
+            "look-back (prefix known)": rows[:, 2] - rows[:, 1],
+            "prefix added, stores issued": rows[:, 3] - rows[:, 2],
+        }
+        print(
+            f"\nscan 2^27 {label}: {len(rows)} tiles; per tile (median / 90th percentile, us at "
+            f"{khz.value / 1000:.0f} MHz):"
+        )
         for name, d in phases.items():
             d = d.double() * us
             print(f"  {name:34s} {d.median().item():7.2f} / {d.quantile(0.9).item():7.2f}")
@@ -189,13 +216,16 @@ def bench_scan_trace() -> None:
 
 # --- layer_norm_backward (Triton) ----------------------------------------------------------------------------------
 
+
 def layer_norm_backward_options() -> dict[str, dict]:
     """name -> the solution's keyword arguments (its defaults pick the warps and programs an SM)."""
     options = {"solution (defaults)": {}}
     for warps in (4, 8, 16):
         for programs_per_sm in (1, 2, 3):
             options[f"solution num_warps={warps} programs_per_sm={programs_per_sm}"] = {
-                "num_warps": warps, "programs_per_sm": programs_per_sm}
+                "num_warps": warps,
+                "programs_per_sm": programs_per_sm,
+            }
     return options
 
 
@@ -209,29 +239,40 @@ def bench_layer_norm_backward() -> None:
         _, mean, rstd = torch.ops.aten.native_layer_norm(x.float(), [N], None, None, 1e-5)
         mean, rstd = mean.view(M), rstd.view(M)
         dx, dw, db = torch.empty_like(x), torch.empty(N, device="cuda"), torch.empty(N, device="cuda")
-        want = torch.ops.aten.native_layer_norm_backward(dy.double(), x.double(), [N], mean.double(), rstd.double(),
-                                                         w.double(), w.double(), [True, True, True])
+        want = torch.ops.aten.native_layer_norm_backward(
+            dy.double(), x.double(), [N], mean.double(), rstd.double(), w.double(), w.double(), [True, True, True]
+        )
         rtol = 1e-5 if dtype == torch.float32 else 1e-2
 
         def is_right() -> bool:  # the tolerances of tests/test_layer_norm_backward.py's GPU figures test
-            return (torch.allclose(dx.double(), want[0], atol=1e-3, rtol=rtol)
-                    and torch.allclose(dw.double(), want[1], atol=5e-3, rtol=1e-4)
-                    and torch.allclose(db.double(), want[2], atol=5e-3, rtol=1e-4))
+            return (
+                torch.allclose(dx.double(), want[0], atol=1e-3, rtol=rtol)
+                and torch.allclose(dw.double(), want[1], atol=5e-3, rtol=1e-4)
+                and torch.allclose(db.double(), want[2], atol=5e-3, rtol=1e-4)
+            )
 
         def poison() -> None:
             for out in (dx, dw, db):
                 out.fill_(float("nan"))
 
-        candidates = {name: (lambda o=o: solution.layer_norm_backward(x, w, dy, mean, rstd, dx, dw, db, **o))
-                      for name, o in layer_norm_backward_options().items()}
+        candidates = {
+            name: (lambda o=o: solution.layer_norm_backward(x, w, dy, mean, rstd, dx, dw, db, **o))
+            for name, o in layer_norm_backward_options().items()
+        }
         runs = correct_only(candidates, poison, is_right)
         runs["torch native_layer_norm_backward"] = lambda: torch.ops.aten.native_layer_norm_backward(
-            dy, x, [N], mean, rstd, w, w, [True, True, True])
+            dy, x, [N], mean, rstd, w, w, [True, True, True]
+        )
         moved = 3 * M * N * x.element_size() + N * w.element_size() + 8 * M + 8 * N
         print_rates(f"layer_norm_backward {M}x{N} {str(dtype)[6:]}", runs, moved, copy_gbps)
 
 
-BENCHES = {"scan": bench_scan, "scan-trace": bench_scan_trace, "histogram": bench_histogram, "layer_norm_backward": bench_layer_norm_backward}
+BENCHES = {
+    "scan": bench_scan,
+    "scan-trace": bench_scan_trace,
+    "histogram": bench_histogram,
+    "layer_norm_backward": bench_layer_norm_backward,
+}
 
 if __name__ == "__main__":
     if len(sys.argv) != 2 or sys.argv[1] not in BENCHES:

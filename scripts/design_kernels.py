@@ -24,8 +24,9 @@ def histogram_counting_only_kernel(x_ptr, counts_ptr, BINS: tl.constexpr, BLOCK:
     tl.atomic_add(counts_ptr + tl.arange(0, BINS), local, sem="relaxed")
 
 
-def histogram_counting_only(x: torch.Tensor, counts: torch.Tensor, n: int, BLOCK: int, TILES: int,
-                            num_warps: int) -> None:
+def histogram_counting_only(
+    x: torch.Tensor, counts: torch.Tensor, n: int, BLOCK: int, TILES: int, num_warps: int
+) -> None:
     """Counts n values' worth into counts (+=): as many programs as the solution would launch for n, program p
     counting values p * BLOCK to (p + 1) * BLOCK TILES times."""
     grid = (triton.cdiv(n, TILES * BLOCK),)

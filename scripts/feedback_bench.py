@@ -18,8 +18,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-EXERCISES = [(("reduction",), None, "reduction/reduction.cu"), (("softmax",), None, "softmax/softmax.py"),
-             (("vector_add",), "triton", "vector_add/vector_add.py"), (("matmul",), None, "matmul/matmul.cu")]
+EXERCISES = [
+    (("reduction",), None, "reduction/reduction.cu"),
+    (("softmax",), None, "softmax/softmax.py"),
+    (("vector_add",), "triton", "vector_add/vector_add.py"),
+    (("matmul",), None, "matmul/matmul.cu"),
+]
 
 
 def seconds(command: list[str]) -> float:
@@ -36,8 +40,22 @@ def one_shot(words, lang, solution: str) -> tuple[float, str]:
     """Seconds from the command to its exit, and the grade's own phases line (-v prints it)."""
     lang_args = ["--lang", lang] if lang else []
     started = time.perf_counter()
-    run = subprocess.run([sys.executable, "-m", "grader", "grade", *words, *lang_args, "-v", "--file",
-                          str(ROOT / "solutions" / solution)], capture_output=True, text=True, cwd=ROOT)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grader",
+            "grade",
+            *words,
+            *lang_args,
+            "-v",
+            "--file",
+            str(ROOT / "solutions" / solution),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     phases = next((line for line in run.stdout.splitlines() if line.startswith("phases:")), "no phases line")
     return time.perf_counter() - started, phases
 
@@ -56,7 +74,9 @@ def watch_latencies(words, lang, solution: str, saves: int = 3, quick: bool = Fa
     def show(result):
         status = result.status
         if status != "passed":  # why: a solution's grade must pass, so say what failed
-            status += ": " + "; ".join(f"{c.name}: {c.message[:300]}" for c in result.checks if c.status in ("failed", "error"))
+            status += ": " + "; ".join(
+                f"{c.name}: {c.message[:300]}" for c in result.checks if c.status in ("failed", "error")
+            )
         seen.append((time.perf_counter(), status, result.phases))
         done.set()
 
@@ -65,8 +85,12 @@ def watch_latencies(words, lang, solution: str, saves: int = 3, quick: bool = Fa
 
     later: list[float] = []
     events = _record_events()
-    thread = threading.Thread(target=watch, args=(resolve(words, lang=lang), "learner", path, show, quick, saves + 1),
-                              kwargs={"show_later": show_later}, daemon=True)
+    thread = threading.Thread(
+        target=watch,
+        args=(resolve(words, lang=lang), "learner", path, show, quick, saves + 1),
+        kwargs={"show_later": show_later},
+        daemon=True,
+    )
     thread.start()
     done.wait(300)
     figures = []
@@ -95,7 +119,9 @@ def _record_events() -> list[tuple[float, str]]:
 
     def event(self, deadline):
         message = original(self, deadline)
-        events.append((time.perf_counter(), str(message.get("text") or message.get("who") or message.get("event"))[:40]))
+        events.append(
+            (time.perf_counter(), str(message.get("text") or message.get("who") or message.get("event"))[:40])
+        )
         return message
 
     sandbox.Child.event = event
@@ -139,7 +165,9 @@ def main() -> None:
             total, phases = one_shot(words, lang, solution)
             print(f"{' '.join(words)}: one-shot grade {total:.2f} s ({phases})", flush=True)
         for quick in () if one_shot_only else (False, True):
-            figures = ", ".join(f"{s:.2f} s ({status})" for s, status in watch_latencies(words, lang, solution, quick=quick))
+            figures = ", ".join(
+                f"{s:.2f} s ({status})" for s, status in watch_latencies(words, lang, solution, quick=quick)
+            )
             print(f"  watch{' --quick' if quick else ''}: save -> verdict {figures}")
 
 

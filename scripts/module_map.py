@@ -26,8 +26,14 @@ def first_sentence(text: str) -> str:
 
 def package_section(name: str) -> list[str]:
     folder = ROOT / "grader" / name
-    lines = [f"## `grader/{name}/`", "", " ".join(docstring(folder / "__init__.py").split()), "",
-             "| module | what |", "|---|---|"]
+    lines = [
+        f"## `grader/{name}/`",
+        "",
+        " ".join(docstring(folder / "__init__.py").split()),
+        "",
+        "| module | what |",
+        "|---|---|",
+    ]
     for path in sorted(folder.glob("*.py")):
         if path.name != "__init__.py":
             lines.append(f"| `{path.name}` | {first_sentence(docstring(path))} |")

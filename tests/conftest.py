@@ -135,5 +135,7 @@ def pytest_sessionfinish(session, exitstatus):
 def submission(name: str) -> Path:
     """A fixture of learner code. A learner's kit ships none (some pass an exercise), so there the test skips."""
     if not SUBMISSIONS.is_dir():
-        pytest.skip("tests/fixtures/submissions/ is absent (a learner's kit): this test grades the instructor's fixtures")
+        pytest.skip(
+            "tests/fixtures/submissions/ is absent (a learner's kit): this test grades the instructor's fixtures"
+        )
     return SUBMISSIONS / name

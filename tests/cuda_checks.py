@@ -33,8 +33,15 @@ def compile_fixtures(names: list[str | Path]) -> None:
     is a fixture's; a Path (a `mutant`) is compiled where it is."""
     nvcc = build.find_nvcc()
     sources = [name if isinstance(name, Path) else submission(name) for name in names]
-    jobs = [subprocess.Popen([nvcc, "-std=c++17", "-arch=sm_90", "-cubin", "-o", os.devnull, str(source)],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for source in sources]
+    jobs = [
+        subprocess.Popen(
+            [nvcc, "-std=c++17", "-arch=sm_90", "-cubin", "-o", os.devnull, str(source)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for source in sources
+    ]
     for name, job in zip(names, jobs):
         assert job.wait() == 0, f"{name}: {job.stdout.read()}"
 
@@ -45,8 +52,11 @@ def numerics(result):
 
 
 def figures(result) -> str:
-    return "; ".join(f"{t.case}: you {t.learner_rate or 0:.0f} {t.unit} ({t.roofline_pct or 0:.0f}%), solution "
-                     f"{t.solution_rate or 0:.0f}, torch {t.torch_rate or 0:.0f} {t.unit}" for t in result.timings)
+    return "; ".join(
+        f"{t.case}: you {t.learner_rate or 0:.0f} {t.unit} ({t.roofline_pct or 0:.0f}%), solution "
+        f"{t.solution_rate or 0:.0f}, torch {t.torch_rate or 0:.0f} {t.unit}"
+        for t in result.timings
+    )
 
 
 def fixture_fails(exercise_id: str, source: str | Path, codes) -> None:

@@ -29,7 +29,7 @@ def cuda_cases(spec: ExerciseSpec) -> list[Case]:
 
 
 def verdict(spec: ExerciseSpec, case: Case, play: Play, seed: int = 5) -> str:
-    """"ok", or the first failing verdict code of `play` over the case's trials, as the grader judges it."""
+    """ "ok", or the first failing verdict code of `play` over the case's trials, as the grader judges it."""
     reference = load_reference(spec.folder / "reference.py")
     for trial in range(spec.trials_for(case)):
         values = generate(spec, case, seed + trial, trial)
@@ -73,6 +73,7 @@ def rows_at_stride_n(t: torch.Tensor) -> torch.Tensor:
 
 
 # --- on a GPU -------------------------------------------------------------------------------------------
+
 
 def cuda_caller(spec: ExerciseSpec, source: Path, role: str = "learner"):
     """`source` built for this GPU and loaded as the grader loads it: call it with (tensors, params)."""

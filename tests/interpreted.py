@@ -59,4 +59,5 @@ def as_model(spec: ExerciseSpec, module):
         tensors = {**inputs, **outputs}
         with interpreter_on():
             entry(*[tensors[a.name] if a.name in tensors else params[a.name] for a in variant.args])
+
     return run

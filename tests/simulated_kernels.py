@@ -86,6 +86,7 @@ def store(out: torch.Tensor, values: torch.Tensor) -> None:
 
 # --- on a GPU ------------------------------------------------------------------------------------------
 
+
 def grade_fixture(exercise_id: str, name: str | Path, seed: int = 11):
     """Grades a fixture by name, or a file made elsewhere (a Path: a cuda_checks.mutant)."""
     source = name if isinstance(name, Path) else submission(name)
@@ -103,6 +104,8 @@ def figure_line(label: str, result) -> str:
     def rate(ms):
         return f"{t.learner_rate * t.learner_ms / ms:.4g} {t.unit}" if ms and t.learner_rate else "-"
 
-    return (f"{label}: {t.case}: {t.learner_ms:.4g} ms, {rate(t.learner_ms)} ({t.roofline_pct or 0:.0f}% of roofline); "
-            f"solution {t.solution_ms or 0:.4g} ms ({rate(t.solution_ms)}); torch {t.torch_ms or 0:.4g} ms "
-            f"({rate(t.torch_ms)})")
+    return (
+        f"{label}: {t.case}: {t.learner_ms:.4g} ms, {rate(t.learner_ms)} ({t.roofline_pct or 0:.0f}% of roofline); "
+        f"solution {t.solution_ms or 0:.4g} ms ({rate(t.solution_ms)}); torch {t.torch_ms or 0:.4g} ms "
+        f"({rate(t.torch_ms)})"
+    )

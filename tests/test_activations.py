@@ -38,32 +38,74 @@ LARGE = "M=64 N=1000 (x special=large)"
 # name: (version, [(the solution's text, the mistaken text)], the case it fails, its verdict, a case it passes)
 MISTAKES = {
     # GPT-2's tanh approximation where the exact GELU is asked: up to 4.7e-4 off
-    "tanh_for_erf": ("gelu_erf", [("    return 0.5 * x * (1.0 + erf(x * SQRT1_2))",
-                                   "    return gelu_tanh_f32(x)")], PLAIN, "mismatch", None),
+    "tanh_for_erf": (
+        "gelu_erf",
+        [("    return 0.5 * x * (1.0 + erf(x * SQRT1_2))", "    return gelu_tanh_f32(x)")],
+        PLAIN,
+        "mismatch",
+        None,
+    ),
     # erf held in float16, as a kernel computing in half precision does: steps of 2^-11 near -1, and
     # 1 + erf(x / sqrt 2) for x < -2 is smaller than a few of them
-    "erf_in_float16": ("gelu_erf", [("(1.0 + erf(x * SQRT1_2))", "(1.0 + erf(x * SQRT1_2).to(tl.float16))")],
-                       TAIL_HALF, "mismatch", None),
+    "erf_in_float16": (
+        "gelu_erf",
+        [("(1.0 + erf(x * SQRT1_2))", "(1.0 + erf(x * SQRT1_2).to(tl.float16))")],
+        TAIL_HALF,
+        "mismatch",
+        None,
+    ),
     # sqrt(2 pi) for sqrt(2 / pi)
-    "wrong_tanh_constant": ("gelu_tanh", [("SQRT_2_OVER_PI = tl.constexpr(0.7978845608028654)",
-                                           "SQRT_2_OVER_PI = tl.constexpr(2.5066282746310002)")], PLAIN, "mismatch", None),
+    "wrong_tanh_constant": (
+        "gelu_tanh",
+        [("SQRT_2_OVER_PI = tl.constexpr(0.7978845608028654)", "SQRT_2_OVER_PI = tl.constexpr(2.5066282746310002)")],
+        PLAIN,
+        "mismatch",
+        None,
+    ),
     # tanh(u) as (e^2u - 1) / (e^2u + 1): inf / inf = NaN once e^2u overflows (x = 3e4 gives u ~ 1e12)
-    "tanh_by_exp": ("gelu_tanh", [("    return x / (1.0 + tl.exp(-2.0 * u))  # = 0.5 x (1 + tanh(u))",
-                                   "    e = tl.exp(2.0 * u)\n    return 0.5 * x * (1.0 + (e - 1.0) / (e + 1.0))")],
-                    LARGE, "mismatch", PLAIN),
+    "tanh_by_exp": (
+        "gelu_tanh",
+        [
+            (
+                "    return x / (1.0 + tl.exp(-2.0 * u))  # = 0.5 x (1 + tanh(u))",
+                "    e = tl.exp(2.0 * u)\n    return 0.5 * x * (1.0 + (e - 1.0) / (e + 1.0))",
+            )
+        ],
+        LARGE,
+        "mismatch",
+        PLAIN,
+    ),
     # x e^x / (1 + e^x): NaN past x = 88
-    "silu_exp_overflow": ("silu", [("    return x / (1.0 + tl.exp(-x))  #", "    return x * tl.exp(x) / (1.0 + tl.exp(x))  #")],
-                          WIDE, "mismatch", PLAIN),
+    "silu_exp_overflow": (
+        "silu",
+        [("    return x / (1.0 + tl.exp(-x))  #", "    return x * tl.exp(x) / (1.0 + tl.exp(x))  #")],
+        WIDE,
+        "mismatch",
+        PLAIN,
+    ),
     # bias[row] for bias[col]: right only where M = N = 1
-    "bias_by_row": ("bias_gelu", [("bias = tl.load(bias_ptr + cols, mask=cols < n_cols)",
-                                   "bias = tl.load(bias_ptr + rows, mask=rows < n_rows)"),
-                                  ("v = x + bias[None, :]", "v = x + bias[:, None]")],
-                    "M=7 N=1000", "mismatch", "M=1 N=1"),
+    "bias_by_row": (
+        "bias_gelu",
+        [
+            (
+                "bias = tl.load(bias_ptr + cols, mask=cols < n_cols)",
+                "bias = tl.load(bias_ptr + rows, mask=rows < n_rows)",
+            ),
+            ("v = x + bias[None, :]", "v = x + bias[:, None]"),
+        ],
+        "M=7 N=1000",
+        "mismatch",
+        "M=1 N=1",
+    ),
     # x + bias rounded to x's dtype before the GELU (the unfused F.gelu(x + bias)): GELU magnifies that
     # rounding ~16x at x = -4, where its value is tiny next to x
-    "sum_in_input_dtype": ("bias_gelu", [("v = x + bias[None, :]",
-                                          "v = (x + bias[None, :]).to(x_ptr.dtype.element_ty).to(tl.float32)")],
-                           TAIL_HALF, "mismatch", PLAIN),
+    "sum_in_input_dtype": (
+        "bias_gelu",
+        [("v = x + bias[None, :]", "v = (x + bias[None, :]).to(x_ptr.dtype.element_ty).to(tl.float32)")],
+        TAIL_HALF,
+        "mismatch",
+        PLAIN,
+    ),
 }
 
 
@@ -82,6 +124,7 @@ def solution():
 
 # --- the grader's growth: a version names its reference -------------------------------------------
 
+
 def test_each_version_names_its_own_function_of_reference_py():
     assert {v.entry: v.reference for v in SPEC.variants.values()} == {name: name for name in VERSIONS}
     tanh = load_reference(SPEC.folder / "reference.py", "gelu_tanh")
@@ -97,13 +140,16 @@ def write_spec(tmp_path, reference_line: str):
     (folder / "spec.toml").write_text(
         f'id = "ex"\n[variants.double]\nkind = "triton"\nstub = "k.py"\nentry = "double"\n{reference_line}\n'
         'args = ["x", "y"]\n[inputs.x]\nshape = ["n"]\n[outputs.y]\nshape = ["n"]\n[[cases]]\nn = 3\n'
-        "[tolerance.float32]\natol = 0\nrtol = 0\n")
+        "[tolerance.float32]\natol = 0\nrtol = 0\n"
+    )
     return folder
 
 
 def test_a_reference_that_reference_py_lacks_is_named_with_the_fix_at_load(tmp_path):
     assert load_spec(write_spec(tmp_path / "a", 'reference = "double"')).variants["double"].reference == "double"
-    with pytest.raises(SpecError, match=r"variants.double.reference = 'triple' is not a function of .*define `def triple"):
+    with pytest.raises(
+        SpecError, match=r"variants.double.reference = 'triple' is not a function of .*define `def triple"
+    ):
         load_spec(write_spec(tmp_path / "b", 'reference = "triple"'))
     with pytest.raises(SpecError, match="name a function defined in reference.py"):
         load_spec(write_spec(tmp_path / "c", 'reference = "not a name"'))
@@ -132,6 +178,7 @@ def test_a_bare_grade_or_a_py_file_asks_which_version():
 
 # --- the learner's side: the stub, the solution, the classic mistakes ---------------------------------
 
+
 @pytest.mark.parametrize("version", VERSIONS)
 def test_the_stub_imports_and_each_entry_says_what_to_write(version):
     stub = load_interpreted(STUB, "activations_stub")
@@ -142,10 +189,18 @@ def test_the_stub_imports_and_each_entry_says_what_to_write(version):
 
 
 @pytest.mark.solutions
-@pytest.mark.parametrize("version, case", [
-    ("gelu_erf", TAIL_HALF), ("gelu_erf", LARGE), ("gelu_tanh", TAIL_HALF), ("gelu_tanh", WIDE),
-    ("silu", WIDE), ("silu", "M=3 N=5"), ("bias_gelu", "M=1000 N=7"),
-])
+@pytest.mark.parametrize(
+    "version, case",
+    [
+        ("gelu_erf", TAIL_HALF),
+        ("gelu_erf", LARGE),
+        ("gelu_tanh", TAIL_HALF),
+        ("gelu_tanh", WIDE),
+        ("silu", WIDE),
+        ("silu", "M=3 N=5"),
+        ("bias_gelu", "M=1000 N=7"),
+    ],
+)
 def test_the_solution_passes_the_cases_built_against_the_mistakes(solution, version, case):
     assert verdict(SPEC, SPEC.variants[version], getattr(solution, version), case_named(SPEC, case)) == "ok"
 
@@ -199,8 +254,10 @@ def test_each_version_runs_near_copy_bandwidth_beside_its_torch_anchor(dtype):
     print(f"\nactivations {M}x{N} {dtype} on {torch.cuda.get_device_name()} (copy {copy_gbps:.0f} GB/s):")
     for version in VERSIONS:
         you, anchor = gbps[version], gbps[f"torch {version}"]
-        print(f"  {version:10s} you {you:6.0f} GB/s ({100 * you / copy_gbps:3.0f}%), torch {anchor:6.0f} GB/s "
-              f"({100 * anchor / copy_gbps:3.0f}%)")
+        print(
+            f"  {version:10s} you {you:6.0f} GB/s ({100 * you / copy_gbps:3.0f}%), torch {anchor:6.0f} GB/s "
+            f"({100 * anchor / copy_gbps:3.0f}%)"
+        )
     assert gbps["bias_gelu"] > gbps["torch bias_gelu"]  # unfused: the sum is written and read back
     # the cheaper erf (11 instructions, not libdevice's ~28) keeps 16-bit GELUs memory-bound: bias_gelu bf16
     # reached 3,854 GB/s = 91% of the H200's copy (libdevice's erf: 2,712, 64%)
@@ -233,7 +290,8 @@ def test_each_mistake_fails_its_grade_on_the_gpu(tmp_path, name):
     version = MISTAKES[name][0]
     path = tmp_path / "activations.py"
     path.write_text(mistaken(name))
-    result = grade(resolve(("activations",), lang=version), submission=path, seed=5, record=False, quick=True,
-                   sanitize_code=False)
+    result = grade(
+        resolve(("activations",), lang=version), submission=path, seed=5, record=False, quick=True, sanitize_code=False
+    )
     check = next(c for c in result.checks if c.status in ("failed", "error"))
     assert check.name == "numerics" and check.details.get("code") == "mismatch", result.verdict

@@ -32,12 +32,14 @@ HYPER = ("lr", "beta1", "beta2", "eps", "weight_decay", "step")
 
 # --- kernels played in float32 on the CPU -------------------------------------------------------------
 
+
 def f32(x: float) -> torch.Tensor:
     return torch.tensor(x, dtype=torch.float32)
 
 
-def adamw_float32(t, params, *, host_double=True, l2=False, bias_correction=True, eps_inside=False,
-                  betas=None, store_moments=True):
+def adamw_float32(
+    t, params, *, host_double=True, l2=False, bias_correction=True, eps_inside=False, betas=None, store_moments=True
+):
     """A float32 kernel's step, in place on t["p"], t["m"], t["v"], with one classic mistake switched on by name."""
     p, g, m, v = t["p"], t["g"], t["m"], t["v"]
     lr, beta1, beta2, eps, wd = (f32(params[k]) for k in HYPER[:5])
@@ -79,7 +81,7 @@ def trial(case, number: int, seed: int = 5):
 
 
 def verdict(case, run) -> str:
-    """"ok" or the first failing verdict code of `run` over the case's trials, judged as a grade judges it:
+    """ "ok" or the first failing verdict code of `run` over the case's trials, judged as a grade judges it:
     p, m and v start as copies of the drawn inputs (make_outputs with the inputs), g stays an input."""
     for number in range(SPEC.trials_for(case)):
         values, refs = trial(case, number)
@@ -127,7 +129,9 @@ def test_p_m_and_v_are_updated_in_place_and_the_hyperparameters_reach_c_as_float
 def test_cases_cover_ragged_sizes_the_first_and_a_late_step_and_weight_decay_on_and_off():
     assert {1, 7, 4_097, 1_000_003} <= {c.params["n"] for c in CPU_CASES}
     assert cases_with(first=lambda c: c.params["step"] == 1) and cases_with(late=lambda c: c.params["step"] >= 10**6)
-    assert cases_with(off=lambda c: c.params["weight_decay"] == 0) and cases_with(on=lambda c: c.params["weight_decay"] > 0)
+    assert cases_with(off=lambda c: c.params["weight_decay"] == 0) and cases_with(
+        on=lambda c: c.params["weight_decay"] > 0
+    )
 
 
 def test_the_reference_is_torch_optim_adamw_one_step_and_leaves_its_inputs_alone():
@@ -140,8 +144,14 @@ def test_the_reference_is_torch_optim_adamw_one_step_and_leaves_its_inputs_alone
     want = REFERENCE(p, g, m, v, **params)
     assert all(torch.equal(a, b) for a, b in zip(before, (p, g, m, v)))
     param = torch.nn.Parameter(p.clone())
-    optimizer = torch.optim.AdamW([param], lr=params["lr"], betas=(params["beta1"], params["beta2"]),
-                                  eps=params["eps"], weight_decay=params["weight_decay"], foreach=False)
+    optimizer = torch.optim.AdamW(
+        [param],
+        lr=params["lr"],
+        betas=(params["beta1"], params["beta2"]),
+        eps=params["eps"],
+        weight_decay=params["weight_decay"],
+        foreach=False,
+    )
     param.grad = g.clone()
     optimizer.step()  # creates the state; then set it to this case's p, m, v and step
     state = optimizer.state[param]
@@ -187,17 +197,26 @@ MISTAKE_EDITS = {
     # Adam with L2 regularisation, not AdamW: the weight decay is added to the gradient (g + weight_decay * p), so
     # it passes through m and v and is rescaled by the adaptive step; AdamW decouples it and shrinks p directly.
     # Fails every case with weight_decay > 0 (m is wrong first).
-    "l2_regularisation": [("const float gi = g[i];",
-                           "const float gi = g[i] + weight_decay * p[i];  // L2: the decay joins the gradient"),
-                          ("p[i] = p[i] - lr * (m_hat / (sqrtf(v_hat) + eps) + weight_decay * p[i]);",
-                           "p[i] = p[i] - lr * m_hat / (sqrtf(v_hat) + eps);")],
+    "l2_regularisation": [
+        ("const float gi = g[i];", "const float gi = g[i] + weight_decay * p[i];  // L2: the decay joins the gradient"),
+        (
+            "p[i] = p[i] - lr * (m_hat / (sqrtf(v_hat) + eps) + weight_decay * p[i]);",
+            "p[i] = p[i] - lr * m_hat / (sqrtf(v_hat) + eps);",
+        ),
+    ],
     # No bias correction: m and v start at 0, so their early running means are too small by 1 - beta^t; without
     # dividing by it the first steps are 10x too small in m (0.1 / 1) and far off in v. Fails every case with a
     # small step (at step 1 the corrections are 0.1 and 0.001).
-    "no_bias_correction": [("const float bias_correction1 = (float)(1.0 - pow((double)beta1, step));",
-                            "const float bias_correction1 = 1.f;  // forgotten: m_hat = m, v_hat = v"),
-                           ("const float bias_correction2 = (float)(1.0 - pow((double)beta2, step));",
-                            "const float bias_correction2 = 1.f;")],
+    "no_bias_correction": [
+        (
+            "const float bias_correction1 = (float)(1.0 - pow((double)beta1, step));",
+            "const float bias_correction1 = 1.f;  // forgotten: m_hat = m, v_hat = v",
+        ),
+        (
+            "const float bias_correction2 = (float)(1.0 - pow((double)beta2, step));",
+            "const float bias_correction2 = 1.f;",
+        ),
+    ],
     # eps inside the square root, sqrt(v_hat + eps). Where sqrt(v_hat) is large it changes nothing; where
     # gradients vanish (sqrt(v_hat) ~ eps ~ 1e-8) it shrinks the step 10^4-fold. Fails the case with gradients
     # of 1e-8.
@@ -267,7 +286,8 @@ def test_ladder_figures_beside_torch_fused_and_foreach_adamw():
     fused = [start[k].clone() for k in "pgmv"]
     steps = [torch.tensor(10.0, device="cuda")]
     contestants["torch fused AdamW"] = lambda: torch._fused_adamw_(
-        [fused[0]], [fused[1]], [fused[2]], [fused[3]], [], steps, **hyper, amsgrad=False, maximize=False)
+        [fused[0]], [fused[1]], [fused[2]], [fused[3]], [], steps, **hyper, amsgrad=False, maximize=False
+    )
     param = torch.nn.Parameter(start["p"].clone())
     param.grad = start["g"].clone()
     foreach = torch.optim.AdamW([param], lr=1e-3, weight_decay=0.01, foreach=True)
@@ -277,6 +297,8 @@ def test_ladder_figures_beside_torch_fused_and_foreach_adamw():
     print(f"\nadamw n=2^25 float32 on {torch.cuda.get_device_name()} (copy {copy_gbps:.0f} GB/s):")
     rates = {name: gbps(28 * n, m["median_ms"]) for name, m in measured.items()}
     for name, rate in rates.items():
-        print(f"  {name:28s} {measured[name]['median_ms'] * 1000:8.1f} us  {rate:6.0f} GB/s  "
-              f"{100 * rate / copy_gbps:4.0f}% of roofline")
+        print(
+            f"  {name:28s} {measured[name]['median_ms'] * 1000:8.1f} us  {rate:6.0f} GB/s  "
+            f"{100 * rate / copy_gbps:4.0f}% of roofline"
+        )
     assert rates["3. solution"] >= 0.85 * copy_gbps

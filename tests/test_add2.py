@@ -43,6 +43,7 @@ BUILDS = ("jit", "setup", "cmake")
 
 # --- the versions and the grader's growth ----------------------------------------------------------------
 
+
 def test_the_three_builds_are_versions_of_one_exercise_picked_by_name():
     assert set(SPEC.variants) == set(BUILDS)
     for name in BUILDS:
@@ -62,18 +63,32 @@ def test_a_version_named_for_no_build_or_language_is_refused_with_the_names():
 def _spec(tmp_path: Path, variant: str) -> Path:
     folder = tmp_path / "demo"
     folder.mkdir()
-    (folder / "spec.toml").write_text('id = "demo"\n' + variant + '\n[outputs.y]\nshape = ["n"]\n[[cases]]\nn = 1\n'
-                                      '[tolerance.float32]\natol = 0\nrtol = 0\n')
+    (folder / "spec.toml").write_text(
+        'id = "demo"\n' + variant + '\n[outputs.y]\nshape = ["n"]\n[[cases]]\nn = 1\n'
+        "[tolerance.float32]\natol = 0\nrtol = 0\n"
+    )
     return folder
 
 
-@pytest.mark.parametrize("variant,message", [
-    ('[variants.triton]\nkind = "cuda"\nstub = "k.cu"\nentry = "k"\nargs = ["y"]', "name it cuda"),
-    ('[variants.setup]\nkind = "torch_op"\nbuild = "setup"\nstub = "k.cu"\nentry = "k"\nargs = ["y"]', "needs setup.py"),
-    ('[variants.jit]\nkind = "torch_op"\nstub = "k.cu"\nfiles = ["ops.cpp"]\nentry = "k"\nargs = ["y"]', "ops.cpp not found"),
-    ('[variants.cuda]\nkind = "cuda"\nbuild = "cmake"\nstub = "k.cu"\nentry = "k"\nargs = ["y"]', "apply to kind"),
-    ('[variants.jit]\nkind = "torch_op"\nbuild = "make"\nstub = "k.cu"\nentry = "k"\nargs = ["y"]', "known: jit, setup, cmake"),
-])
+@pytest.mark.parametrize(
+    "variant,message",
+    [
+        ('[variants.triton]\nkind = "cuda"\nstub = "k.cu"\nentry = "k"\nargs = ["y"]', "name it cuda"),
+        (
+            '[variants.setup]\nkind = "torch_op"\nbuild = "setup"\nstub = "k.cu"\nentry = "k"\nargs = ["y"]',
+            "needs setup.py",
+        ),
+        (
+            '[variants.jit]\nkind = "torch_op"\nstub = "k.cu"\nfiles = ["ops.cpp"]\nentry = "k"\nargs = ["y"]',
+            "ops.cpp not found",
+        ),
+        ('[variants.cuda]\nkind = "cuda"\nbuild = "cmake"\nstub = "k.cu"\nentry = "k"\nargs = ["y"]', "apply to kind"),
+        (
+            '[variants.jit]\nkind = "torch_op"\nbuild = "make"\nstub = "k.cu"\nentry = "k"\nargs = ["y"]',
+            "known: jit, setup, cmake",
+        ),
+    ],
+)
 def test_build_options_that_could_not_work_are_refused_when_the_spec_loads(tmp_path, variant, message):
     with pytest.raises(SpecError, match=message):
         load_spec(_spec(tmp_path, variant))
@@ -90,7 +105,10 @@ def test_each_project_gets_its_own_operator_namespace_and_a_single_file_keeps_it
     assert op_build.extension_name(jit, stub) == op_build.extension_name(jit, stub)
     gelu = exercise("gelu_op").variants["cuda"]  # one file, jit: the name is what it was before `files`
     source = ROOT / "exercises" / "gelu_op" / "gelu_op.cu"
-    assert op_build.extension_name(gelu, source) == f"kcourse_gelu_op_{hashlib.sha256(source.read_bytes()).hexdigest()[:12]}"
+    assert (
+        op_build.extension_name(gelu, source)
+        == f"kcourse_gelu_op_{hashlib.sha256(source.read_bytes()).hexdigest()[:12]}"
+    )
 
 
 def test_the_project_is_the_learners_file_under_the_stubs_name_beside_the_given_files(tmp_path):
@@ -134,9 +152,11 @@ def test_a_jit_build_killed_midway_does_not_make_the_next_one_wait_for_its_lock(
 
 def test_a_failed_builds_log_is_cut_to_its_errors_with_file_names():
     project = Path("/tmp/kc/project")
-    log = ("-- The CXX compiler identification is GNU 12\n-- Configuring done\n[1/3] Building CUDA object x.o\n"
-           f"FAILED: CMakeFiles/x.dir/add2_kernel.cu.o\n{project}/add2_kernel.cu(12): error: identifier \"k\" is undefined\n"
-           "      c[k] = a[k];\n        ^\n\n1 error detected in the compilation of add2_kernel.cu.\nninja: build stopped\n")
+    log = (
+        "-- The CXX compiler identification is GNU 12\n-- Configuring done\n[1/3] Building CUDA object x.o\n"
+        f'FAILED: CMakeFiles/x.dir/add2_kernel.cu.o\n{project}/add2_kernel.cu(12): error: identifier "k" is undefined\n'
+        "      c[k] = a[k];\n        ^\n\n1 error detected in the compilation of add2_kernel.cu.\nninja: build stopped\n"
+    )
     text = op_build.build_errors(log, project)
     assert text.startswith('add2_kernel.cu:12: error: identifier "k" is undefined') and "c[k] = a[k];" in text
     assert "Configuring done" not in text and "ninja:" not in text
@@ -149,6 +169,7 @@ def test_a_machine_without_cmake_is_told_to_install_it_and_the_learner_is_not_bl
 
 
 # --- on the CPU: each build compiles the stub and the solution; the given build files work ----------------
+
 
 @pytest.mark.nvcc
 @pytest.mark.solutions
@@ -180,10 +201,18 @@ def test_the_given_cmakelists_configures_against_torchs_cmake_config(tmp_path):
 def test_the_given_setup_py_names_its_extension_from_torch_extension_name(tmp_path):
     """setup.py's CUDAExtension needs a CUDA torch to build; naming it needs none (CUDA_HOME is filled in)."""
     project = op_build.stage(SPEC.variants["setup"], FOLDER / "add2_kernel.cu", tmp_path / "project")
-    script = ("import sys, torch.utils.cpp_extension as c; c.CUDA_HOME = c.CUDA_HOME or '/usr/local/cuda'; "
-              "sys.argv = ['setup.py', '--name']; exec(open('setup.py').read())")
-    done = subprocess.run([sys.executable, "-c", script], cwd=project, capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, TORCH_EXTENSION_NAME="kcourse_add2_named"))
+    script = (
+        "import sys, torch.utils.cpp_extension as c; c.CUDA_HOME = c.CUDA_HOME or '/usr/local/cuda'; "
+        "sys.argv = ['setup.py', '--name']; exec(open('setup.py').read())"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, TORCH_EXTENSION_NAME="kcourse_add2_named"),
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "kcourse_add2_named"
 
@@ -194,22 +223,32 @@ def test_the_fixtures_compile(tmp_path):
     nvcc = build.find_nvcc()
     sources = [mistake_file(name, tmp_path) for name in GPU_MISTAKES]
     sources += [submission("add2_2d.cu"), submission("add2_no_tail.cu")]  # the ladder's step 1, a mistake of the spec's
-    jobs = [subprocess.Popen([nvcc, "-std=c++17", "-arch=sm_90", "-cubin", f"-I{FOLDER}", "-o", os.devnull, str(source)],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for source in sources]
+    jobs = [
+        subprocess.Popen(
+            [nvcc, "-std=c++17", "-arch=sm_90", "-cubin", f"-I{FOLDER}", "-o", os.devnull, str(source)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for source in sources
+    ]
     for source, job in zip(sources, jobs):
         assert job.wait() == 0, f"{source.name}: {job.stdout.read()}"
 
 
 # --- on the CPU: the mistakes played against the spec's cases ---------------------------------------------
 
+
 def two_d(block: int, round_up: bool):
     """The 2-D kernel: blocks of block x block threads, the grid n / block rounded up or (the document) down."""
+
     def model(inputs, outputs, params):
         n = params["n"]
         blocks = -(-n // block) if round_up else n // block
         m = min(n, blocks * block)  # the rows and columns some thread covers
         a, b, c = inputs["a"], inputs["b"], outputs["c"]
         store(c[:m, :m], a[:m, :m] + b[:m, :m])
+
     return model
 
 
@@ -219,10 +258,14 @@ def float4_without_tail(inputs, outputs, params):
     store(outputs["c"].view(-1)[:k], whole[:k])
 
 
-CORRECT = {"the 2-D kernel, grid rounded up": two_d(16, round_up=True),
-           "the flat float4 kernel with its tail": lambda i, o, p: store(o["c"], i["a"] + i["b"])}
-MISTAKES = {"the document's grid(n / 16, n / 16)": two_d(16, round_up=False),
-            "float4 without the scalar tail": float4_without_tail}
+CORRECT = {
+    "the 2-D kernel, grid rounded up": two_d(16, round_up=True),
+    "the flat float4 kernel with its tail": lambda i, o, p: store(o["c"], i["a"] + i["b"]),
+}
+MISTAKES = {
+    "the document's grid(n / 16, n / 16)": two_d(16, round_up=False),
+    "float4 without the scalar tail": float4_without_tail,
+}
 
 
 def test_cases_are_ragged_tiny_and_one_whole_block():
@@ -244,6 +287,7 @@ def test_honest_kernels_pass_every_case(name):
 
 
 # --- on a GPU: every build built, loaded and graded --------------------------------------------------------
+
 
 @pytest.mark.gpu
 @pytest.mark.solutions
@@ -274,8 +318,9 @@ GPU_MISTAKES = {  # mistake -> the verdict codes it may get (n = 1 launches no b
 MISTAKE_EDITS = {
     # The document's launch, as written: grid(n / block.x, n / block.y) rounds down, so the last n % 16 rows and
     # columns are never written, and n < 16 launches no block at all (a launch error).
-    "grid_floor": [("dim3 grid((n + block.x - 1) / block.x, (n + block.y - 1) / block.y);",
-                    "dim3 grid(n / block.x, n / block.y);")],
+    "grid_floor": [
+        ("dim3 grid((n + block.x - 1) / block.x, (n + block.y - 1) / block.y);", "dim3 grid(n / block.x, n / block.y);")
+    ],
     # The grid rounded up but no bounds check: the threads the rounding adds store outside c (the last row's
     # spill lands past its end; compute-sanitizer's memcheck names the line).
     "no_bounds_check": [("if (i < n && j < n) c[idx] = a[idx] + b[idx];", "c[idx] = a[idx] + b[idx];")],

@@ -25,8 +25,20 @@ EPS = 1e-6
 PLAYED = 100_000  # cases up to this many elements are played in torch: every case the CPU grades, and bfloat16's
 
 
-def fused_in_torch(t, p, *, unrounded=False, vllm_rounding=False, before_add=False, mean_not_squares=False,
-                   no_eps=False, eps_outside=False, storage_statistics=False, stride_n=False, block=None):
+def fused_in_torch(
+    t,
+    p,
+    *,
+    unrounded=False,
+    vllm_rounding=False,
+    before_add=False,
+    mean_not_squares=False,
+    no_eps=False,
+    eps_outside=False,
+    storage_statistics=False,
+    stride_n=False,
+    block=None,
+):
     """What a Triton kernel computing in float32 writes, with one of the classic mistakes switched on by name."""
     dtype = t["out"].dtype
     x, h = t["x"], t["residual"]
@@ -97,11 +109,14 @@ def test_the_reference_normalises_the_stored_sum():
     assert not torch.equal(stored, x.double() + h.double())  # the case is one where rounding shows
 
 
-@pytest.mark.parametrize("name, options", [
-    ("float32 math, rounded once at each store (the solution's)", {}),
-    ("the norm of the unrounded float32 sum (FlashInfer's)", {"unrounded": True}),
-    ("(r * rstd) rounded, then times weight (vLLM's)", {"vllm_rounding": True}),
-])
+@pytest.mark.parametrize(
+    "name, options",
+    [
+        ("float32 math, rounded once at each store (the solution's)", {}),
+        ("the norm of the unrounded float32 sum (FlashInfer's)", {"unrounded": True}),
+        ("(r * rstd) rounded, then times weight (vLLM's)", {"vllm_rounding": True}),
+    ],
+)
 def test_each_honest_rounding_passes_every_case_bfloat16_included(name, options):
     """The three roundings differ only in half precision: the other two are played on those cases alone."""
     cases = [c for c in played_cases() if not options or c.dtype != "float32"]
@@ -126,8 +141,12 @@ def test_each_classic_mistake_fails_first_on_the_case_built_for_it(name):
 # grades the two that are about Triton itself (a dtype, a block); the torch plays above cover the rest.
 EDITS = {
     "statistics in the storage dtype": ("rf = r.to(tl.float32)", "rf = r", "offset=300.0", "mismatch"),
-    "BLOCK = 4096 and no loop": ("block = triton.next_power_of_2(n_cols)",
-                                 "block = min(triton.next_power_of_2(n_cols), 4096)", "N=9001", "partial_write"),
+    "BLOCK = 4096 and no loop": (
+        "block = triton.next_power_of_2(n_cols)",
+        "block = min(triton.next_power_of_2(n_cols), 4096)",
+        "N=9001",
+        "partial_write",
+    ),
 }
 
 
@@ -159,11 +178,16 @@ def test_a_one_line_mistake_in_the_kernel_fails_on_its_case(tmp_path, name):
 # --- GPU: the ladder's figures, full grades, the mistakes for real ----------------------------------------
 
 GPU_EDITS = {
-    "eps outside the square root": ("1.0 / tl.sqrt(tl.sum(rf * rf, axis=0) / n_cols + eps)",
-                                    "1.0 / (tl.sqrt(tl.sum(rf * rf, axis=0) / n_cols) + eps)", "scale=0.0007", "mismatch"),
+    "eps outside the square root": (
+        "1.0 / tl.sqrt(tl.sum(rf * rf, axis=0) / n_cols + eps)",
+        "1.0 / (tl.sqrt(tl.sum(rf * rf, axis=0) / n_cols) + eps)",
+        "scale=0.0007",
+        "mismatch",
+    ),
     "normalising x before the add": ("rf = r.to(tl.float32)", "rf = x.to(tl.float32)", "", "mismatch"),
     "the mean of r, not of r^2": ("tl.sum(rf * rf, axis=0)", "tl.sum(rf, axis=0)", "", "mismatch"),
 }
+
 
 @pytest.mark.gpu
 @pytest.mark.solutions
@@ -186,8 +210,9 @@ def test_ladder_figures_and_the_solution_beats_eager_torch_near_copy_bandwidth(d
         return torch.nn.functional.rms_norm(r, (N,), w, eps=EPS), r
 
     contestants = {
-        "1. two passes (BLOCK 1024, 4 warps)":
-            lambda: solution.add_rms_norm_long_kernel[(M,)](*args, BLOCK=1024, num_warps=4),
+        "1. two passes (BLOCK 1024, 4 warps)": lambda: solution.add_rms_norm_long_kernel[(M,)](
+            *args, BLOCK=1024, num_warps=4
+        ),
         "2. whole row (4 warps)": lambda: solution.add_rms_norm(x, h, w, out, res_out, num_warps=4),
         "3. solution": lambda: solution.add_rms_norm(x, h, w, out, res_out),
         "eager x + residual, F.rms_norm": eager,
@@ -206,8 +231,10 @@ def test_ladder_figures_and_the_solution_beats_eager_torch_near_copy_bandwidth(d
     rates = {name: gbps(4 * M * N * size + N * size, m["median_ms"]) for name, m in measured.items()}
     print(f"\nadd_rms_norm {M}x{N} {str(dtype)[6:]} on {torch.cuda.get_device_name()} (copy {copy_gbps:.0f} GB/s):")
     for name, rate in rates.items():
-        print(f"  {name:40s} {measured[name]['median_ms'] * 1000:8.1f} us  {rate:6.0f} GB/s  "
-              f"{100 * rate / copy_gbps:4.0f}% of roofline")
+        print(
+            f"  {name:40s} {measured[name]['median_ms'] * 1000:8.1f} us  {rate:6.0f} GB/s  "
+            f"{100 * rate / copy_gbps:4.0f}% of roofline"
+        )
     assert rates["3. solution"] >= 0.85 * copy_gbps
     assert rates["3. solution"] > rates["eager x + residual, F.rms_norm"]
 

@@ -32,8 +32,11 @@ FLT_MAX = torch.finfo(torch.float32).max
 @pytest.fixture(scope="module")
 def inputs():
     """Each CPU case's inputs for each of its trials (trial 1 scales the draw by 1.5), drawn once."""
-    return {(i, trial): generate(SPEC, case, SEED + 1000 * i + trial, trial)
-            for i, case in enumerate(CPU_CASES) for trial in range(SPEC.trials_for(case))}
+    return {
+        (i, trial): generate(SPEC, case, SEED + 1000 * i + trial, trial)
+        for i, case in enumerate(CPU_CASES)
+        for trial in range(SPEC.trials_for(case))
+    }
 
 
 def test_the_inputs_hold_what_the_readme_promises(inputs):
@@ -48,6 +51,7 @@ def test_the_inputs_hold_what_the_readme_promises(inputs):
 
 
 # --- float bits as integers: what the README's two tricks rest on ---------------------------------------
+
 
 def bits(values) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.float32).view(torch.int32)
@@ -90,6 +94,7 @@ def test_the_sign_split_needs_signbit_not_a_comparison_with_zero():
 
 
 # --- the exercise's cases against the classic mistakes, played in torch ----------------------------------
+
 
 def block_maxima(x: torch.Tensor) -> torch.Tensor:
     return torch.stack([b.max() for b in x.split(BLOCK)])
@@ -137,18 +142,24 @@ def simulated_verdict(kernel, case: Case, made: dict[str, torch.Tensor]) -> str:
 
 @pytest.mark.parametrize("name", list(MISTAKES))
 def test_every_classic_mistake_fails_some_case(name, inputs):
-    got = {CPU_CASES[i].label(): simulated_verdict(MISTAKES[name], CPU_CASES[i], made)
-           for (i, trial), made in inputs.items() if trial == 0}
+    got = {
+        CPU_CASES[i].label(): simulated_verdict(MISTAKES[name], CPU_CASES[i], made)
+        for (i, trial), made in inputs.items()
+        if trial == 0
+    }
     assert any(v != "ok" for v in got.values()), f"{name} passes every case: {got}"
 
 
-@pytest.mark.parametrize("name, case", [
-    ("out started at 0", "n=4097 (x offset=-100.0)"),
-    ("out started at -FLT_MAX", "n=65537 (x special=neg_inf_rows)"),
-    ("integer atomicMax on the float's bits", "n=1000003 (x offset=-100.0 scale=0.001)"),
-    ("the 0-3 values past the last float4 dropped", "n=1000003 (x transform=largest_last)"),
-    ("the maximum taken in half precision", "n=1000003 (x scale=1e+30)"),
-])
+@pytest.mark.parametrize(
+    "name, case",
+    [
+        ("out started at 0", "n=4097 (x offset=-100.0)"),
+        ("out started at -FLT_MAX", "n=65537 (x special=neg_inf_rows)"),
+        ("integer atomicMax on the float's bits", "n=1000003 (x offset=-100.0 scale=0.001)"),
+        ("the 0-3 values past the last float4 dropped", "n=1000003 (x transform=largest_last)"),
+        ("the maximum taken in half precision", "n=1000003 (x scale=1e+30)"),
+    ],
+)
 def test_each_mistake_fails_on_the_case_built_for_it(name, case, inputs):
     (made,) = [made for (i, trial), made in inputs.items() if trial == 0 and CPU_CASES[i].label() == case]
     (spec_case,) = [c for c in CPU_CASES if c.label() == case]
@@ -163,8 +174,12 @@ def test_correct_maxima_pass_every_case_and_trial(name, inputs):
 
 # --- nvcc: the stub, the solution and the fixtures compile for sm_90 ----------------------------------------
 
-FIXTURES = ["atomic_max_per_element.cu", "atomic_max_warp_shuffle.cu", "atomic_max_zero_init.cu",
-            "atomic_max_int_bits.cu"]
+FIXTURES = [
+    "atomic_max_per_element.cu",
+    "atomic_max_warp_shuffle.cu",
+    "atomic_max_zero_init.cu",
+    "atomic_max_int_bits.cu",
+]
 
 
 @pytest.mark.slow
@@ -181,6 +196,7 @@ def test_the_fixtures_compile_for_sm_90():
 
 
 # --- on a GPU: the real kernels ------------------------------------------------------------------------------
+
 
 @pytest.mark.gpu
 @pytest.mark.solutions

@@ -24,21 +24,30 @@ def write_spec(folder: Path, performance: str) -> Path:
     (folder / "spec.toml").write_text(
         f'id = "{folder.name}"\n[variants.triton]\nstub = "a.py"\nentry = "f"\nargs = ["q", "out"]\n'
         '[inputs.q]\nshape = ["B", "H", "N", "d"]\n[outputs.out]\nshape = ["B", "H", "N", "d"]\n'
-        '[[cases]]\nB = 1\nH = 1\nN = 3\nd = 16\n[tolerance.float32]\natol = 0\nrtol = 0\n' + performance)
+        "[[cases]]\nB = 1\nH = 1\nN = 3\nd = 16\n[tolerance.float32]\natol = 0\nrtol = 0\n" + performance
+    )
     return folder
 
 
 # --- the spec ------------------------------------------------------------------------------------
 def test_a_spec_declares_a_memory_limit_as_an_expression_of_the_case(tmp_path):
-    spec = load_spec(write_spec(tmp_path / "e", f'[performance]\nflops = "N"\nmax_extra_bytes = "{LIMIT}"\n'
-                                'memory_hint = "O(N)"\n[[performance.cases]]\nB = 1\nH = 4\nN = 8192\nd = 64\n'))
+    spec = load_spec(
+        write_spec(
+            tmp_path / "e",
+            f'[performance]\nflops = "N"\nmax_extra_bytes = "{LIMIT}"\n'
+            'memory_hint = "O(N)"\n[[performance.cases]]\nB = 1\nH = 4\nN = 8192\nd = 64\n',
+        )
+    )
     assert spec.performance.max_extra_bytes == LIMIT and spec.performance.memory_hint == "O(N)"
     assert load_spec(ROOT / "exercises" / "softmax").performance.max_extra_bytes is None  # no limit: none checked
 
 
 def test_a_memory_limit_naming_an_unknown_dimension_is_refused_at_load(tmp_path):
-    folder = write_spec(tmp_path / "e", '[performance]\nflops = "N"\nmax_extra_bytes = "4 * N * heads"\n'
-                        '[[performance.cases]]\nB = 1\nH = 4\nN = 64\nd = 64\n')
+    folder = write_spec(
+        tmp_path / "e",
+        '[performance]\nflops = "N"\nmax_extra_bytes = "4 * N * heads"\n'
+        "[[performance.cases]]\nB = 1\nH = 4\nN = 64\nd = 64\n",
+    )
     with pytest.raises(SpecError, match=r"max_extra_bytes = '4 \* N \* heads': unknown name 'heads'"):
         load_spec(folder)
 
@@ -123,8 +132,14 @@ def test_sizes_read_as_people_write_them():
 
 # --- what the learner sees --------------------------------------------------------------------------
 def test_the_timing_line_and_the_report_show_the_extra_memory(isolated_state):
-    timing = Timing(case="B=1 H=8 N=8192 d=64 dtype=float16", learner_ms=3.0, runs=50, learner_extra_bytes=3.2e9,
-                    torch_extra_bytes=2.1e9, extra_bytes_limit=9.7e6)
+    timing = Timing(
+        case="B=1 H=8 N=8192 d=64 dtype=float16",
+        learner_ms=3.0,
+        runs=50,
+        learner_extra_bytes=3.2e9,
+        torch_extra_bytes=2.1e9,
+        extra_bytes_limit=9.7e6,
+    )
     assert "extra memory: you 3.2 GB (limit 9.7 MB), torch 2.1 GB" in format_timing(timing)
     old = Timing(case="M=4096", learner_ms=1.0, runs=5)  # records from before the measurement: nothing shown
     assert "extra memory" not in format_timing(old)
@@ -150,7 +165,9 @@ def test_the_measurement_sees_scratch_and_not_what_was_live_before():
 
     extra, result = memory.peak_extra_bytes(scratch, returns_outputs=False)
     assert extra == 8 * 2**20  # the 8 MiB buffer was freed before the 1 MiB result was made
-    extra, _ = memory.peak_extra_bytes(lambda: torch.zeros(2**20, dtype=torch.uint8, device="cuda"), returns_outputs=True)
+    extra, _ = memory.peak_extra_bytes(
+        lambda: torch.zeros(2**20, dtype=torch.uint8, device="cuda"), returns_outputs=True
+    )
     assert extra == 0 and live.numel()
 
 
@@ -159,7 +176,10 @@ def materialising_flash(tmp_path: Path) -> Path:
     source = (ROOT / "solutions" / "flash_attention_v1" / "flash_attention_v1.py").read_text()
     marker = "    batch, heads, n_ctx, head_dim = q.shape\n"
     assert marker in source
-    source = source.replace(marker, marker + "    scores = torch.empty((batch, heads, n_ctx, n_ctx), dtype=torch.float32, device=q.device)\n")
+    source = source.replace(
+        marker,
+        marker + "    scores = torch.empty((batch, heads, n_ctx, n_ctx), dtype=torch.float32, device=q.device)\n",
+    )
     path = tmp_path / "flash_attention_v1.py"
     path.write_text(source)
     return path
@@ -176,9 +196,11 @@ def test_flash_solution_allocates_nothing_and_a_kernel_holding_the_scores_fails_
     assert result.status == PASSED, result.verdict
     assert checks["memory"].status == PASSED, checks["memory"].message
     for t in result.timings:
-        print(f"\n{t.case}: you {t.learner_ms:.4g} ms {t.learner_rate:.4g} TFLOP/s, torch {t.torch_ms:.4g} ms "
-              f"{t.torch_rate:.4g} TFLOP/s; extra memory you {memory.size_text(t.learner_extra_bytes)}, torch "
-              f"{memory.size_text(t.torch_extra_bytes)} (limit {memory.size_text(t.extra_bytes_limit)})")
+        print(
+            f"\n{t.case}: you {t.learner_ms:.4g} ms {t.learner_rate:.4g} TFLOP/s, torch {t.torch_ms:.4g} ms "
+            f"{t.torch_rate:.4g} TFLOP/s; extra memory you {memory.size_text(t.learner_extra_bytes)}, torch "
+            f"{memory.size_text(t.torch_extra_bytes)} (limit {memory.size_text(t.extra_bytes_limit)})"
+        )
         assert t.learner_extra_bytes < 2**20
     bad = grade(resolve(("flash_attention_v1",)), submission=materialising_flash(tmp_path), seed=3)
     check = next(c for c in bad.checks if c.name == "memory")
@@ -197,8 +219,10 @@ def test_naive_attention_memory_grows_as_n_squared():
     assert result.status == PASSED, result.verdict
     extra = [t.learner_extra_bytes for t in result.timings]
     for t in result.timings:
-        print(f"\n{t.case}: you {t.learner_ms:.4g} ms ({t.roofline_pct or 0:.0f}% of roofline), torch {t.torch_ms:.4g} ms; "
-              f"extra memory you {memory.size_text(t.learner_extra_bytes)}, torch {memory.size_text(t.torch_extra_bytes)}")
+        print(
+            f"\n{t.case}: you {t.learner_ms:.4g} ms ({t.roofline_pct or 0:.0f}% of roofline), torch {t.torch_ms:.4g} ms; "
+            f"extra memory you {memory.size_text(t.learner_extra_bytes)}, torch {memory.size_text(t.torch_extra_bytes)}"
+        )
     assert all(3.5 < later / earlier < 4.5 for earlier, later in zip(extra, extra[1:])), extra
     n = 8192
     assert extra[-1] >= 6 * 8 * n * n  # S (float32) and P (float16) of 8 heads, both live during the softmax
@@ -216,7 +240,9 @@ def test_flash_solution_against_sdpa_at_4x32x4096x128_bf16(causal):
     import torch.nn.functional as F
     import triton
 
-    spec = importlib.util.spec_from_file_location("flash_solution", ROOT / "solutions" / "flash_attention_v1" / "flash_attention_v1.py")
+    spec = importlib.util.spec_from_file_location(
+        "flash_solution", ROOT / "solutions" / "flash_attention_v1" / "flash_attention_v1.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     q, k, v = (torch.randn(4, 32, 4096, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
@@ -225,5 +251,7 @@ def test_flash_solution_against_sdpa_at_4x32x4096x128_bf16(causal):
     ours = triton.testing.do_bench(lambda: module.flash_attention(q, k, v, out, causal))
     sdpa = triton.testing.do_bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=causal), atol=2e-2, rtol=2e-2)
-    print(f"\ncausal={causal}: solution {ours:.3f} ms {flops / ours / 1e9:.0f} TFLOP/s; SDPA {sdpa:.3f} ms "
-          f"{flops / sdpa / 1e9:.0f} TFLOP/s; solution / SDPA speed {sdpa / ours:.2f}")
+    print(
+        f"\ncausal={causal}: solution {ours:.3f} ms {flops / ours / 1e9:.0f} TFLOP/s; SDPA {sdpa:.3f} ms "
+        f"{flops / sdpa / 1e9:.0f} TFLOP/s; solution / SDPA speed {sdpa / ours:.2f}"
+    )

@@ -34,19 +34,27 @@ SPEC = discover_exercises()["flash_attention_v1"]
 REFERENCE = load_reference(SPEC.folder / "reference.py")
 STUB = SPEC.folder / "flash_attention_v1.cu"
 SOLUTION = ROOT / "solutions" / "flash_attention_v1" / "flash_attention_v1.cu"
-KERNELS = {f"void flash_fwd_kernel<{t}, {d}, {c}>(Params)" for t in ("__half", "__nv_bfloat16") for d in (64, 128)
-           for c in ("false", "true")}
+KERNELS = {
+    f"void flash_fwd_kernel<{t}, {d}, {c}>(Params)"
+    for t in ("__half", "__nv_bfloat16")
+    for d in (64, 128)
+    for c in ("false", "true")
+}
 # The classic mistakes of the ladder's first kernel, each an edit of tests/fixtures/submissions/flash_attention_v1_minimal.cu.
 MISTAKES = {
     "no_rescale": [("acc[c] = acc[c] * alpha + p_j", "acc[c] = acc[c] + p_j")],  # l is rescaled, acc is not
-    "no_max": [("const float m_new = fmaxf(m, s);", "const float m_new = 0.f;"),  # exp(s) overflows past 88
-               ("const float alpha = expf(m - m_new);", "const float alpha = 1.f;"),
-               ("const float p_j = expf(s - m_new);", "const float p_j = expf(s);")],
+    "no_max": [
+        ("const float m_new = fmaxf(m, s);", "const float m_new = 0.f;"),  # exp(s) overflows past 88
+        ("const float alpha = expf(m - m_new);", "const float alpha = 1.f;"),
+        ("const float p_j = expf(s - m_new);", "const float p_j = expf(s);"),
+    ],
     "unmasked_tail": [("if (key >= n_ctx || (CAUSAL && key > row)) break;", "if (CAUSAL && key > row) break;")],
     "causal_off_by_one": [("(CAUSAL && key > row)", "(CAUSAL && key >= row)")],  # row 0 sees no key
-    "ignores_strides": [("q[row * p.q.row + c * p.q.col]", "q[row * D + c]"),   # rows assumed d apart
-                        ("k[key * p.k.row + c * p.k.col]", "k[key * D + c]"),
-                        ("v[key * p.v.row + c * p.v.col]", "v[key * D + c]")],
+    "ignores_strides": [
+        ("q[row * p.q.row + c * p.q.col]", "q[row * D + c]"),  # rows assumed d apart
+        ("k[key * p.k.row + c * p.k.col]", "k[key * D + c]"),
+        ("v[key * p.v.row + c * p.v.col]", "v[key * D + c]"),
+    ],
 }
 
 
@@ -59,6 +67,7 @@ def checks_by_name(result):
 
 
 # --- the spec and the README -----------------------------------------------------------------------
+
 
 def test_the_spec_has_a_triton_and_a_cuda_operator_version_on_the_same_cases():
     triton, cuda = SPEC.variants["triton"], SPEC.variants["cuda"]
@@ -74,13 +83,18 @@ def test_the_spec_has_a_triton_and_a_cuda_operator_version_on_the_same_cases():
 def test_the_readme_has_a_ladder_per_version_from_the_minimal_kernel_to_the_solution():
     text = (SPEC.folder / "README.md").read_text()
     cuda, triton = parse_ladder(text, "cuda"), parse_ladder(text, "triton")
-    assert [s.title for s in cuda] == ["Minimal", "Tensor cores through WMMA", "mma.sync in registers",
-                                       "Feed the tensor cores"]
+    assert [s.title for s in cuda] == [
+        "Minimal",
+        "Tensor cores through WMMA",
+        "mma.sync in registers",
+        "Feed the tensor cores",
+    ]
     assert all(s.roofline_pct for s in cuda) and [s.roofline_pct for s in cuda] == sorted(s.roofline_pct for s in cuda)
     assert [s.title for s in triton][0] == "Correct" and len(triton) == 3  # the Triton ladder is unchanged
 
 
 # --- compiling without a GPU -----------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def compiled():
@@ -104,7 +118,7 @@ def test_the_stub_and_the_solution_compile_for_sm_90_with_all_eight_kernels(comp
         assert result.ok, f"{source}: {result.log}"
         assert {k["kernel"] for k in result.resources} == KERNELS and {k["arch"] for k in result.resources} == {"sm_90"}
     for kernel in compiled["solutions"].resources:  # 2 blocks of 128 threads an SM: at most 255 registers,
-        assert kernel["registers"] <= 255          # and the few values spilled are outside the MMA loops
+        assert kernel["registers"] <= 255  # and the few values spilled are outside the MMA loops
         assert kernel["spill_stores"] + kernel["spill_loads"] <= 512, kernel
 
 
@@ -139,8 +153,10 @@ def attend(q, k, v, causal: bool, mistake: str | None = None) -> torch.Tensor:
     l, acc = torch.zeros(q.shape[:-1]), torch.zeros(q.shape)
     for start in range(0, n, BLOCK_N):
         keys = torch.arange(start, start + BLOCK_N)[None, :]
-        k_tile, v_tile = (torch.nn.functional.pad(x[..., start:start + BLOCK_N, :], (0, 0, 0, max(0, start + BLOCK_N - n)))
-                          for x in (k, v))  # zeros past the end, as the kernel's shared tiles
+        k_tile, v_tile = (
+            torch.nn.functional.pad(x[..., start : start + BLOCK_N, :], (0, 0, 0, max(0, start + BLOCK_N - n)))
+            for x in (k, v)
+        )  # zeros past the end, as the kernel's shared tiles
         s = q @ k_tile.transpose(-1, -2) / math.sqrt(d)
         hidden = keys >= n if mistake != "unmasked_tail" else torch.zeros_like(keys, dtype=torch.bool)
         if causal:
@@ -187,13 +203,16 @@ def test_the_played_minimal_kernel_passes_every_case():
     assert set(found.values()) == {"ok"} and len(found) >= 11, found
 
 
-@pytest.mark.parametrize("mistake,fails_on", [
-    ("no_rescale", "N=1000"),              # many tiles (per key, as in the fixture, any row with two keys)
-    ("no_max", "q scale=30.0"),            # scores of std 30: exp overflows float32 past 88, inf / inf
-    ("unmasked_tail", "N=1 d=64"),         # the one real key and 31 zero-padded ones share the weight
-    ("causal_off_by_one", "causal=True"),  # row 0 sees no key: 0 / 0
-    ("ignores_strides", "layout=row_slice"),
-])
+@pytest.mark.parametrize(
+    "mistake,fails_on",
+    [
+        ("no_rescale", "N=1000"),  # many tiles (per key, as in the fixture, any row with two keys)
+        ("no_max", "q scale=30.0"),  # scores of std 30: exp overflows float32 past 88, inf / inf
+        ("unmasked_tail", "N=1 d=64"),  # the one real key and 31 zero-padded ones share the weight
+        ("causal_off_by_one", "causal=True"),  # row 0 sees no key: 0 / 0
+        ("ignores_strides", "layout=row_slice"),
+    ],
+)
 def test_each_classic_mistake_fails_a_case_of_the_spec(mistake, fails_on, tmp_path):
     found = verdicts(mistake)
     failed = [label for label, code in found.items() if code != "ok"]
@@ -202,6 +221,7 @@ def test_each_classic_mistake_fails_a_case_of_the_spec(mistake, fails_on, tmp_pa
 
 
 # --- GPU: the real operators ---------------------------------------------------------------------------
+
 
 def tflops(case: str, ms: float | None) -> float:
     """The spec's FLOP count for a timing record's case label at `ms` milliseconds, in TFLOP/s."""
@@ -219,9 +239,11 @@ def test_cuda_solution_passes_with_its_tflops_beside_sdpa_and_no_extra_memory():
     assert result.status == PASSED, result.verdict
     assert checks["memory"].status == PASSED, checks["memory"].message
     for t in result.timings:
-        print(f"\n{t.case}: you {t.learner_ms:.4g} ms {tflops(t.case, t.learner_ms):.0f} TFLOP/s, SDPA {t.torch_ms:.4g} ms "
-              f"{tflops(t.case, t.torch_ms):.0f} TFLOP/s (you / SDPA {t.torch_ms / t.learner_ms:.2f}); extra memory "
-              f"{memory.size_text(t.learner_extra_bytes)} (limit {memory.size_text(t.extra_bytes_limit)})")
+        print(
+            f"\n{t.case}: you {t.learner_ms:.4g} ms {tflops(t.case, t.learner_ms):.0f} TFLOP/s, SDPA {t.torch_ms:.4g} ms "
+            f"{tflops(t.case, t.torch_ms):.0f} TFLOP/s (you / SDPA {t.torch_ms / t.learner_ms:.2f}); extra memory "
+            f"{memory.size_text(t.learner_extra_bytes)} (limit {memory.size_text(t.extra_bytes_limit)})"
+        )
         assert t.learner_extra_bytes < 2**20  # only out, which an operator returns: not scratch
 
 
@@ -237,21 +259,26 @@ def test_cuda_stub_fails_on_the_gpu_with_nothing_written():
 @pytest.mark.gpu
 @pytest.mark.solutions
 def test_the_ladders_first_kernel_passes_numerics_and_is_timed():
-    result = grade(resolve(("flash_attention_v1",), lang="cuda"), submission=submission("flash_attention_v1_minimal.cu"), seed=5)
+    result = grade(
+        resolve(("flash_attention_v1",), lang="cuda"), submission=submission("flash_attention_v1_minimal.cu"), seed=5
+    )
     checks = checks_by_name(result)
     assert checks["numerics"].status == PASSED, checks["numerics"].message
     assert checks["memory"].status == PASSED, checks["memory"].message
     t = result.timings[-1]
-    print(f"\nminimal kernel, {t.case}: {t.learner_ms:.4g} ms {tflops(t.case, t.learner_ms):.1f} TFLOP/s "
-          f"({t.roofline_pct or 0:.1f}% of roofline); speed: {checks['speed'].status}")
+    print(
+        f"\nminimal kernel, {t.case}: {t.learner_ms:.4g} ms {tflops(t.case, t.learner_ms):.1f} TFLOP/s "
+        f"({t.roofline_pct or 0:.1f}% of roofline); speed: {checks['speed'].status}"
+    )
 
 
 @pytest.mark.gpu
 @pytest.mark.solutions
 @pytest.mark.parametrize("mistake", list(MISTAKES))
 def test_each_classic_mistake_fails_on_the_gpu(mistake, tmp_path):
-    result = grade(resolve(("flash_attention_v1",), lang="cuda"), submission=mistake_file(mistake, tmp_path),
-                   seed=5, quick=True)
+    result = grade(
+        resolve(("flash_attention_v1",), lang="cuda"), submission=mistake_file(mistake, tmp_path), seed=5, quick=True
+    )
     numerics = checks_by_name(result)["numerics"]
     assert numerics.status == FAILED, numerics.message
     print(f"\n{mistake}: {numerics.message.splitlines()[0]}")

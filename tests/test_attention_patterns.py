@@ -36,28 +36,53 @@ from grader.run.grade import grade
 SPEC = discover_exercises()["attention_patterns"]
 SOLUTION = ROOT / "solutions" / "attention_patterns" / "attention_patterns.py"
 VERSIONS = ["sliding_window", "document_mask"]
-ONE_KEY = "B=2 H=3 N=17 d=64 dtype=float16 W=1 doc_a=1 doc_b=5"          # W = 1; documents of 1 and 5 tokens
-CAUSAL = "B=1 H=2 N=100 d=128 dtype=float16 W=1000 doc_a=1000 doc_b=1"   # W >= N, one document: plain causal
+ONE_KEY = "B=2 H=3 N=17 d=64 dtype=float16 W=1 doc_a=1 doc_b=5"  # W = 1; documents of 1 and 5 tokens
+CAUSAL = "B=1 H=2 N=100 d=128 dtype=float16 W=1000 doc_a=1000 doc_b=1"  # W >= N, one document: plain causal
 SHARP = "B=1 H=2 N=333 d=64 dtype=float16 W=37 doc_a=45 doc_b=83 (q scale=30.0)"
 PLAIN = "B=2 H=1 N=150 d=64 dtype=float16 W=99 doc_a=1 doc_b=70 (k layout=row_slice; v layout=row_slice)"
 
 # name: (version, [(the solution's text, the mistaken text)], the case it fails, what its message says, a case it passes)
 MISTAKES = {
     # i - W <= j: W + 1 keys, two where W = 1
-    "window_off_by_one": ("sliding_window", [("return tl.maximum(i - W + 1, 0)", "return tl.maximum(i - W, 0)")],
-                          ONE_KEY, "wrong", CAUSAL),
+    "window_off_by_one": (
+        "sliding_window",
+        [("return tl.maximum(i - W + 1, 0)", "return tl.maximum(i - W, 0)")],
+        ONE_KEY,
+        "wrong",
+        CAUSAL,
+    ),
     # plain causal: every document sees the ones before it
-    "documents_ignored": ("document_mask", [("    _launch(q, k, v, out, starts, 0)", "    _launch(q, k, v, out, None, n_ctx)")],
-                          ONE_KEY, "wrong", CAUSAL),
+    "documents_ignored": (
+        "document_mask",
+        [("    _launch(q, k, v, out, starts, 0)", "    _launch(q, k, v, out, None, n_ctx)")],
+        ONE_KEY,
+        "wrong",
+        CAUSAL,
+    ),
     # exp of the raw scores: overflows at scores of std 30
-    "no_max_subtraction": ("sliding_window", [("m_new = tl.maximum(m_i, tl.max(qk, 1))", "m_new = tl.zeros_like(m_i)")],
-                           SHARP, " NaN (first at index ", PLAIN),
+    "no_max_subtraction": (
+        "sliding_window",
+        [("m_new = tl.maximum(m_i, tl.max(qk, 1))", "m_new = tl.zeros_like(m_i)")],
+        SHARP,
+        " NaN (first at index ",
+        PLAIN,
+    ),
     # exp(-inf - -inf) for a row that has seen no visible key yet (row 16 in the first 16-key block at W = 1)
-    "no_empty_row_guard": ("sliding_window", [('m_use = tl.where(m_new == -float("inf"), 0.0, m_new)', "m_use = m_new")],
-                           ONE_KEY, " NaN (first at index ", CAUSAL),
+    "no_empty_row_guard": (
+        "sliding_window",
+        [('m_use = tl.where(m_new == -float("inf"), 0.0, m_new)', "m_use = m_new")],
+        ONE_KEY,
+        " NaN (first at index ",
+        CAUSAL,
+    ),
     # the loop started where the block's last row starts: its earlier rows lose their first keys
-    "skip_from_the_last_row": ("document_mask", [("start = (lo_first // BLOCK_N) * BLOCK_N",
-                                                  "start = (lo_last // BLOCK_N) * BLOCK_N")], SHARP, "wrong", CAUSAL),
+    "skip_from_the_last_row": (
+        "document_mask",
+        [("start = (lo_first // BLOCK_N) * BLOCK_N", "start = (lo_last // BLOCK_N) * BLOCK_N")],
+        SHARP,
+        "wrong",
+        CAUSAL,
+    ),
 }
 
 
@@ -85,10 +110,12 @@ def failing(result):
 
 # --- the spec, its inputs and its work model --------------------------------------------------------
 
+
 def test_each_version_names_its_reference_its_arguments_and_its_own_flops():
     assert {v: (SPEC.variants[v].reference, [a.name for a in SPEC.variants[v].args]) for v in VERSIONS} == {
         "sliding_window": ("sliding_window", ["q", "k", "v", "out", "W"]),
-        "document_mask": ("document_mask", ["q", "k", "v", "doc_ids", "out"])}
+        "document_mask": ("document_mask", ["q", "k", "v", "doc_ids", "out"]),
+    }
     assert SPEC.performance.flops is None and all(SPEC.variants[v].flops for v in VERSIONS)
     assert next(t for t in SPEC.inputs if t.name == "doc_ids").dtype == "int32"
     assert all(c.gpu_only for c in SPEC.cases if c.dtype == "bfloat16")  # the interpreter's bf16 tl.dot is wrong
@@ -131,7 +158,8 @@ def test_the_speed_record_counts_the_version_timed_and_a_bad_expression_is_refus
     (folder / "spec.toml").write_text(
         'id = "ex"\n[variants.triton]\nstub = "k.py"\nentry = "f"\nargs = ["x", "y"]\nflops = "2 * n * m"\n'
         '[inputs.x]\nshape = ["n"]\n[outputs.y]\nshape = ["n"]\n[[cases]]\nn = 3\n[tolerance.float32]\natol = 0\n'
-        'rtol = 0\n[performance]\nbound = "compute"\n[[performance.cases]]\nn = 1024\n')
+        'rtol = 0\n[performance]\nbound = "compute"\n[[performance.cases]]\nn = 1024\n'
+    )
     with pytest.raises(SpecError, match=r"variants.triton.flops = '2 \* n \* m': unknown name 'm'"):
         load_spec(folder)
 
@@ -160,6 +188,7 @@ def test_the_reference_is_causal_at_w_at_least_n_and_v_itself_at_w_1():
 
 
 # --- the learner's side: a real grade of each version, the stub, the classic mistakes ---------------
+
 
 @pytest.mark.slow
 @pytest.mark.solutions
@@ -202,8 +231,10 @@ def test_the_solution_never_reads_a_key_block_its_query_block_cannot_see(solutio
     q, k, v = (torch.randn(1, 1, 256, 16, dtype=torch.float16) for _ in range(3))
     v[..., 3, :] = float("nan")
     ids = torch.repeat_interleave(torch.tensor([5, 9], dtype=torch.int32), torch.tensor([40, 216]))
-    calls = {"window": lambda m, out: m.sliding_window(q, k, v, out, 20),
-             "documents": lambda m, out: m.document_mask(q, k, v, ids, out)}
+    calls = {
+        "window": lambda m, out: m.sliding_window(q, k, v, out, 20),
+        "documents": lambda m, out: m.document_mask(q, k, v, ids, out),
+    }
     for what, call in calls.items():
         nan_rows = {}
         for who, module in (("solution", solution), ("step 1", plain)):
@@ -218,6 +249,7 @@ def test_the_solution_never_reads_a_key_block_its_query_block_cannot_see(solutio
 
 # --- GPU ------------------------------------------------------------------------------------------
 
+
 @pytest.mark.gpu
 @pytest.mark.solutions
 @pytest.mark.parametrize("version", VERSIONS)
@@ -227,9 +259,11 @@ def test_each_version_passes_its_grade_on_the_gpu_with_its_figures(version):
     result = grade(resolve(("attention_patterns",), lang=version), source="solutions", seed=3, record=False)
     assert result.status == "passed", result.verdict
     for t in result.timings:
-        print(f"\nattention_patterns --lang {version} {t.case}: you {t.learner_ms:.4g} ms {t.learner_rate:.4g} "
-              f"TFLOP/s (useful), torch (SDPA, mask materialised) {t.torch_ms:.4g} ms {t.torch_rate:.4g} TFLOP/s; "
-              f"roofline {t.roofline_pct:.0f}%; extra memory {memory.size_text(t.learner_extra_bytes)}")
+        print(
+            f"\nattention_patterns --lang {version} {t.case}: you {t.learner_ms:.4g} ms {t.learner_rate:.4g} "
+            f"TFLOP/s (useful), torch (SDPA, mask materialised) {t.torch_ms:.4g} ms {t.torch_rate:.4g} TFLOP/s; "
+            f"roofline {t.roofline_pct:.0f}%; extra memory {memory.size_text(t.learner_extra_bytes)}"
+        )
 
 
 @pytest.mark.gpu
@@ -243,8 +277,12 @@ def test_the_stub_fails_every_version_on_the_gpu(version):
 @pytest.mark.solutions
 @pytest.mark.parametrize("version", VERSIONS)
 def test_masking_every_block_passes_numerics_and_fails_the_speed_bar(version):
-    result = grade(resolve(("attention_patterns",), lang=version),
-                   submission=submission("attention_patterns_mask_every_block.py"), seed=3, record=False)
+    result = grade(
+        resolve(("attention_patterns",), lang=version),
+        submission=submission("attention_patterns_mask_every_block.py"),
+        seed=3,
+        record=False,
+    )
     checks = {c.name: c for c in result.checks}
     assert checks["numerics"].status == "passed", checks["numerics"].message
     assert checks["speed"].status == "failed" and checks["speed"].details["code"] == "slow", checks["speed"].message
@@ -257,8 +295,14 @@ def test_masking_every_block_passes_numerics_and_fails_the_speed_bar(version):
 def test_each_mistake_fails_its_grade_on_the_gpu(tmp_path, name):
     path = tmp_path / "attention_patterns.py"
     path.write_text(mistaken(name))
-    result = grade(resolve(("attention_patterns",), lang=MISTAKES[name][0]), submission=path, seed=3, record=False,
-                   quick=True, sanitize_code=False)
+    result = grade(
+        resolve(("attention_patterns",), lang=MISTAKES[name][0]),
+        submission=path,
+        seed=3,
+        record=False,
+        quick=True,
+        sanitize_code=False,
+    )
     check = failing(result)
     assert check.name == "numerics" and check.details.get("code") == "mismatch", result.verdict
 
@@ -276,16 +320,20 @@ def test_the_window_beats_sdpa_with_its_mask_materialised_at_the_timed_size():
     q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     ids = torch.zeros(N, dtype=torch.int32, device="cuda")
     out = torch.empty_like(q)
-    contestants = {"solution": lambda: module.sliding_window(q, k, v, out, W),
-                   "sdpa, mask materialised": lambda: reference.sliding_window(q, k, v, ids, W=W)}
+    contestants = {
+        "solution": lambda: module.sliding_window(q, k, v, out, W),
+        "sdpa, mask materialised": lambda: reference.sliding_window(q, k, v, ids, W=W),
+    }
     contestants.update(flex_attention(q, k, v, W))
     module.sliding_window(q, k, v, out, W)
     assert torch.allclose(out.float(), reference.sliding_window(q, k, v, ids, W=W).float(), atol=2e-2, rtol=2e-2)
     measured = timing.time_alternating(contestants)
     flops = 4 * B * H * d * (N * W - W * (W - 1) / 2)
     for who, m in measured.items():
-        print(f"\nwindow {W} of {N}, {torch.cuda.get_device_name()}: {who} {m['median_ms']:.4g} ms, "
-              f"{flops / m['median_ms'] / 1e9:.4g} TFLOP/s useful")
+        print(
+            f"\nwindow {W} of {N}, {torch.cuda.get_device_name()}: {who} {m['median_ms']:.4g} ms, "
+            f"{flops / m['median_ms'] / 1e9:.4g} TFLOP/s useful"
+        )
     assert measured["solution"]["median_ms"] < measured["sdpa, mask materialised"]["median_ms"]
 
 

@@ -42,12 +42,21 @@ MISTAKES = {
     # the input saved instead of the output: the backward's formula, written in y, gets x
     "saves_input": ([("ctx.save_for_backward(y)  #", "ctx.save_for_backward(x)  #")], "gradient_mismatch"),
     # the backward computed by torch, not by the learner's kernel
-    "torch_backward": ([("        _launch(softmax_backward_kernel, softmax_backward_long_kernel, y, (y, dy, dx), y.shape[1], "
-                         "1.0 / ctx.T)\n",
-                         "        dx = y * (dy - (y * dy).sum(dim=1, keepdim=True)) / ctx.T\n")], "torch_compute_backward"),
+    "torch_backward": (
+        [
+            (
+                "        _launch(softmax_backward_kernel, softmax_backward_long_kernel, y, (y, dy, dx), y.shape[1], "
+                "1.0 / ctx.T)\n",
+                "        dx = y * (dy - (y * dy).sum(dim=1, keepdim=True)) / ctx.T\n",
+            )
+        ],
+        "torch_compute_backward",
+    ),
     # float32 arithmetic even for float64 tensors: the tolerance checks pass, gradcheck's finite differences do not
-    "float32_inside": ([("acc = tl.float64 if a.dtype == torch.float64 else tl.float32", "acc = tl.float32")],
-                       "gradcheck_failed"),
+    "float32_inside": (
+        [("acc = tl.float64 if a.dtype == torch.float64 else tl.float32", "acc = tl.float32")],
+        "gradcheck_failed",
+    ),
 }
 
 
@@ -86,12 +95,21 @@ def judged(module, case, tmp_path):
     save = lambda name, t: save_tensor(t, tmp_path / f"{name}.bin")  # noqa: E731
     with interpreter_on():
         evidence = op_checks.gather(SPEC.checks, module.softmax_temperature, args, grads, save, {})
-    verdicts = op_checks.judge_trial(SPEC, SPEC.variants["triton"], case, case.label(), {"op_checks": evidence},
-                                     refs, ref_grads, SPEC.tolerance_of(case))
+    verdicts = op_checks.judge_trial(
+        SPEC,
+        SPEC.variants["triton"],
+        case,
+        case.label(),
+        {"op_checks": evidence},
+        refs,
+        ref_grads,
+        SPEC.tolerance_of(case),
+    )
     return verdicts["gradients"], evidence
 
 
 # --- the whole pipeline: solution and stub ---------------------------------------------------------
+
 
 @pytest.mark.slow
 def test_the_solution_passes_numerics_integrity_and_gradients_with_gradcheck_on_the_cpu():
@@ -114,6 +132,7 @@ def test_the_stub_imports_and_fails_numerics():
 
 # --- each classic mistake fails its check ----------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def solution(tmp_path_factory):
     return load_as("solution", tmp_path_factory.mktemp("solution"), SOLUTION.read_text())
@@ -134,7 +153,9 @@ def test_each_mistake_fails_the_gradients_check_with_its_code(name, tmp_path):
 
 
 def test_torch_in_the_backward_is_named_with_what_to_do(tmp_path):
-    verdict, evidence = judged(load_as("torch_backward", tmp_path, mistake_text("torch_backward")), case_with(3, 5), tmp_path)
+    verdict, evidence = judged(
+        load_as("torch_backward", tmp_path, mistake_text("torch_backward")), case_with(3, 5), tmp_path
+    )
     assert "aten::mul.Tensor" in evidence["gradients"]["ops"]
     assert "your backward called torch's" in verdict.message and "backward kernel" in verdict.message
 
@@ -145,6 +166,7 @@ def test_a_wrong_count_of_gradients_says_one_per_argument_and_none_for_floats(tm
 
 
 # --- the spec ----------------------------------------------------------------------------------------
+
 
 def test_the_spec_asks_for_a_plain_functions_gradients_with_gradcheck_and_kernel_backward():
     checks = SPEC.checks
@@ -162,8 +184,9 @@ def test_gradcheck_without_a_tiny_marked_case_is_refused(tmp_path):
     (folder / "reference.py").write_text((SPEC.folder / "reference.py").read_text())
     text = (SPEC.folder / "spec.toml").read_text()
     assert text.count("M = 3\nN = 5\n") == 1 and text.count("M = 1\nN = 1 ") == 1, "update the edits below"
-    (folder / "spec.toml").write_text(text.replace("M = 3\nN = 5\n", "M = 3\nN = 500\n")
-                                      .replace("M = 1\nN = 1 ", "M = 1\nN = 1000 "))  # no marked case is tiny
+    (folder / "spec.toml").write_text(
+        text.replace("M = 3\nN = 5\n", "M = 3\nN = 500\n").replace("M = 1\nN = 1 ", "M = 1\nN = 1000 ")
+    )  # no marked case is tiny
     with pytest.raises(SpecError, match="gradcheck = true"):
         load_spec(folder)
     (folder / "spec.toml").write_text(text.replace("autograd_function = true", "autograd_function = 1"))
@@ -173,13 +196,16 @@ def test_gradcheck_without_a_tiny_marked_case_is_refused(tmp_path):
 
 # --- GPU: the grades for real, forward + backward beside torch's -------------------------------------
 
+
 @pytest.mark.gpu
 def test_the_solution_passes_on_a_gpu_and_the_stub_fails():
     result = grade(resolve(("autograd_function",)), source="solutions", seed=SEED, record=False)
     assert result.status == "passed", [(c.name, c.status, c.message) for c in result.checks]
     last = result.timings[-1]
-    print(f"\nautograd_function (forward) graded at {last.case}: you {last.learner_rate:.0f} {last.unit}, "
-          f"torch {last.torch_rate:.0f} {last.unit}")
+    print(
+        f"\nautograd_function (forward) graded at {last.case}: you {last.learner_rate:.0f} {last.unit}, "
+        f"torch {last.torch_rate:.0f} {last.unit}"
+    )
     stub = grade(resolve(("autograd_function",)), source="stubs", seed=SEED, record=False)
     assert next(c for c in stub.checks if c.status == "failed").name == "numerics"
 
@@ -209,8 +235,10 @@ def test_forward_and_backward_beside_torch_near_copy_bandwidth(tmp_path):
     copy_gbps = timing.measure_copy_bandwidth()
     moved = 5 * M * N * 4  # forward: read x, write y; backward: read y and dy, write dx
     rates = {name: moved / (m["median_ms"] / 1000) / 1e9 for name, m in measured.items()}
-    print(f"\nautograd_function forward+backward {M}x{N} float32 on {torch.cuda.get_device_name()}: "
-          f"you {rates['solution']:.0f} GB/s, torch {rates['torch']:.0f} GB/s (copy {copy_gbps:.0f} GB/s)")
+    print(
+        f"\nautograd_function forward+backward {M}x{N} float32 on {torch.cuda.get_device_name()}: "
+        f"you {rates['solution']:.0f} GB/s, torch {rates['torch']:.0f} GB/s (copy {copy_gbps:.0f} GB/s)"
+    )
     assert rates["solution"] >= 0.85 * copy_gbps and rates["solution"] > rates["torch"]
 
 

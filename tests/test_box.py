@@ -101,7 +101,7 @@ def test_writing_into_the_results_store_is_refused_and_earlier_results_are_kept(
     check = failing(grade_file(VECTOR_ADD, "box_vector_add_writes_results.py"))
     assert check.name == "load" and REFUSED in check.message
     text = store.results_path().read_text()
-    added = [json.loads(line) for line in text[len(earlier):].splitlines()]
+    added = [json.loads(line) for line in text[len(earlier) :].splitlines()]
     assert text.startswith(earlier) and [r.get("status") for r in added] == ["failed"]
     assert not any(r.get("forged") for r in added)
 
@@ -151,14 +151,19 @@ def test_a_10_gb_file_stops_at_the_file_size_cap(monkeypatch):
 @pytest.mark.solutions
 def test_in_grade_batch_a_learner_cannot_read_another_learners_file(tmp_path):
     submissions = tmp_path / "submissions"
-    for learner, name in (("alice", "vector_add.py"), ("bob", "vector_add.py"),
-                          ("mallory", "box_vector_add_reads_other_learner.py")):
+    for learner, name in (
+        ("alice", "vector_add.py"),
+        ("bob", "vector_add.py"),
+        ("mallory", "box_vector_add_reads_other_learner.py"),
+    ):
         (submissions / learner).mkdir(parents=True)
         source = ROOT / "solutions" / "vector_add" / "vector_add.py" if learner != "mallory" else SUBMISSIONS / name
         shutil.copy(source, submissions / learner / "vector_add.py")
     out = tmp_path / "book"
-    result = CliRunner().invoke(main, ["grade-batch", str(submissions), "--only", "vector_add", "--lang", "triton",
-                                       "--out", str(out), "--seed", "5"])
+    result = CliRunner().invoke(
+        main,
+        ["grade-batch", str(submissions), "--only", "vector_add", "--lang", "triton", "--out", str(out), "--seed", "5"],
+    )
     assert result.exit_code == 0, result.output
     rows = {r["learner"]: r for r in json.loads((out / "gradebook.json").read_text())}
     assert (rows["alice"]["status"], rows["bob"]["status"], rows["mallory"]["status"]) == ("passed", "passed", "failed")
@@ -185,11 +190,14 @@ def test_host_code_that_dlopens_the_cached_solution_finds_nothing_and_fails_nume
 
 def test_the_box_costs_little_to_enter(tmp_path):
     """Measured in a fresh process: the policy, the limits, seccomp and Landlock (issue: <= 100 ms a grade)."""
-    code = ("import time, pathlib; from grader.child import box; t = time.perf_counter(); "
-            f"box.enter(box.policy(pathlib.Path({str(tmp_path)!r}), pathlib.Path('x.py'), pathlib.Path({str(ROOT)!r}))); "
-            "print(time.perf_counter() - t)")
-    seconds = float(subprocess.run([os.sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                                   cwd=ROOT).stdout)
+    code = (
+        "import time, pathlib; from grader.child import box; t = time.perf_counter(); "
+        f"box.enter(box.policy(pathlib.Path({str(tmp_path)!r}), pathlib.Path('x.py'), pathlib.Path({str(ROOT)!r}))); "
+        "print(time.perf_counter() - t)"
+    )
+    seconds = float(
+        subprocess.run([os.sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    )
     assert seconds < 0.1
 
 

@@ -33,6 +33,7 @@ def case_with(fragment: str):
 
 # --- the spec: shapes, thresholds, the inputs that break the mistakes ----------------------------------
 
+
 def test_every_case_names_its_scalars_and_thresholds_are_exact_in_bfloat16():
     for case in SPEC.cases + SPEC.performance.cases:
         threshold = case.params["threshold"]
@@ -73,6 +74,7 @@ def test_the_readme_ladder_places_a_learner_at_each_step():
 
 # --- the solution and the stub, graded as a learner's file is -------------------------------------------
 
+
 @pytest.mark.slow
 @pytest.mark.solutions
 def test_the_solution_passes_every_cpu_case_under_the_interpreter():
@@ -90,6 +92,7 @@ def test_the_stub_imports_and_fails_as_not_implemented():
 
 # --- the cases the classic mistakes fail on (interpreted in this process) ---------------------------------
 
+
 def test_a_correct_kernel_passes_the_cases_the_mistakes_fail_on():
     """The cases catch the mistakes, not the harness: the same tiles without a mistake pass the case each
     mistake's grade fails first (its first_case in the spec's [[mistakes]]: tests/test_exercise_mistakes.py)."""
@@ -101,6 +104,7 @@ def test_a_correct_kernel_passes_the_cases_the_mistakes_fail_on():
 
 
 # --- on a GPU: the real kernels --------------------------------------------------------------------------------
+
 
 def load_compiled(path, name):
     """A Triton file compiled for the GPU (not interpreted), loaded under its own module name."""
@@ -152,8 +156,10 @@ def test_ladder_figures_at_8192_square_and_the_solution_beats_eager_near_copy_ba
     rates = {name: nbytes / (m["median_ms"] / 1000) / 1e9 for name, m in measured.items()}
     print(f"\nbroadcast_ops {M}x{N} {dtype} on {torch.cuda.get_device_name()} (copy {copy_gbps:.0f} GB/s):")
     for name, rate in rates.items():
-        print(f"  {name:32s} {measured[name]['median_ms'] * 1000:8.1f} us  {rate:6.0f} GB/s  "
-              f"{100 * rate / copy_gbps:4.0f}% of roofline")
+        print(
+            f"  {name:32s} {measured[name]['median_ms'] * 1000:8.1f} us  {rate:6.0f} GB/s  "
+            f"{100 * rate / copy_gbps:4.0f}% of roofline"
+        )
     assert rates["3. solution"] >= 0.85 * copy_gbps
     assert rates["3. solution"] > rates["eager torch.where (5 kernels)"]
 
@@ -176,8 +182,14 @@ def bfloat16_ptx_ops(fp_fusion: str, monkeypatch) -> set[str]:
     monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", fp_fusion)
     module = load_compiled(submission("broadcast_ops_bf16_arithmetic.py"), "bo_bf16_ptx")
     pointers = {f"{name}_ptr": "*bf16" for name in ("x", "scale", "bias", "out")}
-    signature = {**pointers, **dict.fromkeys(("M", "N", "x_row_stride", "out_row_stride"), "i32"),
-                 "threshold": "fp32", "leaky": "fp32", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr"}
+    signature = {
+        **pointers,
+        **dict.fromkeys(("M", "N", "x_row_stride", "out_row_stride"), "i32"),
+        "threshold": "fp32",
+        "leaky": "fp32",
+        "BLOCK_M": "constexpr",
+        "BLOCK_N": "constexpr",
+    }
     source = ASTSource(fn=module.broadcast_ops_kernel, signature=signature, constexprs={"BLOCK_M": 32, "BLOCK_N": 32})
     try:
         ptx = triton.compile(source, target=GPUTarget("cuda", 90, 32)).asm["ptx"]
@@ -198,8 +210,9 @@ def test_bfloat16_arithmetic_is_one_rounding_where_triton_fuses_and_two_where_it
 @pytest.mark.gpu
 def test_bfloat16_arithmetic_fails_on_the_gpu_where_each_operation_is_rounded(monkeypatch):
     monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "0")  # the grading child inherits it
-    result = grade(resolve(("broadcast_ops",)), submission=submission("broadcast_ops_bf16_arithmetic.py"), seed=SEED,
-                   record=False)
+    result = grade(
+        resolve(("broadcast_ops",)), submission=submission("broadcast_ops_bf16_arithmetic.py"), seed=SEED, record=False
+    )
     check = first_failure(result)
     assert check.name == "numerics" and check.details.get("code") == "mismatch", result.verdict
 
@@ -207,5 +220,7 @@ def test_bfloat16_arithmetic_fails_on_the_gpu_where_each_operation_is_rounded(mo
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["square_tiles", "row_per_program"])
 def test_the_ladder_steps_pass_numerics_on_the_gpu(name):
-    result = grade(resolve(("broadcast_ops",)), submission=submission(f"broadcast_ops_{name}.py"), seed=SEED, record=False)
+    result = grade(
+        resolve(("broadcast_ops",)), submission=submission(f"broadcast_ops_{name}.py"), seed=SEED, record=False
+    )
     assert next(c for c in result.checks if c.name == "numerics").status == "passed", result.verdict

@@ -25,10 +25,14 @@ def test_solution_compiles_with_a_resource_report_and_hits_the_cache_next_time()
 def test_cache_hit_in_a_new_process_is_fast():
     source = ROOT / "solutions" / "reduction" / "reduction.cu"
     assert build.build_shared_library(source).ok
-    code = ("import time, pathlib; t = time.perf_counter(); from grader.toolchain import build; "
-            f"r = build.build_shared_library(pathlib.Path({str(source)!r})); "
-            "print(r.cached, time.perf_counter() - t)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout.split()
+    code = (
+        "import time, pathlib; t = time.perf_counter(); from grader.toolchain import build; "
+        f"r = build.build_shared_library(pathlib.Path({str(source)!r})); "
+        "print(r.cached, time.perf_counter() - t)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    ).stdout.split()
     assert out[0] == "True" and float(out[1]) < 0.5
 
 

@@ -22,6 +22,8 @@ from grader.core.discovery import discover_exercises, solution_file
 def _activations():
     spec = discover_exercises()["activations"]
     return spec, spec.variants["gelu_tanh"]
+
+
 from grader.core.plans import Requirement
 from grader.reports.progress import record_matches
 
@@ -140,7 +142,9 @@ def test_learner_files_count_only_when_their_latest_grade_passed():
 def test_use_names_an_exercise_and_an_existing_file(tmp_path):
     with pytest.raises(run.CapstoneError, match="EXERCISE"):
         run.parse_use(("no_such_exercise=x.py",))
-    assert run.parse_use((f"activations={__file__}",)) == {"activations:gelu_tanh": __import__("pathlib").Path(__file__)}
+    assert run.parse_use((f"activations={__file__}",)) == {
+        "activations:gelu_tanh": __import__("pathlib").Path(__file__)
+    }
 
 
 @pytest.mark.slow
@@ -152,13 +156,19 @@ def test_full_capstone_with_the_solutions_is_as_fast_as_eager_within_two_percent
     print("\n" + report.format_capstone(record))
     runs = record["runs"]
     for name in ("eager", "compile", "kernels"):
-        print(f"{name}: {runs[name]['tokens_per_s']:,.0f} tokens/s, final loss "
-              f"{run.final_loss(runs[name], record['config']['final_window']):.4f}, peak {runs[name]['peak_bytes'] / 1e6:.0f} MB")
+        print(
+            f"{name}: {runs[name]['tokens_per_s']:,.0f} tokens/s, final loss "
+            f"{run.final_loss(runs[name], record['config']['final_window']):.4f}, peak {runs[name]['peak_bytes'] / 1e6:.0f} MB"
+        )
     checks = {c["name"]: c for c in record["checks"]}
     assert checks["loss"]["status"] == "passed", checks["loss"]["message"]
     assert checks["speed"]["status"] == "passed", checks["speed"]["message"]
-    servable = [c for c in record["choices"] if kernels.OPERATIONS[c["operation"]][c["role"]] and c["operation"] != "softmax"]
-    assert all(c["exercise"] for c in servable), "every slot an exercise serves is the kit's (softmax: flash attention's)"
+    servable = [
+        c for c in record["choices"] if kernels.OPERATIONS[c["operation"]][c["role"]] and c["operation"] != "softmax"
+    ]
+    assert all(c["exercise"] for c in servable), (
+        "every slot an exercise serves is the kit's (softmax: flash attention's)"
+    )
 
 
 @pytest.mark.gpu
@@ -169,6 +179,7 @@ def test_full_block_with_the_solutions_is_within_pytorchs_error():
 
 
 # --- the glue of every GPU-only slot, on the CPU: reference math in place of the kernels ----------------------
+
 
 def _fake(function, source="reference math"):
     """A stand-in kernel (kernels.ExerciseKernel's interface: keywords in, outputs by name)."""
@@ -187,7 +198,9 @@ def _reference_kernels():
     adamw = _reference_module(exercises_dir() / "adamw" / "reference.py")
 
     def embedding_backward(ids, dout, V):  # V as the real kernel's spec needs it: no input of the backward carries it
-        return {"dweight": torch.zeros(V, dout.shape[-1]).index_add_(0, ids.flatten(), dout.reshape(-1, dout.shape[-1]))}
+        return {
+            "dweight": torch.zeros(V, dout.shape[-1]).index_add_(0, ids.flatten(), dout.reshape(-1, dout.shape[-1]))
+        }
 
     def cross_entropy(logits, targets):
         losses, dlogits = ce.cross_entropy_and_gradient(logits.float(), targets)
@@ -214,11 +227,16 @@ def _reference_kernels():
         return {"dq": dq, "dk": dk, "dv": dv}
 
     matmul = _fake(lambda A, B: {"C": A @ B})
-    return {("embedding", "forward"): _fake(lambda ids, weight: {"out": weight[ids]}),
-            ("embedding", "backward"): _fake(embedding_backward), ("linear", "forward"): matmul,
-            ("linear", "backward"): matmul, ("cross_entropy", "forward"): _fake(cross_entropy),
-            ("adamw", "step"): _fake(adamw_step), ("attention", "forward"): _fake(attention, "flash_attention_v2, triton"),
-            ("attention", "backward"): _fake(attention_backward)}
+    return {
+        ("embedding", "forward"): _fake(lambda ids, weight: {"out": weight[ids]}),
+        ("embedding", "backward"): _fake(embedding_backward),
+        ("linear", "forward"): matmul,
+        ("linear", "backward"): matmul,
+        ("cross_entropy", "forward"): _fake(cross_entropy),
+        ("adamw", "step"): _fake(adamw_step),
+        ("attention", "forward"): _fake(attention, "flash_attention_v2, triton"),
+        ("attention", "backward"): _fake(attention_backward),
+    }
 
 
 def test_the_glue_of_the_gpu_only_slots_trains_exactly_like_pytorch():
@@ -267,7 +285,7 @@ def test_a_loss_spike_in_the_last_steps_does_not_fail_correct_kernels_but_a_move
     # spiked at step 780. A 20-step mean put them 8% apart; the medians of the last 100 steps are 0.5% apart
     window = run.load_config("capstone", False)[0]["final_window"]
     plateau = [0.275 + 0.001 * (i % 3) for i in range(700)]
-    spike = [0.275 + 0.28 * 0.88 ** i for i in range(55)]  # 0.555, 0.423 five steps on, 0.281 thirty on
+    spike = [0.275 + 0.28 * 0.88**i for i in range(55)]  # 0.555, 0.423 five steps on, 0.281 thirty on
     eager = {"losses": plateau + spike + [0.275] * 45}
     kernels_yours = {"losses": plateau + [0.275] * 100}
     assert run.final_loss(eager, window) == pytest.approx(run.final_loss(kernels_yours, window), rel=0.02)
@@ -328,8 +346,14 @@ assert torch.allclose(mean.double(), expected, rtol=1e-6), (mean.double() - expe
 assert torch.allclose(rstd.double(), torch.rsqrt(var + 1e-5), rtol=1e-4)
 """
     env = dict(os.environ, TRITON_INTERPRET="1")
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
-                          cwd=Path(run.__file__).parents[2])
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(run.__file__).parents[2],
+    )
     assert done.returncode == 0, done.stderr[-2000:]
 
 
@@ -359,8 +383,8 @@ def test_every_steps_batch_is_its_seeded_windows_and_a_step_copies_nothing_from_
     for step in (3, 0, data.Batches.CHUNK_STEPS + 2, 5):
         x, y = batches.get(step)
         starts = batches.starts(step)
-        assert torch.equal(x, torch.stack([tokens[i:i + 32] for i in starts]))
-        assert torch.equal(y, torch.stack([tokens[i + 1:i + 33] for i in starts]))
+        assert torch.equal(x, torch.stack([tokens[i : i + 32] for i in starts]))
+        assert torch.equal(y, torch.stack([tokens[i + 1 : i + 33] for i in starts]))
     held = batches._starts
     batches.get(6)
     assert batches._starts is held  # the same chunk: nothing drawn or copied again

@@ -31,7 +31,7 @@ def test_an_output_in_a_block_poisoned_for_another_dtype_is_still_never_written(
         block = free_poison_block(torch.empty(3, dtype=made_for))
         assert block.numel() * block.element_size() == 512  # a whole allocator block, not the tensor's 6-24 bytes
         for read_as in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
-            landed = block.view(read_as)[:64 // read_as.itemsize]
+            landed = block.view(read_as)[: 64 // read_as.itemsize]
             result = compare("out", landed, torch.ones(landed.numel(), dtype=torch.float64), TOL, "N=1")
             assert result.code == "not_written", (made_for, read_as, result.message)
 
@@ -116,8 +116,10 @@ def test_interleaved_layout_is_a_fused_qkv_projections_slice_heads_side_by_side_
     view = place(values, "interleaved", "cpu")
     assert torch.equal(view, values) and view.stride() == (7 * 3 * 4, 4, 3 * 4, 1)  # head stride d, row stride H d
     spec = discover_exercises()["flash_attention_v2"]
-    case = Case({"B": 2, "H": 3, "N": 7, "d": 64, "dtype": "float16", "causal": True},
-                outputs={"out": {"layout": "interleaved"}})
+    case = Case(
+        {"B": 2, "H": 3, "N": 7, "d": 64, "dtype": "float16", "causal": True},
+        outputs={"out": {"layout": "interleaved"}},
+    )
     out = outputs_in_layout(spec, case, "cpu")["out"]
     assert out.shape == (2, 3, 7, 64) and out.stride() == (7 * 3 * 64, 64, 3 * 64, 1) and torch.isnan(out).all()
 

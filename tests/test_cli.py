@@ -84,10 +84,23 @@ def test_final_report_lists_graded_exercises(isolated_state):
 def test_validate_solutions_passes_and_stubs_fail_for_triton():
     """The command, on a few exercises: every Triton solution passes under the interpreter in
     test_grading_cpu.py, and CI (.ci/run) validates the whole catalog (this once took 4 minutes of it again)."""
-    solutions = run("validate", "--source", "solutions", "--lang", "triton", "--only", "vector_add",
-                    "--only", "softmax", "--only", "layer_norm")
+    solutions = run(
+        "validate",
+        "--source",
+        "solutions",
+        "--lang",
+        "triton",
+        "--only",
+        "vector_add",
+        "--only",
+        "softmax",
+        "--only",
+        "layer_norm",
+    )
     assert solutions.exit_code == 0 and "0 unexpected" in solutions.output and "3 ok" in solutions.output
-    stubs = run("validate", "--source", "stubs", "--only", "softmax")  # the CUDA one compiled only (the emulator is off)
+    stubs = run(
+        "validate", "--source", "stubs", "--only", "softmax"
+    )  # the CUDA one compiled only (the emulator is off)
     assert stubs.exit_code == 0 and "1 ok" in stubs.output
 
 
@@ -100,8 +113,13 @@ def test_the_command_ends_at_once_with_its_exit_code_and_every_line_written(tmp_
     import sys
 
     env = {**os.environ, "KCOURSE_HOME": str(tmp_path)}
-    done = subprocess.run([sys.executable, "-m", "grader", "grade", "vector_add", "--lang", "triton", "--json",
-                           "--seed", "5"], capture_output=True, text=True, env=env, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "grader", "grade", "vector_add", "--lang", "triton", "--json", "--seed", "5"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert done.returncode == 1, done.stderr
     assert json.loads(done.stdout)["status"] == "failed"
     assert "leaked" not in done.stderr and "Traceback" not in done.stderr, done.stderr

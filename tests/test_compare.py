@@ -24,6 +24,7 @@ def run(*args):
 
 # --- the real pipeline, on the CPU (Triton under the interpreter) -------------------------------------------
 
+
 @pytest.mark.slow
 @pytest.mark.solutions
 def test_compare_grades_each_file_records_it_labelled_and_reports_the_table(tmp_path, isolated_state):
@@ -54,7 +55,10 @@ def test_compare_grades_each_file_records_it_labelled_and_reports_the_table(tmp_
     if HAS_GPU:
         assert "![softmax (triton): versions compared](compare_softmax_triton.png)" in week5
     else:
-        assert "| fused.py | passed | skipped | skipped | skipped | skipped |" in week5 and "No chart: nothing was timed" in week5
+        assert (
+            "| fused.py | passed | skipped | skipped | skipped | skipped |" in week5
+            and "No chart: nothing was timed" in week5
+        )
 
 
 def test_files_of_the_other_language_or_the_same_file_twice_are_usage_errors(tmp_path):
@@ -86,15 +90,28 @@ def test_labels_are_file_names_and_paths_where_names_repeat(tmp_path):
 
 # --- the module with grade() stubbed: what it records, and that grade() does the work ----------------------
 
+
 def timed_result(target, ms, solution_ms=0.5, status="passed"):
     result = GradeResult(exercise=target.spec.id, lang=target.variant.lang, source="x", seed=1, device=dict(GPU))
     result.add(Check("numerics", status, "all matched" if status == "passed" else "size 1000: 17 outputs differ"))
     if status == "passed":
         result.add(Check("speed", "passed" if ms < 2 * solution_ms else "failed", "speed"))
         for case, scale in (("n=1048576", 0.01), ("n=268435456", 1.0)):
-            result.timings.append(Timing(case=case, learner_ms=ms * scale, solution_ms=solution_ms * scale, torch_ms=0.55 * scale,
-                                         learner_rate=1073.7 / ms, solution_rate=1073.7 / solution_ms, torch_rate=1952.0,
-                                         unit="GB/s", roofline_pct=36.0 / ms, ratio=solution_ms / ms, runs=50))
+            result.timings.append(
+                Timing(
+                    case=case,
+                    learner_ms=ms * scale,
+                    solution_ms=solution_ms * scale,
+                    torch_ms=0.55 * scale,
+                    learner_rate=1073.7 / ms,
+                    solution_rate=1073.7 / solution_ms,
+                    torch_rate=1952.0,
+                    unit="GB/s",
+                    roofline_pct=36.0 / ms,
+                    ratio=solution_ms / ms,
+                    runs=50,
+                )
+            )
     return result.finish()
 
 
@@ -126,8 +143,9 @@ def compare_reduction(tmp_path, outcomes, fake_grade, seed=7):
 
 
 def test_each_file_goes_through_grade_once_with_one_seed_and_the_table_takes_the_largest_size(tmp_path, fake_grade):
-    record, results = compare_reduction(tmp_path, {"naive.cu": (4.0, "passed"), "shuffle.cu": (0.4, "passed"),
-                                                   "racy.cu": (1.0, "failed")}, fake_grade)
+    record, results = compare_reduction(
+        tmp_path, {"naive.cu": (4.0, "passed"), "shuffle.cu": (0.4, "passed"), "racy.cu": (1.0, "failed")}, fake_grade
+    )
     calls, _ = fake_grade
     assert [c["file"] for c in calls] == ["naive.cu", "shuffle.cu", "racy.cu"]
     assert {c["seed"] for c in calls} == {7} and not any(c["record"] for c in calls)  # recorded once, labelled
@@ -179,8 +197,14 @@ def test_week2_is_done_only_with_a_comparison_recorded(tmp_path, fake_grade):
 OLD_COMPARISONS = [
     {"kind": "compare", "exercise": "reduction", "lang": "cuda"},
     {"kind": "compare", "exercise": "reduction", "lang": "cuda", "rows": "junk", "device": {}, "at": "yesterday"},
-    {"kind": "compare", "exercise": "reduction", "lang": "cuda", "seed": None, "unit": 3,
-     "rows": [{"label": "a.cu", "ms": "fast", "rate": None, "speed": "skipped"}, {}, "junk"]},
+    {
+        "kind": "compare",
+        "exercise": "reduction",
+        "lang": "cuda",
+        "seed": None,
+        "unit": 3,
+        "rows": [{"label": "a.cu", "ms": "fast", "rate": None, "speed": "skipped"}, {}, "junk"],
+    },
 ]
 
 
@@ -190,4 +214,3 @@ def test_a_partial_or_old_comparison_record_still_renders(old, isolated_state):
     for key in ("week2", "final"):
         text = reporting.render(key).read_text()
         assert "### reduction (cuda)" in text and "None" not in text and "Undefined" not in text
-

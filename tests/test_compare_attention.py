@@ -36,18 +36,29 @@ def graded(exercise: str, status: str, lang: str = "triton", file: str | None = 
     from grader.run.grade import learner_file
 
     path = file or compare_attention._relative(learner_file(target(exercise, lang), "learner", None))
-    store.append({"kind": "grade", "exercise": exercise, "lang": lang, "source": "learner", "file": path,
-                  "status": status, "verdict": "size 17: 3 of 3264 elements of out wrong" if status == "failed" else "passed",
-                  "checks": [{"name": "numerics", "status": numerics or status, "message": ""}]})
+    store.append(
+        {
+            "kind": "grade",
+            "exercise": exercise,
+            "lang": lang,
+            "source": "learner",
+            "file": path,
+            "status": status,
+            "verdict": "size 17: 3 of 3264 elements of out wrong" if status == "failed" else "passed",
+            "checks": [{"name": "numerics", "status": numerics or status, "message": ""}],
+        }
+    )
 
 
 # --- which implementations take part ---------------------------------------------------------------------
+
 
 def write_spec(folder: Path, inputs: str, outputs: str) -> Path:
     folder.mkdir()
     (folder / "spec.toml").write_text(
         f'id = "{folder.name}"\n[variants.triton]\nstub = "a.py"\nentry = "f"\nargs = ["q"]\n{inputs}{outputs}'
-        '[[cases]]\nB = 1\nH = 1\nN = 3\nd = 16\n[tolerance.float32]\natol = 0\nrtol = 0\n')
+        "[[cases]]\nB = 1\nH = 1\nN = 3\nd = 16\n[tolerance.float32]\natol = 0\nrtol = 0\n"
+    )
     return folder
 
 
@@ -87,8 +98,10 @@ def test_a_passing_grade_of_another_file_or_numerics_skipped_does_not_admit_the_
     graded("naive_attention", "passed", file="/home/me/try.py")  # `kcourse grade naive_attention --file try.py`
     graded("flash_attention_v1", "skipped", numerics="skipped")  # e.g. a CUDA file only compiled here
     reasons = {c.target.key: c.reason for c in compare_attention.contestants("learner")}
-    assert reasons["naive_attention:triton"].startswith("not graded yet (your latest grade was of try.py; the sweep runs "
-                                                        "the exercise's own file exercises/naive_attention/naive_attention.py)")
+    assert reasons["naive_attention:triton"].startswith(
+        "not graded yet (your latest grade was of try.py; the sweep runs "
+        "the exercise's own file exercises/naive_attention/naive_attention.py)"
+    )
     assert reasons["flash_attention_v1:triton"].startswith("its latest grade did not pass numerics (skipped")
 
 
@@ -100,11 +113,16 @@ def test_a_version_that_does_not_take_the_sweeps_dtype_is_skipped_with_the_dtype
     if "dtypes" not in {f.name for f in dataclasses.fields(Variant)}:
         pytest.skip("this kit's specs cannot restrict a version's dtypes")
     graded("naive_attention", "passed")
-    targets = [dataclasses.replace(t, variant=dataclasses.replace(t.variant, dtypes=["float16"]))
-               for t in compare_attention.attention_targets()]
+    targets = [
+        dataclasses.replace(t, variant=dataclasses.replace(t.variant, dtypes=["float16"]))
+        for t in compare_attention.attention_targets()
+    ]
     monkeypatch.setattr(compare_attention, "attention_targets", lambda: targets)
     reasons = {c.target.key: c.reason for c in compare_attention.contestants("learner", "bfloat16")}
-    assert reasons["naive_attention:triton"] == "this version takes float16 inputs, not bfloat16: compare with --dtype float16"
+    assert (
+        reasons["naive_attention:triton"]
+        == "this version takes float16 inputs, not bfloat16: compare with --dtype float16"
+    )
     assert compare_attention.contestants("learner", "float16")[0].reason == ""
 
 
@@ -121,6 +139,7 @@ def test_the_solutions_are_not_gated_on_grades():
 
 # --- the sweep, with the child's measurements faked ----------------------------------------------------------
 
+
 def fake_points(exercise: str, lengths, oom_at=None, wrong_at=None, raise_at=None):
     """What the child reports: naive O(N^2) time and memory, flash O(N^2) time and no scratch; SDPA beside each."""
     naive = exercise == "naive_attention"
@@ -133,9 +152,19 @@ def fake_points(exercise: str, lengths, oom_at=None, wrong_at=None, raise_at=Non
             points.append({"N": n, "error": "IndexError: list index out of range"})
             continue
         scale = (n / 1024) ** 2
-        points.append({"N": n, "ms": scale * (1.0 if naive else 0.25), "sdpa_ms": scale * (0.1 if naive else 0.12),
-                       "runs": 20, "extra_bytes": 6 * 16 * n * n if naive else 0, "sdpa_extra_bytes": 4 * 16 * n,
-                       "max_abs_diff": 0.5 if wrong_at == n else 9e-4, "agrees": wrong_at != n, "error": ""})
+        points.append(
+            {
+                "N": n,
+                "ms": scale * (1.0 if naive else 0.25),
+                "sdpa_ms": scale * (0.1 if naive else 0.12),
+                "runs": 20,
+                "extra_bytes": 6 * 16 * n * n if naive else 0,
+                "sdpa_extra_bytes": 4 * 16 * n,
+                "max_abs_diff": 0.5 if wrong_at == n else 9e-4,
+                "agrees": wrong_at != n,
+                "error": "",
+            }
+        )
     return points
 
 
@@ -144,18 +173,43 @@ def fake_child(monkeypatch):
     """grade() in mode attention_sweep replaced: exercise -> fake_points keywords (or "crash"); calls are kept."""
     calls, behaviour = [], {}
 
-    def grade(target, source="learner", seed=None, mode="grade", record=True, job_extra=None, timeout_s=None,
-              sanitize_code=True, **kwargs):
-        calls.append({"key": target.key, "source": source, "seed": seed, "mode": mode, "record": record,
-                      "job": job_extra["sweep"], "timeout_s": timeout_s, "sanitize": sanitize_code})
+    def grade(
+        target,
+        source="learner",
+        seed=None,
+        mode="grade",
+        record=True,
+        job_extra=None,
+        timeout_s=None,
+        sanitize_code=True,
+        **kwargs,
+    ):
+        calls.append(
+            {
+                "key": target.key,
+                "source": source,
+                "seed": seed,
+                "mode": mode,
+                "record": record,
+                "job": job_extra["sweep"],
+                "timeout_s": timeout_s,
+                "sanitize": sanitize_code,
+            }
+        )
         result = GradeResult(exercise=target.spec.id, lang=target.variant.lang, source=source, seed=seed)
         how = behaviour.get(target.spec.id, {})
         if how == "crash":
             result.add(Check("run", "failed", "your code crashed with SIGSEGV while timing N=2048 — a bad pointer?"))
             return result.finish()
         points = fake_points(target.spec.id, job_extra["sweep"]["lengths"], **how)
-        stopped = next((f"out of GPU memory at N={p['N']}: longer sequences skipped" for p in points
-                        if p["error"] == "out of GPU memory"), "")
+        stopped = next(
+            (
+                f"out of GPU memory at N={p['N']}: longer sequences skipped"
+                for p in points
+                if p["error"] == "out of GPU memory"
+            ),
+            "",
+        )
         result.extra["attention_sweep"] = {"points": points, "stopped": stopped, "device": dict(H100)}
         result.add(Check("load", "passed", "loaded"))
         return result.finish()
@@ -177,10 +231,18 @@ def test_each_ready_implementation_runs_once_in_the_child_and_the_record_holds_t
     graded("flash_attention_v1", "passed")
     behaviour["naive_attention"] = {"oom_at": 16384}
     record = compare_attention.sweep("learner", seed=11)
-    assert [c["key"] for c in calls] == ["naive_attention:triton", "flash_attention_v1:triton"]  # the others: not graded
-    assert all(c["mode"] == "attention_sweep" and not c["record"] and not c["sanitize"] and c["seed"] == 11 for c in calls)
-    assert calls[0]["job"] == {"config": compare_attention.CONFIG, "lengths": list(compare_attention.LENGTHS),
-                               "budget_s": compare_attention.BUDGET_S}
+    assert [c["key"] for c in calls] == [
+        "naive_attention:triton",
+        "flash_attention_v1:triton",
+    ]  # the others: not graded
+    assert all(
+        c["mode"] == "attention_sweep" and not c["record"] and not c["sanitize"] and c["seed"] == 11 for c in calls
+    )
+    assert calls[0]["job"] == {
+        "config": compare_attention.CONFIG,
+        "lengths": list(compare_attention.LENGTHS),
+        "budget_s": compare_attention.BUDGET_S,
+    }
     assert calls[0]["timeout_s"] == target("naive_attention").variant.timeout_s * compare_attention.TIMEOUT_FACTOR
     assert store.latest("compare_attention") == record and record["device"] == H100["name"]
     assert record["matmul_tflops"] == 700.0 and (record["B"], record["H"], record["d"]) == (1, 16, 64)
@@ -214,8 +276,9 @@ def test_the_terminal_shows_time_rate_and_memory_tables_and_says_what_did_not_ru
     assert flash_rate[2:] == ["17.2"] * 6  # 4 * 16 * 1024^2 * 64 FLOP in 0.25 ms
     assert [line for line in lines if line.startswith("torch SDPA")][0].split()[2] == "0.0275"
     assert "naive_attention (triton): out of GPU memory at N=16384: longer sequences skipped" in lines
-    assert any(line.startswith("flash_attention_v2 (triton): skipped: not graded yet") for line in lines) or \
-        not any(t.spec.id == "flash_attention_v2" for t in compare_attention.attention_targets())
+    assert any(line.startswith("flash_attention_v2 (triton): skipped: not graded yet") for line in lines) or not any(
+        t.spec.id == "flash_attention_v2" for t in compare_attention.attention_targets()
+    )
     assert "`kcourse report week10` shows these tables and plots" in text
 
 
@@ -228,8 +291,12 @@ def test_a_wrong_answer_a_raising_length_or_a_crash_fails_the_sweep_and_is_marke
     record = compare_attention.sweep("learner", seed=3)
     rows = by_label(record)
     assert rows["naive_attention (triton)"]["status"] == "failed"
-    assert rows["flash_attention_v1 (triton)"] == {**rows["flash_attention_v1 (triton)"], "status": "failed", "points": [],
-                                                   "reason": "your code crashed with SIGSEGV while timing N=2048 — a bad pointer?"}
+    assert rows["flash_attention_v1 (triton)"] == {
+        **rows["flash_attention_v1 (triton)"],
+        "status": "failed",
+        "points": [],
+        "reason": "your code crashed with SIGSEGV while timing N=2048 — a bad pointer?",
+    }
     assert compare_attention.exit_status(record) == 1
     text = compare_attention.format_attention(record)
     naive_time = next(line for line in text.splitlines() if line.startswith("naive_attention (triton)")).split()
@@ -259,12 +326,15 @@ def test_with_nothing_ready_the_sweep_refuses_and_lists_why(fake_child):
 
 # --- the command line ---------------------------------------------------------------------------------------
 
+
 def test_on_a_machine_without_a_gpu_it_says_it_needs_one_and_records_nothing(monkeypatch):
     monkeypatch.setenv("KCOURSE_DEVICE", "cpu")
     graded("naive_attention", "passed")
     result = CliRunner().invoke(main, ["compare", "attention"])
     assert result.exit_code == 2
-    assert "kcourse compare attention times each implementation on an NVIDIA GPU, and none was found here" in result.output
+    assert (
+        "kcourse compare attention times each implementation on an NVIDIA GPU, and none was found here" in result.output
+    )
     assert "Nothing was timed or recorded" in result.output
     assert "  naive_attention (triton): ready" in result.output
     assert "  flash_attention_v1 (triton): not graded yet" in result.output
@@ -274,8 +344,20 @@ def test_on_a_machine_without_a_gpu_it_says_it_needs_one_and_records_nothing(mon
 @pytest.mark.solutions
 def test_the_command_passes_the_sweeps_options_and_prints_the_tables(fake_child):
     calls, _ = fake_child
-    result = run("compare", "attention", "--source", "solutions", "--lengths", "256,1024", "--heads", "4",
-                 "--head-dim", "128", "--seed", "9")
+    result = run(
+        "compare",
+        "attention",
+        "--source",
+        "solutions",
+        "--lengths",
+        "256,1024",
+        "--heads",
+        "4",
+        "--head-dim",
+        "128",
+        "--seed",
+        "9",
+    )
     assert result.exit_code == 0, result.output
     assert calls and all(c["source"] == "solutions" and c["seed"] == 9 for c in calls)
     assert calls[0]["job"]["config"] == {"B": 1, "H": 4, "d": 128, "dtype": "float16"}
@@ -287,17 +369,20 @@ def test_the_command_passes_the_sweeps_options_and_prints_the_tables(fake_child)
 def test_attention_options_and_files_are_usage_errors_where_they_do_not_belong(tmp_path):
     cu = tmp_path / "v1.cu"
     cu.write_text("")
-    wrong = [(["compare", "attention", str(cu)], "takes no files or --lang"),
-             (["compare", "reduction", str(cu), "--lengths", "512"], "--lengths: for `kcourse compare attention` only"),
-             (["compare", "attention", "--lengths", "512,x"], "give positive sequence lengths"),
-             (["compare", "attention", "--lengths", "0"], "give positive sequence lengths"),
-             (["compare", "reduction"], "(or `kcourse compare attention` for every attention implementation")]
+    wrong = [
+        (["compare", "attention", str(cu)], "takes no files or --lang"),
+        (["compare", "reduction", str(cu), "--lengths", "512"], "--lengths: for `kcourse compare attention` only"),
+        (["compare", "attention", "--lengths", "512,x"], "give positive sequence lengths"),
+        (["compare", "attention", "--lengths", "0"], "give positive sequence lengths"),
+        (["compare", "reduction"], "(or `kcourse compare attention` for every attention implementation"),
+    ]
     for args, message in wrong:
         result = CliRunner().invoke(main, args)
         assert result.exit_code == 2 and message in " ".join(result.output.split()), (args, result.output)
 
 
 # --- the reports -----------------------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def swept(fake_child):
@@ -339,8 +424,12 @@ def test_another_week_shows_no_sweep_unless_its_plan_requires_one(swept, monkeyp
     from grader.core.plans import Plan, Unit, load_plans
 
     plans = load_plans()
-    plans["attention-bootcamp"] = Plan(id="attention-bootcamp", title="Attention", unit_name="day",
-                                       units=[Unit("day42", "Compare attention", requires=["compare_attention"])])
+    plans["attention-bootcamp"] = Plan(
+        id="attention-bootcamp",
+        title="Attention",
+        unit_name="day",
+        units=[Unit("day42", "Compare attention", requires=["compare_attention"])],
+    )
     monkeypatch.setattr(reporting, "load_plans", lambda: plans)
     text = reporting.render("day42", plan_id="attention-bootcamp").read_text()
     assert "| naive_attention (triton) | 0.25 | 1 | 4 | 16 | 64 | OOM |" in text
@@ -351,21 +440,57 @@ def test_week11_summarises_every_best_grade_the_comparisons_the_sweep_and_keeps_
     store.append(env_record())
     store.append(grade_record("reduction", "cuda", "GB/s", ["n=1048576", "n=268435456"], 0.5))
     store.append(grade_record("matmul", "cuda", "TFLOP/s", ["M=1024 N=1024 K=1024", "M=4096 N=4096 K=4096"], 3.0))
-    store.append({"kind": "compare", "exercise": "reduction", "lang": "cuda", "seed": 3, "device": "NVIDIA H100 80GB HBM3",
-                  "case": "n=268435456", "unit": "GB/s",
-                  "rows": [{"label": "interleaved.cu", "numerics": "passed", "ms": 2.0, "rate": 537.0, "roofline_pct": 18.0,
-                            "ratio": 0.18, "speed": "failed", "verdict": "slow", "solution_ms": 0.36},
-                           {"label": "shuffle.cu", "numerics": "passed", "ms": 0.4, "rate": 2684.0, "roofline_pct": 89.0,
-                            "ratio": 0.9, "speed": "passed", "verdict": "passed", "solution_ms": 0.36}]})
+    store.append(
+        {
+            "kind": "compare",
+            "exercise": "reduction",
+            "lang": "cuda",
+            "seed": 3,
+            "device": "NVIDIA H100 80GB HBM3",
+            "case": "n=268435456",
+            "unit": "GB/s",
+            "rows": [
+                {
+                    "label": "interleaved.cu",
+                    "numerics": "passed",
+                    "ms": 2.0,
+                    "rate": 537.0,
+                    "roofline_pct": 18.0,
+                    "ratio": 0.18,
+                    "speed": "failed",
+                    "verdict": "slow",
+                    "solution_ms": 0.36,
+                },
+                {
+                    "label": "shuffle.cu",
+                    "numerics": "passed",
+                    "ms": 0.4,
+                    "rate": 2684.0,
+                    "roofline_pct": 89.0,
+                    "ratio": 0.9,
+                    "speed": "passed",
+                    "verdict": "passed",
+                    "solution_ms": 0.36,
+                },
+            ],
+        }
+    )
     text = reporting.render("week11").read_text()
     assert "| reduction (cuda) | passed | n=268435456 | 1 | 200 GB/s | 43% | 0.80× | 0.8 | 0.9 | — |" in text
     assert "| matmul (cuda) | passed | M=4096 N=4096 K=4096 | 6 | 200 TFLOP/s | 43% | 0.80× | 4.8 | 5.4 | — |" in text
     assert "| naive_attention (triton) | passed | not timed |" in text  # graded, never timed (a record without timings)
     assert "Not graded yet: " in text and "softmax (triton)" in text.split("Not graded yet: ")[1].splitlines()[0]
-    assert "### reduction (cuda): 2 versions, timed at n=268435456" in text and "| shuffle.cu | passed | 0.4 | 2684 |" in text
+    assert (
+        "### reduction (cuda): 2 versions, timed at n=268435456" in text
+        and "| shuffle.cu | passed | 0.4 | 2684 |" in text
+    )
     assert "![reduction (cuda): versions compared](compare_reduction_cuda.png)" in text
     assert "| naive_attention (triton) | 0.25 | 1 | 4 | 16 | 64 | OOM |" in text and "](attention_memory.png)" in text
-    assert text.index("## Versions compared") < text.index("## Attention: every implementation") < text.index("## Questions")
+    assert (
+        text.index("## Versions compared")
+        < text.index("## Attention: every implementation")
+        < text.index("## Questions")
+    )
     for index in range(1, 5):
         assert f"<!-- notes:week11-{index} -->" in text
     assert "<!-- notes:week11 -->" in text and "![Roofline](roofline.png)" in text
@@ -375,10 +500,27 @@ def test_week11_summarises_every_best_grade_the_comparisons_the_sweep_and_keeps_
 
 OLD_SWEEPS = [
     {"kind": "compare_attention"},
-    {"kind": "compare_attention", "implementations": "junk", "sdpa": None, "lengths": "all", "device": {}, "at": "today"},
-    {"kind": "compare_attention", "B": None, "implementations": [
-        {"label": "naive_attention (triton)", "points": [{"N": 512, "ms": "fast"}, {"N": "x"}, "junk", {"error": "boom"}]},
-        {}, "junk"], "sdpa": [{"N": 512, "ms": 0.1}, {}]},
+    {
+        "kind": "compare_attention",
+        "implementations": "junk",
+        "sdpa": None,
+        "lengths": "all",
+        "device": {},
+        "at": "today",
+    },
+    {
+        "kind": "compare_attention",
+        "B": None,
+        "implementations": [
+            {
+                "label": "naive_attention (triton)",
+                "points": [{"N": 512, "ms": "fast"}, {"N": "x"}, "junk", {"error": "boom"}],
+            },
+            {},
+            "junk",
+        ],
+        "sdpa": [{"N": 512, "ms": 0.1}, {}],
+    },
 ]
 
 
@@ -391,6 +533,7 @@ def test_a_partial_or_old_sweep_record_still_renders(old):
 
 
 # --- the child's side, where it runs on the CPU ----------------------------------------------------------------
+
 
 def test_each_length_is_the_specs_own_case_with_the_sweeps_sizes_and_no_causal_mask():
     from grader.child.worker_attention import accepts, sweep_case
@@ -429,9 +572,15 @@ def child_on_the_cpu(monkeypatch):
     from grader.checks import memory
     from grader.child import timing
 
-    monkeypatch.setattr(timing, "time_alternating", lambda functions, budget_s: {
-        who: {"median_ms": 2.0 if who == "learner" else 1.0, "runs": 15, "spread": 0.0}
-        for who in functions if functions[who]() is not False})
+    monkeypatch.setattr(
+        timing,
+        "time_alternating",
+        lambda functions, budget_s: {
+            who: {"median_ms": 2.0 if who == "learner" else 1.0, "runs": 15, "spread": 0.0}
+            for who in functions
+            if functions[who]() is not False
+        },
+    )
     monkeypatch.setattr(memory, "peak_extra_bytes", lambda function, returns_outputs: (4096, function()))
 
     def make(kind, lengths):
@@ -439,10 +588,17 @@ def child_on_the_cpu(monkeypatch):
         spec.tolerance.setdefault("float32", spec.tolerance["float16"])  # this copy of the spec only
         variant = dataclasses.replace(spec.variants["triton"], kind=kind)
         return types.SimpleNamespace(
-            spec=spec, variant=variant, tensor_device="cpu", device_info={"name": "CPU"},
-            learner_path=Path("flash_attention_v1.py"), progress=lambda text: None,
-            job={"seed": 4, "sweep": {"config": {"B": 1, "H": 2, "d": 16, "dtype": "float32"}, "lengths": lengths,
-                                      "budget_s": 0.1}})
+            spec=spec,
+            variant=variant,
+            tensor_device="cpu",
+            device_info={"name": "CPU"},
+            learner_path=Path("flash_attention_v1.py"),
+            progress=lambda text: None,
+            job={
+                "seed": 4,
+                "sweep": {"config": {"B": 1, "H": 2, "d": 16, "dtype": "float32"}, "lengths": lengths, "budget_s": 0.1},
+            },
+        )
 
     return make
 
@@ -468,9 +624,17 @@ def test_the_childs_loop_times_each_length_and_stops_where_memory_runs_out(child
 
     found = attention_sweep(child_on_the_cpu("triton", [8, 33, 64, 128]), learner)
     assert [p["N"] for p in found["points"]] == [8, 33, 64] and found["device"] == {"name": "CPU"}
-    assert found["points"][1] == {"N": 33, "ms": 2.0, "sdpa_ms": 1.0, "runs": 15, "extra_bytes": 4096,
-                                  "sdpa_extra_bytes": 4096, "max_abs_diff": found["points"][1]["max_abs_diff"],
-                                  "agrees": True, "error": ""}
+    assert found["points"][1] == {
+        "N": 33,
+        "ms": 2.0,
+        "sdpa_ms": 1.0,
+        "runs": 15,
+        "extra_bytes": 4096,
+        "sdpa_extra_bytes": 4096,
+        "max_abs_diff": found["points"][1]["max_abs_diff"],
+        "agrees": True,
+        "error": "",
+    }
     assert found["points"][2] == {"N": 64, "error": "out of GPU memory"}
     assert found["stopped"] == "out of GPU memory at N=64: longer sequences skipped"
     assert all(p["causal"] is False and p["H"] == 2 for p in seen) and 128 not in [p["N"] for p in seen]
@@ -492,6 +656,7 @@ def test_the_child_checks_what_a_torch_operator_returns_and_names_a_length_that_
 
 
 # --- GPU: the real sweep ------------------------------------------------------------------------------------------
+
 
 @pytest.mark.slow
 @pytest.mark.gpu

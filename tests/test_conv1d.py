@@ -48,17 +48,18 @@ def solution_scheme(inputs, outputs, params):
     x, w, r = inputs["x"].float(), inputs["w"].float(), params["r"]
     rp = (r + 3) // 4 * 4
     wp = torch.zeros(2 * rp + 1)
-    wp[rp - r: rp + r + 1] = w
+    wp[rp - r : rp + r + 1] = w
     padded = F.pad(x, (rp, rp))
     acc = torch.zeros_like(x)
     for k in range(2 * rp + 1):
-        acc = acc + padded[k: k + x.numel()] * wp[k]
+        acc = acc + padded[k : k + x.numel()] * wp[k]
     store(outputs["out"], acc)
 
 
 def tiled(tile: int, halo: bool):
     """Shared-memory tiles of `tile` outputs, each loading x[start - r, start + tile + r) (zeros outside x);
     without the halo, each loads only x[start, start + tile) and taps past the tile's edges read zeros."""
+
     def model(inputs, outputs, params):
         x, w, r = inputs["x"].float(), inputs["w"].float(), params["r"]
         n = x.numel()
@@ -70,6 +71,7 @@ def tiled(tile: int, halo: bool):
         else:
             out = F.conv1d(whole.view(tiles, 1, tile), w.view(1, 1, -1), padding=r)
         store(outputs["out"], out.reshape(-1)[:n])
+
     return model
 
 
@@ -93,10 +95,12 @@ CORRECT = {
     "a tile of 1024 with its halo": tiled(1024, halo=True),
 }
 MISTAKES = {
-    "the weights flipped (signal-processing convolution)":
-        lambda i, o, p: store(o["out"], correlate(i["x"], i["w"].flip(0))),
-    "edges clamped (x[0] and x[n-1] repeated) instead of zeros":
-        lambda i, o, p: store(o["out"], correlate(i["x"], i["w"], "replicate")),
+    "the weights flipped (signal-processing convolution)": lambda i, o, p: store(
+        o["out"], correlate(i["x"], i["w"].flip(0))
+    ),
+    "edges clamped (x[0] and x[n-1] repeated) instead of zeros": lambda i, o, p: store(
+        o["out"], correlate(i["x"], i["w"], "replicate")
+    ),
     "the window one to the right (x[i + k - r + 1])": lambda i, o, p: store(o["out"], shifted_by_one(i["x"], i["w"])),
     "a tile of 1024 without its halo": tiled(1024, halo=False),
     "float4 without the scalar tail": float4_without_tail,
@@ -150,6 +154,7 @@ def test_the_solution_compiles_every_radius_without_spills():
 
 
 # --- on a GPU: the real kernels ------------------------------------------------------------------------
+
 
 @pytest.mark.gpu
 def test_the_solution_reaches_85_percent_of_copy_bandwidth_and_prints_torch_beside_it():

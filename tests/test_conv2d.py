@@ -50,10 +50,10 @@ def shifted_taps(x: torch.Tensor, wrap_rows: bool = False):
             if wrap_rows:
                 flat = F.pad(x.reshape(N, C, H * W), (W + 1, W + 1))
                 start = (W + 1) + (r - 1) * W + (s - 1)
-                yield r, s, flat[:, :, start: start + H * W].reshape(N, C, H, W)
+                yield r, s, flat[:, :, start : start + H * W].reshape(N, C, H, W)
             else:
                 padded = F.pad(x, (1, 1, 1, 1))
-                yield r, s, padded[:, :, r: r + H, s: s + W]
+                yield r, s, padded[:, :, r : r + H, s : s + W]
 
 
 def slice_order(inputs, outputs, params):
@@ -63,7 +63,7 @@ def slice_order(inputs, outputs, params):
     acc = torch.zeros(x.shape[0], w.shape[0], x.shape[2], x.shape[3])
     for c0 in range(0, x.shape[1], 32):
         for r, s, xs in taps:
-            acc = acc + torch.einsum("nchw,kc->nkhw", xs[:, c0: c0 + 32], w[:, c0: c0 + 32, r, s])
+            acc = acc + torch.einsum("nchw,kc->nkhw", xs[:, c0 : c0 + 32], w[:, c0 : c0 + 32, r, s])
     store(outputs["out"], acc + b.view(1, -1, 1, 1))
 
 
@@ -74,7 +74,7 @@ def half_running_sum(inputs, outputs, params):
     acc = torch.zeros(x.shape[0], w.shape[0], x.shape[2], x.shape[3], dtype=torch.float16)
     for c in range(x.shape[1]):
         for r, s, xs in taps:
-            product = xs[:, c: c + 1] * w[:, c, r, s].float().view(1, -1, 1, 1)  # exact in float32
+            product = xs[:, c : c + 1] * w[:, c, r, s].float().view(1, -1, 1, 1)  # exact in float32
             acc = (acc.float() + product).half()
     store(outputs["out"], (acc.float() + b.float().view(1, -1, 1, 1)).half())
 
@@ -100,13 +100,15 @@ def written_nhwc(inputs, outputs, params):
 
 
 CORRECT = {
-    "float32 convolution (torch's order), rounded once":
-        lambda i, o, p: store(o["out"], conv32(i["x"], i["w"], i["b"])),
+    "float32 convolution (torch's order), rounded once": lambda i, o, p: store(
+        o["out"], conv32(i["x"], i["w"], i["b"])
+    ),
     "float32 sums in the solution's order (32 channels at a time, the 9 taps in turn)": slice_order,
 }
 MISTAKES = {
-    "the weights flipped (a true convolution)":
-        lambda i, o, p: store(o["out"], conv32(i["x"], i["w"].flip(2, 3), i["b"])),
+    "the weights flipped (a true convolution)": lambda i, o, p: store(
+        o["out"], conv32(i["x"], i["w"].flip(2, 3), i["b"])
+    ),
     "a float16 running sum": half_running_sum,
     "padding checked on the flat pixel index (taps wrap into the next row)": wraps_rows,
     "the bias left out": lambda i, o, p: store(o["out"], conv32(i["x"], i["w"], i["b"] * 0)),
@@ -156,6 +158,7 @@ def test_the_solution_compiles_without_spills_within_its_launch_bounds():
 
 
 # --- on a GPU: the real kernels ------------------------------------------------------------------------
+
 
 @pytest.mark.gpu
 def test_the_solution_reaches_30_percent_of_cudnn_and_prints_both():

@@ -34,6 +34,7 @@ CASES = cuda_cases(SPEC)
 
 # --- kernels played on the CPU ------------------------------------------------------------------------------
 
+
 def row_sums(e: torch.Tensor, threads: int | None, bf16: bool) -> torch.Tensor:
     """Each row's sum of e (float32): in one go, or as `threads` per-thread running sums (column j to thread
     j % threads) merged at the end; `bf16`: the running sums kept in bfloat16, as a kernel with a
@@ -49,8 +50,18 @@ def row_sums(e: torch.Tensor, threads: int | None, bf16: bool) -> torch.Tensor:
     return acc.float().sum(dim=-1)
 
 
-def cross_entropy_float32(t, params, *, subtract_max=True, ignore=True, mean_over_m=False, threads=None,
-                          bf16_sum=False, rows_at_v=False, zero_ignored=True):
+def cross_entropy_float32(
+    t,
+    params,
+    *,
+    subtract_max=True,
+    ignore=True,
+    mean_over_m=False,
+    threads=None,
+    bf16_sum=False,
+    rows_at_v=False,
+    zero_ignored=True,
+):
     """A float32 kernel's losses and dlogits (bfloat16), with one classic mistake switched on by name."""
     x, targets, d = t["logits"], t["targets"], t["dlogits"]
     if rows_at_v:  # row i found at i * V, not at i * row_stride
@@ -86,6 +97,7 @@ def picked_logit(x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 def play(**mistake):
     def run(t, params):
         cross_entropy_float32(t, params, **mistake)
+
     return run
 
 
@@ -103,8 +115,11 @@ MISTAKES = {  # name: (play, a label fragment of a case it must fail, the verdic
     "ignore_index not handled": (play(ignore=False), "M=3 V=5", "mismatch"),
     "the mean over all M rows": (play(mean_over_m=True), "M=3 V=5", "mismatch"),
     "a bfloat16 running sum": (play(bf16_sum=True), "M=5 V=50257", "mismatch"),
-    "rows found with V, not the row stride": (play(rows_at_v=True), "V=781 dtype=bfloat16 (logits layout=row_slice)",
-                                              "mismatch"),
+    "rows found with V, not the row stride": (
+        play(rows_at_v=True),
+        "V=781 dtype=bfloat16 (logits layout=row_slice)",
+        "mismatch",
+    ),
     "16-byte loads whenever V % 8 == 0": (vectors_whenever_v_is_a_multiple_of_8, "M=9 V=1024", "cuda_error"),
     "ignored rows' gradient left unwritten": (play(zero_ignored=False), "M=3 V=5", "partial_write"),
     "nothing written (the stub)": (lambda t, params: None, "M=1 V=1", "not_written"),
@@ -113,8 +128,16 @@ MISTAKES = {  # name: (play, a label fragment of a case it must fail, the verdic
 
 def test_the_spec_passes_both_strides_and_takes_bfloat16_logits_and_int64_targets():
     cuda = SPEC.variants["cuda"]
-    assert [a.name for a in cuda.args] == ["logits", "targets", "losses", "dlogits", "M", "V", "logits.stride(0)",
-                                           "dlogits.stride(0)"]
+    assert [a.name for a in cuda.args] == [
+        "logits",
+        "targets",
+        "losses",
+        "dlogits",
+        "M",
+        "V",
+        "logits.stride(0)",
+        "dlogits.stride(0)",
+    ]
     assert cuda.dtypes == ["bfloat16"]
     tensors = {t.name: t for t in SPEC.inputs + SPEC.outputs}
     assert tensors["targets"].dtype == "int64" and tensors["losses"].dtype == "float32"
@@ -188,28 +211,43 @@ def test_the_stub_the_solution_and_the_fixtures_build_for_sm_90(tmp_path):
 
 # --- on a GPU --------------------------------------------------------------------------------------------
 
-GPU_MISTAKES = {"no_max": ("mismatch",), "ignore_index_unhandled": ("mismatch", "cuda_error"),
-                "wrong_mean": ("mismatch",)}
+GPU_MISTAKES = {
+    "no_max": ("mismatch",),
+    "ignore_index_unhandled": ("mismatch", "cuda_error"),
+    "wrong_mean": ("mismatch",),
+}
 # The GPU's mistakes, each an edit of tests/fixtures/submissions/cross_entropy_plain.cu (the ladder's first step).
 MISTAKE_EDITS = {
     # lse = log(sum exp(x)) as written: exp(1000) overflows float32 to inf (loss inf, gradient NaN), exp(-1000)
     # underflows to 0 (log 0 = -inf). Fails the cases with logits offset by +1000 and -1000.
-    "no_max": [("    const float row_max = block_reduce(local, partial, true);",
-                "    const float row_max = 0.f;  // forgotten: exp(x) as it stands\n"
-                "    block_reduce(local, partial, true);")],
+    "no_max": [
+        (
+            "    const float row_max = block_reduce(local, partial, true);",
+            "    const float row_max = 0.f;  // forgotten: exp(x) as it stands\n"
+            "    block_reduce(local, partial, true);",
+        )
+    ],
     # A target of -100 is used as a class (x[-100] reads before the row), the row gets a loss and a gradient, and
     # it is counted in the mean. Fails every case with an ignored row (every third row of most cases).
     "ignore_index_unhandled": [
         ("count += targets[i] != IGNORE_INDEX;", "count += 1;  // every row counted"),
-        ("    if (target == IGNORE_INDEX) {\n"
-         "        for (int j = threadIdx.x; j < V; j += blockDim.x) d[j] = __float2bfloat16(0.f);\n"
-         "        if (threadIdx.x == 0) losses[blockIdx.x] = 0.f;\n"
-         "        return;\n"
-         "    }\n", "")],
+        (
+            "    if (target == IGNORE_INDEX) {\n"
+            "        for (int j = threadIdx.x; j < V; j += blockDim.x) d[j] = __float2bfloat16(0.f);\n"
+            "        if (threadIdx.x == 0) losses[blockIdx.x] = 0.f;\n"
+            "        return;\n"
+            "    }\n",
+            "",
+        ),
+    ],
     # The mean over all M rows: ignored rows get loss 0 and gradient 0, but the gradient is divided by M, not by
     # the number of rows that count: 2/3 of the right size where every third row is ignored.
-    "wrong_mean": [("const float scale = 1.f / valid_rows;",
-                    "const float scale = 1.f / gridDim.x;  // M: ignored rows counted too")],
+    "wrong_mean": [
+        (
+            "const float scale = 1.f / valid_rows;",
+            "const float scale = 1.f / gridDim.x;  // M: ignored rows counted too",
+        )
+    ],
 }
 
 
@@ -245,23 +283,27 @@ def test_the_stub_fails_with_nothing_written():
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", list(GPU_MISTAKES))
 def test_each_fixture_mistake_fails_on_the_gpu(name, tmp_path):
-    result = grade(resolve(("cross_entropy",)), submission=mistake_file(name, tmp_path), seed=5,
-                   record=False, quick=True)
+    result = grade(
+        resolve(("cross_entropy",)), submission=mistake_file(name, tmp_path), seed=5, record=False, quick=True
+    )
     check = first_failure(result)
     assert check.name == "numerics" and check.details.get("code") in GPU_MISTAKES[name], result.verdict
 
 
 @pytest.mark.gpu
 def test_the_first_ladder_step_is_correct():
-    result = grade(resolve(("cross_entropy",)), submission=submission("cross_entropy_plain.cu"), seed=5,
-                   record=False, quick=True)
+    result = grade(
+        resolve(("cross_entropy",)), submission=submission("cross_entropy_plain.cu"), seed=5, record=False, quick=True
+    )
     assert next(c for c in result.checks if c.name == "numerics").status == "passed", result.verdict
 
 
 @pytest.mark.gpu
 @pytest.mark.solutions
-@pytest.mark.parametrize("V,x_shift,d_shift", [(50_257, 1, 1), (50_257, 3, 0), (32_768, 0, 5), (128_256, 0, 0),
-                                              (128_256, 2, 7), (200_003, 1, 0)])
+@pytest.mark.parametrize(
+    "V,x_shift,d_shift",
+    [(50_257, 1, 1), (50_257, 3, 0), (32_768, 0, 5), (128_256, 0, 0), (128_256, 2, 7), (200_003, 1, 0)],
+)
 def test_rows_at_any_offset_and_past_shared_memory_stay_exact(V, x_shift, d_shift):
     """Rows starting off 16 bytes (a tensor `shift` elements into its allocation), logits and dlogits at
     different offsets, and rows longer than shared memory holds (128,256 and 200,003 columns: read twice)."""
@@ -304,8 +346,7 @@ def test_ladder_figures_beside_torch_forward_and_backward():
     x = torch.randn(M, V, device="cuda").to(torch.bfloat16)
     targets = torch.randint(0, V, (M,), device="cuda")
     params = {"M": M, "V": V}
-    tensors = {"logits": x, "targets": targets, "losses": torch.empty(M, device="cuda"),
-               "dlogits": torch.empty_like(x)}
+    tensors = {"logits": x, "targets": targets, "losses": torch.empty(M, device="cuda"), "dlogits": torch.empty_like(x)}
     versions = {"1. three passes": submission("cross_entropy_plain.cu"), "4. solution": SOLUTION}
     contestants = {name: (lambda c=cuda_caller(SPEC, path): c(tensors, params)) for name, path in versions.items()}
     for slots in (2, 8):  # the solution's block size: 4 slots a thread is its default (1024 threads at V = 32,768)
@@ -320,6 +361,8 @@ def test_ladder_figures_beside_torch_forward_and_backward():
     for name, m in measured.items():
         moved = M * V * 2 * (1 if name == "torch forward alone" else 2)  # the forward reads; + writing dlogits
         rates[name] = gbps(moved, m["median_ms"])
-        print(f"  {name:26s} {m['median_ms'] * 1000:8.1f} us  {rates[name]:6.0f} GB/s  "
-              f"{100 * rates[name] / copy_gbps:4.0f}% of roofline")
+        print(
+            f"  {name:26s} {m['median_ms'] * 1000:8.1f} us  {rates[name]:6.0f} GB/s  "
+            f"{100 * rates[name] / copy_gbps:4.0f}% of roofline"
+        )
     assert rates["4. solution"] >= 0.85 * copy_gbps

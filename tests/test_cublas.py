@@ -33,8 +33,9 @@ from grader.toolchain import build
 BLAS1, GEMM = exercise("cublas_blas1"), exercise("cublas_gemm")
 NVCC = build.find_nvcc()
 CUBLAS_FLAGS, CUBLAS_MISSING = build.link_flags(["cublas"], NVCC) if NVCC else ([], ["cublas"])
-needs_cublas = pytest.mark.skipif(bool(CUBLAS_MISSING) or NVCC is None,
-                                  reason=build.missing_library_message(["cublas"]) if NVCC else "nvcc not found")
+needs_cublas = pytest.mark.skipif(
+    bool(CUBLAS_MISSING) or NVCC is None, reason=build.missing_library_message(["cublas"]) if NVCC else "nvcc not found"
+)
 
 
 def verdicts(spec, model, seed: int = 17, until_failure: bool = False) -> dict[str, str]:
@@ -48,8 +49,19 @@ def verdicts(spec, model, seed: int = 17, until_failure: bool = False) -> dict[s
             inputs = {name: place(v, case.inputs.get(name, {}).get("layout"), "cpu") for name, v in values.items()}
             outputs = make_outputs(spec, case, "cpu")
             model(inputs, outputs, case.params)
-            codes = [judge_output(spec, s, outputs[s.name], ref, spec.tolerance_of(case), case.label(), inputs=values,
-                                  params=case.params).code for s, ref in zip(spec.outputs, refs)]
+            codes = [
+                judge_output(
+                    spec,
+                    s,
+                    outputs[s.name],
+                    ref,
+                    spec.tolerance_of(case),
+                    case.label(),
+                    inputs=values,
+                    params=case.params,
+                ).code
+                for s, ref in zip(spec.outputs, refs)
+            ]
             bad = next((c for c in codes if c != "ok"), None)
             if bad:
                 found[case.label()] = bad
@@ -61,16 +73,23 @@ def verdicts(spec, model, seed: int = 17, until_failure: bool = False) -> dict[s
 
 # --- the grader's growth: link = [...] ----------------------------------------------------------------
 
+
 def test_a_variant_names_the_libraries_it_links_and_a_bad_list_is_refused(tmp_path):
     assert BLAS1.variant("cuda").link == ["cublas"] and GEMM.variant("cuda").link == ["cublas"]
     assert exercise("matmul").variant("cuda").link == []
     text = (GEMM.folder / "spec.toml").read_text()
     folder = tmp_path / "cublas_gemm"
     folder.mkdir()
-    for bad, says in (('link = "cublas"', "give a list of library names"), ('link = ["-lcublas"]', "library names"),
-                      ('link = ["cublas"]\nkind = "torch_op"', "only kinds")):
-        (folder / "spec.toml").write_text(text.replace('link = ["cublas"]', bad).replace('kind = "cuda"\n', "", 1)
-                                          if "torch_op" in bad else text.replace('link = ["cublas"]', bad))
+    for bad, says in (
+        ('link = "cublas"', "give a list of library names"),
+        ('link = ["-lcublas"]', "library names"),
+        ('link = ["cublas"]\nkind = "torch_op"', "only kinds"),
+    ):
+        (folder / "spec.toml").write_text(
+            text.replace('link = ["cublas"]', bad).replace('kind = "cuda"\n', "", 1)
+            if "torch_op" in bad
+            else text.replace('link = ["cublas"]', bad)
+        )
         with pytest.raises(SpecError, match=says):
             load_spec(folder)
 
@@ -113,8 +132,10 @@ def test_a_machine_without_cublas_reports_the_grade_skipped_not_failed(monkeypat
 @needs_cublas
 def test_a_file_calling_cublas_create_compiles_and_links_against_libcublas(tmp_path):
     source = tmp_path / "handle.cu"
-    source.write_text('#include <cublas_v2.h>\nextern "C" int make_handle() {\n    cublasHandle_t h;\n'
-                      '    return cublasCreate(&h) == CUBLAS_STATUS_SUCCESS ? 0 : 1;\n}\n')
+    source.write_text(
+        '#include <cublas_v2.h>\nextern "C" int make_handle() {\n    cublasHandle_t h;\n'
+        "    return cublasCreate(&h) == CUBLAS_STATUS_SUCCESS ? 0 : 1;\n}\n"
+    )
     result = build.build_shared_library(source, link=["cublas"])
     assert result.ok, result.log
     if shutil.which("readelf"):
@@ -142,36 +163,56 @@ SOLUTION_EDITS = {
     ("cublas_blas1", "one_based"): [("    to_zero_based<<<1, 1>>>(amax, amin);\n", "")],
     # Slow: a cuBLAS handle created and destroyed on every call (numerics right).
     ("cublas_blas1", "handle_per_call"): [
-        ("static cublasHandle_t the_handle() {\n    static cublasHandle_t handle = [] {\n        cublasHandle_t created;\n"
-         "        CUBLAS_OK(cublasCreate(&created));\n        return created;\n"
-         "    }();  // a function-local static: created once, on the first call, thread-safely\n"
-         "    return handle;\n}\n\n", ""),
-        ("    cublasHandle_t handle = the_handle();",
-         "    cublasHandle_t handle;\n    CUBLAS_OK(cublasCreate(&handle));  // the mistake: a new handle on every call"),
-        ("    CUBLAS_OK(cublasSetPointerMode(handle, CUBLAS_POINTER_MODE_HOST));\n}",
-         "    CUBLAS_OK(cublasDestroy(handle));  // and a device-wide wait\n}")],
+        (
+            "static cublasHandle_t the_handle() {\n    static cublasHandle_t handle = [] {\n        cublasHandle_t created;\n"
+            "        CUBLAS_OK(cublasCreate(&created));\n        return created;\n"
+            "    }();  // a function-local static: created once, on the first call, thread-safely\n"
+            "    return handle;\n}\n\n",
+            "",
+        ),
+        (
+            "    cublasHandle_t handle = the_handle();",
+            "    cublasHandle_t handle;\n    CUBLAS_OK(cublasCreate(&handle));  // the mistake: a new handle on every call",
+        ),
+        (
+            "    CUBLAS_OK(cublasSetPointerMode(handle, CUBLAS_POINTER_MODE_HOST));\n}",
+            "    CUBLAS_OK(cublasDestroy(handle));  // and a device-wide wait\n}",
+        ),
+    ],
     # C = A B passed to cuBLAS as written (M, N, K, A, B), ignoring its column-major order.
     ("cublas_gemm", "column_major"): [
-        ("    // column-major (N x M) = (N x K) (K x M): C^T = B^T A^T\n"
-         "    CUBLAS_OK(cublasSgemm(the_handle(), CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &one, B, ldb, A, lda, &zero, C, ldc));",
-         "    // the mistake: the call as the math reads, on row-major data cuBLAS reads column-major\n"
-         "    cublasSgemm(the_handle(), CUBLAS_OP_N, CUBLAS_OP_N, M, N, K, &one, A, lda, B, ldb, &zero, C, ldc);"
-         "  // status unchecked")],
+        (
+            "    // column-major (N x M) = (N x K) (K x M): C^T = B^T A^T\n"
+            "    CUBLAS_OK(cublasSgemm(the_handle(), CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &one, B, ldb, A, lda, &zero, C, ldc));",
+            "    // the mistake: the call as the math reads, on row-major data cuBLAS reads column-major\n"
+            "    cublasSgemm(the_handle(), CUBLAS_OP_N, CUBLAS_OP_N, M, N, K, &one, A, lda, B, ldb, &zero, C, ldc);"
+            "  // status unchecked",
+        )
+    ],
     # The transpose trick right, the leading dimensions assumed contiguous (fails row slices).
     ("cublas_gemm", "ignores_ld"): [
-        ("    // column-major (N x M) = (N x K) (K x M): C^T = B^T A^T\n"
-         "    CUBLAS_OK(cublasSgemm(the_handle(), CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &one, B, ldb, A, lda, &zero, C, ldc));",
-         "    // the mistake: the plain matrices' strides K, N, N where lda, ldb, ldc belong\n"
-         "    CUBLAS_OK(cublasSgemm(the_handle(), CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &one, B, N, A, K, &zero, C, N));")],
+        (
+            "    // column-major (N x M) = (N x K) (K x M): C^T = B^T A^T\n"
+            "    CUBLAS_OK(cublasSgemm(the_handle(), CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &one, B, ldb, A, lda, &zero, C, ldc));",
+            "    // the mistake: the plain matrices' strides K, N, N where lda, ldb, ldc belong\n"
+            "    CUBLAS_OK(cublasSgemm(the_handle(), CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &one, B, N, A, K, &zero, C, N));",
+        )
+    ],
     # Slow: a cuBLAS handle created and destroyed on every call (numerics right).
     ("cublas_gemm", "handle_per_call"): [
-        ("static cublasHandle_t the_handle() {\n    static cublasHandle_t handle = [] {\n        cublasHandle_t created;\n"
-         "        CUBLAS_OK(cublasCreate(&created));\n        return created;\n"
-         "    }();  // created once, on the first call (thread-safe)\n    return handle;\n}\n\n", ""),
-        ("    CUBLAS_OK(cublasSgemm(the_handle(), CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &one, B, ldb, A, lda, &zero, C, ldc));",
-         "    cublasHandle_t handle;\n    CUBLAS_OK(cublasCreate(&handle));  // the mistake: a new handle on every call\n"
-         "    CUBLAS_OK(cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &one, B, ldb, A, lda, &zero, C, ldc));\n"
-         "    CUBLAS_OK(cublasDestroy(handle));")],
+        (
+            "static cublasHandle_t the_handle() {\n    static cublasHandle_t handle = [] {\n        cublasHandle_t created;\n"
+            "        CUBLAS_OK(cublasCreate(&created));\n        return created;\n"
+            "    }();  // created once, on the first call (thread-safe)\n    return handle;\n}\n\n",
+            "",
+        ),
+        (
+            "    CUBLAS_OK(cublasSgemm(the_handle(), CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &one, B, ldb, A, lda, &zero, C, ldc));",
+            "    cublasHandle_t handle;\n    CUBLAS_OK(cublasCreate(&handle));  // the mistake: a new handle on every call\n"
+            "    CUBLAS_OK(cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &one, B, ldb, A, lda, &zero, C, ldc));\n"
+            "    CUBLAS_OK(cublasDestroy(handle));",
+        ),
+    ],
 }
 CUBLAS_FIXTURES = [("cublas_blas1", "axpy_in_place"), *SOLUTION_EDITS]
 
@@ -200,14 +241,21 @@ def test_each_solution_edit_still_applies(exercise_id, mistake, tmp_path):
 def test_the_fixtures_compile(tmp_path):
     includes = [f for f in CUBLAS_FLAGS if f.startswith("-I")]
     sources = [mistake_file(exercise_id, mistake, tmp_path) for exercise_id, mistake in CUBLAS_FIXTURES]
-    jobs = {source.name: subprocess.Popen([NVCC, "-std=c++17", "-arch=sm_90", "-cubin", *includes, "-o", "/dev/null",
-                                           str(source)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            for source in sources}
+    jobs = {
+        source.name: subprocess.Popen(
+            [NVCC, "-std=c++17", "-arch=sm_90", "-cubin", *includes, "-o", "/dev/null", str(source)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for source in sources
+    }
     for name, job in jobs.items():
         assert job.wait() == 0, f"{name}: {job.stdout.read()}"
 
 
 # --- day 17: dot, axpy, amax, amin, played on the CPU --------------------------------------------------
+
 
 def blas1_model(one_based=False, signed=False, alpha_on_y=False, no_copy=False, in_order=False):
     def model(inputs, outputs, params):
@@ -219,6 +267,7 @@ def blas1_model(one_based=False, signed=False, alpha_on_y=False, no_copy=False, 
         pick = (x.argmax(), x.argmin()) if signed else (x.abs().argmax(), x.abs().argmin())
         for name, index in zip(("amax", "amin"), pick):
             store(outputs[name], index.reshape(1) + (1 if one_based else 0))
+
     return model
 
 
@@ -245,8 +294,9 @@ def test_every_classic_blas1_mistake_fails_some_case(name):
 def test_the_1_based_index_is_named_in_the_failure():
     values, refs = trial_data(BLAS1, cpu_cases(BLAS1)[0], 17, 0)
     spec_out = next(o for o in BLAS1.outputs if o.name == "amax")
-    result = judge_output(BLAS1, spec_out, refs[2] + 1, refs[2], BLAS1.tolerance_of(cpu_cases(BLAS1)[0]), "n=1",
-                          inputs=values)
+    result = judge_output(
+        BLAS1, spec_out, refs[2] + 1, refs[2], BLAS1.tolerance_of(cpu_cases(BLAS1)[0]), "n=1", inputs=values
+    )
     assert result.code == "property" and "1-based" in result.message
 
 
@@ -257,6 +307,7 @@ def test_honest_blas1_calls_pass_every_case(in_order):
 
 
 # --- day 19: C = A B through column-major cuBLAS, played on the CPU ------------------------------------
+
 
 def column_major(t: torch.Tensor, rows: int, cols: int, ld: int) -> torch.Tensor:
     """The rows x cols column-major matrix (leading dimension ld) cuBLAS reads at t's first element."""
@@ -280,28 +331,35 @@ def gemm_model(call):
     def model(inputs, outputs, params):
         A, B, C = inputs["A"], inputs["B"], outputs["C"]
         call(A, B, C, params["M"], params["N"], params["K"], A.stride(0), B.stride(0), C.stride(0))
+
     return model
 
 
 GEMM_HONEST = {
     "the transpose trick: C^T = B^T A^T": gemm_model(
-        lambda A, B, C, M, N, K, lda, ldb, ldc: sgemm_nn(N, M, K, B, ldb, A, lda, C, ldc)),
+        lambda A, B, C, M, N, K, lda, ldb, ldc: sgemm_nn(N, M, K, B, ldb, A, lda, C, ldc)
+    ),
     "torch's float32 product": lambda inputs, outputs, params: store(outputs["C"], inputs["A"] @ inputs["B"]),
 }
 GEMM_MISTAKES = {
     "C = A B called as the math reads (M, N, K, A, B)": gemm_model(
-        lambda A, B, C, M, N, K, lda, ldb, ldc: sgemm_nn(M, N, K, A, lda, B, ldb, C, ldc)),
+        lambda A, B, C, M, N, K, lda, ldb, ldc: sgemm_nn(M, N, K, A, lda, B, ldb, C, ldc)
+    ),
     "the leading dimensions assumed contiguous (K, N, N)": gemm_model(
-        lambda A, B, C, M, N, K, lda, ldb, ldc: sgemm_nn(N, M, K, B, N, A, K, C, N)),
+        lambda A, B, C, M, N, K, lda, ldb, ldc: sgemm_nn(N, M, K, B, N, A, K, C, N)
+    ),
     "A and B swapped in the trick (C^T = A^T B^T)": gemm_model(
-        lambda A, B, C, M, N, K, lda, ldb, ldc: sgemm_nn(N, M, K, A, lda, B, ldb, C, ldc)),
+        lambda A, B, C, M, N, K, lda, ldb, ldc: sgemm_nn(N, M, K, A, lda, B, ldb, C, ldc)
+    ),
 }
 
 
 def test_the_gemm_cases_have_a_square_one_unequal_sizes_and_slices_of_a_b_and_c():
     shapes = {(c.params["M"], c.params["N"], c.params["K"]) for c in cpu_cases(GEMM)}
     assert {(1, 1, 1), (128, 128, 128), (17, 33, 9)} <= shapes
-    sliced = {name for c in cpu_cases(GEMM) for name, o in {**c.inputs, **c.outputs}.items() if o.get("layout") == "row_slice"}
+    sliced = {
+        name for c in cpu_cases(GEMM) for name, o in {**c.inputs, **c.outputs}.items() if o.get("layout") == "row_slice"
+    }
     assert sliced == {"A", "B", "C"}
 
 
@@ -318,6 +376,7 @@ def test_honest_gemm_calls_pass_every_case(name):
 
 
 # --- on a GPU: the real files -------------------------------------------------------------------------
+
 
 @pytest.mark.gpu
 def test_the_blas1_solution_passes_faster_than_torch_and_prints_its_figures():

@@ -26,11 +26,13 @@ SPEC = exercise("cublas_attention")
 SOLUTION = ROOT / "solutions" / "cublas_attention" / "cublas_attention.cu"
 NVCC = build.find_nvcc()
 CUBLAS_MISSING = build.link_flags(["cublas"], NVCC)[1] if NVCC else ["cublas"]
-needs_cublas = pytest.mark.skipif(bool(CUBLAS_MISSING) or NVCC is None,
-                                  reason=build.missing_library_message(["cublas"]) if NVCC else "nvcc not found")
+needs_cublas = pytest.mark.skipif(
+    bool(CUBLAS_MISSING) or NVCC is None, reason=build.missing_library_message(["cublas"]) if NVCC else "nvcc not found"
+)
 
 
 # --- cuBLAS's strided-batched call, played on the CPU ------------------------------------------------
+
 
 def batched_column_major(t: torch.Tensor, batch: int, rows: int, cols: int, ld: int, stride: int) -> torch.Tensor:
     """The batch of rows x cols column-major matrices (leading dimension ld, `stride` apart) cuBLAS reads at t."""
@@ -38,8 +40,24 @@ def batched_column_major(t: torch.Tensor, batch: int, rows: int, cols: int, ld: 
     return storage.as_strided((batch, rows, cols), (stride, 1, ld), t.storage_offset())
 
 
-def sgemm_strided_batched(trans_a: bool, trans_b: bool, m: int, n: int, k: int, alpha: float, A, lda, stride_a,
-                          B, ldb, stride_b, C, ldc, stride_c, batch: int) -> None:
+def sgemm_strided_batched(
+    trans_a: bool,
+    trans_b: bool,
+    m: int,
+    n: int,
+    k: int,
+    alpha: float,
+    A,
+    lda,
+    stride_a,
+    B,
+    ldb,
+    stride_b,
+    C,
+    ldc,
+    stride_c,
+    batch: int,
+) -> None:
     """C_i = alpha op(A_i) op(B_i) (beta = 0) for i < batch; a leading dimension smaller than its stored matrix's
     rows is refused (CUBLAS_STATUS_INVALID_VALUE) and nothing is written."""
     a_rows, a_cols = (k, m) if trans_a else (m, k)
@@ -58,6 +76,7 @@ def sgemm_strided_batched(trans_a: bool, trans_b: bool, m: int, n: int, k: int, 
 def attention_model(subtract_max=True, use_scale=True, trans_k=True, s_batch_stride=None):
     """The solution's plan: S^T = scale k q^T (k read as k^T, transposed back), a row softmax in place on S
     (row stride ld = N rounded up to 4), out^T = v^T P^T."""
+
     def model(inputs, outputs, params):
         q, k, v, out = inputs["q"], inputs["k"], inputs["v"], outputs["out"]
         B, N, d = params["B"], params["N"], params["d"]
@@ -71,6 +90,7 @@ def attention_model(subtract_max=True, use_scale=True, trans_k=True, s_batch_str
         weights = torch.exp(rows - shift)
         rows.copy_(weights / weights.sum(dim=1, keepdim=True))
         sgemm_strided_batched(False, False, d, N, N, 1.0, v, d, N * d, S, ld, stride, out, d, N * d, B)
+
     return model
 
 
@@ -103,7 +123,9 @@ def test_the_workspace_is_the_learners_so_the_spec_caps_no_memory_and_the_readme
     assert "B·N²" in readme and "cudaMallocAsync" in readme and "not counted" in readme
 
 
-@pytest.mark.parametrize("model", [attention_model(), torch_float32], ids=["the solution's cuBLAS calls", "torch float32"])
+@pytest.mark.parametrize(
+    "model", [attention_model(), torch_float32], ids=["the solution's cuBLAS calls", "torch float32"]
+)
 def test_honest_float32_attention_passes_every_case(model):
     found = verdicts(SPEC, model)
     assert all(v == "ok" for v in found.values()), found
@@ -126,9 +148,15 @@ def test_without_the_row_max_the_large_score_cases_fail_and_only_they():
 
 # One-line edits of the solution, each a classic mistake: (old, new) pairs, and the verdict codes on a GPU.
 SOLUTION_EDITS = {
-    "no_max": ([("__device__ float weight(float s, float m) { return expf(s - m); }",
-                 "__device__ float weight(float s, float m) { return expf(s); }  // the mistake: no row max")],
-               {"mismatch"}),  # NaN where a score passes 88 (the q x 30 cases)
+    "no_max": (
+        [
+            (
+                "__device__ float weight(float s, float m) { return expf(s - m); }",
+                "__device__ float weight(float s, float m) { return expf(s); }  // the mistake: no row max",
+            )
+        ],
+        {"mismatch"},
+    ),  # NaN where a score passes 88 (the q x 30 cases)
     "no_scale": ([("N, N, d, &scale, k, d,", "N, N, d, &one, k, d,")], {"mismatch"}),
 }
 
@@ -144,8 +172,9 @@ def test_each_solution_edit_still_applies(mistake, tmp_path):
 @pytest.mark.solutions
 @pytest.mark.parametrize("folder", ["exercises", "solutions"])
 def test_the_stub_and_the_solution_build_for_sm_90_without_spills(folder):
-    result = build.build_shared_library(ROOT / folder / "cublas_attention" / "cublas_attention.cu", "sm_90",
-                                        link=["cublas"])
+    result = build.build_shared_library(
+        ROOT / folder / "cublas_attention" / "cublas_attention.cu", "sm_90", link=["cublas"]
+    )
     assert result.ok, result.log
     assert not any(k["spill_stores"] for k in result.resources)
 

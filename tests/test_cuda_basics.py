@@ -40,6 +40,7 @@ def cpu_cases(exercise: str):
 
 # --- a 2-D launch and its memory, simulated ---------------------------------------------------------------
 
+
 class OutOfBounds(Exception):
     """A load or store outside the tensor's allocation: a fault, or another tensor's memory."""
 
@@ -121,16 +122,23 @@ def threads(p, *, block=(32, 8), round_up=True, check=True, row_on_x=False, grid
 
 # --- matrix_add ----------------------------------------------------------------------------------------
 
+
 def matrix_add(strides="own", **launch):
     def kernel(t, p):
         row, col = threads(p, **launch)
-        sa, sb, sc = {"own": (stride(t["a"]), stride(t["b"]), stride(t["c"])), "cols": (p["cols"],) * 3,
-                      "a's": (stride(t["a"]),) * 3, "rows": (p["rows"],) * 3}[strides]
+        sa, sb, sc = {
+            "own": (stride(t["a"]), stride(t["b"]), stride(t["c"])),
+            "cols": (p["cols"],) * 3,
+            "a's": (stride(t["a"]),) * 3,
+            "rows": (p["rows"],) * 3,
+        }[strides]
         store(t["c"], row * sc + col, load(t["a"], row * sa + col) + load(t["b"], row * sb + col))
+
     return kernel
 
 
 # --- matrix_transform ----------------------------------------------------------------------------------
+
 
 def f(v, row, col, integer_division=False):
     """The README's f in float32, as a kernel computes it."""
@@ -146,10 +154,12 @@ def matrix_transform(swap_in_f=False, integer_division=False, out_stride_from_x=
         v = load(t["x"], row * sx + col)
         args = (col, row) if swap_in_f else (row, col)
         store(t["out"], row * so + col, f(v, *args, integer_division=integer_division))
+
     return kernel
 
 
 # --- transpose -----------------------------------------------------------------------------------------
+
 
 def transpose_naive(sizes_as_strides=False, not_transposed=False, **launch):
     def kernel(t, p):
@@ -157,16 +167,23 @@ def transpose_naive(sizes_as_strides=False, not_transposed=False, **launch):
         sx, so = (p["cols"], p["rows"]) if sizes_as_strides else (stride(t["x"]), stride(t["out"]))
         where = row * so + col if not_transposed else col * so + row
         store(t["out"], where, load(t["x"], row * sx + col))
+
     return kernel
 
 
 def transpose_tiled(tile=32, store_checks_x_bounds=False, blocks_not_swapped=False):
     """The shared-memory tile kernel, element by element: the store phase of every block, each tile slot
     holding what the load phase put there (x's element where it is in bounds, garbage elsewhere)."""
+
     def kernel(t, p):
         rows, cols = p["rows"], p["cols"]
-        bx, by, tx, k = torch.meshgrid(torch.arange(_ceil(cols, tile)), torch.arange(_ceil(rows, tile)),
-                                       torch.arange(tile), torch.arange(tile), indexing="ij")
+        bx, by, tx, k = torch.meshgrid(
+            torch.arange(_ceil(cols, tile)),
+            torch.arange(_ceil(rows, tile)),
+            torch.arange(tile),
+            torch.arange(tile),
+            indexing="ij",
+        )
         row0, col0 = (by * tile).flatten(), (bx * tile).flatten()
         tx, k = tx.flatten(), k.flatten()
         src_row, src_col = row0 + tx, col0 + k  # tile[tx][k] = x[row0 + tx][col0 + k], if it was loaded
@@ -176,6 +193,7 @@ def transpose_tiled(tile=32, store_checks_x_bounds=False, blocks_not_swapped=Fal
         out_row, out_col = (row0 + k, col0 + tx) if blocks_not_swapped else (col0 + k, row0 + tx)
         keep = (out_row < rows) & (out_col < cols) if store_checks_x_bounds else (out_row < cols) & (out_col < rows)
         store(t["out"], out_row[keep] * stride(t["out"]) + out_col[keep], value[keep])
+
     return kernel
 
 
@@ -236,14 +254,20 @@ def test_each_stride_mistake_is_caught_by_the_row_slice_of_that_tensor():
     sliced_b = cases["rows=29 cols=600 (b layout=row_slice)"]
     sliced_c = cases["rows=50 cols=257 (c layout=row_slice)"]
     assert simulated_verdict("matrix_add", MISTAKES["matrix_add"]["a's stride for b and c too"], sliced_b) == "mismatch"
-    assert simulated_verdict("matrix_add", MISTAKES["matrix_add"]["a's stride for b and c too"], sliced_c) == "out_of_bounds"
+    assert (
+        simulated_verdict("matrix_add", MISTAKES["matrix_add"]["a's stride for b and c too"], sliced_c)
+        == "out_of_bounds"
+    )
 
 
 def test_matrix_transform_reference_is_the_readmes_formula():
     x = torch.tensor([[1.0, -2.0, 0.5], [3.0, 0.0, -1.0]], dtype=torch.float64)
     out = load_reference(spec_of("matrix_transform").folder / "reference.py")(x)
     p = lambda v: 0.5 * v**3 - v**2 + 2 * v - 3  # noqa: E731
-    want = [[p(1.0) * 1 - 1, p(-2.0) * 1 + 0, p(0.5) * 1 + 1], [p(3.0) * 1.25 - 1, p(0.0) * 1.25 + 0, p(-1.0) * 1.25 + 1]]
+    want = [
+        [p(1.0) * 1 - 1, p(-2.0) * 1 + 0, p(0.5) * 1 + 1],
+        [p(3.0) * 1.25 - 1, p(0.0) * 1.25 + 0, p(-1.0) * 1.25 + 1],
+    ]
     assert torch.allclose(out, torch.tensor(want, dtype=torch.float64))
 
 
@@ -260,14 +284,17 @@ def test_strides_are_passed_per_tensor_and_timed_bytes_count_every_access():
         assert any(c.inputs or c.outputs for c in spec.cases), f"{exercise}: no row-slice case"
 
 
-@pytest.mark.parametrize("roofline,advice", [(30.0, "32-way bank conflict"), (55.0, "tile[32][33]"),
-                                              (80.0, "float4")])
+@pytest.mark.parametrize("roofline,advice", [(30.0, "32-way bank conflict"), (55.0, "tile[32][33]"), (80.0, "float4")])
 def test_a_slow_transpose_is_sent_to_the_next_step_coalescing_then_bank_conflicts(roofline, advice):
     from grader.checks import hints
     from grader.core.records import Check, GradeResult
 
-    check = Check("speed", "failed", "rows=8192 cols=8192: too slow",
-                  {"ratio": roofline / 90, "threshold": 0.75, "roofline_pct": roofline})
+    check = Check(
+        "speed",
+        "failed",
+        "rows=8192 cols=8192: too slow",
+        {"ratio": roofline / 90, "threshold": 0.75, "roofline_pct": roofline},
+    )
     result = GradeResult(exercise="transpose", lang="cuda", source="learner", seed=1, checks=[check])
     hints.annotate(result, spec_of("transpose"))
     assert advice in check.details["hint"], check.details["hint"]
@@ -286,6 +313,7 @@ def test_stub_and_solution_compile_for_sm_90(exercise):
 
 # --- on a GPU: the real kernels ----------------------------------------------------------------------------
 
+
 def _checks(result) -> dict[str, str]:
     return {c.name: c.status for c in result.checks}
 
@@ -301,8 +329,10 @@ def test_the_solution_passes_near_copy_bandwidth_and_beats_torch(exercise):
     result = grade(resolve((exercise,)), source="solutions", seed=11, record=False)
     assert not [c for c in result.checks if c.status in ("failed", "error")], result.verdict
     t = result.timings[-1]
-    print(f"\n{exercise} {t.case}: you {t.learner_rate:.0f} GB/s ({t.roofline_pct:.0f}% of roofline), "
-          f"torch {t.torch_rate or 0:.0f} GB/s; {t.learner_ms:.4g} ms vs torch {t.torch_ms or 0:.4g} ms")
+    print(
+        f"\n{exercise} {t.case}: you {t.learner_rate:.0f} GB/s ({t.roofline_pct:.0f}% of roofline), "
+        f"torch {t.torch_rate or 0:.0f} GB/s; {t.learner_ms:.4g} ms vs torch {t.torch_ms or 0:.4g} ms"
+    )
     assert t.roofline_pct >= 85
     assert t.learner_rate >= 0.97 * (t.torch_rate or 0)  # matrix_add: torch's own add is near the roofline too
 
@@ -316,8 +346,9 @@ def test_the_stub_fails_numerics_on_the_gpu(exercise):
 
 @pytest.mark.gpu
 def test_a_tile_without_a_barrier_fails_numerics_or_the_race_check():
-    result = grade(resolve(("transpose",)), submission=submission("transpose_no_sync.cu"), seed=11, record=False,
-                   quick=True)
+    result = grade(
+        resolve(("transpose",)), submission=submission("transpose_no_sync.cu"), seed=11, record=False, quick=True
+    )
     failed = _failure(result)
     assert failed.name in ("numerics", "sanitizer"), result.verdict
     print(f"\ntranspose without __syncthreads: {failed.name}: {failed.message[:200]}")
@@ -341,6 +372,8 @@ def test_ladder_steps_are_correct_and_only_coalesced_conflict_free_ones_meet_the
     checks = _checks(result)
     assert checks["numerics"] == "passed", result.verdict
     t = result.timings[-1]
-    print(f"\n{name}: {t.case}: {t.learner_rate:.0f} GB/s, {t.roofline_pct:.0f}% of roofline, {t.ratio:.2f}x the "
-          f"solution ({t.solution_roofline_pct:.0f}%); torch {t.torch_rate or 0:.0f} GB/s")
+    print(
+        f"\n{name}: {t.case}: {t.learner_rate:.0f} GB/s, {t.roofline_pct:.0f}% of roofline, {t.ratio:.2f}x the "
+        f"solution ({t.solution_roofline_pct:.0f}%); torch {t.torch_rate or 0:.0f} GB/s"
+    )
     assert (checks["speed"] == "passed") == LADDER[name], result.verdict

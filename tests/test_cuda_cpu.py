@@ -67,15 +67,21 @@ def build_library(tmp_path: Path, source: str, name: str = "kernel.cu") -> str:
 
 def run_library(library: str, entry_script: str, seed: int = 1, timeout: float = 60) -> Run:
     env = {**os.environ, **cuda_cpu.child_env(), cuda_cpu.SEED_ENV: str(seed)}
-    done = subprocess.run([sys.executable, "-c", PRELUDE + entry_script, library], env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    done = subprocess.run(
+        [sys.executable, "-c", PRELUDE + entry_script, library],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     output = done.stdout + done.stderr
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    return Run(done.returncode, output, json.loads(lines[-1][len("RESULT "):]) if lines else None)
+    return Run(done.returncode, output, json.loads(lines[-1][len("RESULT ") :]) if lines else None)
 
 
-def run_cuda(tmp_path: Path, source: str, entry_script: str, seed: int = 1, name: str = "kernel.cu",
-             timeout: float = 60) -> Run:
+def run_cuda(
+    tmp_path: Path, source: str, entry_script: str, seed: int = 1, name: str = "kernel.cu", timeout: float = 60
+) -> Run:
     """Build `source` as tmp_path/name, run `entry_script` (after PRELUDE) against it with the given schedule seed."""
     return run_library(build_library(tmp_path, source, name), entry_script, seed, timeout)
 
@@ -276,7 +282,7 @@ emit(**results)
 
 def test_syncthreads_is_a_barrier_and_its_absence_a_race(tmp_path):
     library = build_library(tmp_path, REDUCE)
-    expected = [sum(SUM_INPUT[b * 256:(b + 1) * 256]) for b in range(4)]
+    expected = [sum(SUM_INPUT[b * 256 : (b + 1) * 256]) for b in range(4)]
     racy_wrong = []
     for seed in range(1, 6):
         got = ok(run_library(library, SUM_SCRIPT, seed=seed))
@@ -287,10 +293,12 @@ def test_syncthreads_is_a_barrier_and_its_absence_a_race(tmp_path):
 
 def test_syncthreads_count_and_or(tmp_path):
     threads = 96
-    predicates = ([1] * threads                                  # all true
-                  + [0] * threads                                # all false
-                  + [(t % 3 == 0) * 1 for t in range(threads)]   # a third
-                  + [5 if t == 70 else 0 for t in range(threads)])  # one, not 1
+    predicates = (
+        [1] * threads  # all true
+        + [0] * threads  # all false
+        + [(t % 3 == 0) * 1 for t in range(threads)]  # a third
+        + [5 if t == 70 else 0 for t in range(threads)]
+    )  # one, not 1
     script = f"""
 preds = device(ctypes.c_int, {len(predicates)}, {predicates})
 out = device(ctypes.c_int, {3 * len(predicates)})
@@ -382,7 +390,7 @@ def _warp_expected(values):
     """What a GPU gives warp_ops, lane by lane (CUDA C++ Programming Guide, warp shuffle functions)."""
     expected = []
     for g, v in enumerate(values):
-        lane, warp = g % 32, values[(g // 32) * 32:(g // 32) * 32 + 32]
+        lane, warp = g % 32, values[(g // 32) * 32 : (g // 32) * 32 + 32]
 
         def idx(src, width=32):
             return warp[(lane & ~(width - 1)) + src % width]
@@ -397,16 +405,37 @@ def _warp_expected(values):
             src = lane ^ mask
             return v if src >= (lane & ~(width - 1)) + width else warp[src]
 
-        row = [idx((lane * 7 + 3) % 32), idx(37), up(3), down(5), xor(1), xor(19),
-               idx(3, 16), up(2, 16), down(4, 16), xor(5, 16), xor(16, 16),
-               idx(6, 8), up(1, 8), down(3, 8), xor(2, 8),
-               sum(1 << i for i in range(32) if i % 3 == 0),
-               sum(1 << i for i, w in enumerate(warp) if w > 40),
-               1, 0, int(all(w >= 0 for w in warp)), 0, FULL,
-               sum(warp),
-               sum(1 << i for i in range(32) if i & 1 and (i < 16) == (lane < 16)),
-               warp[9], 2 * (v if lane == 0 else warp[lane - 1]) + 1,
-               sum(warp), max(warp), min(warp)]
+        row = [
+            idx((lane * 7 + 3) % 32),
+            idx(37),
+            up(3),
+            down(5),
+            xor(1),
+            xor(19),
+            idx(3, 16),
+            up(2, 16),
+            down(4, 16),
+            xor(5, 16),
+            xor(16, 16),
+            idx(6, 8),
+            up(1, 8),
+            down(3, 8),
+            xor(2, 8),
+            sum(1 << i for i in range(32) if i % 3 == 0),
+            sum(1 << i for i, w in enumerate(warp) if w > 40),
+            1,
+            0,
+            int(all(w >= 0 for w in warp)),
+            0,
+            FULL,
+            sum(warp),
+            sum(1 << i for i in range(32) if i & 1 and (i < 16) == (lane < 16)),
+            warp[9],
+            2 * (v if lane == 0 else warp[lane - 1]) + 1,
+            sum(warp),
+            max(warp),
+            min(warp),
+        ]
         expected.append(row)
     return expected
 
@@ -421,12 +450,39 @@ lib.run_warp_ops(inp, out, {blocks}, {threads})
 emit(out=list(out))
 """
     got = ok(run_cuda(tmp_path, WARP, script))["out"]
-    rows = [u32(got[29 * g:29 * g + 29]) for g in range(len(values))]
+    rows = [u32(got[29 * g : 29 * g + 29]) for g in range(len(values))]
     expected = [u32(row) for row in _warp_expected(values)]
-    names = ["shfl", "shfl 37", "up 3", "down 5", "xor 1", "xor 19", "shfl w16", "up w16", "down w16", "xor 5 w16",
-             "xor 16 w16", "shfl w8", "up w8", "down w8", "xor w8", "ballot", "ballot v", "any", "any 0", "all",
-             "all lane", "activemask", "float sum", "half ballot", "long long", "double", "reduce add", "reduce max",
-             "reduce min"]
+    names = [
+        "shfl",
+        "shfl 37",
+        "up 3",
+        "down 5",
+        "xor 1",
+        "xor 19",
+        "shfl w16",
+        "up w16",
+        "down w16",
+        "xor 5 w16",
+        "xor 16 w16",
+        "shfl w8",
+        "up w8",
+        "down w8",
+        "xor w8",
+        "ballot",
+        "ballot v",
+        "any",
+        "any 0",
+        "all",
+        "all lane",
+        "activemask",
+        "float sum",
+        "half ballot",
+        "long long",
+        "double",
+        "reduce add",
+        "reduce max",
+        "reduce min",
+    ]
     for g, (row, want) in enumerate(zip(rows, expected)):
         wrong = {names[k]: (row[k], want[k]) for k in range(29) if row[k] != want[k]}
         assert not wrong, f"thread {g}: {wrong}"
@@ -447,15 +503,22 @@ emit(out=list(out))
     got = u32(ok(run_cuda(tmp_path, WARP, script))["out"])
     for t in range(40):
         mask = FULL if t < 32 else 0xFF
-        assert got[4 * t:4 * t + 4] == [mask, mask, t ^ 4, 1], f"thread {t}"
+        assert got[4 * t : 4 * t + 4] == [mask, mask, t ^ 4, 1], f"thread {t}"
 
 
 def test_activemask_leaves_out_lanes_that_returned(tmp_path):
     library = build_library(tmp_path, WARP)
     n = 36
     for seed in range(1, 4):
-        got = u32(ok(run_library(library, f"out = device(ctypes.c_int, 64)\nlib.run_after_return(out, {n})\n"
-                                          "emit(out=list(out))", seed=seed))["out"])
+        got = u32(
+            ok(
+                run_library(
+                    library,
+                    f"out = device(ctypes.c_int, 64)\nlib.run_after_return(out, {n})\nemit(out=list(out))",
+                    seed=seed,
+                )
+            )["out"]
+        )
         for t in range(n):
             returned = sum(1 << (lane % 32) for lane in range(n, 64) if lane // 32 == t // 32)
             assert (got[t] >> (t % 32)) & 1 and (got[t] & returned) == 0, f"seed {seed}, thread {t}: {got[t]:#x}"
@@ -589,9 +652,12 @@ emit(lock=lock[0], counter=counter[0], inside=inside[0], most=most[0])
     assert got == {"lock": 0, "counter": blocks * threads, "inside": 0, "most": 1}
 
 
-@pytest.mark.xfail(strict=True, raises=subprocess.TimeoutExpired,
-                   reason="known limit (docs/cuda-on-cpu.md): the compiler leaves a static __shared__ variable's loads "
-                          "unchecked, so a poll of one never reaches a preemption hook and the other threads never run")
+@pytest.mark.xfail(
+    strict=True,
+    raises=subprocess.TimeoutExpired,
+    reason="known limit (docs/cuda-on-cpu.md): the compiler leaves a static __shared__ variable's loads "
+    "unchecked, so a poll of one never reaches a preemption hook and the other threads never run",
+)
 def test_spin_wait_on_a_volatile_flag_does_not_hang(tmp_path):
     threads = 64
     script = f"out = device(ctypes.c_int, {threads})\nlib.run_flag_wait(out, {threads})\nemit(out=list(out))"
@@ -955,8 +1021,9 @@ emit(rc=rc, roundtrip=roundtrip, free_codes=list(free_codes), bytes=list(bytes_)
      shared_results=list(shared_results), props=list(props))
 """
     got = ok(run_cuda(tmp_path, RUNTIME, script))
-    assert got["rc"] == dict.fromkeys(["roundtrip", "not_device", "memset", "constant", "streams", "invalid", "shared",
-                                       "props"], 0)
+    assert got["rc"] == dict.fromkeys(
+        ["roundtrip", "not_device", "memset", "constant", "streams", "invalid", "shared", "props"], 0
+    )
     assert got["roundtrip"] == [2 * x + 1 for x in data]
     assert got["free_codes"] == [CUDA_INVALID_VALUE, CUDA_INVALID_VALUE, CUDA_SUCCESS, CUDA_SUCCESS]
     assert got["bytes"] == [0xAB] * 3 + [0] * 5 + [0xAB] * 12
@@ -967,13 +1034,25 @@ emit(rc=rc, roundtrip=roundtrip, free_codes=list(free_codes), bytes=list(bytes_)
     assert got["stream_out"] == [2 * x + 1 for x in data]
     assert got["ms"] >= 0
     # blockDim 2048 (or 32x32x2), and an empty grid: cudaErrorInvalidConfiguration, and the kernel did not run
-    assert got["codes"] == [CUDA_INVALID_CONFIGURATION, CUDA_INVALID_CONFIGURATION, CUDA_SUCCESS,
-                            CUDA_INVALID_CONFIGURATION, CUDA_INVALID_CONFIGURATION, CUDA_SUCCESS]
+    assert got["codes"] == [
+        CUDA_INVALID_CONFIGURATION,
+        CUDA_INVALID_CONFIGURATION,
+        CUDA_SUCCESS,
+        CUDA_INVALID_CONFIGURATION,
+        CUDA_INVALID_CONFIGURATION,
+        CUDA_SUCCESS,
+    ]
     assert got["ran_invalid"] == 0
     assert got["ran_valid"] == [1] * 64 + [0] * (2048 - 64)
     # dynamic shared memory: 48 KiB by default; 64 KiB refused until cudaFuncSetAttribute opts in; 300 KiB never
-    assert got["shared_codes"] == [CUDA_SUCCESS, CUDA_INVALID_VALUE, CUDA_SUCCESS, CUDA_SUCCESS, CUDA_INVALID_VALUE,
-                                   CUDA_INVALID_VALUE]
+    assert got["shared_codes"] == [
+        CUDA_SUCCESS,
+        CUDA_INVALID_VALUE,
+        CUDA_SUCCESS,
+        CUDA_SUCCESS,
+        CUDA_INVALID_VALUE,
+        CUDA_INVALID_VALUE,
+    ]
     n48, n64 = 48 * 1024 // 4, 64 * 1024 // 4
     assert got["shared_results"] == [n48 * (n48 - 1) // 2, n48 - 1, 0, 0, n64 * (n64 - 1) // 2, n64 - 1]
     assert got["props"] == [32, 1024, 48 * 1024, 1, 1, 32, 32, CUDA_INVALID_DEVICE, CUDA_INVALID_DEVICE]
@@ -1018,8 +1097,11 @@ emit(out=list(out))
     assert ok(run_cuda(tmp_path, source, script)) == {"out": expected}
 
 
-@pytest.mark.xfail(strict=True, reason="emulator bug: an overloaded __global__ function cannot be launched "
-                   "(`k | Config(...)(args)` cannot deduce the kernel's parameters from an overload set)")
+@pytest.mark.xfail(
+    strict=True,
+    reason="emulator bug: an overloaded __global__ function cannot be launched "
+    "(`k | Config(...)(args)` cannot deduce the kernel's parameters from an overload set)",
+)
 def test_overloaded_kernels(tmp_path):
     source = r"""
 __global__ void twice(float* x) { x[threadIdx.x] *= 2.0f; }
@@ -1035,8 +1117,11 @@ emit(f=list(f), d=list(d))
     assert ok(run_cuda(tmp_path, source, script)) == {"f": [3.0] * 4, "d": [0.5] * 4}
 
 
-@pytest.mark.xfail(strict=True, reason="emulator bug: a template kernel launched without its template arguments "
-                   "(deduced from the launch's arguments, as nvcc does) does not compile: same cause as overloads")
+@pytest.mark.xfail(
+    strict=True,
+    reason="emulator bug: a template kernel launched without its template arguments "
+    "(deduced from the launch's arguments, as nvcc does) does not compile: same cause as overloads",
+)
 def test_template_kernel_with_deduced_arguments(tmp_path):
     source = r"""
 template <typename T> __global__ void twice(T* x) { x[threadIdx.x] *= 2; }

@@ -37,26 +37,43 @@ MISTAKES = {
     # no fake implementation: torch.compile has nothing to trace the operator with
     "no_fake": [("@scaled_residual_gelu_op.register_fake\n", "")],
     # a fake that always says float32: wrong for the float16 case
-    "fake_float32": [("return torch.empty_like(x, memory_format=torch.contiguous_format)",
-                      "return torch.empty_like(x, dtype=torch.float32, memory_format=torch.contiguous_format)")],
+    "fake_float32": [
+        (
+            "return torch.empty_like(x, memory_format=torch.contiguous_format)",
+            "return torch.empty_like(x, dtype=torch.float32, memory_format=torch.contiguous_format)",
+        )
+    ],
     # h written back into x as scratch, while mutates_args=() promises no input is written
-    "mutates_input": [("    h = x + scale * r\n",
-                       "    h = x + scale * r\n    tl.store(x_ptr + offsets, h.to(x_ptr.dtype.element_ty), mask=mask)\n")],
+    "mutates_input": [
+        (
+            "    h = x + scale * r\n",
+            "    h = x + scale * r\n    tl.store(x_ptr + offsets, h.to(x_ptr.dtype.element_ty), mask=mask)\n",
+        )
+    ],
     # scale as a Python float: .item() in the wrapper (a graph break, a GPU sync, no gradient for scale)
-    "scale_item": [("scale = tl.load(scale_ptr).to(tl.float32)", "scale = scale_ptr"),
-                   ("def scaled_residual_gelu_op(x: torch.Tensor, residual: torch.Tensor, scale: torch.Tensor)",
-                    "def scaled_residual_gelu_op(x: torch.Tensor, residual: torch.Tensor, scale: float)"),
-                   ("torch.ops.kcourse.scaled_residual_gelu(x, residual, scale)",
-                    "torch.ops.kcourse.scaled_residual_gelu(x, residual, scale.item())")],
+    "scale_item": [
+        ("scale = tl.load(scale_ptr).to(tl.float32)", "scale = scale_ptr"),
+        (
+            "def scaled_residual_gelu_op(x: torch.Tensor, residual: torch.Tensor, scale: torch.Tensor)",
+            "def scaled_residual_gelu_op(x: torch.Tensor, residual: torch.Tensor, scale: float)",
+        ),
+        (
+            "torch.ops.kcourse.scaled_residual_gelu(x, residual, scale)",
+            "torch.ops.kcourse.scaled_residual_gelu(x, residual, scale.item())",
+        ),
+    ],
     # the chain rule's factor forgotten: d out / d residual is d * scale, not d
     "backward_drops_scale": [("(dh * scale.float()).to(residual.dtype)", "dh.to(residual.dtype)")],
     # no backward registered
     "no_backward": [("scaled_residual_gelu_op.register_autograd(_backward, setup_context=_setup_context)", "")],
     # torch does the work inside the operator (the kernel's output thrown away)
-    "calls_torch": [("    return out\n", '    return torch.nn.functional.gelu(x + scale * residual, approximate="tanh")\n')],
+    "calls_torch": [
+        ("    return out\n", '    return torch.nn.functional.gelu(x + scale * residual, approximate="tanh")\n')
+    ],
     # tanh through exp: inf / inf = NaN once e^2u overflows
-    "tanh_through_exp": [("(h * tl.sigmoid(2.0 * u))",
-                          "(0.5 * h * (1 + (tl.exp(2.0 * u) - 1) / (tl.exp(2.0 * u) + 1)))")],
+    "tanh_through_exp": [
+        ("(h * tl.sigmoid(2.0 * u))", "(0.5 * h * (1 + (tl.exp(2.0 * u) - 1) / (tl.exp(2.0 * u) + 1)))")
+    ],
 }
 
 
@@ -83,8 +100,11 @@ def load_as(name: str, tmp_path, text: str):
 
 
 def case_named(M, N, dtype="float32"):
-    return next(c for c in SPEC.cases if c.params == {"M": M, "N": N, **({"dtype": dtype} if dtype != "float32" else {})}
-                and not c.inputs)
+    return next(
+        c
+        for c in SPEC.cases
+        if c.params == {"M": M, "N": N, **({"dtype": dtype} if dtype != "float32" else {})} and not c.inputs
+    )
 
 
 def trial(case):
@@ -92,8 +112,12 @@ def trial(case):
     reference = load_reference(SPEC.folder / "reference.py")
     inputs = generate(SPEC, case, SEED)
     grads = op_checks.draw_grad_outputs(SPEC, case, SEED)
-    return (inputs, reference_outputs(reference, SPEC, inputs, case.params), grads,
-            op_checks.reference_gradients(reference, SPEC, inputs, grads, case.params))
+    return (
+        inputs,
+        reference_outputs(reference, SPEC, inputs, case.params),
+        grads,
+        op_checks.reference_gradients(reference, SPEC, inputs, grads, case.params),
+    )
 
 
 def judged(module, checks, case, tmp_path, parts):
@@ -102,19 +126,23 @@ def judged(module, checks, case, tmp_path, parts):
     args = [place(inputs[a.name], None, "cpu") for a in SPEC.variants["triton"].args]
     entry = module.scaled_residual_gelu
     save = lambda name, t: save_tensor(t, tmp_path / f"{name}.bin")  # noqa: E731
-    ran = {"operator": lambda: op_checks._registration(checks),
-           "opcheck": lambda: op_checks._opcheck(checks, op_checks._copies(args, True)),
-           "torch_compile": lambda: op_checks._compiled(entry, op_checks._copies(args), save, {}),
-           "gradients": lambda: op_checks._gradients(entry, op_checks._copies(args, True), grads, save)}
+    ran = {
+        "operator": lambda: op_checks._registration(checks),
+        "opcheck": lambda: op_checks._opcheck(checks, op_checks._copies(args, True)),
+        "torch_compile": lambda: op_checks._compiled(entry, op_checks._copies(args), save, {}),
+        "gradients": lambda: op_checks._gradients(entry, op_checks._copies(args, True), grads, save),
+    }
     with interpreter_on():
         evidence = {part: ran[part]() for part in parts}
     spec = type(SPEC)(**{**SPEC.__dict__, "checks": checks})
     event = {"op_checks": evidence, "ops": [checks.qualname]}
-    return op_checks.judge_trial(spec, spec.variants["triton"], case, case.label(), event, refs, ref_grads,
-                                 SPEC.tolerance_of(case))
+    return op_checks.judge_trial(
+        spec, spec.variants["triton"], case, case.label(), event, refs, ref_grads, SPEC.tolerance_of(case)
+    )
 
 
 # --- the whole pipeline: solution and stub ---------------------------------------------------------
+
 
 @pytest.mark.slow
 def test_the_solution_passes_numerics_and_every_operator_check_on_the_cpu():
@@ -137,6 +165,7 @@ def test_the_stub_imports_and_fails_numerics():
 
 
 # --- the day's classic mistakes, each failing the check built for it ------------------------------
+
 
 def test_no_fake_implementation_fails_opcheck_and_torch_compile(tmp_path):
     module, checks = load_as("no_fake", tmp_path, mistake_text("no_fake"))
@@ -215,6 +244,7 @@ def test_tanh_through_exp_gives_nan_on_the_large_magnitude_case(tmp_path):
 
 # --- the spec's [checks] ---------------------------------------------------------------------------
 
+
 def test_the_spec_names_the_operator_and_marks_cases_that_run_on_the_cpu():
     assert SPEC.checks.qualname == "kcourse::scaled_residual_gelu" and SPEC.checks.autograd
     marked = [c for c in SPEC.cases if c.op_checks]
@@ -245,6 +275,7 @@ def test_the_backend_is_skipped_with_why_where_no_cpp_compiler_is(monkeypatch):
 
 
 # --- GPU: the grade, the speed beside the eager composite, the mistakes graded for real -------------
+
 
 def load_gpu(name: str, tmp_path, text: str):
     """The file's module compiled for the GPU (no interpreter), its operator under kcourse_<name>."""
@@ -285,8 +316,10 @@ def test_the_ladder_and_the_solution_beat_the_eager_composite_near_copy_bandwidt
     rates = {name: 3 * M * N * 4 / (m["median_ms"] / 1000) / 1e9 for name, m in measured.items()}
     print(f"\ncustom_op {M}x{N} float32 on {torch.cuda.get_device_name()} (copy {copy_gbps:.0f} GB/s):")
     for name, rate in rates.items():
-        print(f"  {name:40s} {measured[name]['median_ms'] * 1000:8.1f} us  {rate:6.0f} GB/s  "
-              f"{100 * rate / copy_gbps:4.0f}% of roofline")
+        print(
+            f"  {name:40s} {measured[name]['median_ms'] * 1000:8.1f} us  {rate:6.0f} GB/s  "
+            f"{100 * rate / copy_gbps:4.0f}% of roofline"
+        )
     assert rates["3. solution (BLOCK 4096, 8 warps)"] >= 0.85 * copy_gbps
     assert rates["3. solution (BLOCK 4096, 8 warps)"] > rates["1. eager composite (the anchor)"]
 
@@ -296,7 +329,9 @@ def test_the_solution_passes_every_check_on_a_gpu_and_the_stub_fails():
     result = grade(resolve(("custom_op",)), source="solutions", seed=SEED, record=False)
     assert result.status == "passed", [(c.name, c.status, c.message) for c in result.checks]
     last = result.timings[-1]
-    print(f"\ncustom_op graded at {last.case}: you {last.learner_rate:.0f} {last.unit}, torch {last.torch_rate:.0f} {last.unit}")
+    print(
+        f"\ncustom_op graded at {last.case}: you {last.learner_rate:.0f} {last.unit}, torch {last.torch_rate:.0f} {last.unit}"
+    )
     stub = grade(resolve(("custom_op",)), source="stubs", seed=SEED, record=False)
     assert next(c for c in stub.checks if c.status == "failed").name == "numerics"
 

@@ -5,7 +5,12 @@ from grader.core.discovery import ResolveError, resolve
 
 def test_week_and_id_resolve_through_the_default_plan():
     target = resolve(("week2", "reduction"))
-    assert (target.spec.id, target.variant.lang, target.unit, target.plan) == ("reduction", "cuda", "week2", "cuda-11-week")
+    assert (target.spec.id, target.variant.lang, target.unit, target.plan) == (
+        "reduction",
+        "cuda",
+        "week2",
+        "cuda-11-week",
+    )
 
 
 def test_the_plan_picks_the_language_of_an_exercise_in_two_languages():
@@ -42,7 +47,9 @@ def test_a_day_the_default_plan_lacks_resolves_in_the_plan_that_lists_the_exerci
 
 
 def test_exercise_not_in_that_week_names_the_week_and_its_exercises():
-    with pytest.raises(ResolveError, match=r"week2 of 'cuda-11-week' has no exercise 'softmax'.*Known: matmul, reduction"):
+    with pytest.raises(
+        ResolveError, match=r"week2 of 'cuda-11-week' has no exercise 'softmax'.*Known: matmul, reduction"
+    ):
         resolve(("week2", "softmax"))
 
 
@@ -68,8 +75,10 @@ def test_finding_an_exercise_does_not_import_torch():
     import subprocess
     import sys
 
-    code = ("import sys; from grader.core.discovery import resolve, all_targets; resolve(['week2', 'reduction']); "
-            "all_targets(); import grader.run.early; print('torch' in sys.modules)")
+    code = (
+        "import sys; from grader.core.discovery import resolve, all_targets; resolve(['week2', 'reduction']); "
+        "all_targets(); import grader.run.early; print('torch' in sys.modules)"
+    )
     found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert found.stdout.strip() == "False"
 

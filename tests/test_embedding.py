@@ -41,6 +41,7 @@ def ids_as_int32(ids: torch.Tensor) -> torch.Tensor:
 
 # --- the forward ----------------------------------------------------------------------------------------
 
+
 def gather(inputs, outputs, params):
     store(outputs["out"], inputs["weight"][inputs["ids"]])
 
@@ -62,9 +63,11 @@ def gather_grid_rounded_down(inputs, outputs, params):
     store(flat[:done], inputs["weight"][inputs["ids"].flatten()[:done]])
 
 
-FORWARD_MISTAKES = {"int64 ids read as int32": gather_ids_as_int32,
-                    "float4 copies without the C % 4 tail": gather_float4_without_tail,
-                    "a grid of (B T) / 8 blocks, rounded down": gather_grid_rounded_down}
+FORWARD_MISTAKES = {
+    "int64 ids read as int32": gather_ids_as_int32,
+    "float4 copies without the C % 4 tail": gather_float4_without_tail,
+    "a grid of (B T) / 8 blocks, rounded down": gather_grid_rounded_down,
+}
 
 
 def test_the_ids_include_the_first_and_last_rows_repeats_and_a_vocabulary_past_2_to_the_15():
@@ -90,6 +93,7 @@ def test_an_honest_gather_passes_every_case():
 
 # --- the backward ---------------------------------------------------------------------------------------
 
+
 def scatter_add(inputs, outputs, params, ids=None, start=None):
     C = params["C"]
     ids = inputs["ids"] if ids is None else ids
@@ -113,9 +117,11 @@ def scatter_ids_as_int32(inputs, outputs, params):
     scatter_add(inputs, outputs, params, ids=ids_as_int32(inputs["ids"]) % params["V"])
 
 
-BACKWARD_MISTAKES = {"a plain += (tokens with one id race)": scatter_plain_add,
-                     "dweight never zeroed": scatter_never_zeroed,
-                     "int64 ids read as int32": scatter_ids_as_int32}
+BACKWARD_MISTAKES = {
+    "a plain += (tokens with one id race)": scatter_plain_add,
+    "dweight never zeroed": scatter_never_zeroed,
+    "int64 ids read as int32": scatter_ids_as_int32,
+}
 
 
 @pytest.mark.parametrize("name", list(BACKWARD_MISTAKES))
@@ -137,6 +143,7 @@ def test_an_honest_scatter_add_passes_every_case():
 
 # --- compiled for sm_90 ------------------------------------------------------------------------------------
 
+
 @pytest.mark.slow
 @pytest.mark.nvcc
 @pytest.mark.solutions
@@ -153,19 +160,28 @@ MISTAKE_EDITS = {
     # The int64 ids read through an int pointer (id i becomes half of id i/2, or 0).
     ("embedding", "ids_as_int32"): [
         ("gather(const int64_t* ids,", "gather(const int* ids,"),
-        ("    const float* row = weight + ids[token] * C;\n"
-         "    for (int c = lane; c < C; c += 32) out[(int64_t)token * C + c] = row[c];",
-         "    const int id = ids[token];  // the mistake: ids are 8 bytes each\n"
-         "    for (int c = lane; c < C; c += 32) out[(int64_t)token * C + c] = weight[(int64_t)id * C + c];"),
-        ("256>>>(ids,", "256>>>(reinterpret_cast<const int*>(ids),")],
+        (
+            "    const float* row = weight + ids[token] * C;\n"
+            "    for (int c = lane; c < C; c += 32) out[(int64_t)token * C + c] = row[c];",
+            "    const int id = ids[token];  // the mistake: ids are 8 bytes each\n"
+            "    for (int c = lane; c < C; c += 32) out[(int64_t)token * C + c] = weight[(int64_t)id * C + c];",
+        ),
+        ("256>>>(ids,", "256>>>(reinterpret_cast<const int*>(ids),"),
+    ],
     # dweight[id][c] += g without an atomic: tokens sharing an id lose additions.
     ("embedding_backward", "plain_add"): [
-        ("atomicAdd(row + c, dout[(int64_t)token * C + c]);",
-         "row[c] += dout[(int64_t)token * C + c];  // the mistake: a read, an add, a write")],
+        (
+            "atomicAdd(row + c, dout[(int64_t)token * C + c]);",
+            "row[c] += dout[(int64_t)token * C + c];  // the mistake: a read, an add, a write",
+        )
+    ],
     # Atomics right, dweight never zeroed: it starts from whatever was there.
     ("embedding_backward", "no_zero"): [
-        ("    cudaMemsetAsync(dweight, 0, sizeof(float) * (size_t)V * C);\n    const int n = B * T;",
-         "    const int n = B * T;  // the mistake: no cudaMemsetAsync(dweight, 0, ...) first")],
+        (
+            "    cudaMemsetAsync(dweight, 0, sizeof(float) * (size_t)V * C);\n    const int n = B * T;",
+            "    const int n = B * T;  // the mistake: no cudaMemsetAsync(dweight, 0, ...) first",
+        )
+    ],
 }
 
 
@@ -186,6 +202,7 @@ def test_the_fixtures_compile(tmp_path):
 
 # --- on a GPU: the real kernels -------------------------------------------------------------------------
 
+
 @pytest.mark.gpu
 def test_the_forward_solution_reaches_85_percent_of_copy_bandwidth_and_prints_torch_beside_it():
     result = grade(resolve(("embedding",)), source="solutions", seed=21, record=False)
@@ -199,8 +216,10 @@ def test_the_backward_solution_passes_and_prints_torch_beside_it():
     result = grade(resolve(("embedding_backward",)), source="solutions", seed=21, record=False)
     assert result.status == "passed", result.verdict
     print("\n" + figure_line("embedding_backward solution", result))
-    print("contention (all ids equal): " + "; ".join(f"you {t.learner_ms:.4g} ms, torch {t.torch_ms or 0:.4g} ms"
-                                                      for t in result.timings[:1]))
+    print(
+        "contention (all ids equal): "
+        + "; ".join(f"you {t.learner_ms:.4g} ms, torch {t.torch_ms or 0:.4g} ms" for t in result.timings[:1])
+    )
 
 
 @pytest.mark.gpu

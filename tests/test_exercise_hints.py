@@ -51,11 +51,22 @@ def hint_of(spec, message: str, lang: str = "triton", **details) -> str | None:
 
 # --- the matchers, on fake checks (fast) ---------------------------------------------------------
 
+
 def test_the_spec_parses_mistakes_into_typed_entries(toy):
     first, second, wrong, cuda, declared = toy.mistakes
-    assert (first.name, first.check, first.code, first.first_case, first.nan) == ("first", "numerics", ["mismatch"], ["n=5"], True)
-    assert second.code == ["mismatch", "partial_write"] and second.first_case == ["n=5", "n=37"] and second.check is None
-    assert wrong.nan is False and wrong.message == "elements of c wrong" and cuda.lang == "cuda" and cuda.fixture is None
+    assert (first.name, first.check, first.code, first.first_case, first.nan) == (
+        "first",
+        "numerics",
+        ["mismatch"],
+        ["n=5"],
+        True,
+    )
+    assert (
+        second.code == ["mismatch", "partial_write"] and second.first_case == ["n=5", "n=37"] and second.check is None
+    )
+    assert (
+        wrong.nan is False and wrong.message == "elements of c wrong" and cuda.lang == "cuda" and cuda.fixture is None
+    )
     assert declared.hint is None
 
 
@@ -65,10 +76,14 @@ def test_mistakes_that_fail_alike_give_each_hint_in_spec_order(toy):
 
 
 def test_one_matching_mistake_gives_its_hint_alone(toy):
-    assert hint_of(toy, "n=37, trial 2: 3 of 37 elements of c never written", case={"n": 37}, nan=1,
-                   code="partial_write") == "second hint"
-    assert hint_of(toy, "n=37, trial 1: 4 of 37 elements of c wrong; max abs error 1", case={"n": 37}, nan=0,
-                   got=1.0) == "wrong hint"
+    assert (
+        hint_of(toy, "n=37, trial 2: 3 of 37 elements of c never written", case={"n": 37}, nan=1, code="partial_write")
+        == "second hint"
+    )
+    assert (
+        hint_of(toy, "n=37, trial 1: 4 of 37 elements of c wrong; max abs error 1", case={"n": 37}, nan=0, got=1.0)
+        == "wrong hint"
+    )
 
 
 def test_nan_false_rejects_a_nan_and_a_non_finite_got_counts_as_one(toy):
@@ -76,10 +91,20 @@ def test_nan_false_rejects_a_nan_and_a_non_finite_got_counts_as_one(toy):
 
 
 def test_first_case_matches_whole_words_of_the_case_label(tmp_path):
-    spec = load_spec(write_exercise(tmp_path, toy_spec(
-        replace={"[[cases]]\nn = 37\n": "[[cases]]\nn = 37\n[[cases]]\nn = 5000\ninputs.a = { offset = 100.0 }\n"},
-        after=mistakes_toml('name = "five"\nhint = "five"\nfirst_case = "n=5"',
-                            'name = "shifted"\nhint = "shifted"\nfirst_case = "a offset=100.0"'))))
+    spec = load_spec(
+        write_exercise(
+            tmp_path,
+            toy_spec(
+                replace={
+                    "[[cases]]\nn = 37\n": "[[cases]]\nn = 37\n[[cases]]\nn = 5000\ninputs.a = { offset = 100.0 }\n"
+                },
+                after=mistakes_toml(
+                    'name = "five"\nhint = "five"\nfirst_case = "n=5"',
+                    'name = "shifted"\nhint = "shifted"\nfirst_case = "a offset=100.0"',
+                ),
+            ),
+        )
+    )
     assert hint_of(spec, "n=5, trial 1: wrong", case={"n": 5}) == "five"
     assert hint_of(spec, "n=5000 (a offset=100.0), trial 1: wrong", case={"n": 5000}) == "shifted"  # not "n=5"
     assert hints.case_label(Check("numerics", FAILED, "timed size n=64: out wrong", {"case": {"n": 64}})) == "n=64"
@@ -94,7 +119,9 @@ def test_lang_picks_the_version_by_its_name_or_its_language(toy):
 def test_the_exercise_hint_comes_before_the_generic_one_and_the_generic_answers_otherwise(toy):
     nan_at_5 = hint_of(toy, "n=5, trial 1: 5 of 5 elements of c wrong; 5 NAN", case={"n": 5}, nan=5, got=float("nan"))
     assert SOFTMAX_OVERFLOW not in nan_at_5
-    generic = hint_of(toy, "n=64, trial 1: 64 of 64 elements of c wrong; 64 NAN", case={"n": 64}, nan=64, got=float("nan"))
+    generic = hint_of(
+        toy, "n=64, trial 1: 64 of 64 elements of c wrong; 64 NAN", case={"n": 64}, nan=64, got=float("nan")
+    )
     assert SOFTMAX_OVERFLOW in generic  # only the hint-less mistake of the toy's matches n=64: the generic answers
     check, result = failed("n=64, trial 1: wrong", case={"n": 64})
     assert [m.name for m in hints.matching_mistakes(check, hints.Context(result, toy))] == ["declared_only"]
@@ -102,9 +129,20 @@ def test_the_exercise_hint_comes_before_the_generic_one_and_the_generic_answers_
 
 def test_a_hintless_mistake_leaves_the_answer_to_the_generic_rule_that_names_the_row_stride():
     rows, cols = 37, 781  # softmax's x as a row slice read with N: NaN from the gaps, taken for never written
-    check = Check("numerics", FAILED, f"M={rows} N={cols} (x layout=row_slice), trial 1: 28116 of 28897 elements of out "
-                  "never written (first at index [1, 0])", {"code": "partial_write", "case": {"M": rows, "N": cols},
-                  "unwritten": (rows - 1) * cols, "first_index": cols, "last_unwritten": rows * cols - 1, "total": rows * cols})
+    check = Check(
+        "numerics",
+        FAILED,
+        f"M={rows} N={cols} (x layout=row_slice), trial 1: 28116 of 28897 elements of out "
+        "never written (first at index [1, 0])",
+        {
+            "code": "partial_write",
+            "case": {"M": rows, "N": cols},
+            "unwritten": (rows - 1) * cols,
+            "first_index": cols,
+            "last_unwritten": rows * cols - 1,
+            "total": rows * cols,
+        },
+    )
     result = GradeResult("softmax", "triton", "learner", 1, checks=[check])
     spec = discover_exercises()["softmax"]
     assert [m.name for m in hints.matching_mistakes(check, hints.Context(result, spec))] == ["row_stride_n"]
@@ -112,18 +150,21 @@ def test_a_hintless_mistake_leaves_the_answer_to_the_generic_rule_that_names_the
     assert check.details["hint"].startswith("row 0 is right and every row from 1 on is wrong: a row is found with N")
 
 
-@pytest.mark.parametrize("entry, error", [
-    ('name = "a"\nhint = "h"\nfirst_case = "n=5"\ncases = "n=5"', "unknown key(s) cases"),
-    ('name = "a"\nhint = "h"\ncheck = "numerics"', "give at least one of code, first_case, nan, message"),
-    ('name = "a"\nhint = "h"\nfirst_case = "n=6"', "first_case = 'n=6' is in no case's label"),
-    ('name = "a"\nhint = "h"\nfirst_case = "n=3"', "first_case = 'n=3' is in no case's label"),  # n=37: whole words
-    ('name = "a"\nhint = "h"\nmessage = "(unclosed"', "is not a regular expression"),
-    ('name = "a"\nhint = "h"\nnan = "yes"\n', "nan = 'yes'"),
-    ('name = "a"\nhint = "h"\ncode = ["mismatch", 3]', "give a string or a list of strings"),
-    ('name = "a"\nhint = "h"\ncode = "mismatch"\nlang = "cuda"', "lang = 'cuda'; this exercise has: triton"),
-    ('name = "A b"\nhint = "h"\ncode = "mismatch"', "name = 'A b'"),
-    ('name = "a"\nhint = " "\ncode = "mismatch"', "hint = ' '"),
-])
+@pytest.mark.parametrize(
+    "entry, error",
+    [
+        ('name = "a"\nhint = "h"\nfirst_case = "n=5"\ncases = "n=5"', "unknown key(s) cases"),
+        ('name = "a"\nhint = "h"\ncheck = "numerics"', "give at least one of code, first_case, nan, message"),
+        ('name = "a"\nhint = "h"\nfirst_case = "n=6"', "first_case = 'n=6' is in no case's label"),
+        ('name = "a"\nhint = "h"\nfirst_case = "n=3"', "first_case = 'n=3' is in no case's label"),  # n=37: whole words
+        ('name = "a"\nhint = "h"\nmessage = "(unclosed"', "is not a regular expression"),
+        ('name = "a"\nhint = "h"\nnan = "yes"\n', "nan = 'yes'"),
+        ('name = "a"\nhint = "h"\ncode = ["mismatch", 3]', "give a string or a list of strings"),
+        ('name = "a"\nhint = "h"\ncode = "mismatch"\nlang = "cuda"', "lang = 'cuda'; this exercise has: triton"),
+        ('name = "A b"\nhint = "h"\ncode = "mismatch"', "name = 'A b'"),
+        ('name = "a"\nhint = " "\ncode = "mismatch"', "hint = ' '"),
+    ],
+)
 def test_a_bad_mistake_entry_is_an_error_naming_it(tmp_path, entry, error):
     with pytest.raises(SpecError, match="mistakes") as raised:
         load_spec(write_exercise(tmp_path, toy_spec(after=mistakes_toml(entry))))
@@ -139,11 +180,17 @@ def test_two_mistakes_with_one_name_are_an_error(tmp_path):
 def test_on_a_gpu_a_mistake_matches_its_gpu_code_and_elsewhere_its_code(tmp_path):
     """A mistake whose GPU verdict differs (gpu_code: a store past the end is out_of_bounds on a GPU, a wrong
     value on the interpreter) gets its hint on either machine."""
-    entry = mistakes_toml('name = "tail"\nhint = "tail hint"\ncode = "mismatch"\ngpu_code = "out_of_bounds"\n'
-                          'fixture = "x.py"\ntiers = ["cpu", "gpu"]')
+    entry = mistakes_toml(
+        'name = "tail"\nhint = "tail hint"\ncode = "mismatch"\ngpu_code = "out_of_bounds"\n'
+        'fixture = "x.py"\ntiers = ["cpu", "gpu"]'
+    )
     spec = load_spec(write_exercise(tmp_path, toy_spec(after=entry)))
-    for device, code, hinted in [({"type": "cpu"}, "mismatch", True), ({"type": "cuda"}, "out_of_bounds", True),
-                                 ({"type": "cuda"}, "mismatch", False), ({"type": "cpu"}, "out_of_bounds", False)]:
+    for device, code, hinted in [
+        ({"type": "cpu"}, "mismatch", True),
+        ({"type": "cuda"}, "out_of_bounds", True),
+        ({"type": "cuda"}, "mismatch", False),
+        ({"type": "cpu"}, "out_of_bounds", False),
+    ]:
         check = Check("numerics", FAILED, "n=5: wrong", {"code": code})
         result = GradeResult("toy", "triton", "learner", 1, checks=[check], device=device)
         hints.annotate(result, spec)

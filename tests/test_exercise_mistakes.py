@@ -44,8 +44,11 @@ def _catalog() -> list:
                     marks = [pytest.mark.slow, CPU_ONLY, pytest.mark.nvcc, pytest.mark.emulator, pytest.mark.emulated]
                 else:
                     marks = [pytest.mark.slow, CPU_ONLY]
-                params.append(pytest.param(exercise, lang, mistake, tier, marks=marks,
-                                           id=f"{exercise}-{lang}-{mistake.name}-{tier}"))
+                params.append(
+                    pytest.param(
+                        exercise, lang, mistake, tier, marks=marks, id=f"{exercise}-{lang}-{mistake.name}-{tier}"
+                    )
+                )
     return params
 
 
@@ -58,7 +61,7 @@ def test_every_mistake_names_a_fixture_that_exists():
         pytest.skip("tests/fixtures/submissions/ is absent (a learner's kit)")
     mistakes = [(p.values[0], p.values[2]) for p in CATALOG]
     missing = sorted({f"{e}:{m.name}" for e, m in mistakes if not m.fixture or not (SUBMISSIONS / m.fixture).is_file()})
-    assert not missing, f"give these [[mistakes]] a fixture = \"...\" in tests/fixtures/submissions/: {missing}"
+    assert not missing, f'give these [[mistakes]] a fixture = "..." in tests/fixtures/submissions/: {missing}'
 
 
 @pytest.mark.parametrize("exercise, lang, mistake, tier", CATALOG)
@@ -75,14 +78,18 @@ def test_each_mistakes_fixture_fails_as_its_spec_says(exercise, lang, mistake, t
     result = grade(target, submission=submission(mistake.fixture), seed=SEED, record=False, quick=True)
     check = next((c for c in result.checks if c.status in ("failed", "error")), None)
     ran = "; ".join(f"{c.name} {c.status}: {c.message[:120]}" for c in result.checks)
-    assert check is not None, f"{mistake.fixture} fails nothing on the {tier} (a numerics gap, or tiers is wrong): {ran}"
+    assert check is not None, (
+        f"{mistake.fixture} fails nothing on the {tier} (a numerics gap, or tiers is wrong): {ran}"
+    )
     got = (check.name, check.details.get("code"), hints.case_label(check))
     if tier == "gpu":
         codes = mistake.gpu_code or mistake.code
         assert mistake.check in (None, check.name) and got[1] in codes, f"{mistake.fixture}: {got}: {check.message}"
         return
     context = hints.Context(result, target.spec)
-    assert hints.mistake_matches(mistake, check, context), f"{mistake.fixture}: (check, code, case) {got}: {check.message}"
+    assert hints.mistake_matches(mistake, check, context), (
+        f"{mistake.fixture}: (check, code, case) {got}: {check.message}"
+    )
     hint = check.details.get("hint") or ""
     if mistake.hint:
         assert mistake.hint in hint, (check.message, hint)
@@ -92,30 +99,50 @@ def test_each_mistakes_fixture_fails_as_its_spec_says(exercise, lang, mistake, t
 
 # --- the table's own keys ------------------------------------------------------------------------------
 
+
 def _spec_with(entry: str) -> str:
-    return toy_spec(after=f"\n[[mistakes]]\nname = \"a\"\n{entry.strip()}\n")
+    return toy_spec(after=f'\n[[mistakes]]\nname = "a"\n{entry.strip()}\n')
 
 
 def test_tiers_default_to_the_cpu_and_gpu_code_is_kept_apart_from_code(tmp_path):
-    spec = load_spec(write_exercise(tmp_path, toy_spec(after=(
-        '\n[[mistakes]]\nname = "cpu_only"\nfixture = "toy_a.py"\ncode = "mismatch"\n'
-        '\n[[mistakes]]\nname = "both"\nfixture = "toy_b.py"\ncode = "mismatch"\ntiers = ["cpu", "gpu"]\n'
-        'gpu_code = ["mismatch", "out_of_bounds"]\n'))))
+    spec = load_spec(
+        write_exercise(
+            tmp_path,
+            toy_spec(
+                after=(
+                    '\n[[mistakes]]\nname = "cpu_only"\nfixture = "toy_a.py"\ncode = "mismatch"\n'
+                    '\n[[mistakes]]\nname = "both"\nfixture = "toy_b.py"\ncode = "mismatch"\ntiers = ["cpu", "gpu"]\n'
+                    'gpu_code = ["mismatch", "out_of_bounds"]\n'
+                )
+            ),
+        )
+    )
     cpu_only, both = spec.mistakes
     assert (cpu_only.tiers, cpu_only.gpu_code) == (["cpu"], [])
     assert (both.tiers, both.code, both.gpu_code) == (["cpu", "gpu"], ["mismatch"], ["mismatch", "out_of_bounds"])
 
 
-@pytest.mark.parametrize("entry, error", [
-    ('fixture = "f.py"\ncode = "mismatch"\ntiers = ["gpu", "tpu"]', "tiers = ['gpu', 'tpu']: give [\"cpu\"]"),
-    ('fixture = "f.py"\ncode = "mismatch"\ntiers = []', "tiers = []: give"),
-    ('fixture = "f.py"\ncode = "mismatch"\ntiers = ["cpu", "cpu"]', "or both, each once"),
-    ('code = "mismatch"\ntiers = ["gpu"]', "give fixture = "),
-    ('fixture = "f.py"\ncode = "mismatch"\ngpu_code = "out_of_bounds"', 'has no "gpu": add "gpu" to tiers'),
-    ('fixture = "f.py"\nnan = true\ntiers = ["gpu"]', "give code (or gpu_code"),
-    ('fixture = "f.py"\ncode = "mismatch"\ntiers = ["gpu"]\ngpu_code = "mismatched"', "did you mean 'mismatch'"),
-], ids=["unknown_tier", "no_tier", "a_tier_twice", "no_fixture", "gpu_code_without_the_gpu", "gpu_without_a_code",
-        "misspelt_gpu_code"])
+@pytest.mark.parametrize(
+    "entry, error",
+    [
+        ('fixture = "f.py"\ncode = "mismatch"\ntiers = ["gpu", "tpu"]', "tiers = ['gpu', 'tpu']: give [\"cpu\"]"),
+        ('fixture = "f.py"\ncode = "mismatch"\ntiers = []', "tiers = []: give"),
+        ('fixture = "f.py"\ncode = "mismatch"\ntiers = ["cpu", "cpu"]', "or both, each once"),
+        ('code = "mismatch"\ntiers = ["gpu"]', "give fixture = "),
+        ('fixture = "f.py"\ncode = "mismatch"\ngpu_code = "out_of_bounds"', 'has no "gpu": add "gpu" to tiers'),
+        ('fixture = "f.py"\nnan = true\ntiers = ["gpu"]', "give code (or gpu_code"),
+        ('fixture = "f.py"\ncode = "mismatch"\ntiers = ["gpu"]\ngpu_code = "mismatched"', "did you mean 'mismatch'"),
+    ],
+    ids=[
+        "unknown_tier",
+        "no_tier",
+        "a_tier_twice",
+        "no_fixture",
+        "gpu_code_without_the_gpu",
+        "gpu_without_a_code",
+        "misspelt_gpu_code",
+    ],
+)
 def test_a_bad_tier_or_gpu_code_is_an_error_saying_what_to_write(tmp_path, entry, error):
     with pytest.raises(SpecError, match="mistakes") as raised:
         load_spec(write_exercise(tmp_path, _spec_with(entry)))

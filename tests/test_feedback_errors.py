@@ -37,8 +37,11 @@ def test_a_typo_in_a_kernel_names_the_kernels_line_and_pythons_suggestion():
     assert "AttributeError: module 'triton.language' has no attribute 'expp'. Did you mean: 'exp'?" in first, first
     assert "InterpreterError" not in check.message
     assert "feedback_softmax_typo.py:21 in softmax:" in check.message  # the launch, then the kernel's line
-    assert check.message.splitlines()[-2].strip().startswith(
-        "feedback_softmax_typo.py:13 in softmax_kernel: numerator = tl.expp("), check.message
+    assert (
+        check.message.splitlines()[-2]
+        .strip()
+        .startswith("feedback_softmax_typo.py:13 in softmax_kernel: numerator = tl.expp(")
+    ), check.message
     assert check.message.splitlines()[-1].strip() == "^^^^^^^"  # under `tl.expp`
 
 
@@ -79,7 +82,9 @@ def test_a_compilation_error_on_a_gpu_is_shown_at_the_kernels_line_too():
     lines = done.stdout.splitlines()
     assert lines[0] == "CompilationError", done.stdout + done.stderr
     assert lines[1] == "AttributeError: module 'triton.language' has no attribute 'expp'. Did you mean: 'exp'?"
-    assert lines[2].strip() == "feedback_softmax_typo.py:13 in softmax_kernel: numerator = tl.expp(x - tl.max(x, axis=0))"
+    assert (
+        lines[2].strip() == "feedback_softmax_typo.py:13 in softmax_kernel: numerator = tl.expp(x - tl.max(x, axis=0))"
+    )
 
 
 def test_nan_is_counted_and_placed_without_a_max_error_of_zero():
@@ -97,20 +102,26 @@ def test_nan_inf_and_other_wrong_values_are_told_apart():
     out[1, 1] = float("inf")
     out[2, 7] = 1.5
     result = compare("y", out, ref, Tolerance(1e-5, 1e-5), "M=3 N=8")
-    assert result.message == ("M=3 N=8: 4 of 24 elements of y wrong: 2 NaN (first at index [0, 5], expected 1), "
-                              "1 inf (first at index [1, 1], expected 1); elsewhere 1 more wrong: max abs error 0.5, "
-                              "max rel error 0.5 (tolerance atol 1e-05, rtol 1e-05); first at index [2, 7]: got 1.5, "
-                              "expected 1")
+    assert result.message == (
+        "M=3 N=8: 4 of 24 elements of y wrong: 2 NaN (first at index [0, 5], expected 1), "
+        "1 inf (first at index [1, 1], expected 1); elsewhere 1 more wrong: max abs error 0.5, "
+        "max rel error 0.5 (tolerance atol 1e-05, rtol 1e-05); first at index [2, 7]: got 1.5, "
+        "expected 1"
+    )
     assert (result.details["nan"], result.details["inf"], result.details["other_wrong"]) == (2, 1, 1)
 
 
 def test_a_missing_semicolon_is_traced_to_the_line_before():
     source = submission("feedback_vector_add_missing_semicolon.cu")
-    log = (f'{source}(6): error: expected a ";"\n      if (i < n) c[i] = a[i] + b[i];\n      ^\n\n'
-           f'1 error detected in the compilation of "{source}".\n')
+    log = (
+        f'{source}(6): error: expected a ";"\n      if (i < n) c[i] = a[i] + b[i];\n      ^\n\n'
+        f'1 error detected in the compilation of "{source}".\n'
+    )
     first = format_compiler_errors(log, source).splitlines()[0]
-    assert first == ('feedback_vector_add_missing_semicolon.cu:6: error: expected a ";" (reported at the start of '
-                     'line 6: likely missing at the end of line 5: `int i = blockIdx.x * blockDim.x + threadIdx.x`)')
+    assert first == (
+        'feedback_vector_add_missing_semicolon.cu:6: error: expected a ";" (reported at the start of '
+        "line 6: likely missing at the end of line 5: `int i = blockIdx.x * blockDim.x + threadIdx.x`)"
+    )
     mid_line = log.replace("      ^", "             ^")  # a caret inside the line: the line itself is wrong
     assert "likely missing" not in format_compiler_errors(mid_line, source)
 

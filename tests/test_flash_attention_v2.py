@@ -41,18 +41,32 @@ def failing(result):
 def test_both_exercises_load_with_causal_lse_and_the_timed_sizes_of_the_issue():
     forward, backward = spec_of(FWD), spec_of(BWD)
     assert [a.name for a in forward.variants["triton"].args] == ["q", "k", "v", "out", "lse", "causal"]
-    assert [a.name for a in backward.variants["triton"].args] == ["q", "k", "v", "out", "lse", "dout", "dq", "dk",
-                                                                   "dv", "causal"]
+    assert [a.name for a in backward.variants["triton"].args] == [
+        "q",
+        "k",
+        "v",
+        "out",
+        "lse",
+        "dout",
+        "dq",
+        "dk",
+        "dv",
+        "causal",
+    ]
     assert next(t for t in forward.outputs if t.name == "lse").dtype == "float32"
-    assert {t.name: t.transform for t in backward.inputs if t.transform} == {"out": "attention_forward",
-                                                                             "lse": "attention_forward"}
+    assert {t.name: t.transform for t in backward.inputs if t.transform} == {
+        "out": "attention_forward",
+        "lse": "attention_forward",
+    }
     for spec in (forward, backward):
         assert {c.params["causal"] for c in spec.cases} == {True, False}
         assert {c.params["d"] for c in spec.cases} == {64, 128}
         assert all(c.gpu_only for c in spec.cases if c.dtype == "bfloat16")  # the interpreter's bf16 tl.dot is wrong
         assert any(c.params["N"] == 1 for c in spec.cases) and any(c.params["N"] == 17 for c in spec.cases)
-        timed = {(c.params["B"], c.params["H"], c.params["N"], c.params["d"], c.dtype, c.params["causal"])
-                 for c in spec.performance.cases}
+        timed = {
+            (c.params["B"], c.params["H"], c.params["N"], c.params["d"], c.dtype, c.params["causal"])
+            for c in spec.performance.cases
+        }
         assert {(4, 32, 4096, 128, "bfloat16", True), (4, 32, 4096, 128, "bfloat16", False)} <= timed
         assert spec.performance.max_extra_bytes == "4 * B * H * N * (d + 2) + 2**20"
     assert backward.performance.flops == "2.5 * " + forward.performance.flops  # 5 matmuls to the forward's 2
@@ -64,8 +78,9 @@ def test_out_and_lse_are_the_forward_of_the_same_q_k_v_rounded_as_a_kernel_write
     case = Case({"B": 2, "H": 3, "N": 17, "d": 64, "dtype": "float16", "causal": True})
     made = generate(backward, case, 5, trial=1)
     assert made["out"].dtype == torch.float16 and made["lse"].dtype == torch.float32
-    want_out, want_lse = reference_outputs(load_reference(forward.folder / "reference.py"), forward,
-                                           {n: made[n] for n in ("q", "k", "v")}, case.params)
+    want_out, want_lse = reference_outputs(
+        load_reference(forward.folder / "reference.py"), forward, {n: made[n] for n in ("q", "k", "v")}, case.params
+    )
     assert torch.equal(made["out"], want_out.half()) and torch.equal(made["lse"], want_lse.float())
     first_score = (made["q"][..., 0, :].double() * made["k"][..., 0, :].double()).sum(-1) / 8
     assert torch.allclose(made["lse"][..., 0].double(), first_score, rtol=1e-6)  # causal row 0 sees key 0 alone
@@ -74,21 +89,27 @@ def test_out_and_lse_are_the_forward_of_the_same_q_k_v_rounded_as_a_kernel_write
 def write_exercise(folder, transform_body):
     folder.mkdir()
     (folder / "reference.py").write_text(
-        "def both(x, *, a):\n" + transform_body + "\ndef reference(a, b, c):\n    return a\n")
+        "def both(x, *, a):\n" + transform_body + "\ndef reference(a, b, c):\n    return a\n"
+    )
     (folder / "spec.toml").write_text(
         'id = "ex"\n[variants.triton]\nstub = "e.py"\nentry = "f"\nargs = ["a", "b", "c", "y"]\n'
         '[inputs.a]\nshape = ["n"]\n[inputs.b]\nshape = ["n"]\ntransform = "both"\n'
         '[inputs.c]\nshape = ["n"]\ntransform = "both"\n[outputs.y]\nshape = ["n"]\n[[cases]]\nn = 4\n'
-        "[tolerance.float32]\natol = 0\nrtol = 0\n")
+        "[tolerance.float32]\natol = 0\nrtol = 0\n"
+    )
     return load_spec(folder)
 
 
 def test_a_transform_returning_a_dict_runs_once_and_fills_each_input_by_name(tmp_path):
-    spec = write_exercise(tmp_path / "ex", '    both.calls = getattr(both, "calls", 0) + 1\n'
-                                           '    return {"b": a * 2, "c": a + 1, "calls": a * 0 + both.calls}\n')
+    spec = write_exercise(
+        tmp_path / "ex",
+        '    both.calls = getattr(both, "calls", 0) + 1\n'
+        '    return {"b": a * 2, "c": a + 1, "calls": a * 0 + both.calls}\n',
+    )
     made = generate(spec, spec.cases[0], 3)
     assert torch.equal(made["b"], made["a"] * 2) and torch.equal(made["c"], made["a"] + 1)
     from grader.checks.inputs import _reference_module
+
     assert _reference_module(spec.folder / "reference.py").both.calls == 1
 
 
@@ -99,14 +120,16 @@ def test_a_dict_transform_without_an_entry_for_an_input_names_the_fix(tmp_path):
 
 
 def test_the_reference_with_the_exact_out_is_autograds_gradient_of_plain_attention():
-    module = importlib.util.module_from_spec(importlib.util.spec_from_file_location(
-        "fa2_backward_reference", spec_of(BWD).folder / "reference.py"))
+    module = importlib.util.module_from_spec(
+        importlib.util.spec_from_file_location("fa2_backward_reference", spec_of(BWD).folder / "reference.py")
+    )
     module.__spec__.loader.exec_module(module)
     for causal in (False, True):
         q, k, v, dout = (torch.randn(2, 3, 37, 16, dtype=torch.float64) for _ in range(4))
         out = module.attention_forward(None, q=q, k=k, v=v, causal=causal)["out"]
-        for ours, autograd in zip(module.flash_gradients(q, k, v, out, dout, causal),
-                                  module.attention_gradients(q, k, v, dout, causal)):
+        for ours, autograd in zip(
+            module.flash_gradients(q, k, v, out, dout, causal), module.attention_gradients(q, k, v, dout, causal)
+        ):
             assert torch.allclose(ours, autograd, atol=1e-12, rtol=0)
 
 
@@ -124,7 +147,11 @@ def emulated_backward(q, k, v, out, lse, dout, causal, mistake=None):
     if causal:
         above = torch.ones(s.shape[-1], s.shape[-1], dtype=torch.bool).triu(0 if mistake == "diagonal_masked" else 1)
         s = s.masked_fill(above, float("-inf"))
-    p = torch.exp2(s * math.log2(math.e) - lse[..., None]) if mistake == "lse_not_in_log2" else torch.exp(s - lse[..., None])
+    p = (
+        torch.exp2(s * math.log2(math.e) - lse[..., None])
+        if mistake == "lse_not_in_log2"
+        else torch.exp(s - lse[..., None])
+    )
     delta = half_sum((dout * out).to(dtype)) if mistake == "delta_in_half" else (dout * out).sum(-1, keepdim=True)
     if mistake == "no_delta":
         delta = torch.zeros_like(delta)
@@ -159,7 +186,9 @@ def worst_error(case, inputs, refs, mistake=None) -> float:
     """The largest |error| / (atol + rtol |expected|) over dq, dk, dv: the grader fails above 1."""
     tol = spec_of(BWD).tolerance_of(case)
     got = emulated_backward(*inputs.values(), case.params["causal"], mistake)
-    return max(((g - r).abs() / (tol.atol + tol.rtol * r.abs())).nan_to_num(1e9).max().item() for g, r in zip(got, refs))
+    return max(
+        ((g - r).abs() / (tol.atol + tol.rtol * r.abs())).nan_to_num(1e9).max().item() for g, r in zip(got, refs)
+    )
 
 
 @pytest.mark.slow
@@ -168,9 +197,17 @@ def test_an_honest_half_precision_backward_passes_every_cpu_case_with_room(backw
     assert max(worst.values()) < 0.5, worst  # 0.25 at the float16 atol of 3e-2 (0.4 at 1.5e-2), the sharp case
 
 
-@pytest.mark.parametrize("mistake, case, fails_by", [
-    ("dq_unscaled", "N=17", 50), ("no_delta", "N=17", 10), ("lse_not_in_log2", "N=100", 10),
-    ("diagonal_masked", "N=17", 10), ("scores_in_half", "scale=5.5", 10), ("delta_in_half", "scale=5.5", 3)])
+@pytest.mark.parametrize(
+    "mistake, case, fails_by",
+    [
+        ("dq_unscaled", "N=17", 50),
+        ("no_delta", "N=17", 10),
+        ("lse_not_in_log2", "N=100", 10),
+        ("diagonal_masked", "N=17", 10),
+        ("scores_in_half", "scale=5.5", 10),
+        ("delta_in_half", "scale=5.5", 3),
+    ],
+)
 def test_each_classic_backward_mistake_misses_the_tolerance_on_its_case(backward_trials, mistake, case, fails_by):
     worst = max(worst_error(c, inputs, refs, mistake) for c, inputs, refs in backward_trials if case in c.label())
     assert worst > fails_by, f"{mistake}: worst error only {worst:.2f}x the tolerance on {case}"
@@ -185,16 +222,26 @@ FORWARD_MISTAKES = {
     # the log of the sum without the row max it was taken under
     "lse_without_max": ("lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453", "lse = tl.log(l_i)", "N=1 "),
     # the causal diagonal masked too: row 0 sees no key at all
-    "diagonal_masked": ("keep & (offs_m[:, None] >= cols[None, :])", "keep & (offs_m[:, None] > cols[None, :])", "N=17"),
+    "diagonal_masked": (
+        "keep & (offs_m[:, None] >= cols[None, :])",
+        "keep & (offs_m[:, None] > cols[None, :])",
+        "N=17",
+    ),
     # whole key blocks only: the ragged tail (and, at N = 1, every key) is skipped
     "no_ragged_tail": ("range(0, end, BLOCK_N)", "range(0, (end // BLOCK_N) * BLOCK_N, BLOCK_N)", "N=1 "),
     # lse assumed contiguous: right until its head stride is not N
-    "lse_contiguous": ("Lse + off_b * stride_lb + off_h * stride_lh + offs_m * stride_ln", "Lse + off_bh * n_ctx + offs_m",
-                       "lse layout=row_slice"),
+    "lse_contiguous": (
+        "Lse + off_b * stride_lb + off_h * stride_lh + offs_m * stride_ln",
+        "Lse + off_bh * n_ctx + offs_m",
+        "lse layout=row_slice",
+    ),
     # a head found N rows after the previous one: right for contiguous q and for row slices, wrong for q, k, v
     # as a fused QKV projection gives them (heads interleaved within each row)
-    "heads_merged": ("Q + off_b * stride_qb + off_h * stride_qh + offs_m[:, None] * stride_qn",
-                     "Q + off_bh * n_ctx * stride_qn + offs_m[:, None] * stride_qn", "q layout=interleaved"),
+    "heads_merged": (
+        "Q + off_b * stride_qb + off_h * stride_qh + offs_m[:, None] * stride_qn",
+        "Q + off_bh * n_ctx * stride_qn + offs_m[:, None] * stride_qn",
+        "q layout=interleaved",
+    ),
 }
 
 
@@ -232,14 +279,17 @@ def test_the_solution_passes_with_its_figures_beside_torch(exercise):
     result = grade(resolve((exercise,)), source="solutions", seed=3)
     assert result.status == "passed", result.verdict
     for t in result.timings:
-        print(f"\n{exercise} {t.case}: you {t.learner_ms:.4g} ms {t.learner_rate:.4g} TFLOP/s, torch {t.torch_ms:.4g} ms "
-              f"{t.torch_rate:.4g} TFLOP/s; extra memory {memory.size_text(t.learner_extra_bytes)} "
-              f"(limit {memory.size_text(t.extra_bytes_limit)})")
+        print(
+            f"\n{exercise} {t.case}: you {t.learner_ms:.4g} ms {t.learner_rate:.4g} TFLOP/s, torch {t.torch_ms:.4g} ms "
+            f"{t.torch_rate:.4g} TFLOP/s; extra memory {memory.size_text(t.learner_extra_bytes)} "
+            f"(limit {memory.size_text(t.extra_bytes_limit)})"
+        )
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("exercise, fixture", [(FWD, "flash_attention_v2_plain.py"),
-                                               (BWD, "flash_attention_v2_backward_plain.py")])
+@pytest.mark.parametrize(
+    "exercise, fixture", [(FWD, "flash_attention_v2_plain.py"), (BWD, "flash_attention_v2_backward_plain.py")]
+)
 def test_the_plain_fixture_passes_numerics_and_the_stub_fails_on_a_gpu(exercise, fixture):
     checks = {c.name: c for c in grade(resolve((exercise,)), submission=submission(fixture), seed=3).checks}
     assert checks["numerics"].status == "passed", checks["numerics"].message
@@ -249,7 +299,7 @@ def test_the_plain_fixture_passes_numerics_and_the_stub_fails_on_a_gpu(exercise,
 BACKWARD_MISTAKES = {
     "dq_unscaled": ("    dq = dq * sm_scale\n", ""),
     "no_delta": ("ds = p * (dp - delta[:, None])", "ds = p * dp"),
-    "lse_not_in_log2": ("other=float(\"inf\")) * 1.4426950408889634\n    qk_scale", "other=float(\"inf\"))\n    qk_scale"),
+    "lse_not_in_log2": ('other=float("inf")) * 1.4426950408889634\n    qk_scale', 'other=float("inf"))\n    qk_scale'),
     "diagonal_masked": ("rows[None, :] >= offs_n[:, None]", "rows[None, :] > offs_n[:, None]"),
     "lse_contiguous": ("Lse + off_b * stride_lb + off_h * stride_lh + rows * stride_ln", "Lse + off_bh * n_ctx + rows"),
 }
@@ -316,19 +366,28 @@ def test_the_solutions_against_sdpa_at_4x32x4096x128_bf16(causal):
         def run():
             forward.USE_TMA = tma
             forward.flash_attention_v2(q, k, v, out, lse, causal)
+
         return run
 
-    figures = side_by_side({
-        "sdpa forward": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
-        "forward (pointer loads)": forward_with(False), "forward (TMA)": forward_with(True),
-        "sdpa backward": lambda: torch.autograd.grad(sdpa_out, leaves, dout, retain_graph=True),
-        "backward": lambda: backward.flash_attention_v2_backward(q, k, v, out, lse, dout, dq, dk, dv, causal)})
+    figures = side_by_side(
+        {
+            "sdpa forward": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+            "forward (pointer loads)": forward_with(False),
+            "forward (TMA)": forward_with(True),
+            "sdpa backward": lambda: torch.autograd.grad(sdpa_out, leaves, dout, retain_graph=True),
+            "backward": lambda: backward.flash_attention_v2_backward(q, k, v, out, lse, dout, dq, dk, dv, causal),
+        }
+    )
     sdpa_fwd, sdpa_bwd = figures.pop("sdpa forward"), figures.pop("sdpa backward")
-    print(f"\ncausal={causal}: SDPA forward {sdpa_fwd:.3f} ms {flops / sdpa_fwd / 1e9:.0f} TFLOP/s, "
-          f"SDPA backward {sdpa_bwd:.3f} ms {2.5 * flops / sdpa_bwd / 1e9:.0f} TFLOP/s")
+    print(
+        f"\ncausal={causal}: SDPA forward {sdpa_fwd:.3f} ms {flops / sdpa_fwd / 1e9:.0f} TFLOP/s, "
+        f"SDPA backward {sdpa_bwd:.3f} ms {2.5 * flops / sdpa_bwd / 1e9:.0f} TFLOP/s"
+    )
     for name, ms in figures.items():
         rate = (2.5 if name == "backward" else 1) * flops / ms / 1e9
-        print(f"  solution {name}: {ms:.3f} ms {rate:.0f} TFLOP/s, {(sdpa_bwd if name == 'backward' else sdpa_fwd) / ms:.0%} of SDPA's speed")
+        print(
+            f"  solution {name}: {ms:.3f} ms {rate:.0f} TFLOP/s, {(sdpa_bwd if name == 'backward' else sdpa_fwd) / ms:.0%} of SDPA's speed"
+        )
     reference = load_module(spec_of(BWD).folder / "reference.py", "fa2_backward_reference_gpu")
     want = reference.attention_gradients(*(t[:1, :2].double().cpu() for t in (q, k, v, dout)), causal)
     for got, expected in zip((dq, dk, dv), want):

@@ -39,9 +39,11 @@ SPECS = {e: discover_exercises()[e] for e in EXERCISES}
 REFERENCES = {e: load_reference(SPECS[e].folder / "reference.py") for e in EXERCISES}
 ARGS = {FWD: ["q", "k", "v", "causal"], BWD: ["q", "k", "v", "out", "lse", "dout", "causal"]}
 VARIANTS = [(t, d, c) for t in ("__half", "__nv_bfloat16") for d in (64, 128) for c in ("false", "true")]
-KERNELS = {FWD: {f"void flash_fwd_kernel<{t}, {d}, {c}>(Params)" for t, d, c in VARIANTS},
-           BWD: {f"void flash_bwd_{k}_kernel<{t}, {d}, {c}>(Params)" for t, d, c in VARIANTS for k in ("dq", "dkdv")}
-           | {f"void flash_bwd_delta_kernel<{t}, {d}>(Params)" for t, d, _ in VARIANTS}}
+KERNELS = {
+    FWD: {f"void flash_fwd_kernel<{t}, {d}, {c}>(Params)" for t, d, c in VARIANTS},
+    BWD: {f"void flash_bwd_{k}_kernel<{t}, {d}, {c}>(Params)" for t, d, c in VARIANTS for k in ("dq", "dkdv")}
+    | {f"void flash_bwd_delta_kernel<{t}, {d}>(Params)" for t, d, _ in VARIANTS},
+}
 
 
 def stub(exercise):
@@ -58,6 +60,7 @@ def checks_by_name(result):
 
 # --- the specs and the READMEs -------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("exercise", EXERCISES)
 def test_each_spec_has_a_cuda_operator_version_on_the_triton_versions_cases(exercise):
     spec = SPECS[exercise]
@@ -71,7 +74,9 @@ def test_each_spec_has_a_cuda_operator_version_on_the_triton_versions_cases(exer
 
 
 @pytest.mark.parametrize("exercise, triton_steps", [(FWD, 6), (BWD, 4)])
-def test_each_readme_has_a_cuda_ladder_from_cuda_cores_to_the_solution_apart_from_the_triton_one(exercise, triton_steps):
+def test_each_readme_has_a_cuda_ladder_from_cuda_cores_to_the_solution_apart_from_the_triton_one(
+    exercise, triton_steps
+):
     text = (SPECS[exercise].folder / "README.md").read_text()
     cuda, triton = parse_ladder(text, "cuda"), parse_ladder(text, "triton")
     assert len(cuda) == 4 and all(s.roofline_pct for s in cuda), cuda
@@ -81,12 +86,15 @@ def test_each_readme_has_a_cuda_ladder_from_cuda_cores_to_the_solution_apart_fro
 
 # --- compiling without a GPU -----------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def compiled():
     """The two stubs and the two solutions compiled once, two at a time (each parses torch's headers; the
     backward solution's 20 tensor-core kernels take a minute or more), into the session's build cache,
     where the grades below find them."""
-    sources = {(e, who): (stub(e) if who == "stubs" else solution(e)) for e in EXERCISES for who in ("stubs", "solutions")}
+    sources = {
+        (e, who): (stub(e) if who == "stubs" else solution(e)) for e in EXERCISES for who in ("stubs", "solutions")
+    }
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("KCOURSE_CACHE", str(_session_cache()))
         with ThreadPoolExecutor(2) as pool:
@@ -146,7 +154,8 @@ static Params P;
 static int BH;
 """
 DRIVERS = {
-    FWD: DISPATCH + r"""
+    FWD: DISPATCH
+    + r"""
 template <typename T, int D, bool C> void Run<T, D, C>::go() {
     emu::launch({unsigned((P.n_ctx + kBlockM - 1) / kBlockM), unsigned(BH), 1}, kThreads, smem_bytes<D>(),
                 [] { flash_fwd_kernel<T, D, C>(P); });
@@ -167,7 +176,8 @@ int main(int, char** argv) {
     emu_io::save(*argv++, lse.data(), lse.size() * 4);
 }
 """,
-    BWD: DISPATCH + r"""
+    BWD: DISPATCH
+    + r"""
 template <typename T, int D, bool C> void Run<T, D, C>::go() {
     const unsigned n = unsigned(P.n_ctx), blocks = (n + kBlockOwn - 1) / kBlockOwn;
     emu::launch({(n + kWarps - 1) / kWarps, unsigned(BH), 1}, kThreads, 0, [] { flash_bwd_delta_kernel<T, D>(P); });
@@ -197,10 +207,20 @@ int main(int, char** argv) {
 """,
 }
 # causal and not, d = 64 and 128, both dtypes, row slices (the scalar load path), one key block and many, ragged
-EMULATED = {FWD: ["N=150 d=64 dtype=float16 causal=True (k layout=row_slice", "N=100 d=128 dtype=float16 causal=False",
-                  "N=17 d=128 dtype=bfloat16 causal=True", "N=1000 d=64 dtype=float16 causal=True"],
-            BWD: ["N=130 d=64 dtype=float16 causal=True (k layout=row_slice", "N=100 d=128 dtype=float16 causal=False",
-                  "N=17 d=128 dtype=bfloat16 causal=True", "N=600 d=64 dtype=float16 causal=True"]}
+EMULATED = {
+    FWD: [
+        "N=150 d=64 dtype=float16 causal=True (k layout=row_slice",
+        "N=100 d=128 dtype=float16 causal=False",
+        "N=17 d=128 dtype=bfloat16 causal=True",
+        "N=1000 d=64 dtype=float16 causal=True",
+    ],
+    BWD: [
+        "N=130 d=64 dtype=float16 causal=True (k layout=row_slice",
+        "N=100 d=128 dtype=float16 causal=False",
+        "N=17 d=128 dtype=bfloat16 causal=True",
+        "N=600 d=64 dtype=float16 causal=True",
+    ],
+}
 
 
 def emulator():
@@ -241,11 +261,14 @@ def test_the_solutions_tensor_core_kernels_run_by_the_warp_emulator_match_the_re
         inputs = {n: place(x, case.inputs.get(n, {}).get("layout"), "cpu") for n, x in values.items()}
         p = case.params
         shape = (p["B"], p["H"], p["N"], p["d"])
-        outputs = {o.name: (tuple(shape[:len(o.shape)]), torch.float32 if o.dtype == "float32" else inputs["q"].dtype)
-                   for o in spec.outputs}
+        outputs = {
+            o.name: (tuple(shape[: len(o.shape)]), torch.float32 if o.dtype == "float32" else inputs["q"].dtype)
+            for o in spec.outputs
+        }
         warp_emulator = emulator()
-        got = warp_emulator.run(emulated[exercise], [warp_emulator.DTYPE_CODE[inputs["q"].dtype], *shape, int(p["causal"])],
-                                inputs, outputs)
+        got = warp_emulator.run(
+            emulated[exercise], [warp_emulator.DTYPE_CODE[inputs["q"].dtype], *shape, int(p["causal"])], inputs, outputs
+        )
         for (name, out), ref in zip(got.items(), reference_outputs(REFERENCES[exercise], spec, values, p)):
             found = compare(name, out, ref, spec.tolerance_of(case), case.label())
             assert found.ok, found.message
@@ -259,20 +282,33 @@ LOG2E, LN2 = 1 / math.log(2), math.log(2)
 MISTAKE_EDITS = {
     (FWD, "lse_in_log2"): [("        *lse = (m + log2f(l)) * kLn2;", "        *lse = m + log2f(l);")],
     (FWD, "lse_without_max"): [("        *lse = (m + log2f(l)) * kLn2;", "        *lse = log2f(l) * kLn2;")],
-    (BWD, "no_delta"): [("            const float ds = p_ij * (dp - delta);", "            const float ds = p_ij * dp;"),
-                        ("            const float ds = p_ij * (dp - delta_tile[i]);", "            const float ds = p_ij * dp;")],
+    (BWD, "no_delta"): [
+        ("            const float ds = p_ij * (dp - delta);", "            const float ds = p_ij * dp;"),
+        ("            const float ds = p_ij * (dp - delta_tile[i]);", "            const float ds = p_ij * dp;"),
+    ],
     (BWD, "causal_forward_only"): [
-        ("    const int n_end = CAUSAL ? min((blockIdx.x + 1) * kRows, n_ctx) : n_ctx;  // causal: later keys are masked\n",
-         "    const int n_end = n_ctx;\n"),
-        ("            if (key >= n_ctx || (CAUSAL && key > row)) break;  // keys only grow: the rest are masked too\n",
-         "            if (key >= n_ctx) break;\n"),
-        ("    const int m_begin = CAUSAL ? blockIdx.x * kRows : 0;  // causal: earlier queries see none of the block's keys\n",
-         "    const int m_begin = 0;\n"),
-        ("            if (CAUSAL && query < key) continue;  // this query does not see this key: P = 0\n", "")],
-    (BWD, "ds_unscaled"): [("out[c] = from_float<T>(dq[c] * p.scale);", "out[c] = from_float<T>(dq[c]);"),
-                           ("dk_out[c] = from_float<T>(dk[c] * p.scale);", "dk_out[c] = from_float<T>(dk[c]);")],
-    (BWD, "lse_not_in_log2"): [("lse[row * p.lse.row] * kLog2e : 0.f;", "lse[row * p.lse.row] : 0.f;"),
-                               ("lse[query * p.lse.row] * kLog2e : 0.f;", "lse[query * p.lse.row] : 0.f;")],
+        (
+            "    const int n_end = CAUSAL ? min((blockIdx.x + 1) * kRows, n_ctx) : n_ctx;  // causal: later keys are masked\n",
+            "    const int n_end = n_ctx;\n",
+        ),
+        (
+            "            if (key >= n_ctx || (CAUSAL && key > row)) break;  // keys only grow: the rest are masked too\n",
+            "            if (key >= n_ctx) break;\n",
+        ),
+        (
+            "    const int m_begin = CAUSAL ? blockIdx.x * kRows : 0;  // causal: earlier queries see none of the block's keys\n",
+            "    const int m_begin = 0;\n",
+        ),
+        ("            if (CAUSAL && query < key) continue;  // this query does not see this key: P = 0\n", ""),
+    ],
+    (BWD, "ds_unscaled"): [
+        ("out[c] = from_float<T>(dq[c] * p.scale);", "out[c] = from_float<T>(dq[c]);"),
+        ("dk_out[c] = from_float<T>(dk[c] * p.scale);", "dk_out[c] = from_float<T>(dk[c]);"),
+    ],
+    (BWD, "lse_not_in_log2"): [
+        ("lse[row * p.lse.row] * kLog2e : 0.f;", "lse[row * p.lse.row] : 0.f;"),
+        ("lse[query * p.lse.row] * kLog2e : 0.f;", "lse[query * p.lse.row] : 0.f;"),
+    ],
 }
 
 
@@ -290,7 +326,9 @@ def forward_played(q, k, v, causal: bool, mistake: str | None = None):
     m = s.amax(-1)
     weights = torch.exp2(s - m[..., None])
     l = weights.sum(-1)
-    lse = {"lse_in_log2": m + torch.log2(l), "lse_without_max": torch.log2(l) * LN2}.get(mistake, (m + torch.log2(l)) * LN2)
+    lse = {"lse_in_log2": m + torch.log2(l), "lse_without_max": torch.log2(l) * LN2}.get(
+        mistake, (m + torch.log2(l)) * LN2
+    )
     return weights @ v / l[..., None], lse
 
 
@@ -346,14 +384,17 @@ def test_the_played_minimal_kernel_passes_every_case(exercise):
     assert set(found.values()) == {"ok"} and len(found) >= 10, found
 
 
-@pytest.mark.parametrize("exercise, mistake, fails_on", [
-    (FWD, "lse_in_log2", "N=1 d=64"),             # every lse off by a factor log2(e), even one key's
-    (FWD, "lse_without_max", "N=1 d=64"),         # log(l) alone is 0 for one key; the answer is its score
-    (BWD, "no_delta", "N=17"),                    # dS = P dP: dq, dk off everywhere
-    (BWD, "causal_forward_only", "causal=True"),  # P rebuilt over the masked keys too
-    (BWD, "ds_unscaled", "N=17"),                 # dq, dk sqrt(d) times too large
-    (BWD, "lse_not_in_log2", "N=100"),            # P = 2^(s log2 e - lse): each row scaled by 2^(0.44 lse)
-])
+@pytest.mark.parametrize(
+    "exercise, mistake, fails_on",
+    [
+        (FWD, "lse_in_log2", "N=1 d=64"),  # every lse off by a factor log2(e), even one key's
+        (FWD, "lse_without_max", "N=1 d=64"),  # log(l) alone is 0 for one key; the answer is its score
+        (BWD, "no_delta", "N=17"),  # dS = P dP: dq, dk off everywhere
+        (BWD, "causal_forward_only", "causal=True"),  # P rebuilt over the masked keys too
+        (BWD, "ds_unscaled", "N=17"),  # dq, dk sqrt(d) times too large
+        (BWD, "lse_not_in_log2", "N=100"),  # P = 2^(s log2 e - lse): each row scaled by 2^(0.44 lse)
+    ],
+)
 def test_each_classic_mistake_fails_a_case_of_the_spec(exercise, mistake, fails_on):
     found = verdicts(exercise, mistake)
     failed = [label for label, code in found.items() if code != "ok"]
@@ -371,11 +412,14 @@ def mistake_file(exercise: str, mistake: str, folder):
 
 # --- GPU: the real operators -------------------------------------------------------------------------------
 
+
 def rate_line(exercise: str, t) -> str:
     extra = memory.size_text(t.learner_extra_bytes) if t.learner_extra_bytes is not None else "?"
-    return (f"{exercise} {t.case}: you {t.learner_ms:.4g} ms {t.learner_rate:.4g} TFLOP/s, SDPA{' backward' if exercise == BWD else ''} "
-            f"{t.torch_ms:.4g} ms {t.torch_rate:.4g} TFLOP/s (you / SDPA {t.torch_ms / t.learner_ms:.2f}); extra memory "
-            f"{extra} (limit {memory.size_text(t.extra_bytes_limit)})")
+    return (
+        f"{exercise} {t.case}: you {t.learner_ms:.4g} ms {t.learner_rate:.4g} TFLOP/s, SDPA{' backward' if exercise == BWD else ''} "
+        f"{t.torch_ms:.4g} ms {t.torch_rate:.4g} TFLOP/s (you / SDPA {t.torch_ms / t.learner_ms:.2f}); extra memory "
+        f"{extra} (limit {memory.size_text(t.extra_bytes_limit)})"
+    )
 
 
 @pytest.mark.gpu
@@ -406,7 +450,9 @@ def test_cuda_stub_fails_on_the_gpu_with_nothing_written(exercise):
 @pytest.mark.gpu
 @pytest.mark.parametrize("exercise", EXERCISES)
 def test_the_ladders_first_kernel_passes_numerics_on_the_gpu(exercise):
-    result = grade(resolve((exercise,), lang="cuda"), submission=submission(f"{exercise}_minimal.cu"), seed=5, quick=True)
+    result = grade(
+        resolve((exercise,), lang="cuda"), submission=submission(f"{exercise}_minimal.cu"), seed=5, quick=True
+    )
     numerics = checks_by_name(result)["numerics"]
     assert numerics.status == PASSED, numerics.message
 
@@ -414,8 +460,9 @@ def test_the_ladders_first_kernel_passes_numerics_on_the_gpu(exercise):
 @pytest.mark.gpu
 @pytest.mark.parametrize("exercise, mistake", list(MISTAKE_EDITS))
 def test_each_classic_mistake_fails_on_the_gpu(exercise, mistake, tmp_path):
-    result = grade(resolve((exercise,), lang="cuda"), submission=mistake_file(exercise, mistake, tmp_path), seed=5,
-                   quick=True)
+    result = grade(
+        resolve((exercise,), lang="cuda"), submission=mistake_file(exercise, mistake, tmp_path), seed=5, quick=True
+    )
     numerics = checks_by_name(result)["numerics"]
     assert numerics.status == FAILED, numerics.message
     print(f"\n{exercise} {mistake}: {numerics.message.splitlines()[0]}")

@@ -67,8 +67,11 @@ def test_a_forked_child_is_the_process_a_fresh_one_would_be(monkeypatch, tmp_pat
     learner.write_text(PROBE)
     for mark in ("first", "second"):  # the second child comes from the server the first one started
         monkeypatch.setenv("KCOURSE_PROBE_MARK", mark)
-        load = next(c for c in grade(resolve(["vector_add"], lang="triton"), submission=learner, seed=1).checks
-                    if c.name == "load")
+        load = next(
+            c
+            for c in grade(resolve(["vector_add"], lang="triton"), submission=learner, seed=1).checks
+            if c.name == "load"
+        )
         facts = json.loads(re.search(r"PROBE(\{.*?\})PROBE", load.message).group(1))
         assert facts == {"sid": True, "path0": True, "argv": True, "worker": True, "mark": mark, "tmp": True}
 

@@ -31,8 +31,19 @@ def gelu(t, tanh=False):
     return torch.nn.functional.gelu(t, approximate="tanh" if tanh else "none")
 
 
-def fused_in_torch(t, p, *, by_row=False, shift_first=False, gelu_first=False, tanh=False, x_stride_n=False,
-                   out_stride_n=False, eager_rounding=False, block_n=None):
+def fused_in_torch(
+    t,
+    p,
+    *,
+    by_row=False,
+    shift_first=False,
+    gelu_first=False,
+    tanh=False,
+    x_stride_n=False,
+    out_stride_n=False,
+    eager_rounding=False,
+    block_n=None,
+):
     """What a Triton kernel computing in float32 writes, with one of the classic mistakes switched on by name."""
     dtype = t["out"].dtype
     x = (rows_at_stride_n(t["x"]) if x_stride_n else t["x"]).float()
@@ -120,8 +131,11 @@ def test_each_classic_mistake_fails_first_on_the_case_built_for_it(name):
 ROUNDED = "t = (x * scale[None, :]).to(out_ptr.dtype.element_ty).to(tl.float32) + shift[None, :]"
 EDITS = {
     "the product rounded to the dtype between the ops": (
-        "t = x * scale[None, :] + shift[None, :]", ROUNDED + "\n    t = t.to(out_ptr.dtype.element_ty).to(tl.float32)",
-        "dtype=float16", "mismatch"),
+        "t = x * scale[None, :] + shift[None, :]",
+        ROUNDED + "\n    t = t.to(out_ptr.dtype.element_ty).to(tl.float32)",
+        "dtype=float16",
+        "mismatch",
+    ),
 }
 
 
@@ -145,6 +159,7 @@ def test_the_unfused_three_kernel_fixture_passes_the_numerics():
 
 # --- GPU: the solution beside the unfused versions, full grades ------------------------------------------
 
+
 @pytest.mark.gpu
 @pytest.mark.solutions
 @pytest.mark.parametrize("dtype, M, N", [(torch.bfloat16, 16_384, 8192), (torch.float32, 8192, 8192)])
@@ -159,9 +174,9 @@ def test_the_fused_solution_beside_three_kernels_near_copy_bandwidth(dtype, M, N
     out = torch.empty_like(x)
     want = gelu(x.double() * scale.double() + shift.double())
     contestants = {
-        "step 2: one row x 1024 columns a program":
-            lambda: solution.fusion_kernel[(M, triton_cdiv(N, 1024))](x, scale, shift, out, M, N, N, N,
-                                                                      BLOCK_M=1, BLOCK_N=1024, num_warps=4),
+        "step 2: one row x 1024 columns a program": lambda: solution.fusion_kernel[(M, triton_cdiv(N, 1024))](
+            x, scale, shift, out, M, N, N, N, BLOCK_M=1, BLOCK_N=1024, num_warps=4
+        ),
         "solution (fused, 16 KB tiles)": lambda: solution.fusion(x, scale, shift, out),
         "unfused: three Triton kernels": lambda: unfused.fusion(x, scale, shift, out),
         "eager PyTorch: x * scale, + shift, F.gelu": lambda: gelu(x * scale + shift),
@@ -176,11 +191,15 @@ def test_the_fused_solution_beside_three_kernels_near_copy_bandwidth(dtype, M, N
     copy_gbps = timing.measure_copy_bandwidth()
     size = x.element_size()
     rates = {name: gbps(2 * M * N * size + 2 * N * size, m["median_ms"]) for name, m in measured.items()}
-    print(f"\nfusion {M}x{N} {str(dtype)[6:]} on {torch.cuda.get_device_name()} (copy {copy_gbps:.0f} GB/s; "
-          "GB/s counts the fused kernel's 2 MN elements for every contestant):")
+    print(
+        f"\nfusion {M}x{N} {str(dtype)[6:]} on {torch.cuda.get_device_name()} (copy {copy_gbps:.0f} GB/s; "
+        "GB/s counts the fused kernel's 2 MN elements for every contestant):"
+    )
     for name, rate in rates.items():
-        print(f"  {name:45s} {measured[name]['median_ms'] * 1000:8.1f} us  {rate:6.0f} GB/s  "
-              f"{100 * rate / copy_gbps:4.0f}% of roofline")
+        print(
+            f"  {name:45s} {measured[name]['median_ms'] * 1000:8.1f} us  {rate:6.0f} GB/s  "
+            f"{100 * rate / copy_gbps:4.0f}% of roofline"
+        )
     best = rates["solution (fused, 16 KB tiles)"]
     assert best >= 0.85 * copy_gbps
     assert best > rates["eager PyTorch: x * scale, + shift, F.gelu"]

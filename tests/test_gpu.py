@@ -27,8 +27,10 @@ def test_solution_passes_every_check_including_speed(target):
     speed = next(c for c in result.checks if c.name == "speed")
     assert speed.status == "passed", speed.message
     t = result.timings[-1]
-    print(f"\n{target.key}: {t.case}: solution {t.solution_ms:.4g} ms, {t.solution_rate:.4g} {t.unit}, "
-          f"{t.solution_roofline_pct or 0:.0f}% of roofline; torch {t.torch_ms or 0:.4g} ms; build {result.build.get('seconds', 0):.2f} s")
+    print(
+        f"\n{target.key}: {t.case}: solution {t.solution_ms:.4g} ms, {t.solution_rate:.4g} {t.unit}, "
+        f"{t.solution_roofline_pct or 0:.0f}% of roofline; torch {t.torch_ms or 0:.4g} ms; build {result.build.get('seconds', 0):.2f} s"
+    )
 
 
 @pytest.mark.slow
@@ -47,8 +49,10 @@ def test_solution_graded_against_itself_passes_ten_times_out_of_ten(exercise):
         result = grade(target, source="solutions", seed=1000 + i)
         assert result.status == "passed", f"run {i}: {result.verdict}"
         ratios.append(result.timings[-1].ratio)
-    print(f"\n{exercise}: self-grade ratio over 10 runs: min {min(ratios):.3f}, median {statistics.median(ratios):.3f}, "
-          f"max {max(ratios):.3f} (threshold {target.spec.performance.threshold})")
+    print(
+        f"\n{exercise}: self-grade ratio over 10 runs: min {min(ratios):.3f}, median {statistics.median(ratios):.3f}, "
+        f"max {max(ratios):.3f} (threshold {target.spec.performance.threshold})"
+    )
 
 
 def test_raw_cuda_builds_in_under_3_s_cold_and_half_a_second_cached(monkeypatch, tmp_path):
@@ -88,8 +92,10 @@ def test_a_plain_tiled_matmul_meets_the_threshold_and_tunes_over_tile_sizes():
     record = tools.run_tune(resolve(("matmul",)), submission=submission("matmul_tiled.cu"))
     assert [r["config"] for r in record["rows"]] == ["TILE=8", "TILE=16", "TILE=32"]
     assert all(r["correct"] and r["ms"] for r in record["rows"]) and record["best"]
-    print(f"\ntiled matmul: ratio {result.timings[-1].ratio:.2f} of the solution; tune: "
-          + ", ".join(f"{r['config']} {r['ms']:.3f} ms" for r in record["rows"]))
+    print(
+        f"\ntiled matmul: ratio {result.timings[-1].ratio:.2f} of the solution; tune: "
+        + ", ".join(f"{r['config']} {r['ms']:.3f} ms" for r in record["rows"])
+    )
 
 
 def test_nsight_compute_profiles_the_learners_kernel_not_the_childs_start_up(tmp_path):

@@ -108,16 +108,32 @@ def test_the_progress_line_counts_done_running_failed_and_remaining():
     # a running grade is not also waiting: 1 done + 1 running + 2 waiting = 4; the time left is for the 3 unfinished
     assert progress.line() == "graded 1/4 (1 failed), 1 running, 2 waiting; 2.0/min, about 1m30s left"
     summary = progress.summary([{"status": "failed"}, {"status": "passed"}, {"status": "passed"}])
-    assert summary.startswith("3 grades (2 passed, 1 failed): 1 graded now in 30s (2.0/min), 2 already in the gradebook")
+    assert summary.startswith(
+        "3 grades (2 passed, 1 failed): 1 graded now in 30s (2.0/min), 2 already in the gradebook"
+    )
     assert "1 retried after their worker died" in summary and stream.getvalue().count("\n") == 3
 
 
 def board_rows() -> list[dict]:
     def row(learner, ratio, gpu="NVIDIA H100", status="passed"):
-        return {"learner": learner, "exercise": "reduction", "lang": "cuda", "status": status, "ratio": ratio,
-                "learner_ms": 0.5 / ratio if ratio else None, "gpu": gpu, "bar": "calibration for NVIDIA H100"}
-    return [row("ada", 0.8), row("bo", 1.1), row("cy", 0.9, status="failed"), row("di", None),
-            row("ed", 0.7, gpu="NVIDIA H200")]
+        return {
+            "learner": learner,
+            "exercise": "reduction",
+            "lang": "cuda",
+            "status": status,
+            "ratio": ratio,
+            "learner_ms": 0.5 / ratio if ratio else None,
+            "gpu": gpu,
+            "bar": "calibration for NVIDIA H100",
+        }
+
+    return [
+        row("ada", 0.8),
+        row("bo", 1.1),
+        row("cy", 0.9, status="failed"),
+        row("di", None),
+        row("ed", 0.7, gpu="NVIDIA H200"),
+    ]
 
 
 def test_the_leaderboard_ranks_passing_submissions_per_gpu_model_by_pseudonym(tmp_path):
@@ -127,7 +143,7 @@ def test_the_leaderboard_ranks_passing_submissions_per_gpu_model_by_pseudonym(tm
     (subs / "bo" / "pseudonym").write_text("Warp <b>Speed</b> | 9\nsecond line ignored\n")
     md_path, html_path = leaderboard.write(board_rows(), subs, tmp_path / "book")
     md = md_path.read_text()
-    h100 = md[md.index("on NVIDIA H100"):md.index("on NVIDIA H200")]
+    h100 = md[md.index("on NVIDIA H100") : md.index("on NVIDIA H200")]
     assert h100.index("Warp &lt;b&gt;Speed&lt;/b&gt; \\| 9") < h100.index("anon-")  # 1.10 before 0.80
     assert "| 1 | Warp" in h100 and "| 1.10 |" in h100 and "ada" not in md and "cy" not in md
     anon = leaderboard.anonymous_id("ada", leaderboard.class_salt(tmp_path / "book"))
@@ -171,19 +187,50 @@ def test_cluster_options_without_dask_say_what_to_install(tmp_path, monkeypatch)
     assert result.exit_code == 2 and 'pip install "kernel-course[cluster]"' in result.output
 
 
-@pytest.mark.parametrize("system, lines", [
-    ("slurm", ["#SBATCH --gres=gpu:2", "#SBATCH -p gpu", "#SBATCH -A cs101", "#SBATCH -t 02:00:00",
-               "#SBATCH --cpus-per-task=8"]),
-    ("pbs", ["#PBS -l select=1:ncpus=8:ngpus=2:mem=64GB", "#PBS -q gpu", "#PBS -A cs101", "#PBS -l walltime=02:00:00"]),
-    ("sge", ["#$ -l gpu=2", "#$ -q gpu", "#$ -P cs101", "#$ -l h_rt=02:00:00"]),
-    ("lsf", ['#BSUB -gpu "num=2"', "#BSUB -q gpu", '#BSUB -P "cs101"', "#BSUB -W 02:00"]),
-])
+@pytest.mark.parametrize(
+    "system, lines",
+    [
+        (
+            "slurm",
+            [
+                "#SBATCH --gres=gpu:2",
+                "#SBATCH -p gpu",
+                "#SBATCH -A cs101",
+                "#SBATCH -t 02:00:00",
+                "#SBATCH --cpus-per-task=8",
+            ],
+        ),
+        (
+            "pbs",
+            ["#PBS -l select=1:ncpus=8:ngpus=2:mem=64GB", "#PBS -q gpu", "#PBS -A cs101", "#PBS -l walltime=02:00:00"],
+        ),
+        ("sge", ["#$ -l gpu=2", "#$ -q gpu", "#$ -P cs101", "#$ -l h_rt=02:00:00"]),
+        ("lsf", ['#BSUB -gpu "num=2"', "#BSUB -q gpu", '#BSUB -P "cs101"', "#BSUB -W 02:00"]),
+    ],
+)
 def test_dry_run_prints_a_job_script_with_the_batch_systems_resource_lines(tmp_path, system, lines):
     pytest.importorskip("dask_jobqueue")
     (tmp_path / "ada").mkdir()
-    result = CliRunner().invoke(main, ["grade-batch", str(tmp_path), "--cluster", system, "--dry-run", "--queue", "gpu",
-                                       "--account", "cs101", "--walltime", "02:00:00", "--gpus-per-job", "2",
-                                       "--out", str(tmp_path / "book")])
+    result = CliRunner().invoke(
+        main,
+        [
+            "grade-batch",
+            str(tmp_path),
+            "--cluster",
+            system,
+            "--dry-run",
+            "--queue",
+            "gpu",
+            "--account",
+            "cs101",
+            "--walltime",
+            "02:00:00",
+            "--gpus-per-job",
+            "2",
+            "--out",
+            str(tmp_path / "book"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     script = result.output.splitlines()
     assert all(line in script for line in lines), result.output
@@ -202,8 +249,9 @@ def two_workers():
     distributed = pytest.importorskip("distributed")
     import logging
 
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                                       silence_logs=logging.CRITICAL)
+    cluster = distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=logging.CRITICAL
+    )
     client = distributed.Client(cluster)
     yield client
     client.close()
@@ -214,14 +262,27 @@ def two_workers():
 @pytest.mark.slow
 @needs_solutions
 def test_a_class_is_graded_through_a_dask_scheduler_on_worker_processes(tmp_path, two_workers):
-    subs = make_class(tmp_path / "subs", {
-        "ada": {"reduction.cu": REDUCTION, "vector_add.py": VECTOR_ADD},
-        "bo": {"reduction.cu": REDUCTION, "vector_add.py": FIXTURES / "vector_add_segfault.py"},
-        "cy": {"reduction.cu": FIXTURES / "reduction_broken.cu"},
-    })
+    subs = make_class(
+        tmp_path / "subs",
+        {
+            "ada": {"reduction.cu": REDUCTION, "vector_add.py": VECTOR_ADD},
+            "bo": {"reduction.cu": REDUCTION, "vector_add.py": FIXTURES / "vector_add_segfault.py"},
+            "cy": {"reduction.cu": FIXTURES / "reduction_broken.cu"},
+        },
+    )
     book = tmp_path / "book"
-    args = ["grade-batch", str(subs), "--only", "reduction", "--only", "vector_add", "--out", str(book),
-            "--scheduler", two_workers.scheduler.address]
+    args = [
+        "grade-batch",
+        str(subs),
+        "--only",
+        "reduction",
+        "--only",
+        "vector_add",
+        "--out",
+        str(book),
+        "--scheduler",
+        two_workers.scheduler.address,
+    ]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     assert f"grading on the Dask cluster at {two_workers.scheduler.address} (2 CPU worker(s))" in result.output
@@ -269,11 +330,14 @@ class KillOnStart(Progress):
 def test_a_worker_killed_mid_task_has_it_regraded_elsewhere_and_the_rerun_adds_nothing(tmp_path, two_workers, targets):
     from grader.commands.cluster import DaskRunner
 
-    subs = make_class(tmp_path / "subs", {
-        "ada": {"vector_add.py": FIXTURES / "vector_add_hangs.py", "reduction.cu": REDUCTION},
-        "bo": {"vector_add.py": FIXTURES / "vector_add_hangs.py", "reduction.cu": REDUCTION},
-        "cy": {"reduction.cu": REDUCTION},
-    })
+    subs = make_class(
+        tmp_path / "subs",
+        {
+            "ada": {"vector_add.py": FIXTURES / "vector_add_hangs.py", "reduction.cu": REDUCTION},
+            "bo": {"vector_add.py": FIXTURES / "vector_add_hangs.py", "reduction.cu": REDUCTION},
+            "cy": {"reduction.cu": REDUCTION},
+        },
+    )
     client, book = two_workers, tmp_path / "book"
     pids = client.run(os.getpid)
     names = {str(w["name"]): address for address, w in client.scheduler_info()["workers"].items()}

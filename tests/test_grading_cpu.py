@@ -47,11 +47,17 @@ def test_every_grade_is_recorded_in_the_store():
     grade(target, source="stubs", seed=3)
     grade(target, source="solutions", seed=4)
     records = [r for r in store.read_all() if r["kind"] == "grade"]
-    assert [(r["source"], r["status"], r["seed"]) for r in records] == [("stubs", "failed", 3), ("solutions", "passed", 4)]
+    assert [(r["source"], r["status"], r["seed"]) for r in records] == [
+        ("stubs", "failed", 3),
+        ("solutions", "passed", 4),
+    ]
 
 
 def test_a_missing_solutions_folder_is_an_error_not_a_traceback(monkeypatch, tmp_path):
-    for where in ("grader.core.discovery.solution_file", "grader.run.grade.solution_file"):  # the file graded, the one timed
+    for where in (
+        "grader.core.discovery.solution_file",
+        "grader.run.grade.solution_file",
+    ):  # the file graded, the one timed
         monkeypatch.setattr(where, lambda spec, variant: tmp_path / "nope.py")
     result = grade(resolve(("softmax",)), source="solutions", seed=1)
     assert result.status == "error" and "does not exist" in result.verdict

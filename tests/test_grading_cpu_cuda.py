@@ -26,7 +26,9 @@ CORRECT_STUBS = {"occupancy"}
 @pytest.mark.slow
 @cpu_only
 @pytest.mark.nvcc
-@pytest.mark.parametrize("target", [t for t in all_targets() if t.variant.kind in ("cuda", "cuda_host")], ids=lambda t: t.key)
+@pytest.mark.parametrize(
+    "target", [t for t in all_targets() if t.variant.kind in ("cuda", "cuda_host")], ids=lambda t: t.key
+)
 @pytest.mark.parametrize("source", ["solutions", "stubs"])
 def test_cuda_exercise_without_gpu_runs_on_the_cpu_emulator_or_says_why_not(target, source):
     """Without a GPU a CUDA file is compiled by nvcc, then its kernels run on the CPU emulator (grader/cuda_cpu):

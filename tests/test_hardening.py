@@ -155,11 +155,13 @@ def test_recording_the_operators_does_not_load_torch_compile_and_still_sees_them
     import subprocess
     import sys
 
-    code = ("import sys, torch\nfrom grader.checks import integrity\n"
-            "_, before = integrity.ops_called(lambda: torch.ones(3) + 1)\n"
-            "loaded = 'torch._dynamo' in sys.modules\n"
-            "import torch._dynamo\n"
-            "_, after = integrity.ops_called(lambda: torch.ones(3) * 2)\n"
-            "print(loaded, 'aten::add.Tensor' in before, 'aten::mul.Tensor' in after)")
+    code = (
+        "import sys, torch\nfrom grader.checks import integrity\n"
+        "_, before = integrity.ops_called(lambda: torch.ones(3) + 1)\n"
+        "loaded = 'torch._dynamo' in sys.modules\n"
+        "import torch._dynamo\n"
+        "_, after = integrity.ops_called(lambda: torch.ones(3) * 2)\n"
+        "print(loaded, 'aten::add.Tensor' in before, 'aten::mul.Tensor' in after)"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.split() == ["False", "True", "True"], done.stderr[-2000:]

@@ -191,5 +191,7 @@ def test_the_module_the_grader_starts_it_from_does_not_import_torch():
     import sys
 
     code = "import sys, grader.run.heavy; print('torch' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True).stdout.strip() == "False"
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+        == "False"
+    )

@@ -28,6 +28,7 @@ GRID_Y_LIMIT = 65535
 
 # --- the grader's growth: reference keywords, int32 exactness, the guard -----------------------------
 
+
 def test_a_reference_without_inputs_gets_the_case_sizes_and_device_by_keyword():
     def reference(*, n, device="cpu"):
         return torch.arange(n, dtype=torch.int32, device=device)
@@ -52,8 +53,9 @@ def test_int32_outputs_are_compared_exactly_and_poisoned_with_an_int():
     assert compare("ids", off_by_one, want, tol, "n=5").code == "mismatch"
 
 
-@pytest.mark.parametrize("exercise,layout", [("hello_cuda", None), ("softmax", None), ("softmax", "row_slice"),
-                                             ("softmax", "transposed")])
+@pytest.mark.parametrize(
+    "exercise,layout", [("hello_cuda", None), ("softmax", None), ("softmax", "row_slice"), ("softmax", "transposed")]
+)
 def test_a_store_outside_an_output_is_seen_and_writing_only_inside_is_not(exercise, layout):
     spec = discover_exercises()[exercise]
     params = {"n": 10, "rows": 3, "cols": 4} if exercise == "hello_cuda" else {"M": 3, "N": 4}
@@ -115,8 +117,10 @@ def _iota_target(tmp_path):
     folder = tmp_path / "iota"
     folder.mkdir()
     (folder / "spec.toml").write_text(IOTA_SPEC)
-    (folder / "reference.py").write_text("import torch\n\n\ndef reference(*, n, device='cpu'):\n"
-                                         "    return torch.arange(n, dtype=torch.int32, device=device)\n")
+    (folder / "reference.py").write_text(
+        "import torch\n\n\ndef reference(*, n, device='cpu'):\n"
+        "    return torch.arange(n, dtype=torch.int32, device=device)\n"
+    )
     spec = load_spec(folder)
     return Target(spec, spec.variant("triton"))
 
@@ -148,6 +152,7 @@ def test_a_store_past_the_end_fails_with_its_own_message(tmp_path):
 
 
 # --- the exercise's cases against the classic mistakes, launches simulated on the CPU -------------------
+
 
 def _ceil(a: int, b: int) -> int:
     return (a + b - 1) // b
@@ -184,8 +189,18 @@ def correct_1d(launch, n, *, threads=256, round_up=True, check=True, one_block=F
     launch.store("ids", i[keep], i[keep])
 
 
-def correct_2d(launch, rows, cols, *, block=(32, 8), check=True, row_on_x=False, swap_values=False,
-               stride="cols", grid_follows=False):
+def correct_2d(
+    launch,
+    rows,
+    cols,
+    *,
+    block=(32, 8),
+    check=True,
+    row_on_x=False,
+    swap_values=False,
+    stride="cols",
+    grid_follows=False,
+):
     """The 2-D kernel with one mistake switched on (keyword arguments name them)."""
     along_x, along_y = (rows, cols) if row_on_x and grid_follows else (cols, rows)
     x, y = threads_2d((_ceil(along_x, block[0]), _ceil(along_y, block[1])), block)
@@ -202,21 +217,31 @@ MISTAKES = {
     "1-D bounds check missing": lambda l, c: (correct_1d(l, c["n"], check=False), correct_2d(l, c["rows"], c["cols"])),
     "1-D <<<1, n>>>": lambda l, c: (correct_1d(l, c["n"], one_block=True), correct_2d(l, c["rows"], c["cols"])),
     "2-D bounds check missing": lambda l, c: (correct_1d(l, c["n"]), correct_2d(l, c["rows"], c["cols"], check=False)),
-    "2-D row from x, column from y": lambda l, c: (correct_1d(l, c["n"]),
-                                                   correct_2d(l, c["rows"], c["cols"], row_on_x=True)),
-    "2-D row and column values swapped": lambda l, c: (correct_1d(l, c["n"]),
-                                                       correct_2d(l, c["rows"], c["cols"], swap_values=True)),
+    "2-D row from x, column from y": lambda l, c: (
+        correct_1d(l, c["n"]),
+        correct_2d(l, c["rows"], c["cols"], row_on_x=True),
+    ),
+    "2-D row and column values swapped": lambda l, c: (
+        correct_1d(l, c["n"]),
+        correct_2d(l, c["rows"], c["cols"], swap_values=True),
+    ),
     "2-D row * rows + col": lambda l, c: (correct_1d(l, c["n"]), correct_2d(l, c["rows"], c["cols"], stride="rows")),
-    "2-D one row per block (1024 x 1 blocks)": lambda l, c: (correct_1d(l, c["n"]),
-                                                              correct_2d(l, c["rows"], c["cols"], block=(1024, 1))),
+    "2-D one row per block (1024 x 1 blocks)": lambda l, c: (
+        correct_1d(l, c["n"]),
+        correct_2d(l, c["rows"], c["cols"], block=(1024, 1)),
+    ),
 }
 CORRECT = {
     "the solution's shape": lambda l, c: (correct_1d(l, c["n"]), correct_2d(l, c["rows"], c["cols"])),
     # uncoalesced but right: the row on x with the grid sized for it is the speed ladder's business
-    "row on x, grid sized for it": lambda l, c: (correct_1d(l, c["n"]), correct_2d(l, c["rows"], c["cols"],
-                                                                                     row_on_x=True, grid_follows=True)),
-    "1-D blocks of 1024, 2-D blocks of 16 x 16": lambda l, c: (correct_1d(l, c["n"], threads=1024),
-                                                                correct_2d(l, c["rows"], c["cols"], block=(16, 16))),
+    "row on x, grid sized for it": lambda l, c: (
+        correct_1d(l, c["n"]),
+        correct_2d(l, c["rows"], c["cols"], row_on_x=True, grid_follows=True),
+    ),
+    "1-D blocks of 1024, 2-D blocks of 16 x 16": lambda l, c: (
+        correct_1d(l, c["n"], threads=1024),
+        correct_2d(l, c["rows"], c["cols"], block=(16, 16)),
+    ),
 }
 
 
@@ -271,12 +296,16 @@ def test_timed_bytes_count_every_store():
 
 # --- on a GPU: the real kernels ------------------------------------------------------------------------
 
+
 @pytest.mark.gpu
 def test_the_one_int_per_thread_kernel_passes_numerics_on_the_gpu():
-    result = grade(resolve(("hello_cuda",)), submission=submission("hello_cuda_one_per_thread.cu"), seed=11,
-                   record=False)
+    result = grade(
+        resolve(("hello_cuda",)), submission=submission("hello_cuda_one_per_thread.cu"), seed=11, record=False
+    )
     assert next(c for c in result.checks if c.name == "numerics").status == "passed", result.verdict
     if result.timings:
         t = result.timings[-1]
-        print(f"\nhello_cuda one int per thread: {t.case}: {t.learner_ms:.4g} ms, {t.roofline_pct or 0:.0f}% of roofline; "
-              f"solution {t.solution_ms or 0:.4g} ms ({t.solution_roofline_pct or 0:.0f}%); torch {t.torch_ms or 0:.4g} ms")
+        print(
+            f"\nhello_cuda one int per thread: {t.case}: {t.learner_ms:.4g} ms, {t.roofline_pct or 0:.0f}% of roofline; "
+            f"solution {t.solution_ms or 0:.4g} ms ({t.solution_roofline_pct or 0:.0f}%); torch {t.torch_ms or 0:.4g} ms"
+        )

@@ -47,7 +47,11 @@ A paragraph after the list,
 
 def test_the_ladder_is_read_from_its_section_with_titles_and_figures():
     steps = hints.parse_ladder(LADDER, "cuda")
-    assert [(s.number, s.title, s.roofline_pct) for s in steps] == [(1, "Naive", 10.0), (2, "Tiles", 17.0), (3, "Registers", None)]
+    assert [(s.number, s.title, s.roofline_pct) for s in steps] == [
+        (1, "Naive", 10.0),
+        (2, "Tiles", 17.0),
+        (3, "Registers", None),
+    ]
     assert steps[1].text == "Tiles: shared memory, reused TILE times (about 17% of roofline)."
     assert "paragraph" not in steps[2].text
 
@@ -55,7 +59,10 @@ def test_the_ladder_is_read_from_its_section_with_titles_and_figures():
 def test_a_language_ladder_serves_only_its_language():
     triton = hints.parse_ladder(LADDER, "triton")
     assert [s.title for s in triton] == ["Naive", "Tiles", "Registers", "Correct", "Fused"]
-    assert [s.title for s in hints.parse_ladder(LADDER.replace("## Ladder\n", "## Ladder (CUDA)\n"), "triton")] == ["Correct", "Fused"]
+    assert [s.title for s in hints.parse_ladder(LADDER.replace("## Ladder\n", "## Ladder (CUDA)\n"), "triton")] == [
+        "Correct",
+        "Fused",
+    ]
 
 
 @pytest.mark.parametrize("exercise", sorted(discover_exercises()))
@@ -75,8 +82,12 @@ def test_the_next_step_is_the_first_clearly_above_the_learners_roofline():
 
 
 def speed_check(ratio, case="M=4096 N=4096 K=4096"):
-    return Check("speed", "failed", f"{case}: 25.6 ms, 5.36 TFLOP/s; your speed is {ratio:.2f}× the solution's (needed: 0.15×)",
-                 {"ratio": ratio, "threshold": 0.15, "bar": "live solution"})
+    return Check(
+        "speed",
+        "failed",
+        f"{case}: 25.6 ms, 5.36 TFLOP/s; your speed is {ratio:.2f}× the solution's (needed: 0.15×)",
+        {"ratio": ratio, "threshold": 0.15, "bar": "live solution"},
+    )
 
 
 def test_correct_but_slow_names_the_next_ladder_step_with_the_roofline_reached():
@@ -102,47 +113,99 @@ def test_without_a_roofline_the_hint_lists_the_steps_after_a_correct_kernel():
 
 def test_a_tail_never_written_says_where_it_starts_and_how_to_mask_it():
     def check():
-        return Check("numerics", "failed", "n=1000 (seed 1011): 232 of 1000 elements of c never written (first at index 768)",
-                     {"code": "partial_write", "unwritten": 232, "first_index": 768, "case": {"n": 1000}, "seed": 1011})
+        return Check(
+            "numerics",
+            "failed",
+            "n=1000 (seed 1011): 232 of 1000 elements of c never written (first at index 768)",
+            {"code": "partial_write", "unwritten": 232, "first_index": 768, "case": {"n": 1000}, "seed": 1011},
+        )
 
     hint = hint_for("vector_add", "triton", check())
-    assert hint.startswith("the last 232 elements (from index 768 = 3 × 256, where a block of 256 starts) were never written")
+    assert hint.startswith(
+        "the last 232 elements (from index 768 = 3 × 256, where a block of 256 starts) were never written"
+    )
     assert "mask = offsets < n" in hint and "triton.cdiv(n, BLOCK)" in hint
     assert "(n + threads - 1) / threads" in hint_for("vector_add", "cuda", check())
 
 
 def test_columns_never_written_past_a_block_point_at_the_column_mask():
     rows, cols, first_col = 37, 781, 512
-    check = Check("numerics", "failed", "M=37 N=781: elements of out never written",
-                  {"code": "partial_write", "unwritten": rows * (cols - first_col), "first_index": first_col,
-                   "case": {"M": rows, "N": cols}})
+    check = Check(
+        "numerics",
+        "failed",
+        "M=37 N=781: elements of out never written",
+        {
+            "code": "partial_write",
+            "unwritten": rows * (cols - first_col),
+            "first_index": first_col,
+            "case": {"M": rows, "N": cols},
+        },
+    )
     hint = hint_for("softmax", "triton", check)
     assert "the last columns (from column 512 = 1 × 512" in hint and "mask = cols < n_cols" in hint
 
 
 def test_wrong_values_only_at_the_tail_are_called_a_bounds_problem():
-    check = Check("numerics", "failed", "n=1000003: 3 of 1000003 elements of c wrong",
-                  {"code": "mismatch", "wrong": 3, "first_index": 1000000, "last_wrong": 1000002, "total": 1000003,
-                   "got": 0.0, "expected": 1.5, "nan": 0})
+    check = Check(
+        "numerics",
+        "failed",
+        "n=1000003: 3 of 1000003 elements of c wrong",
+        {
+            "code": "mismatch",
+            "wrong": 3,
+            "first_index": 1000000,
+            "last_wrong": 1000002,
+            "total": 1000003,
+            "got": 0.0,
+            "expected": 1.5,
+            "nan": 0,
+        },
+    )
     hint = hint_for("vector_add", "cuda", check)
     assert hint.startswith("only the last 3 elements (from index 1000000") and "if (i < n)" in hint and "n % 4" in hint
 
 
 def test_rows_after_the_first_wrong_point_at_the_row_stride():
     rows, cols = 37, 781
-    check = Check("numerics", "failed", "M=37 N=781 (x layout=row_slice), trial 1: 28116 of 28897 elements of out wrong; 28116 NaN",
-                  {"code": "mismatch", "wrong": (rows - 1) * cols, "first_index": cols, "last_wrong": rows * cols - 1,
-                   "total": rows * cols, "nan": (rows - 1) * cols, "got": float("nan"), "expected": 0.0003,
-                   "case": {"M": rows, "N": cols}, "trial": 1})
+    check = Check(
+        "numerics",
+        "failed",
+        "M=37 N=781 (x layout=row_slice), trial 1: 28116 of 28897 elements of out wrong; 28116 NaN",
+        {
+            "code": "mismatch",
+            "wrong": (rows - 1) * cols,
+            "first_index": cols,
+            "last_wrong": rows * cols - 1,
+            "total": rows * cols,
+            "nan": (rows - 1) * cols,
+            "got": float("nan"),
+            "expected": 0.0003,
+            "case": {"M": rows, "N": cols},
+            "trial": 1,
+        },
+    )
     hint = hint_for("softmax", "triton", check)
-    assert hint.startswith("row 0 is right and every row from 1 on is wrong: a row is found with N where it takes the row stride")
+    assert hint.startswith(
+        "row 0 is right and every row from 1 on is wrong: a row is found with N where it takes the row stride"
+    )
     assert "x.stride(0)" in hint and "out.stride(0)" in hint and "its row stride is not N" in hint
 
 
 def test_nan_in_the_output_is_a_stability_hint():
-    check = Check("numerics", "failed", "M=3 N=5: 15 of 15 elements of out wrong; 15 NaN",
-                  {"code": "mismatch", "wrong": 15, "first_index": 0, "total": 15, "nan": 15, "got": float("nan"),
-                   "expected": 0.2})
+    check = Check(
+        "numerics",
+        "failed",
+        "M=3 N=5: 15 of 15 elements of out wrong; 15 NaN",
+        {
+            "code": "mismatch",
+            "wrong": 15,
+            "first_index": 0,
+            "total": 15,
+            "nan": 15,
+            "got": float("nan"),
+            "expected": 0.2,
+        },
+    )
     hint = hint_for("softmax", "triton", check)
     assert hint.startswith("15 NaN where the reference is finite: a numerical-stability problem")
     assert "subtract the row max before tl.exp" in hint
@@ -150,9 +213,22 @@ def test_nan_in_the_output_is_a_stability_hint():
 
 def test_wrong_on_a_later_trial_of_a_size_that_passed_is_a_race_or_a_value_problem():
     def check(trial):
-        return Check("numerics", "failed", f"n=1000003, trial {trial}: out wrong",
-                     {"code": "mismatch", "wrong": 1, "first_index": 0, "total": 1, "got": 1.5e5, "expected": 1.6e5,
-                      "nan": 0, "case": {"n": 1000003}, "trial": trial})
+        return Check(
+            "numerics",
+            "failed",
+            f"n=1000003, trial {trial}: out wrong",
+            {
+                "code": "mismatch",
+                "wrong": 1,
+                "first_index": 0,
+                "total": 1,
+                "got": 1.5e5,
+                "expected": 1.6e5,
+                "nan": 0,
+                "case": {"n": 1000003},
+                "trial": trial,
+            },
+        )
 
     hint = hint_for("reduction", "cuda", check(2))
     assert hint.startswith("trial 1 of this size passed and trial 2 failed. Grade again with the same --seed")
@@ -161,19 +237,34 @@ def test_wrong_on_a_later_trial_of_a_size_that_passed_is_a_race_or_a_value_probl
 
 
 def test_a_reduction_off_by_rounding_is_told_to_sum_in_a_tree():
-    check = Check("numerics", "failed", "n=268435459: out wrong",
-                  {"code": "mismatch", "wrong": 1, "first_index": 0, "total": 1, "got": 1.34217e8,
-                   "expected": 1.34218e8, "nan": 0, "trial": 1})
+    check = Check(
+        "numerics",
+        "failed",
+        "n=268435459: out wrong",
+        {
+            "code": "mismatch",
+            "wrong": 1,
+            "first_index": 0,
+            "total": 1,
+            "got": 1.34217e8,
+            "expected": 1.34218e8,
+            "nan": 0,
+            "trial": 1,
+        },
+    )
     assert "rounding, not logic" in hint_for("reduction", "cuda", check)
 
 
-@pytest.mark.parametrize("code, expected", [
-    ("race", "__syncthreads() between writing shared memory"),
-    ("racecheck", "__syncthreads() between writing shared memory"),
-    ("sync", "not every thread of the block reaches"),
-    ("memcheck", "an access outside an allocation"),
-    ("initcheck", "a read of device memory nothing wrote"),
-])
+@pytest.mark.parametrize(
+    "code, expected",
+    [
+        ("race", "__syncthreads() between writing shared memory"),
+        ("racecheck", "__syncthreads() between writing shared memory"),
+        ("sync", "not every thread of the block reaches"),
+        ("memcheck", "an access outside an allocation"),
+        ("initcheck", "a read of device memory nothing wrote"),
+    ],
+)
 def test_each_sanitizer_finding_gets_its_own_hint(code, expected):
     check = Check("sanitizer", "failed", "racecheck: 2 hazards in sum_kernel at reduction.cu:14", {"code": code})
     assert expected in hint_for("reduction", "cuda", check)
@@ -184,19 +275,29 @@ def test_not_implemented_points_at_the_todo_lines_of_the_graded_file():
     hint = hint_for("vector_add", "triton", check, file="exercises/vector_add/vector_add.py")
     assert hint.startswith("write the TODOs in vector_add.py (lines 14, 21)")
     unwritten = Check("numerics", "failed", "n=1: no element of out was written", {"code": "not_written"})
-    assert "TODOs in reduction.cu (lines 9, 14)" in hint_for("reduction", "cuda", unwritten, file="exercises/reduction/reduction.cu")
+    assert "TODOs in reduction.cu (lines 9, 14)" in hint_for(
+        "reduction", "cuda", unwritten, file="exercises/reduction/reduction.cu"
+    )
 
 
 def test_load_and_build_failures_say_what_the_grader_expects():
     missing = Check("load", "failed", "x.cu does not export `reduction`", {"code": "missing_entry"})
-    assert "reduction(x, out, n)" in hint_for("reduction", "cuda", missing) and 'extern "C"' in hint_for("reduction", "cuda", missing)
+    assert "reduction(x, out, n)" in hint_for("reduction", "cuda", missing) and 'extern "C"' in hint_for(
+        "reduction", "cuda", missing
+    )
     signature = Check("load", "failed", "cannot be called", {"code": "bad_signature"})
     assert "vector_add(a, b, c)" in hint_for("vector_add", "triton", signature)
-    build = Check("build", "failed", 'r.cu did not compile:\nr.cu:5: error: identifier "f" is undefined\n  f();',
-                  {"code": "build_error"})
-    assert hint_for("reduction", "cuda", build) == ('fix the first error first, later ones often follow from it: r.cu:5: '
-                                                    'error: identifier "f" is undefined (a misspelt name, a missing '
-                                                    '#include, or a function used before it is declared)')
+    build = Check(
+        "build",
+        "failed",
+        'r.cu did not compile:\nr.cu:5: error: identifier "f" is undefined\n  f();',
+        {"code": "build_error"},
+    )
+    assert hint_for("reduction", "cuda", build) == (
+        "fix the first error first, later ones often follow from it: r.cu:5: "
+        'error: identifier "f" is undefined (a misspelt name, a missing '
+        "#include, or a function used before it is declared)"
+    )
 
 
 def test_passed_checks_get_no_hint_and_an_existing_hint_is_kept():
@@ -228,10 +329,13 @@ def test_a_real_grade_of_a_dropped_tail_shows_the_mask_hint():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("exercise, name, start", [
-    ("softmax", "softmax_no_max.py", "NaN where the reference is finite: a numerical-stability problem"),
-    ("softmax", "softmax_ncols_stride.py", "row 0 is right and every row from 1 on is wrong"),
-])
+@pytest.mark.parametrize(
+    "exercise, name, start",
+    [
+        ("softmax", "softmax_no_max.py", "NaN where the reference is finite: a numerical-stability problem"),
+        ("softmax", "softmax_ncols_stride.py", "row 0 is right and every row from 1 on is wrong"),
+    ],
+)
 def test_real_grades_of_softmax_mistakes_get_their_own_hints(exercise, name, start):
     result = hints_grade(resolve((exercise,)), name)
     check = next(c for c in result.checks if c.status == "failed")
@@ -248,8 +352,13 @@ def hints_grade(target, name):
 
 # Ladders whose steps are not rungs of speed: the first kernels (vector_add, sm_id), the streams' speed-up
 # over one stream (stream_overlap), an aside for one skewed input (embedding_backward's step 4).
-NO_FIGURES = {"vector_add:cuda": {1, 2}, "vector_add:triton": {1}, "sm_id:cuda": {1, 2},
-              "stream_overlap:cuda": {1, 2, 3}, "embedding_backward:cuda": {4}}
+NO_FIGURES = {
+    "vector_add:cuda": {1, 2},
+    "vector_add:triton": {1},
+    "sm_id:cuda": {1, 2},
+    "stream_overlap:cuda": {1, 2, 3},
+    "embedding_backward:cuda": {4},
+}
 
 
 def test_every_step_of_a_timed_exercises_ladder_has_the_figure_the_next_step_hint_reads():

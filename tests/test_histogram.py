@@ -29,11 +29,15 @@ SEED = 11
 @pytest.fixture(scope="module")
 def inputs():
     """Each CPU case's inputs for each of its trials (trial 1 scales the draw by 1.5), drawn once."""
-    return {(i, trial): generate(SPEC, case, SEED + 1000 * i + trial, trial)
-            for i, case in enumerate(CPU_CASES) for trial in range(SPEC.trials_for(case))}
+    return {
+        (i, trial): generate(SPEC, case, SEED + 1000 * i + trial, trial)
+        for i, case in enumerate(CPU_CASES)
+        for trial in range(SPEC.trials_for(case))
+    }
 
 
 # --- the grader's growth: integer inputs through a transform, a transform per case --------------------
+
 
 def test_values_are_whole_bins_in_every_case_and_trial(inputs):
     for (i, trial), made in inputs.items():
@@ -67,16 +71,19 @@ def test_a_case_transform_that_is_not_a_name_is_refused_at_load(tmp_path):
 def write_spec(tmp_path, transform_line='transform = "bins"\n', case_line=""):
     folder = tmp_path / "ex"
     folder.mkdir()
-    (folder / "reference.py").write_text("import torch\n\ndef reference(x):\n    return x\n\n"
-                                         "def bins(x):\n    return (x * 4).floor()\n")
+    (folder / "reference.py").write_text(
+        "import torch\n\ndef reference(x):\n    return x\n\ndef bins(x):\n    return (x * 4).floor()\n"
+    )
     (folder / "spec.toml").write_text(
         'id = "ex"\n[variants.cuda]\nstub = "a.cu"\nentry = "f"\nargs = ["x", "y"]\n'
         f'[inputs.x]\nshape = ["n"]\ndtype = "int32"\n{transform_line}[outputs.y]\nshape = ["n"]\n'
-        f'[[cases]]\nn = 1000\n{case_line}[tolerance.float32]\natol = 0\nrtol = 0\n')
+        f"[[cases]]\nn = 1000\n{case_line}[tolerance.float32]\natol = 0\nrtol = 0\n"
+    )
     return folder
 
 
 # --- the exercise's cases against the classic mistakes, played in torch ----------------------------------
+
 
 def count(x: torch.Tensor) -> torch.Tensor:
     return torch.bincount(x.long(), minlength=256)
@@ -124,15 +131,21 @@ def simulated_verdict(kernel, case: Case, made: dict[str, torch.Tensor]) -> str:
 
 @pytest.mark.parametrize("name", list(MISTAKES))
 def test_every_classic_mistake_fails_some_case(name, inputs):
-    smallest_first = sorted(((i, made) for (i, trial), made in inputs.items() if trial == 0),
-                            key=lambda item: CPU_CASES[item[0]].params["n"])
-    assert any(simulated_verdict(MISTAKES[name], CPU_CASES[i], made) != "ok" for i, made in smallest_first), \
+    smallest_first = sorted(
+        ((i, made) for (i, trial), made in inputs.items() if trial == 0),
+        key=lambda item: CPU_CASES[item[0]].params["n"],
+    )
+    assert any(simulated_verdict(MISTAKES[name], CPU_CASES[i], made) != "ok" for i, made in smallest_first), (
         f"{name} passes every case"
+    )
 
 
 def test_float_counters_fail_only_past_two_to_the_24_in_one_bin(inputs):
-    failing = [CPU_CASES[i].label() for (i, trial), made in inputs.items()
-               if trial == 0 and simulated_verdict(MISTAKES["float counters (stop at 2^24)"], CPU_CASES[i], made) != "ok"]
+    failing = [
+        CPU_CASES[i].label()
+        for (i, trial), made in inputs.items()
+        if trial == 0 and simulated_verdict(MISTAKES["float counters (stop at 2^24)"], CPU_CASES[i], made) != "ok"
+    ]
     assert failing == ["n=16777259 (x transform=one_bin)"]
 
 
@@ -152,8 +165,12 @@ def test_torch_histc_counts_int32_exactly_on_the_gpu_path_as_bincount_does_here(
 
 # --- nvcc: the stub, the solution and the fixtures compile for sm_90 ----------------------------------------
 
-FIXTURES = ["histogram_global_atomics.cu", "histogram_shared.cu", "histogram_no_memset.cu",
-            "histogram_plain_increment.cu"]
+FIXTURES = [
+    "histogram_global_atomics.cu",
+    "histogram_shared.cu",
+    "histogram_no_memset.cu",
+    "histogram_plain_increment.cu",
+]
 
 
 @pytest.mark.slow
@@ -171,6 +188,7 @@ def test_the_fixtures_compile_for_sm_90():
 
 # --- on a GPU: the real kernels ------------------------------------------------------------------------------
 
+
 @pytest.mark.gpu
 @pytest.mark.solutions
 def test_the_solution_passes_near_copy_bandwidth_and_beats_torch_histc():
@@ -178,9 +196,11 @@ def test_the_solution_passes_near_copy_bandwidth_and_beats_torch_histc():
     assert result.status == "passed", result.verdict
     print(f"\nhistogram solution: {figures(result)}")
     uniform, one_bin = result.timings[-1], result.timings[-2]
-    print(f"histogram: uniform at 2^28 {uniform.learner_rate:.0f} GB/s ({uniform.roofline_pct:.0f}% of copy), "
-          f"all in one bin at 2^26 {one_bin.learner_rate:.0f} GB/s ({one_bin.roofline_pct:.0f}%); torch.histc "
-          f"{uniform.torch_rate:.0f} / {one_bin.torch_rate:.0f} GB/s")
+    print(
+        f"histogram: uniform at 2^28 {uniform.learner_rate:.0f} GB/s ({uniform.roofline_pct:.0f}% of copy), "
+        f"all in one bin at 2^26 {one_bin.learner_rate:.0f} GB/s ({one_bin.roofline_pct:.0f}%); torch.histc "
+        f"{uniform.torch_rate:.0f} / {one_bin.torch_rate:.0f} GB/s"
+    )
     assert uniform.roofline_pct >= 85 and uniform.learner_ms < uniform.torch_ms
 
 

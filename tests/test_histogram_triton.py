@@ -34,6 +34,7 @@ def case_labelled(label: str):
 
 # --- the Triton version beside the CUDA one -------------------------------------------------------------------
 
+
 def test_the_cuda_version_stays_the_default_and_triton_is_picked_by_lang():
     assert resolve(("histogram",)).variant.lang == "cuda"
     triton = resolve(("histogram",), lang="triton").variant
@@ -72,8 +73,12 @@ MISTAKES = {  # name: (the solution's text, its replacement, the case it fails, 
     # counts never zeroed: the kernel adds onto the poison, and the 255 empty bins keep it
     "counts_not_zeroed": ("    counts.zero_()\n", "", "n=1", "partial_write"),
     # each program stores its counts instead of adding them: the last program's are all that is left
-    "stored_not_added": ("tl.atomic_add(counts_ptr + bins, local, mask=local > 0, sem=\"relaxed\")",
-                         "tl.store(counts_ptr + bins, local)", "n=1000003", "mismatch"),
+    "stored_not_added": (
+        'tl.atomic_add(counts_ptr + bins, local, mask=local > 0, sem="relaxed")',
+        "tl.store(counts_ptr + bins, local)",
+        "n=1000003",
+        "mismatch",
+    ),
 }
 
 
@@ -92,6 +97,7 @@ def test_each_classic_mistake_fails_on_its_case(tmp_path, name):
 
 # --- the race: invisible to the interpreter, fatal on a GPU ---------------------------------------------------
 
+
 @pytest.mark.slow
 def test_the_racy_merge_passes_under_the_interpreter_which_runs_programs_one_at_a_time():
     """What a learner sees on the CPU: the load-add-store version counts right. The GPU test below grades it."""
@@ -107,7 +113,7 @@ def racy_counts(x: torch.Tensor, block: int, wave: int) -> torch.Tensor:
     blocks = x.long().split(block)
     for start in range(0, len(blocks), wave):
         loaded = counts.clone()  # what each program of this wave read
-        for values in blocks[start:start + wave]:
+        for values in blocks[start : start + wave]:
             counts = loaded + torch.bincount(values, minlength=256)  # each store overwrites the previous one
     return counts
 
@@ -126,6 +132,7 @@ def test_the_race_played_as_a_gpu_interleaves_it_fails_once_two_programs_overlap
 
 # --- on a GPU: the real kernels ----------------------------------------------------------------------------
 
+
 @pytest.mark.gpu
 @pytest.mark.solutions
 def test_the_solution_passes_and_beats_torch_histc():
@@ -135,9 +142,11 @@ def test_the_solution_passes_and_beats_torch_histc():
     assert result.status == "passed", result.verdict
     print(f"\nhistogram (triton) solution: {figures(result)}")
     uniform, one_bin = result.timings[-1], result.timings[-2]
-    print(f"histogram (triton): uniform at 2^28 {uniform.learner_rate:.0f} GB/s ({uniform.roofline_pct:.0f}% of copy), "
-          f"all in one bin at 2^26 {one_bin.learner_rate:.0f} GB/s ({one_bin.roofline_pct:.0f}%); torch.histc "
-          f"{uniform.torch_rate:.0f} / {one_bin.torch_rate:.0f} GB/s")
+    print(
+        f"histogram (triton): uniform at 2^28 {uniform.learner_rate:.0f} GB/s ({uniform.roofline_pct:.0f}% of copy), "
+        f"all in one bin at 2^26 {one_bin.learner_rate:.0f} GB/s ({one_bin.roofline_pct:.0f}%); torch.histc "
+        f"{uniform.torch_rate:.0f} / {one_bin.torch_rate:.0f} GB/s"
+    )
     assert uniform.learner_ms < uniform.torch_ms  # its speed bar is tl.histogram's own ceiling: the test below
 
 
@@ -153,15 +162,23 @@ def test_the_solution_runs_near_tl_histograms_own_ceiling():
     solution = load_module(SOLUTION, "histogram_solution_gpu")
     n = 2**28
     x = torch.randint(0, 256, (n,), dtype=torch.int32, device="cuda")
-    counts, scratch = torch.empty(256, dtype=torch.int32, device="cuda"), torch.zeros(256, dtype=torch.int32, device="cuda")
+    counts, scratch = (
+        torch.empty(256, dtype=torch.int32, device="cuda"),
+        torch.zeros(256, dtype=torch.int32, device="cuda"),
+    )
     solution.histogram(x, counts)
     assert torch.equal(counts, torch.bincount(x, minlength=256).to(torch.int32))
-    measured = timing.time_alternating({
-        "solution": lambda: solution.histogram(x, counts),
-        "counting only": lambda: designs.histogram_counting_only(x, scratch, n, 2048, 16, 4)})
+    measured = timing.time_alternating(
+        {
+            "solution": lambda: solution.histogram(x, counts),
+            "counting only": lambda: designs.histogram_counting_only(x, scratch, n, 2048, 16, 4),
+        }
+    )
     solution_ms, ceiling_ms = measured["solution"]["median_ms"], measured["counting only"]["median_ms"]
-    print(f"\nhistogram (triton) at 2^28: solution {solution_ms * 1000:.0f} us, tl.histogram with no loads "
-          f"{ceiling_ms * 1000:.0f} us ({100 * ceiling_ms / solution_ms:.0f}% of its rate)")
+    print(
+        f"\nhistogram (triton) at 2^28: solution {solution_ms * 1000:.0f} us, tl.histogram with no loads "
+        f"{ceiling_ms * 1000:.0f} us ({100 * ceiling_ms / solution_ms:.0f}% of its rate)"
+    )
     assert ceiling_ms >= 0.85 * solution_ms
 
 
@@ -176,7 +193,11 @@ def test_the_stub_fails_on_the_gpu():
 def test_ladder_step_one_passes_numerics_and_prints_its_figures():
     from cuda_checks import figures
 
-    result = grade(resolve(("histogram",), lang="triton"), submission=submission("histogram_atomic_per_value.py"),
-                   seed=SEED, record=False)
+    result = grade(
+        resolve(("histogram",), lang="triton"),
+        submission=submission("histogram_atomic_per_value.py"),
+        seed=SEED,
+        record=False,
+    )
     assert next(c for c in result.checks if c.name == "numerics").status == "passed", result.verdict
     print(f"\nhistogram (triton) ladder step 1, one atomic per value: {figures(result)}")

@@ -47,8 +47,14 @@ def grade(exercise="softmax", lang="triton", speed="no_gpu", source="learner", f
         result.timings.append(Timing(case="M=4096 N=4096", learner_ms=0.05, solution_ms=0.055, ratio=1.1, unit="GB/s"))
     else:
         result.device = {"name": "CPU (Triton interpreter)"}
-        result.add(Check("speed", "skipped", "no GPU found: timing skipped; numerics ran under the Triton interpreter",
-                         {"code": speed}))
+        result.add(
+            Check(
+                "speed",
+                "skipped",
+                "no GPU found: timing skipped; numerics ran under the Triton interpreter",
+                {"code": speed},
+            )
+        )
     return result.finish()
 
 
@@ -65,6 +71,7 @@ def progress_line(key: str, plan: str = "triton-5-day") -> str:
 
 
 # --- a pass whose speed was skipped -------------------------------------------------------------------------
+
 
 def test_a_cpu_pass_is_numerics_passed_speed_not_checked_never_done():
     cpu = grade()
@@ -87,7 +94,8 @@ def test_a_gpu_pass_stays_the_best_grade_after_a_later_cpu_pass():
     best = progress.best_grades()["softmax:triton"]
     assert best["device"] == H100
     assert progress.grade_statuses()["softmax:triton"] == (
-        "passed (latest: numerics passed, speed not checked (no GPU), try.py)")
+        "passed (latest: numerics passed, speed not checked (no GPU), try.py)"
+    )
 
 
 def test_reports_and_the_portfolio_do_not_count_a_cpu_pass_as_passed(isolated_state):
@@ -105,20 +113,50 @@ def test_reports_and_the_portfolio_do_not_count_a_cpu_pass_as_passed(isolated_st
 
 # --- tune and profile say what this machine could not do ------------------------------------------------------
 
-CPU_TUNE = {"kind": "tune", "exercise": "softmax", "lang": "triton", "device": "CPU", "case": "M=4096 N=4096",
-            "unit": "GB/s", "best": None, "speedup": None,
-            "rows": [{"config": f"num_warps={w}", "ms": None, "rate": None, "roofline_pct": None, "correct": True,
-                      "error": ""} for w in (1, 2, 4, 8)]}
-GPU_TUNE = {**CPU_TUNE, "device": H100["name"], "best": {"config": "num_warps=4", "ms": 0.05}, "speedup": 1.4,
-            "rows": [{**row, "ms": 0.05 + 0.01 * i} for i, row in enumerate(CPU_TUNE["rows"])]}
-CPU_PROFILE = {"kind": "profile", "exercise": "softmax", "lang": "triton", "device": "CPU", "case": "M=130 N=2000",
-               "calls": 5, "trace": "t.json", "ncu": [],
-               "top": [{"name": "aten::set_", "calls": 10, "device_us": 0.0, "cpu_us": 90.0},
-                       {"name": "aten::copy_", "calls": 10, "device_us": 0.0, "cpu_us": 40.0}]}
-GPU_PROFILE = {**CPU_PROFILE, "device": H100["name"],
-               "top": [{"name": "softmax_kernel", "calls": 5, "device_us": 250.0, "cpu_us": 0.0},
-                       {"name": "Memcpy HtoD (Pageable -> Device)", "calls": 1, "device_us": 80.0, "cpu_us": 0.0},
-                       {"name": "aten::empty", "calls": 5, "device_us": 0.0, "cpu_us": 12.0}]}
+CPU_TUNE = {
+    "kind": "tune",
+    "exercise": "softmax",
+    "lang": "triton",
+    "device": "CPU",
+    "case": "M=4096 N=4096",
+    "unit": "GB/s",
+    "best": None,
+    "speedup": None,
+    "rows": [
+        {"config": f"num_warps={w}", "ms": None, "rate": None, "roofline_pct": None, "correct": True, "error": ""}
+        for w in (1, 2, 4, 8)
+    ],
+}
+GPU_TUNE = {
+    **CPU_TUNE,
+    "device": H100["name"],
+    "best": {"config": "num_warps=4", "ms": 0.05},
+    "speedup": 1.4,
+    "rows": [{**row, "ms": 0.05 + 0.01 * i} for i, row in enumerate(CPU_TUNE["rows"])],
+}
+CPU_PROFILE = {
+    "kind": "profile",
+    "exercise": "softmax",
+    "lang": "triton",
+    "device": "CPU",
+    "case": "M=130 N=2000",
+    "calls": 5,
+    "trace": "t.json",
+    "ncu": [],
+    "top": [
+        {"name": "aten::set_", "calls": 10, "device_us": 0.0, "cpu_us": 90.0},
+        {"name": "aten::copy_", "calls": 10, "device_us": 0.0, "cpu_us": 40.0},
+    ],
+}
+GPU_PROFILE = {
+    **CPU_PROFILE,
+    "device": H100["name"],
+    "top": [
+        {"name": "softmax_kernel", "calls": 5, "device_us": 250.0, "cpu_us": 0.0},
+        {"name": "Memcpy HtoD (Pageable -> Device)", "calls": 1, "device_us": 80.0, "cpu_us": 0.0},
+        {"name": "aten::empty", "calls": 5, "device_us": 0.0, "cpu_us": 12.0},
+    ],
+}
 
 
 def test_a_cpu_tune_says_it_timed_nothing_and_does_not_finish_day5(isolated_state):
@@ -133,7 +171,9 @@ def test_a_cpu_tune_says_it_timed_nothing_and_does_not_finish_day5(isolated_stat
     day5 = reporting.render("day5").read_text()
     assert "### softmax (triton) on CPU: not timed" in day5 and "does not count for the day" in day5
     store.append(GPU_TUNE)
-    assert "tuning (any exercise): recorded" in progress_line("day5") and "nothing was timed" not in progress_line("day5")
+    assert "tuning (any exercise): recorded" in progress_line("day5") and "nothing was timed" not in progress_line(
+        "day5"
+    )
 
 
 def test_a_profile_without_the_learners_kernel_says_so_and_does_not_finish_day4(isolated_state):
@@ -157,6 +197,7 @@ def test_profiling_a_cuda_exercise_without_a_gpu_says_there_is_nothing_to_run(mo
 
 
 # --- phases that add up, progress lines that count once ------------------------------------------------------
+
 
 def test_phases_add_up_to_the_total_and_the_childs_start_is_shown_alongside():
     result = GradeResult(exercise="softmax", lang="triton", source="learner", seed=1, duration_s=0.46)
@@ -185,6 +226,7 @@ def test_a_running_grade_is_not_also_remaining():
 
 # --- grade-batch: the exercises submitted, unless --all ------------------------------------------------------
 
+
 class FakeRunner:
     def __init__(self, workers=None):
         pass
@@ -211,8 +253,10 @@ def test_grade_batch_grades_only_the_exercises_submitted_unless_all(tmp_path, mo
     assert result.exit_code == 0, result.output
     rows = json.loads((tmp_path / "book" / "gradebook.json").read_text())
     assert sorted((r["learner"], r["exercise"], r["lang"], r["status"]) for r in rows) == [
-        ("ada", "vector_add", "triton", "passed"), ("bo", "vector_add", "triton", "passed"),
-        ("cy", "vector_add", "triton", "missing")]
+        ("ada", "vector_add", "triton", "passed"),
+        ("bo", "vector_add", "triton", "passed"),
+        ("cy", "vector_add", "triton", "missing"),
+    ]
     assert "grading the 1 exercise(s) the submissions hold (vector_add:triton)" in result.output
     every = CliRunner().invoke(main, args + [str(tmp_path / "all"), "--all"])
     assert every.exit_code == 0, every.output
@@ -225,6 +269,7 @@ def test_grade_batch_grades_only_the_exercises_submitted_unless_all(tmp_path, mo
 
 # --- the quick start: env-check, the notebook, the language rule ----------------------------------------------
 
+
 def test_env_checks_training_run_is_short_and_the_day1_report_reads_it(isolated_state):
     assert envcheck.BUDGET_S <= 2 and envcheck.WARMUP_STEPS <= 2  # the CPU stops once its budget is spent
     started = time.perf_counter()
@@ -233,8 +278,20 @@ def test_env_checks_training_run_is_short_and_the_day1_report_reads_it(isolated_
     run = training["runs"][0]
     assert run["device"] == "cpu" and run["steps"] >= 1 and run["per_epoch_s"] > 0 and training["speedup"] is None
     assert training["epochs"] < envcheck.EPOCHS and "stopped at its 0.001-s budget" in training["description"]
-    store.append({"kind": "env", "python": "3.11", "platform": "Linux", "torch": "2.9", "triton": "3.5", "ready": True,
-                  "triton_interpreter": True, "gpu": None, "can_do": [], "training": training})
+    store.append(
+        {
+            "kind": "env",
+            "python": "3.11",
+            "platform": "Linux",
+            "torch": "2.9",
+            "triton": "3.5",
+            "ready": True,
+            "triton_interpreter": True,
+            "gpu": None,
+            "can_do": [],
+            "training": training,
+        }
+    )
     text = reporting.render("day1").read_text()
     assert f"| time for {training['epochs']} epochs |" in text and "| cpu |" in text
     assert "No GPU here: only the CPU was timed." in text
@@ -263,7 +320,11 @@ def test_generated_files_are_ignored_and_the_notebook_extra_installs_jupyter():
 
 def test_one_rule_picks_the_version_and_the_header_names_it():
     softmax = resolve(("softmax",))
-    assert softmax.variant.lang == "triton" and "default_lang" in softmax.lang_choice and "--lang cuda" in softmax.lang_choice
+    assert (
+        softmax.variant.lang == "triton"
+        and "default_lang" in softmax.lang_choice
+        and "--lang cuda" in softmax.lang_choice
+    )
     assert resolve(("softmax",), lang="cuda").lang_choice == ""  # --lang: nothing to explain
     assert resolve(("vector_add",), lang="triton").lang_choice == ""
     with pytest.raises(ResolveError, match="add --lang cuda\\|triton .*names no default_lang"):
@@ -272,7 +333,10 @@ def test_one_rule_picks_the_version_and_the_header_names_it():
     assert week.lang_choice.startswith("the version week4 lists")
     result = grade()
     result.lang_choice = softmax.lang_choice
-    assert console.format_grade(result).splitlines()[0].startswith(
-        "softmax (triton; picked by its spec's default_lang; --lang cuda for the other) — source: learner")
+    assert (
+        console.format_grade(result)
+        .splitlines()[0]
+        .startswith("softmax (triton; picked by its spec's default_lang; --lang cuda for the other) — source: learner")
+    )
     usage = CliRunner().invoke(main, ["grade", "vector_add"])
     assert usage.exit_code == 2 and "default_lang" in usage.output

@@ -41,6 +41,7 @@ EXACT = Tolerance(0, 0)
 
 # --- the grader's growth: uint8 ----------------------------------------------------------------------------
 
+
 def test_bytes_are_drawn_over_all_256_values():
     case = next(c for c in cpu_cases(GRAY) if c.params["H"] == 720)
     rgb = generate(GRAY, case, seed=3)["rgb"]
@@ -80,6 +81,7 @@ def test_bytes_cross_to_the_child_and_back_as_raw_files(tmp_path):
 
 # --- rgb_to_gray: the kernels played on the CPU ----------------------------------------------------------
 
+
 def luma(r: torch.Tensor, g: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """The exact integer formula (int32 in, int32 out)."""
     return torch.div(299 * r + 587 * g + 114 * b + 500, 1000, rounding_mode="floor")
@@ -110,7 +112,7 @@ def float32_formula(rgb: torch.Tensor) -> torch.Tensor:
 def planar(rgb: torch.Tensor) -> torch.Tensor:
     flat = rgb.reshape(-1).to(torch.int32)
     n = flat.numel() // 3
-    return luma(flat[:n], flat[n: 2 * n], flat[2 * n:]).view(rgb.shape[:2])
+    return luma(flat[:n], flat[n : 2 * n], flat[2 * n :]).view(rgb.shape[:2])
 
 
 def h_as_the_row_stride(inputs, outputs, params):
@@ -130,14 +132,21 @@ def h_as_the_row_stride(inputs, outputs, params):
 
 GRAY_CORRECT = {
     "the integer formula": gray_model(lambda rgb: luma(*channels(rgb))),
-    "the integer numerator, then / 1000.0 and + 0.5 in double": gray_model(lambda rgb: torch.floor(
-        sum(w * c.double() for w, c in zip((299, 587, 114), channels(rgb))) / 1000.0 + 0.5).int()),
+    "the integer numerator, then / 1000.0 and + 0.5 in double": gray_model(
+        lambda rgb: torch.floor(
+            sum(w * c.double() for w, c in zip((299, 587, 114), channels(rgb))) / 1000.0 + 0.5
+        ).int()
+    ),
 }
 GRAY_MISTAKES = {
-    "bytes read as signed char": gray_model(lambda rgb: torch.div(
-        sum(w * c for w, c in zip((299, 587, 114), channels(rgb, signed=True))) + 500, 1000, rounding_mode="trunc")),
-    "truncated (no + 500)": gray_model(lambda rgb: torch.div(
-        sum(w * c for w, c in zip((299, 587, 114), channels(rgb))), 1000, rounding_mode="floor")),
+    "bytes read as signed char": gray_model(
+        lambda rgb: torch.div(
+            sum(w * c for w, c in zip((299, 587, 114), channels(rgb, signed=True))) + 500, 1000, rounding_mode="trunc"
+        )
+    ),
+    "truncated (no + 500)": gray_model(
+        lambda rgb: torch.div(sum(w * c for w, c in zip((299, 587, 114), channels(rgb))), 1000, rounding_mode="floor")
+    ),
     "float32 weights, + 0.5f, truncated": gray_model(float32_formula),
     "BGR order": gray_model(lambda rgb: luma(*channels(rgb, order=(2, 1, 0)))),
     "planar channels (R, then G, then B)": gray_model(planar),
@@ -166,6 +175,7 @@ def test_exact_rgb_to_gray_kernels_pass_every_case(name):
 
 
 # --- blur: the kernels played on the CPU -------------------------------------------------------------------
+
 
 def box(img: torch.Tensor, r: int, pad: str = "zeros") -> torch.Tensor:
     """Sum over the (2r+1)^2 square, img extended by zeros (or by its edge pixels: pad="replicate")."""
@@ -196,6 +206,7 @@ def blur_model(sums, counts):
     def model(inputs, outputs, params):
         img, r = inputs["img"].float(), params["r"]
         store(outputs["out"], sums(img, r) / counts(*img.shape, r))
+
     return model
 
 
@@ -206,7 +217,7 @@ def tiles_without_halo(inputs, outputs, params):
     out = torch.empty_like(img)
     for y0 in range(0, H, 32):
         for x0 in range(0, W, 32):
-            out[y0: y0 + 32, x0: x0 + 32] = box(img[y0: y0 + 32, x0: x0 + 32], r)
+            out[y0 : y0 + 32, x0 : x0 + 32] = box(img[y0 : y0 + 32, x0 : x0 + 32], r)
     store(outputs["out"], out / in_image_counts(H, W, r))
 
 
@@ -220,15 +231,17 @@ def h_and_w_swapped(inputs, outputs, params):
 
 square = lambda H, W, r: torch.full((H, W), float((2 * r + 1) ** 2))  # noqa: E731
 BLUR_CORRECT = {
-    "avg_pool2d in float32": lambda i, o, p: store(o["out"], F.avg_pool2d(
-        i["img"].float()[None, None], 2 * p["r"] + 1, 1, p["r"], count_include_pad=False)[0, 0]),
+    "avg_pool2d in float32": lambda i, o, p: store(
+        o["out"], F.avg_pool2d(i["img"].float()[None, None], 2 * p["r"] + 1, 1, p["r"], count_include_pad=False)[0, 0]
+    ),
     "separable sums, divided by the in-image count (the solution's)": separable,
 }
 BLUR_MISTAKES = {
     "edges clamped (edge pixels repeated)": blur_model(lambda img, r: box(img, r, "replicate"), square),
     "zero padding averaged in (divided by (2r+1)^2)": blur_model(box, square),
     "the count one too large at the far edges": blur_model(
-        box, lambda H, W, r: in_image_counts(H, W, r, far_edge_off_by_one=True)),
+        box, lambda H, W, r: in_image_counts(H, W, r, far_edge_off_by_one=True)
+    ),
     "tiles without their halo": tiles_without_halo,
     "H and W swapped": h_and_w_swapped,
 }

@@ -78,23 +78,49 @@ def test_validate_calibrate_records_each_ok_exercises_first_run_and_nothing_else
         result.status, result.verdict = ("passed", "passed") if passed else ("failed", "speed: 0.5x")
         result.device = {"name": "GPU A", "copy_gbps": 3000.0}
         cases = ["n=1", "n=2"] if timed_sizes == "all" else ["n=2"]
-        result.timings = [Timing(case, solution_ms=float(runs[target.spec.id]), unit="GB/s", solution_rate=2900.0,
-                                 solution_roofline_pct=96.7, torch_rate=2000.0 if timed_sizes == "all" else None,
-                                 solution_source="live solution") for case in cases]
+        result.timings = [
+            Timing(
+                case,
+                solution_ms=float(runs[target.spec.id]),
+                unit="GB/s",
+                solution_rate=2900.0,
+                solution_roofline_pct=96.7,
+                torch_rate=2000.0 if timed_sizes == "all" else None,
+                solution_source="live solution",
+            )
+            for case in cases
+        ]
         return batch.result_row("", target, result, result.status)
 
     monkeypatch.setattr(batch, "grade_row", grade_row)
     path = tmp_path / "calibration.json"
     monkeypatch.setenv("KCOURSE_CALIBRATION", str(path))
-    result = CliRunner().invoke(main, ["validate", "--only", "vector_add", "--only", "softmax", "--lang", "triton",
-                                       "--repeat", "2", "--workers", "1", "--calibrate"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "validate",
+            "--only",
+            "vector_add",
+            "--only",
+            "softmax",
+            "--lang",
+            "triton",
+            "--repeat",
+            "2",
+            "--workers",
+            "1",
+            "--calibrate",
+        ],
+    )
     assert result.exit_code == 1  # softmax's second run failed
     entries = calibration.load(path)
     assert list(entries) == ["vector_add:triton"]
     assert {case: gpus["GPU A"]["solution_ms"] for case, gpus in entries["vector_add:triton"].items()} == {
-        "n=1": 1.0, "n=2": 1.0}
+        "n=1": 1.0,
+        "n=2": 1.0,
+    }
     # the solutions' figures beside PyTorch at the verdict size: only for the exercise that passed every run
-    figures = result.output[result.output.index("PyTorch timed beside them"):]
+    figures = result.output[result.output.index("PyTorch timed beside them") :]
     assert "vector_add" in figures and "n=2" in figures and "2,900 GB/s" in figures and "97%" in figures
     assert "2,000" in figures and "1.45x" in figures and "softmax" not in figures
     refused = CliRunner().invoke(main, ["validate", "--source", "stubs", "--calibrate"])
@@ -122,13 +148,16 @@ def test_one_run_that_is_not_as_expected_makes_the_exercise_unexpected_with_that
 
 # --- calibration --------------------------------------------------------------------------------
 
+
 def test_calibrate_missing_picks_the_solutions_without_figures_for_this_gpu_at_every_timed_size():
     from grader.core.discovery import resolve
 
     scan, blur = resolve(["scan"]), resolve(["blur"])
     sizes = [c.label() for c in scan.spec.performance.cases]
-    entries = {"scan:cuda": {label: {"GPU A": {"solution_ms": 1.0}} for label in sizes},
-               "blur:cuda": {c.label(): {"GPU B": {"solution_ms": 1.0}} for c in blur.spec.performance.cases}}
+    entries = {
+        "scan:cuda": {label: {"GPU A": {"solution_ms": 1.0}} for label in sizes},
+        "blur:cuda": {c.label(): {"GPU B": {"solution_ms": 1.0}} for c in blur.spec.performance.cases},
+    }
     assert calibration.lacking([scan, blur], entries, "GPU A") == [blur]
     entries["scan:cuda"].pop(sizes[0])  # one timed size short: measured again
     assert calibration.lacking([scan, blur], entries, "GPU A") == [scan, blur]
@@ -170,9 +199,17 @@ def test_calibrate_without_a_gpu_is_a_usage_error():
 
 # --- exports ------------------------------------------------------------------------------------
 
+
 def fake_result(status_by_check, exercise="reduction"):
-    result = GradeResult(exercise=exercise, lang="cuda", source="learner", seed=1, file=f"exercises/{exercise}/x.cu",
-                         scoring={"numerics": 6.0, "speed": 4.0}, output="printed % stuff")
+    result = GradeResult(
+        exercise=exercise,
+        lang="cuda",
+        source="learner",
+        seed=1,
+        file=f"exercises/{exercise}/x.cu",
+        scoring={"numerics": 6.0, "speed": 4.0},
+        output="printed % stuff",
+    )
     for name, status in status_by_check.items():
         result.add(Check(name, status, f"{name} {status}\nsecond line"))
     return result.finish()
@@ -201,7 +238,9 @@ def test_a_correct_result_that_cheated_earns_no_numerics_points():
 
 def test_github_annotations_escape_newlines_and_name_the_file():
     [line] = exports.github_annotations([fake_result({"numerics": "failed"})])
-    assert line.startswith("::error file=exercises/reduction/x.cu,title=reduction (cuda) numerics::numerics failed%0Asecond")
+    assert line.startswith(
+        "::error file=exercises/reduction/x.cu,title=reduction (cuda) numerics::numerics failed%0Asecond"
+    )
 
 
 @pytest.mark.slow
@@ -214,6 +253,7 @@ def test_grade_writes_junit_and_gradescope_files(tmp_path):
 
 # --- grading a class ----------------------------------------------------------------------------
 
+
 @pytest.mark.slow
 def test_grade_batch_grades_everyone_even_when_one_learner_hangs(tmp_path):
     subs = tmp_path / "subs"
@@ -223,7 +263,9 @@ def test_grade_batch_grades_everyone_even_when_one_learner_hangs(tmp_path):
     shutil.copy(ROOT / "solutions/vector_add/vector_add.py", subs / "ada" / "vector_add.py")
     shutil.copy(submission("vector_add_hangs.py"), subs / "bo" / "exercises" / "vector_add" / "vector_add.py")
     out = tmp_path / "book"
-    result = run("grade-batch", str(subs), "--only", "vector_add", "--lang", "triton", "--out", str(out), "--timeout", "15")
+    result = run(
+        "grade-batch", str(subs), "--only", "vector_add", "--lang", "triton", "--out", str(out), "--timeout", "15"
+    )
     assert result.exit_code == 0
     rows = {r["learner"]: r for r in json.loads((out / "gradebook.json").read_text())}
     assert rows["ada"]["status"] == "passed" and rows["ada"]["score"] == 7.0
@@ -244,8 +286,18 @@ def test_a_host_side_exercises_figures_name_its_speedup_over_its_own_serial_run(
     from grader.core.records import Timing
 
     result = GradeResult(exercise="stream_overlap", lang="cuda", source="solutions", seed=1)
-    result.timings = [Timing("n=67108864 n_streams=4", learner_ms=10.0, solution_ms=10.0, unit="GB/s", solution_rate=84.0,
-                             baseline_ms=20.4, baseline_args="n_streams=1", solution_source="live solution")]
+    result.timings = [
+        Timing(
+            "n=67108864 n_streams=4",
+            learner_ms=10.0,
+            solution_ms=10.0,
+            unit="GB/s",
+            solution_rate=84.0,
+            baseline_ms=20.4,
+            baseline_args="n_streams=1",
+            solution_source="live solution",
+        )
+    ]
     row = {"exercise": "stream_overlap", "lang": "cuda", "outcome": "ok"}
     text = validation.format_figures([validation._figures(row, [result], "solutions")])
     assert "84 GB/s" in text and "stream_overlap (cuda): 2.04x its own run with n_streams=1" in text

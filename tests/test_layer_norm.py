@@ -20,14 +20,20 @@ SOLUTION = ROOT / "solutions" / "layer_norm" / "layer_norm.py"
 # One line of the solution's whole-row kernel changed (the kit ships no kernel text: solutions/ is instructor-only)
 MISTAKES = {
     # one pass: E[x^2] - E[x]^2 cancels in float32 when the mean is large next to the spread
-    "one_pass_variance": ("tl.sum(centred * centred, axis=0) / n_cols + eps",
-                          "tl.sum(x * x, axis=0) / n_cols - mean * mean + eps"),
+    "one_pass_variance": (
+        "tl.sum(centred * centred, axis=0) / n_cols + eps",
+        "tl.sum(x * x, axis=0) / n_cols - mean * mean + eps",
+    ),
     # eps outside the square root: invisible at variance 1, 5% off at variance 1e-4
-    "eps_outside_sqrt": ("tl.sqrt(tl.sum(centred * centred, axis=0) / n_cols + eps)",
-                         "(tl.sqrt(tl.sum(centred * centred, axis=0) / n_cols) + eps)"),
+    "eps_outside_sqrt": (
+        "tl.sqrt(tl.sum(centred * centred, axis=0) / n_cols + eps)",
+        "(tl.sqrt(tl.sum(centred * centred, axis=0) / n_cols) + eps)",
+    ),
     # statistics in the input's dtype: float16 sums overflow at mean 300
-    "float16_statistics": ("x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)",
-                           "x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0)"),
+    "float16_statistics": (
+        "x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)",
+        "x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0)",
+    ),
 }
 
 
@@ -49,11 +55,14 @@ def mistake(name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, case", [
-    ("one_pass_variance", "offset=1000.0"),
-    ("eps_outside_sqrt", "scale=0.01"),
-    ("float16_statistics", "offset=300.0"),
-])
+@pytest.mark.parametrize(
+    "name, case",
+    [
+        ("one_pass_variance", "offset=1000.0"),
+        ("eps_outside_sqrt", "scale=0.01"),
+        ("float16_statistics", "offset=300.0"),
+    ],
+)
 def test_a_classic_mistake_fails_on_its_case(tmp_path, name, case):
     check = failing(grade_source(tmp_path, mistake(name)))
     assert check.name == "numerics" and check.details["code"] == "mismatch", check.message
@@ -61,6 +70,7 @@ def test_a_classic_mistake_fails_on_its_case(tmp_path, name, case):
 
 
 # --- GPU: the ladder's figures ------------------------------------------------------------------
+
 
 @pytest.mark.gpu
 def test_ladder_figures_at_4096_square_and_the_solution_beats_torch_near_copy_bandwidth():
@@ -97,11 +107,15 @@ def test_ladder_figures_at_4096_square_and_the_solution_beats_torch_near_copy_ba
     # slower): its bar is 85% of the roofline, or 90% of a copy of its own bytes, all a kernel of this size can reach
     same_bytes_gbps = timing.measure_copy_bandwidth(nbytes=M * N * 4)
     gbps = {name: (2 * M * N + 2 * N) * 4 / (m["median_ms"] / 1000) / 1e9 for name, m in measured.items()}
-    print(f"\nlayer_norm 4096x4096 float32 on {torch.cuda.get_device_name()} (copy {copy_gbps:.0f} GB/s, "
-          f"{same_bytes_gbps:.0f} GB/s for a copy of 64 MiB):")
+    print(
+        f"\nlayer_norm 4096x4096 float32 on {torch.cuda.get_device_name()} (copy {copy_gbps:.0f} GB/s, "
+        f"{same_bytes_gbps:.0f} GB/s for a copy of 64 MiB):"
+    )
     for name, rate in gbps.items():
-        print(f"  {name:40s} {measured[name]['median_ms'] * 1000:7.1f} us  {rate:6.0f} GB/s  "
-              f"{100 * rate / copy_gbps:4.0f}% of roofline")
+        print(
+            f"  {name:40s} {measured[name]['median_ms'] * 1000:7.1f} us  {rate:6.0f} GB/s  "
+            f"{100 * rate / copy_gbps:4.0f}% of roofline"
+        )
     assert gbps["3. solution"] >= min(0.85 * copy_gbps, 0.90 * same_bytes_gbps)
     assert gbps["3. solution"] > gbps["torch.nn.functional.layer_norm"]
 

@@ -32,30 +32,51 @@ MISTAKES = {
     # dx without the mean of w * dy: off by its mean times rstd, 316 w dy at N = 1
     "no_mean_term": [("dx = (wdy - (xhat * c1 + c2)) * rstd", "dx = (wdy - xhat * c1) * rstd")],
     # the row sums divided by the block (a power of 2), not by N
-    "block_as_n": [("c1 = tl.sum(xhat * wdy, axis=1)[:, None] / n_cols", "c1 = tl.sum(xhat * wdy, axis=1)[:, None] / BLOCK"),
-                   ("c2 = tl.sum(wdy, axis=1)[:, None] / n_cols", "c2 = tl.sum(wdy, axis=1)[:, None] / BLOCK")],
+    "block_as_n": [
+        ("c1 = tl.sum(xhat * wdy, axis=1)[:, None] / n_cols", "c1 = tl.sum(xhat * wdy, axis=1)[:, None] / BLOCK"),
+        ("c2 = tl.sum(wdy, axis=1)[:, None] / n_cols", "c2 = tl.sum(wdy, axis=1)[:, None] / BLOCK"),
+    ],
     # dw and db summed in the inputs' dtype: a float16 running sum of 128 rows drifts by ~1
     "half_running_sums": [
-        ("dw = tl.zeros([ROWS, BLOCK], tl.float32)\n    db = tl.zeros([ROWS, BLOCK], tl.float32)",
-         "dw = tl.zeros([ROWS, BLOCK], x_ptr.dtype.element_ty)\n    db = tl.zeros([ROWS, BLOCK], x_ptr.dtype.element_ty)"),
-        ("dw += dy * xhat\n        db += dy",
-         "dw += (dy * xhat).to(x_ptr.dtype.element_ty)\n        db += dy.to(x_ptr.dtype.element_ty)")],
+        (
+            "dw = tl.zeros([ROWS, BLOCK], tl.float32)\n    db = tl.zeros([ROWS, BLOCK], tl.float32)",
+            "dw = tl.zeros([ROWS, BLOCK], x_ptr.dtype.element_ty)\n    db = tl.zeros([ROWS, BLOCK], x_ptr.dtype.element_ty)",
+        ),
+        (
+            "dw += dy * xhat\n        db += dy",
+            "dw += (dy * xhat).to(x_ptr.dtype.element_ty)\n        db += dy.to(x_ptr.dtype.element_ty)",
+        ),
+    ],
     # the partial rows in the inputs' dtype (the tutorial's buffer): each program's sum rounded to float16
-    "half_partials": [("partials = torch.empty((2, programs, n_cols), dtype=torch.float32",
-                       "partials = torch.empty((2, programs, n_cols), dtype=x.dtype")],
+    "half_partials": [
+        (
+            "partials = torch.empty((2, programs, n_cols), dtype=torch.float32",
+            "partials = torch.empty((2, programs, n_cols), dtype=x.dtype",
+        )
+    ],
     # no .to(tl.float32) after the loads: w * dy and its row sums in float16 overflow at dy ~ 60
-    "half_arithmetic": [("cols[None, :], mask=mask, other=0.0).to(tl.float32)\n        dy = tl.load(",
-                         "cols[None, :], mask=mask, other=0.0)\n        dy = tl.load("),
-                        ("dy_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)",
-                         "dy_row_stride + cols[None, :], mask=mask, other=0.0)"),
-                        ("w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]",
-                         "w = tl.load(w_ptr + cols, mask=col_mask, other=0.0)[None, :]")],
+    "half_arithmetic": [
+        (
+            "cols[None, :], mask=mask, other=0.0).to(tl.float32)\n        dy = tl.load(",
+            "cols[None, :], mask=mask, other=0.0)\n        dy = tl.load(",
+        ),
+        (
+            "dy_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)",
+            "dy_row_stride + cols[None, :], mask=mask, other=0.0)",
+        ),
+        (
+            "w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]",
+            "w = tl.load(w_ptr + cols, mask=col_mask, other=0.0)[None, :]",
+        ),
+    ],
     # one stride for both inputs: right while x and dy are laid out alike
     "x_stride_for_dy": [("dy_ptr + rows[:, None] * dy_row_stride", "dy_ptr + rows[:, None] * x_row_stride")],
     # the row length as x's row stride: right for contiguous x only
     "n_as_x_stride": [("x_ptr + rows[:, None] * x_row_stride", "x_ptr + rows[:, None] * n_cols")],
     # the input's stride for the output: right while dx is laid out like x
-    "x_stride_for_dx": [("tl.store(dx_ptr + rows[:, None] * dx_row_stride", "tl.store(dx_ptr + rows[:, None] * x_row_stride")],
+    "x_stride_for_dx": [
+        ("tl.store(dx_ptr + rows[:, None] * dx_row_stride", "tl.store(dx_ptr + rows[:, None] * x_row_stride")
+    ],
 }
 
 
@@ -99,10 +120,12 @@ def interpreted(tmp_path, monkeypatch):
         path = tmp_path / f"{name}.py"
         path.write_text(text)
         return load_module(path, f"lnb_{name}")
+
     return load
 
 
 # --- inputs and tolerances ---------------------------------------------------------------------------
+
 
 def test_mean_and_rstd_are_the_forwards_statistics_of_x_as_rounded():
     case = Case({"M": 6, "N": 300, "dtype": "bfloat16"}, inputs={"x": {"offset": 3.0}})
@@ -145,15 +168,19 @@ def test_an_output_tolerance_must_name_a_table_and_inputs_take_none(tmp_path):
     folder = tmp_path / "ex"
     folder.mkdir()
     (folder / "reference.py").write_text("def reference(x):\n    return x\n")
-    text = ('id = "ex"\n[variants.triton]\nstub = "b.py"\nentry = "f"\nargs = ["x", "y"]\n[inputs.x]\nshape = ["n"]\n'
-            '[outputs.y]\nshape = ["n"]\ntolerance = "sums"\n[[cases]]\nn = 3\n[tolerance.float32]\natol = 0\nrtol = 0\n')
+    text = (
+        'id = "ex"\n[variants.triton]\nstub = "b.py"\nentry = "f"\nargs = ["x", "y"]\n[inputs.x]\nshape = ["n"]\n'
+        '[outputs.y]\nshape = ["n"]\ntolerance = "sums"\n[[cases]]\nn = 3\n[tolerance.float32]\natol = 0\nrtol = 0\n'
+    )
     (folder / "spec.toml").write_text(text)
     with pytest.raises(SpecError, match=r"outputs.y.tolerance = 'sums' names no table: add \[tolerance.sums\]"):
         load_spec(folder)
     (folder / "spec.toml").write_text(text + "[tolerance.sums]\natol = 1\nrtol = 0\n")
     assert load_spec(folder).tolerance_of(Case({"n": 3}), load_spec(folder).outputs[0]).atol == 1
-    (folder / "spec.toml").write_text(text.replace('shape = ["n"]\n[outputs', 'shape = ["n"]\ntolerance = "x"\n[outputs')
-                                      + "[tolerance.sums]\natol = 1\nrtol = 0\n")
+    (folder / "spec.toml").write_text(
+        text.replace('shape = ["n"]\n[outputs', 'shape = ["n"]\ntolerance = "x"\n[outputs')
+        + "[tolerance.sums]\natol = 1\nrtol = 0\n"
+    )
     with pytest.raises(SpecError, match="inputs.x.tolerance: only outputs are judged"):
         load_spec(folder)
 
@@ -176,6 +203,7 @@ def test_a_float16_running_sum_fails_the_8192_row_gpu_case_and_float32_passes():
 
 # --- the learner's side: stub, solution, mistakes -----------------------------------------------------
 
+
 @pytest.mark.slow
 def test_the_stub_fails_numerics_and_says_it_is_not_written():
     result = grade(resolve(("layer_norm_backward",)), source="stubs", seed=2, record=False)
@@ -193,17 +221,20 @@ def test_the_solution_passes_every_cpu_case():
 
 @pytest.mark.solutions
 @pytest.mark.filterwarnings("ignore:overflow encountered")  # half_arithmetic: numpy's float16 sums overflow, as meant
-@pytest.mark.parametrize("name, case, output", [
-    ("no_xhat_term", "M=3 N=5", "dx"),
-    ("no_mean_term", "M=1 N=1", "dx"),
-    ("block_as_n", "M=3 N=5", "dx"),
-    ("half_running_sums", "M=128 N=40 dtype=float16 (dy offset=2.0)", "dw"),
-    ("half_partials", "M=128 N=40 dtype=float16 (dy offset=2.0)", "dw"),
-    ("half_arithmetic", "M=6 N=2000 dtype=float16 (dy offset=60.0)", "dx"),
-    ("x_stride_for_dy", "M=7 N=600 (dy layout=row_slice)", "dx"),
-    ("n_as_x_stride", "M=6 N=781 (x layout=row_slice)", "dx"),
-    ("x_stride_for_dx", "M=7 N=457 (dx layout=row_slice)", "dx"),
-])
+@pytest.mark.parametrize(
+    "name, case, output",
+    [
+        ("no_xhat_term", "M=3 N=5", "dx"),
+        ("no_mean_term", "M=1 N=1", "dx"),
+        ("block_as_n", "M=3 N=5", "dx"),
+        ("half_running_sums", "M=128 N=40 dtype=float16 (dy offset=2.0)", "dw"),
+        ("half_partials", "M=128 N=40 dtype=float16 (dy offset=2.0)", "dw"),
+        ("half_arithmetic", "M=6 N=2000 dtype=float16 (dy offset=60.0)", "dx"),
+        ("x_stride_for_dy", "M=7 N=600 (dy layout=row_slice)", "dx"),
+        ("n_as_x_stride", "M=6 N=781 (x layout=row_slice)", "dx"),
+        ("x_stride_for_dx", "M=7 N=457 (dx layout=row_slice)", "dx"),
+    ],
+)
 def test_a_classic_mistake_fails_on_its_case(interpreted, name, case, output):
     code, failed = verdict(interpreted(mistake(name), name), case_named(case))
     assert code != "ok" and failed == output, (code, failed)
@@ -218,6 +249,7 @@ def test_the_mistakes_cases_pass_the_solution(interpreted):
 
 
 # --- GPU: the ladder's figures, the race -----------------------------------------------------------------
+
 
 def gpu_inputs(M, N, dtype):
     x = torch.randn(M, N, device="cuda").to(dtype)
@@ -240,16 +272,19 @@ def test_ladder_figures_and_the_solution_beats_torch_near_copy_bandwidth(M, N, d
     solution = load_module(SOLUTION, "lnb_solution")
     x, w, dy, mean, rstd = gpu_inputs(M, N, dtype)
     dx, dw, db = torch.empty_like(x), torch.empty(N, device="cuda"), torch.empty(N, device="cuda")
-    want = torch.ops.aten.native_layer_norm_backward(dy.double(), x.double(), [N], mean.double(), rstd.double(),
-                                                     w.double(), w.double(), [True, True, True])
+    want = torch.ops.aten.native_layer_norm_backward(
+        dy.double(), x.double(), [N], mean.double(), rstd.double(), w.double(), w.double(), [True, True, True]
+    )
     contestants = {
         "1. one program a row, atomics": lambda: atomics.layer_norm_backward(x, w, dy, mean, rstd, dx, dw, db),
         "2. tutorial: locked partial rows": lambda: locks.layer_norm_backward(x, w, dy, mean, rstd, dx, dw, db),
-        "3. own partial rows, 1 program/SM": lambda: solution.layer_norm_backward(x, w, dy, mean, rstd, dx, dw, db,
-                                                                                  programs_per_sm=1),
+        "3. own partial rows, 1 program/SM": lambda: solution.layer_norm_backward(
+            x, w, dy, mean, rstd, dx, dw, db, programs_per_sm=1
+        ),
         "4. solution (occupancy-sized grid)": lambda: solution.layer_norm_backward(x, w, dy, mean, rstd, dx, dw, db),
         "torch native_layer_norm_backward": lambda: torch.ops.aten.native_layer_norm_backward(
-            dy, x, [N], mean, rstd, w, w, [True, True, True]),
+            dy, x, [N], mean, rstd, w, w, [True, True, True]
+        ),
     }
     for name, run in contestants.items():
         if name.startswith("torch"):
@@ -267,11 +302,15 @@ def test_ladder_figures_and_the_solution_beats_torch_near_copy_bandwidth(M, N, d
     # launch and last-wave tail cost about a tenth of its 1 GB copy's rate)
     same_size_gbps = timing.measure_copy_bandwidth(nbytes=moved // 2)
     gbps = {name: moved / (m["median_ms"] / 1000) / 1e9 for name, m in measured.items()}
-    print(f"\nlayer_norm_backward {M}x{N} {str(dtype)[6:]} on {torch.cuda.get_device_name()} (copy {copy_gbps:.0f} GB/s; "
-          f"of the same bytes {same_size_gbps:.0f}):")
+    print(
+        f"\nlayer_norm_backward {M}x{N} {str(dtype)[6:]} on {torch.cuda.get_device_name()} (copy {copy_gbps:.0f} GB/s; "
+        f"of the same bytes {same_size_gbps:.0f}):"
+    )
     for name, rate in gbps.items():
-        print(f"  {name:40s} {measured[name]['median_ms'] * 1000:8.1f} us  {rate:6.0f} GB/s  "
-              f"{100 * rate / copy_gbps:4.0f}% of roofline, {100 * rate / same_size_gbps:4.0f}% of a same-size copy")
+        print(
+            f"  {name:40s} {measured[name]['median_ms'] * 1000:8.1f} us  {rate:6.0f} GB/s  "
+            f"{100 * rate / copy_gbps:4.0f}% of roofline, {100 * rate / same_size_gbps:4.0f}% of a same-size copy"
+        )
     assert gbps["4. solution (occupancy-sized grid)"] > gbps["torch native_layer_norm_backward"]
     assert gbps["4. solution (occupancy-sized grid)"] >= bar * same_size_gbps
 
@@ -290,7 +329,9 @@ def test_the_solution_passes_a_whole_gpu_grade_with_its_speed():
 @pytest.mark.gpu
 def test_the_ladder_fixtures_are_correct_on_the_gpu():
     for name in ("layer_norm_backward_atomics.py", "layer_norm_backward_locks.py"):
-        result = grade(resolve(("layer_norm_backward",)), submission=submission(name), seed=11, record=False, quick=True)
+        result = grade(
+            resolve(("layer_norm_backward",)), submission=submission(name), seed=11, record=False, quick=True
+        )
         checks = {c.name: c for c in result.checks}
         assert checks["numerics"].status == "passed", (name, checks["numerics"].message)
 
@@ -299,13 +340,18 @@ def test_the_ladder_fixtures_are_correct_on_the_gpu():
 def test_the_tutorials_partial_rows_without_their_lock_lose_rows_on_the_gpu(tmp_path):
     """Two programs of a group read the same partial row, each adds its own and stores: one row is lost.
     The interpreter runs programs one at a time, so only a GPU shows it."""
-    text = edited(submission("layer_norm_backward_locks.py").read_text(),
-                  [("    while tl.atomic_cas(lock, 0, 1) == 1:\n        pass\n", "")], "no_lock")
+    text = edited(
+        submission("layer_norm_backward_locks.py").read_text(),
+        [("    while tl.atomic_cas(lock, 0, 1) == 1:\n        pass\n", "")],
+        "no_lock",
+    )
     path = tmp_path / "layer_norm_backward.py"
     path.write_text(text)
     result = grade(resolve(("layer_norm_backward",)), submission=path, seed=11, record=False, quick=True)
     check = next(c for c in result.checks if c.status in ("failed", "error"))
-    assert check.name == "numerics" and ("of dw wrong" in check.message or "of db wrong" in check.message), check.message
+    assert check.name == "numerics" and ("of dw wrong" in check.message or "of db wrong" in check.message), (
+        check.message
+    )
 
 
 @pytest.mark.gpu

@@ -36,6 +36,7 @@ def normalised(x, w, b, *, one_pass=False, eps_outside=False, unbiased=False):
 def play(**mistake):
     def run(t, p):
         t["out"].copy_(normalised(t["x"], t["weight"], t["bias"], **mistake))
+
     return run
 
 
@@ -80,13 +81,22 @@ def test_each_classic_mistake_fails_on_the_case_built_for_it(name):
 # --- the solution: builds here; on a GPU, its figures and its one-line mistakes ------------------------
 
 GPU_MISTAKES = {  # name: (text of the solution, replacement: every occurrence, verdict codes it must get)
-    "one-pass variance": ("const float mean = block_sum(local, partial_sum) / n_cols;", "const float mean = 0.f;",
-                          ("mismatch",)),
-    "eps outside the square root": ("rsqrtf(fmaxf(sums.y / n_cols - shift * shift, 0.f) + EPS)",
-                                    "1.f / (sqrtf(fmaxf(sums.y / n_cols - shift * shift, 0.f)) + EPS)", ("mismatch",)),
+    "one-pass variance": (
+        "const float mean = block_sum(local, partial_sum) / n_cols;",
+        "const float mean = 0.f;",
+        ("mismatch",),
+    ),
+    "eps outside the square root": (
+        "rsqrtf(fmaxf(sums.y / n_cols - shift * shift, 0.f) + EPS)",
+        "1.f / (sqrtf(fmaxf(sums.y / n_cols - shift * shift, 0.f)) + EPS)",
+        ("mismatch",),
+    ),
     "rows found with N": ("x + blockIdx.x * x_stride", "x + blockIdx.x * (long long)n_cols", ("mismatch",)),
-    "float4 whenever N % 4 == 0": ("const bool aligned = ", "const bool aligned = N % 4 == 0; const bool unused = ",
-                                   ("cuda_error", "crash")),
+    "float4 whenever N % 4 == 0": (
+        "const bool aligned = ",
+        "const bool aligned = N % 4 == 0; const bool unused = ",
+        ("cuda_error", "crash"),
+    ),
 }
 
 
@@ -111,8 +121,9 @@ def test_ladder_figures_at_4096_square_and_the_solution_beats_torch_near_copy_ba
     params = {"M": M, "N": N}
     versions = {
         "1. shared memory, three passes": submission("layer_norm_shared_three_pass.cu"),
-        "3. row in registers, scalar loads": edited(SOLUTION, "const bool aligned = ", "const bool aligned = false && ",
-                                                   tmp_path, "scalar.cu"),
+        "3. row in registers, scalar loads": edited(
+            SOLUTION, "const bool aligned = ", "const bool aligned = false && ", tmp_path, "scalar.cu"
+        ),
         "4. solution (float4)": SOLUTION,
     }
     callers = {name: cuda_caller(SPEC, path) for name, path in versions.items()}
@@ -130,11 +141,15 @@ def test_ladder_figures_at_4096_square_and_the_solution_beats_torch_near_copy_ba
     # the launch and the last wave's tail weigh more on a faster GPU). The bar is 85% of the copy of the same size.
     same_size_gbps = timing.measure_copy_bandwidth(nbytes=M * N * 4)
     rates = {name: gbps((2 * M * N + 2 * N) * 4, m["median_ms"]) for name, m in measured.items()}
-    print(f"\nlayer_norm (CUDA) 4096x4096 float32 on {torch.cuda.get_device_name()} (copy {copy_gbps:.0f} GB/s; "
-          f"of 128 MB: {same_size_gbps:.0f}):")
+    print(
+        f"\nlayer_norm (CUDA) 4096x4096 float32 on {torch.cuda.get_device_name()} (copy {copy_gbps:.0f} GB/s; "
+        f"of 128 MB: {same_size_gbps:.0f}):"
+    )
     for name, rate in rates.items():
-        print(f"  {name:40s} {measured[name]['median_ms'] * 1000:7.1f} us  {rate:6.0f} GB/s  "
-              f"{100 * rate / copy_gbps:4.0f}% of roofline, {100 * rate / same_size_gbps:4.0f}% of a same-size copy")
+        print(
+            f"  {name:40s} {measured[name]['median_ms'] * 1000:7.1f} us  {rate:6.0f} GB/s  "
+            f"{100 * rate / copy_gbps:4.0f}% of roofline, {100 * rate / same_size_gbps:4.0f}% of a same-size copy"
+        )
     assert rates["4. solution (float4)"] >= 0.85 * same_size_gbps
     assert rates["4. solution (float4)"] > rates["torch.nn.functional.layer_norm"]
 
@@ -152,8 +167,13 @@ def test_each_one_line_mistake_of_the_solution_fails_on_the_gpu(tmp_path, name):
 
 @pytest.mark.gpu
 def test_the_first_ladder_step_is_a_correct_kernel():
-    result = grade(resolve(("layer_norm",), lang="cuda"), submission=submission("layer_norm_shared_three_pass.cu"),
-                   seed=5, record=False, quick=True)
+    result = grade(
+        resolve(("layer_norm",), lang="cuda"),
+        submission=submission("layer_norm_shared_three_pass.cu"),
+        seed=5,
+        record=False,
+        quick=True,
+    )
     assert next(c for c in result.checks if c.name == "numerics").status == "passed", result.verdict
 
 

@@ -47,25 +47,62 @@ PLAYED = 2 * 10**8  # cases up to this M N K are played in torch: all but the th
 # name: (version, [(the solution's text, the mistaken text)], the case it fails, its verdict, a case it passes)
 MISTAKES = {
     # b[row] broadcast across the columns: right only where M = N = 1
-    "bias_by_row": ("gelu_erf", [("(acc, b_ptr, cols, N, TANH)", "(acc, b_ptr, rows, N, TANH)"),  # pointer kernel
-                                 ("off_n + tl.arange(0, BLOCK_N), N, TANH)", "off_m + tl.arange(0, BLOCK_M), N, TANH)"),
-                                 ("t = acc + bias[None, :]", "t = acc + bias[:, None]")], SMALL, "mismatch", ONE),
+    "bias_by_row": (
+        "gelu_erf",
+        [
+            ("(acc, b_ptr, cols, N, TANH)", "(acc, b_ptr, rows, N, TANH)"),  # pointer kernel
+            ("off_n + tl.arange(0, BLOCK_N), N, TANH)", "off_m + tl.arange(0, BLOCK_M), N, TANH)"),
+            ("t = acc + bias[None, :]", "t = acc + bias[:, None]"),
+        ],
+        SMALL,
+        "mismatch",
+        ONE,
+    ),
     # GPT-2's approximation where the exact GELU is asked: up to 4.7e-4 off at t = -2.7
-    "tanh_for_erf": ("gelu_erf", [("    return 0.5 * t * (1.0 + tl.math.erf(t * SQRT1_2))", "    return gelu_tanh_f32(t)")],
-                     PLAIN, "mismatch", None),
+    "tanh_for_erf": (
+        "gelu_erf",
+        [("    return 0.5 * t * (1.0 + tl.math.erf(t * SQRT1_2))", "    return gelu_tanh_f32(t)")],
+        PLAIN,
+        "mismatch",
+        None,
+    ),
     # the K tail loaded unmasked: with w stored N x K the loads run on into the next row's values
-    "no_k_mask": ("gelu_erf", [('"EVEN_K": lambda args: args["K"] % args["BLOCK_K"] == 0', '"EVEN_K": lambda args: True')],
-                  W_T, "mismatch", None),
+    "no_k_mask": (
+        "gelu_erf",
+        [('"EVEN_K": lambda args: args["K"] % args["BLOCK_K"] == 0', '"EVEN_K": lambda args: True')],
+        W_T,
+        "mismatch",
+        None,
+    ),
     # the running sum rounded to the inputs' 16 bits after every BLOCK_K step (what a 16-bit accumulator does)
-    "16_bit_accumulator": ("gelu_erf", [("acc = tl.dot(a, b, acc)", "acc = tl.dot(a, b, acc).to(a.dtype).to(tl.float32)")],
-                           LONG, "mismatch", None),
+    "16_bit_accumulator": (
+        "gelu_erf",
+        [("acc = tl.dot(a, b, acc)", "acc = tl.dot(a, b, acc).to(a.dtype).to(tl.float32)")],
+        LONG,
+        "mismatch",
+        None,
+    ),
     # tanh(u) as (e^2u - 1) / (e^2u + 1): inf / inf = NaN once t passes ~10
-    "tanh_by_exp": ("gelu_tanh", [("    return t / (1.0 + tl.exp(-2.0 * u))",
-                                   "    e = tl.exp(2.0 * u)\n    return 0.5 * t * (1.0 + (e - 1.0) / (e + 1.0))")],
-                    WIDE, "mismatch", SMALL),
+    "tanh_by_exp": (
+        "gelu_tanh",
+        [
+            (
+                "    return t / (1.0 + tl.exp(-2.0 * u))",
+                "    e = tl.exp(2.0 * u)\n    return 0.5 * t * (1.0 + (e - 1.0) / (e + 1.0))",
+            )
+        ],
+        WIDE,
+        "mismatch",
+        SMALL,
+    ),
     # out's rows stepped by N, not by its row stride: stores land in the row slice's padding
-    "out_rows_at_stride_n": ("gelu_erf", [("rows[:, None] * stride_om", "rows[:, None] * N")], OUT_SLICE,
-                             "out_of_bounds", PLAIN),
+    "out_rows_at_stride_n": (
+        "gelu_erf",
+        [("rows[:, None] * stride_om", "rows[:, None] * N")],
+        OUT_SLICE,
+        "out_of_bounds",
+        PLAIN,
+    ),
 }
 
 
@@ -89,6 +126,7 @@ def judged(version: str, entry, case: Case, seed: int = 7) -> Comparison:
 
 # --- the numerics, played in torch (bfloat16 included) ------------------------------------------------
 
+
 def gelu(t, version):
     return F.gelu(t, approximate="tanh" if version == "gelu_tanh" else "none")
 
@@ -96,18 +134,20 @@ def gelu(t, version):
 def played(version, *, accumulate_in=None, round_t=False):
     """What a kernel writes: float32 sums (or sums kept in `accumulate_in`, 16 at a time), + b, the GELU in
     float32 (or of t rounded to the dtype first, as eager PyTorch's two kernels do), rounded once."""
+
     def run(x, w, b, out):
         if accumulate_in is None:
             t = x.float() @ w.float()
         else:
             t = torch.zeros(out.shape, dtype=accumulate_in)
             for k in range(0, x.shape[1], 16):
-                t = (t.float() + x[:, k:k + 16].float() @ w[k:k + 16].float()).to(accumulate_in)
+                t = (t.float() + x[:, k : k + 16].float() @ w[k : k + 16].float()).to(accumulate_in)
             t = t.float()
         t = t + b.float()
         if round_t:
             t = t.to(out.dtype).float()
         out.copy_(gelu(t, version))
+
     return run
 
 
@@ -150,9 +190,12 @@ def test_a_16_bit_pre_activation_fails_as_eager_pytorch_does():
 
 # --- the real kernels under the Triton interpreter ----------------------------------------------------
 
+
 def test_two_versions_of_one_file_and_erf_is_the_default():
     assert {v.lang: (v.entry, v.reference) for v in SPEC.variants.values()} == {
-        "gelu_erf": ("linear_gelu", "linear_gelu"), "gelu_tanh": ("linear_gelu_tanh", "linear_gelu_tanh")}
+        "gelu_erf": ("linear_gelu", "linear_gelu"),
+        "gelu_tanh": ("linear_gelu_tanh", "linear_gelu_tanh"),
+    }
     assert resolve(("linear_gelu",)).variant.lang == "gelu_erf"
     assert all(c.gpu_only for c in SPEC.cases if c.dtype == "bfloat16")  # the interpreter truncates bfloat16
     verdict_size = SPEC.performance.cases[-1]
@@ -171,10 +214,13 @@ def test_the_ladder_has_four_steps_with_estimated_figures():
 @pytest.mark.solutions
 def test_the_solution_passes_and_the_stub_fails_a_real_grade():
     target = resolve(("linear_gelu",))
-    passed = next(c for c in grade(target, source="solutions", seed=5, record=False, quick=True).checks
-                  if c.name == "numerics")
+    passed = next(
+        c for c in grade(target, source="solutions", seed=5, record=False, quick=True).checks if c.name == "numerics"
+    )
     assert passed.status == "passed" and "GPU-only case(s) skipped" in passed.message, passed.message
-    stub = next(c for c in grade(target, source="stubs", seed=5, record=False, quick=True).checks if c.name == "numerics")
+    stub = next(
+        c for c in grade(target, source="stubs", seed=5, record=False, quick=True).checks if c.name == "numerics"
+    )
     assert stub.status == "failed" and stub.details["code"] == "not_implemented", stub.message
     assert "write linear_gelu_kernel" in stub.message
 
@@ -242,6 +288,7 @@ def test_day51_of_the_100_day_plan_grades_both_versions():
 
 # --- GPU: the fused solution beside two kernels and cuBLAS; full grades -----------------------------------
 
+
 @pytest.mark.gpu
 @pytest.mark.solutions
 @pytest.mark.parametrize("dtype, M, N, K", [(torch.bfloat16, 8192, 14_336, 4096), (torch.float16, 4096, 4096, 4096)])
@@ -271,8 +318,10 @@ def test_the_fused_solution_beside_two_kernels_eager_pytorch_and_cublas(dtype, M
     measured = timing.time_alternating(contestants)
     rates = {name: 2 * M * N * K / (m["median_ms"] / 1000) / 1e12 for name, m in measured.items()}
     cublas = rates["cuBLAS GEMM alone (x @ w)"]
-    print(f"\nlinear_gelu {M}x{N}x{K} {str(dtype)[6:]} on {torch.cuda.get_device_name()} (TFLOP/s of 2MNK; "
-          f"% of cuBLAS's bare GEMM; eager PyTorch's numerics: {'pass' if eager.ok else 'FAIL: ' + eager.message}):")
+    print(
+        f"\nlinear_gelu {M}x{N}x{K} {str(dtype)[6:]} on {torch.cuda.get_device_name()} (TFLOP/s of 2MNK; "
+        f"% of cuBLAS's bare GEMM; eager PyTorch's numerics: {'pass' if eager.ok else 'FAIL: ' + eager.message}):"
+    )
     for name, rate in rates.items():
         print(f"  {name:48s} {measured[name]['median_ms']:8.3f} ms  {rate:6.0f} TFLOP/s  {100 * rate / cublas:4.0f}%")
     best = rates["solution (fused; TMA or pointers, the faster)"]
@@ -320,8 +369,9 @@ def test_each_mistake_fails_its_grade_on_the_gpu(tmp_path, name):
     version = MISTAKES[name][0]
     path = tmp_path / "linear_gelu.py"
     path.write_text(mistaken(name))
-    result = grade(resolve(("linear_gelu",), lang=version), submission=path, seed=5, record=False, quick=True,
-                   sanitize_code=False)
+    result = grade(
+        resolve(("linear_gelu",), lang=version), submission=path, seed=5, record=False, quick=True, sanitize_code=False
+    )
     check = next(c for c in result.checks if c.status in ("failed", "error"))
     # an unmasked K tail reads past w's end on the GPU: garbage sums, or an illegal address (the run fails)
     assert check.name in (("numerics", "run") if name == "no_k_mask" else ("numerics",)), result.verdict

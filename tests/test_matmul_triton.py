@@ -19,15 +19,16 @@ def spec():
 
 
 def _case(spec, M, N, K, dtype):
-    return next(c for c in spec.cases if c.params == {"M": M, "N": N, "K": K, "dtype": dtype} and not c.inputs
-                and not c.outputs)
+    return next(
+        c for c in spec.cases if c.params == {"M": M, "N": N, "K": K, "dtype": dtype} and not c.inputs and not c.outputs
+    )
 
 
 def _blocked(A, B, dtype, step=16):
     """A @ B with the running sum kept in `dtype` (what out_dtype=tl.float16 or a 16-bit accumulator does)."""
     acc = torch.zeros(A.shape[0], B.shape[1], dtype=dtype)
     for k in range(0, A.shape[1], step):
-        acc = (acc.float() + A[:, k:k + step].float() @ B[k:k + step].float()).to(dtype)
+        acc = (acc.float() + A[:, k : k + step].float() @ B[k : k + step].float()).to(dtype)
     return acc
 
 
@@ -72,7 +73,12 @@ def test_device_ceilings_measure_only_what_the_saved_entry_lacks(tmp_path, monke
     monkeypatch.setattr(timing, "measure_ceilings", lambda names: asked.append(list(names)) or {n: 1.0 for n in names})
     got = worker.device_ceilings("GPU A")
     assert asked == [["matmul_tflops_float16", "matmul_tflops_bfloat16"]]
-    assert got == {"copy_gbps": 3000.0, "matmul_tflops": 51.0, "matmul_tflops_float16": 1.0, "matmul_tflops_bfloat16": 1.0}
+    assert got == {
+        "copy_gbps": 3000.0,
+        "matmul_tflops": 51.0,
+        "matmul_tflops_float16": 1.0,
+        "matmul_tflops_bfloat16": 1.0,
+    }
     assert worker.device_ceilings("GPU A") == got and len(asked) == 1  # kept: measured once per GPU model
     worker.device_ceilings("GPU B")
     assert asked[-1] == list(timing.CEILINGS)

@@ -127,6 +127,7 @@ def test_the_solution_compiles_without_spills():
 
 # --- on a GPU: the real kernels ------------------------------------------------------------------------
 
+
 @pytest.mark.gpu
 def test_the_solution_reaches_85_percent_of_copy_bandwidth_and_prints_torch_beside_it():
     result = grade(resolve(("matvec",)), source="solutions", seed=21, record=False)

@@ -15,8 +15,10 @@ def test_a_cu_file_given_to_a_triton_exercise_says_to_give_a_py_file_or_pick_cud
     with pytest.raises(loading.EntryError) as raised:
         loading.load(resolve(("vector_add",), lang="triton").variant, source, None, "learner")
     assert raised.value.code == "wrong_language"
-    assert str(raised.value) == ("mine.cu is not a Python file: the Triton version of vector_add expects a .py file like "
-                                 "vector_add.py; to grade a .cu file, pick the CUDA version with --lang cuda")
+    assert str(raised.value) == (
+        "mine.cu is not a Python file: the Triton version of vector_add expects a .py file like "
+        "vector_add.py; to grade a .cu file, pick the CUDA version with --lang cuda"
+    )
 
 
 def test_an_exercise_without_a_cuda_version_says_so(tmp_path):
@@ -25,8 +27,10 @@ def test_an_exercise_without_a_cuda_version_says_so(tmp_path):
     with pytest.raises(loading.EntryError) as raised:
         loading.load(resolve(("softmax_backward",)).variant, source, None, "learner")
     assert raised.value.code == "wrong_language"
-    assert str(raised.value) == ("mine.cu is not a Python file, and softmax_backward has no CUDA version: give a .py "
-                                 "file like softmax_backward.py with --file")
+    assert str(raised.value) == (
+        "mine.cu is not a Python file, and softmax_backward has no CUDA version: give a .py "
+        "file like softmax_backward.py with --file"
+    )
 
 
 def test_grading_a_cu_file_as_triton_is_a_load_verdict_not_a_traceback(tmp_path):
@@ -50,9 +54,11 @@ def test_a_cu_file_picks_the_cuda_version_of_an_exercise_that_has_both(tmp_path)
 
 
 def test_a_compile_failure_message_names_the_first_error_on_its_first_line(tmp_path):
-    log = ('r.cu:3: warning: variable "unused" was declared but never referenced\n'
-           'r.cu:5: error: identifier "undefined_function" is undefined\n      undefined_function(x);\n'
-           'r.cu:9: error: expected a ";"\n2 errors detected in the compilation of "r.cu".')
+    log = (
+        'r.cu:3: warning: variable "unused" was declared but never referenced\n'
+        'r.cu:5: error: identifier "undefined_function" is undefined\n      undefined_function(x);\n'
+        'r.cu:9: error: expected a ";"\n2 errors detected in the compilation of "r.cu".'
+    )
     message = build.failure_message(tmp_path / "r.cu", log)
     first, *rest = message.splitlines()
     assert first == 'r.cu did not compile: r.cu:5: error: identifier "undefined_function" is undefined'
@@ -71,7 +77,9 @@ def test_a_silent_compiler_failure_gives_the_nvcc_command_to_run_by_hand(monkeyp
     assert "run it by hand to see why: /usr/bin/nvcc -O3" in result.log and str(source.resolve()) in result.log
     assert "ninja" not in result.log
     first = build.failure_message(source, result.log).splitlines()[0]
-    assert first.startswith("quiet.cu did not compile: nvcc stopped without printing an error") and first.endswith(str(source.resolve()))
+    assert first.startswith("quiet.cu did not compile: nvcc stopped without printing an error") and first.endswith(
+        str(source.resolve())
+    )
 
 
 @pytest.mark.nvcc
@@ -80,7 +88,8 @@ def test_a_real_compile_error_gives_its_first_error_in_the_one_line_message():
     built = build.build_shared_library(source)
     assert not built.ok
     assert build.failure_message(source, built.log).splitlines()[0] == (
-        'reduction_broken.cu did not compile: reduction_broken.cu:5: error: identifier "undefined_function" is undefined')
+        'reduction_broken.cu did not compile: reduction_broken.cu:5: error: identifier "undefined_function" is undefined'
+    )
 
 
 @pytest.mark.nvcc
@@ -88,7 +97,10 @@ def test_the_verdict_of_a_compile_failure_names_the_error():
     from grader.run.grade import grade
 
     result = grade(resolve(("reduction",)), submission=submission("reduction_broken.cu"), seed=5)
-    assert result.verdict == 'reduction_broken.cu did not compile: reduction_broken.cu:5: error: identifier "undefined_function" is undefined'
+    assert (
+        result.verdict
+        == 'reduction_broken.cu did not compile: reduction_broken.cu:5: error: identifier "undefined_function" is undefined'
+    )
 
 
 def test_a_grade_found_in_another_plan_than_the_default_names_that_plan_in_its_first_line():
@@ -96,8 +108,10 @@ def test_a_grade_found_in_another_plan_than_the_default_names_that_plan_in_its_f
     from grader.reports.console import format_grade
 
     def first_line(unit, plan):
-        return format_grade(GradeResult(exercise="softmax", lang="cuda", source="learner", seed=1, unit=unit, plan=plan)
-                            .finish()).splitlines()[0]
+        return format_grade(
+            GradeResult(exercise="softmax", lang="cuda", source="learner", seed=1, unit=unit, plan=plan).finish()
+        ).splitlines()[0]
+
     assert first_line("day12", "challenge-100-day").startswith("day12 (challenge-100-day) softmax (cuda)")
     assert first_line("week5", "cuda-11-week").startswith("week5 softmax (cuda)")  # the default plan goes unsaid
 

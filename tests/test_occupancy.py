@@ -38,18 +38,24 @@ SM90 = occupancy.LIMITS["sm_90"]
 
 # --- the calculator -----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("registers,shared,threads,blocks,limited_by", [
-    (128, 0, 128, 4, ["registers"]),                # 4096 registers a warp: 16 warps = 25%
-    (40, 0, 256, 6, ["registers"]),                 # 1280 a warp: 12 warps a sub-partition, 48 in all
-    (32, 0, 1024, 2, ["registers", "threads"]),     # exactly the register file and the 64 warps
-    (20, 49152, 64, 4, ["shared memory"]),          # 48 KB + 1 KB reserved: 4 fit in 228 KB
-    (16, 0, 32, 32, ["blocks"]),                    # one warp a block: 32 blocks = 50%
-    (16, 0, 256, 8, ["threads"]),
-    (255, 0, 1024, 0, ["registers"]),               # 255 x 1024 registers: no block fits
-    (16, 232448, 32, 1, ["shared memory"]),         # 227 KB + 1 KB reserved: exactly 228 KB, one block
-    (16, 232449, 32, 0, ["shared memory"]),         # a byte more: none
-])
-def test_the_calculator_counts_resident_blocks_and_names_the_binding_limit(registers, shared, threads, blocks, limited_by):
+
+@pytest.mark.parametrize(
+    "registers,shared,threads,blocks,limited_by",
+    [
+        (128, 0, 128, 4, ["registers"]),  # 4096 registers a warp: 16 warps = 25%
+        (40, 0, 256, 6, ["registers"]),  # 1280 a warp: 12 warps a sub-partition, 48 in all
+        (32, 0, 1024, 2, ["registers", "threads"]),  # exactly the register file and the 64 warps
+        (20, 49152, 64, 4, ["shared memory"]),  # 48 KB + 1 KB reserved: 4 fit in 228 KB
+        (16, 0, 32, 32, ["blocks"]),  # one warp a block: 32 blocks = 50%
+        (16, 0, 256, 8, ["threads"]),
+        (255, 0, 1024, 0, ["registers"]),  # 255 x 1024 registers: no block fits
+        (16, 232448, 32, 1, ["shared memory"]),  # 227 KB + 1 KB reserved: exactly 228 KB, one block
+        (16, 232449, 32, 0, ["shared memory"]),  # a byte more: none
+    ],
+)
+def test_the_calculator_counts_resident_blocks_and_names_the_binding_limit(
+    registers, shared, threads, blocks, limited_by
+):
     assert occupancy.theoretical(registers, shared, threads, SM90) == (blocks, limited_by)
 
 
@@ -57,14 +63,22 @@ def test_each_architecture_has_its_limits_and_an_unknown_one_gets_sm_90s_and_say
     assert occupancy.theoretical(16, 0, 256, occupancy.LIMITS["sm_86"]) == (6, ["threads"])  # 48 warps
     assert occupancy.limits_for("sm_90a") == ("sm_90", SM90)
     assert occupancy.limits_for("sm_103") == ("sm_90", SM90)
-    line, _ = occupancy.describe([_kernel("k(float*)", 16, 0)], "__global__ void __launch_bounds__(256) k(float* y) {}",
-                                 "sm_103", gpu=True)
+    line, _ = occupancy.describe(
+        [_kernel("k(float*)", 16, 0)], "__global__ void __launch_bounds__(256) k(float* y) {}", "sm_103", gpu=True
+    )
     assert "sm_90's limits: sm_103 is not in the table" in line
 
 
 def _kernel(name: str, registers: int, shared: int) -> dict:
-    return {"kernel": name, "arch": "sm_90", "registers": registers, "smem_bytes": shared, "stack_bytes": 0,
-            "spill_stores": 0, "spill_loads": 0}
+    return {
+        "kernel": name,
+        "arch": "sm_90",
+        "registers": registers,
+        "smem_bytes": shared,
+        "stack_bytes": 0,
+        "spill_stores": 0,
+        "spill_loads": 0,
+    }
 
 
 SOURCE = """
@@ -88,8 +102,10 @@ def test_block_sizes_are_read_from_launch_bounds_written_as_numbers_defines_or_c
 def test_the_build_line_names_the_block_size_origin_the_figure_and_whose_limits():
     kernels = [_kernel("staged(float const*)", 42, 49152), _kernel("plain(int)", 10, 0)]
     line, figures = occupancy.describe(kernels, SOURCE, "sm_90", gpu=False)
-    assert line.strip() == ("occupancy of staged: 4 blocks of 64 threads (its __launch_bounds__) per SM → 8 of 64 warps "
-                            "= 12.5% (limited by shared memory (49152 B per block); sm_90's limits)")
+    assert line.strip() == (
+        "occupancy of staged: 4 blocks of 64 threads (its __launch_bounds__) per SM → 8 of 64 warps "
+        "= 12.5% (limited by shared memory (49152 B per block); sm_90's limits)"
+    )
     assert [f["kernel"] for f in figures] == ["staged(float const*)"]  # plain: no block size, no guess
     line, figures = occupancy.describe([_kernel("first(int)", 10, 0)], SOURCE, "sm_90", gpu=True)
     assert "= 100% (limited by threads (64 warps per SM); this GPU's sm_90 limits)" in line
@@ -102,6 +118,7 @@ def test_a_kernel_that_cannot_launch_says_so():
 
 
 # --- the exercise on the CPU: the stub's and the solution's occupancy ------------------------------------
+
 
 @pytest.mark.slow
 @pytest.mark.nvcc
@@ -127,13 +144,21 @@ def test_the_fixtures_compile():
     if not fixtures.is_dir():
         pytest.skip("tests/fixtures/submissions/ is absent (a learner's kit)")
     names = [*(m.fixture for m in SPEC.mistakes), "occupancy_staged_256.cu"]  # the mistakes and ladder step 2
-    jobs = [subprocess.Popen([build.find_nvcc(), "-std=c++17", "-arch=sm_90", "-cubin", "-o", os.devnull, str(fixtures / n)],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for n in names]
+    jobs = [
+        subprocess.Popen(
+            [build.find_nvcc(), "-std=c++17", "-arch=sm_90", "-cubin", "-o", os.devnull, str(fixtures / n)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for n in names
+    ]
     for name, job in zip(names, jobs):
         assert job.wait() == 0, f"{name}: {job.stdout.read()}"
 
 
 # --- the mistakes, played in torch against the spec's cases ---------------------------------------------
+
 
 def off_by_one(inputs, outputs, params):
     """y[r][c] = x[r][cols - c]: the flat element one past the mirror (the next row's first; NaN past x)."""
@@ -158,12 +183,20 @@ def grid_y_without_loop(inputs, outputs, params):
         store(outputs["y"], inputs["x"].flip(1))
 
 
-CORRECT = {"mirrored element by element": lambda i, o, p: store(o["y"], i["x"].flip(1)),
-           "mirrored float4 with its lanes reversed": lambda i, o, p: store(
-               o["y"], i["x"].view(p["rows"], -1, 4).flip(1).flip(2).reshape(p["rows"], p["cols"])
-               if p["cols"] % 4 == 0 else i["x"].flip(1))}
-MISTAKES = {"cols - c instead of cols - 1 - c": off_by_one, "a float4 not reversed inside": float4_unreversed,
-            "a row per block along y, no loop": grid_y_without_loop}
+CORRECT = {
+    "mirrored element by element": lambda i, o, p: store(o["y"], i["x"].flip(1)),
+    "mirrored float4 with its lanes reversed": lambda i, o, p: store(
+        o["y"],
+        i["x"].view(p["rows"], -1, 4).flip(1).flip(2).reshape(p["rows"], p["cols"])
+        if p["cols"] % 4 == 0
+        else i["x"].flip(1),
+    ),
+}
+MISTAKES = {
+    "cols - c instead of cols - 1 - c": off_by_one,
+    "a float4 not reversed inside": float4_unreversed,
+    "a row per block along y, no loop": grid_y_without_loop,
+}
 
 
 def test_cases_hold_ragged_rows_float4_rows_the_longest_row_and_more_rows_than_grid_y():
@@ -188,6 +221,7 @@ def test_honest_kernels_pass_every_case(name):
 
 
 # --- on a GPU ---------------------------------------------------------------------------------------------
+
 
 @pytest.mark.gpu
 @pytest.mark.solutions

@@ -53,32 +53,51 @@ def test_the_11_week_plan_follows_its_document_week_by_week():
         [("matmul", "cuda"), ("reduction", "cuda")],
         [("stream_overlap", "cuda"), ("gelu_op", "cuda", "extra")],
         [("vector_add", "triton"), ("matmul_triton", "triton")],
-        [("softmax", "triton"), ("layer_norm", "triton"), ("softmax_backward", "triton", "extra"),
-         ("layer_norm_backward", "triton", "extra")],
+        [
+            ("softmax", "triton"),
+            ("layer_norm", "triton"),
+            ("softmax_backward", "triton", "extra"),
+            ("layer_norm_backward", "triton", "extra"),
+        ],
         [("naive_attention", "triton")],
         [("flash_attention_v1", "triton")],
         [("flash_attention_v1", "cuda")],
-        [("flash_attention_v2", "triton"), ("flash_attention_v2_backward", "triton"),
-         ("flash_attention_v2", "cuda", "extra"), ("flash_attention_v2_backward", "cuda", "extra")],
-        [], [],
+        [
+            ("flash_attention_v2", "triton"),
+            ("flash_attention_v2_backward", "triton"),
+            ("flash_attention_v2", "cuda", "extra"),
+            ("flash_attention_v2_backward", "cuda", "extra"),
+        ],
+        [],
+        [],
     ]
     assert [str(r) for u in weeks[:3] for r in u.requires] == ["compare", "profile"]
     assert "kcourse compare reduction" in weeks[1].deliverable and "kcourse profile" in weeks[2].deliverable
     assert any("Flash Attention paper" in p for p in weeks[5].prompts)  # week 6 reads the paper
     assert [[str(r) for r in u.requires] for u in weeks[9:]] == [["compare_attention"], ["report"]]
     assert "kcourse compare attention" in weeks[9].deliverable
-    assert len(weeks[10].prompts) == 4 and weeks[6].title.startswith("Weeks 7-8") and weeks[9].title.startswith("Weeks 9-10")
+    assert (
+        len(weeks[10].prompts) == 4
+        and weeks[6].title.startswith("Weeks 7-8")
+        and weeks[9].title.startswith("Weeks 9-10")
+    )
 
 
 def test_the_5_day_plan_follows_its_document_day_by_day():
     days = load_plans()["triton-5-day"].units
     assert [u.key for u in days] == [f"day{i}" for i in range(1, 6)]
     assert [exercises(u) for u in days] == [
-        [], [("vector_add", "triton"), ("softmax", "triton"), ("softmax_backward", "triton")],
-        [("matmul_triton", "triton"), ("tk_gemm", "cuda", "extra")], [("softmax", "triton"), ("tk_tile_softmax", "cuda", "extra")], [],
+        [],
+        [("vector_add", "triton"), ("softmax", "triton"), ("softmax_backward", "triton")],
+        [("matmul_triton", "triton"), ("tk_gemm", "cuda", "extra")],
+        [("softmax", "triton"), ("tk_tile_softmax", "cuda", "extra")],
+        [],
     ]
     assert [u.requires for u in days] == [["env"], [], [], ["profile"], ["tune"]]
-    assert "ThunderKittens README summary" in days[2].prompts[0] and "Triton (a Python kernel DSL) vs ThunderKittens" in days[2].prompts[1]
+    assert (
+        "ThunderKittens README summary" in days[2].prompts[0]
+        and "Triton (a Python kernel DSL) vs ThunderKittens" in days[2].prompts[1]
+    )
     assert "replace_op.ipynb" in days[3].deliverable and "kcourse notebook day4" in days[3].deliverable
     assert "three" in days[4].topics[0] and "kcourse report final" in days[4].deliverable
 
@@ -92,10 +111,19 @@ def test_every_unit_of_the_two_plans_says_what_the_kit_checks():
 def test_prompts_are_notes_sections_of_the_units_report_and_answers_survive(isolated_state):
     path = reporting.render("week6")
     text = path.read_text()
-    assert "## Questions for this week" in text and "### Flash Attention paper: what is its core optimisation idea?" in text
-    assert "<!-- notes:week6-2 -->" in text and "- the mathematics of attention" in text and "arxiv.org/abs/2205.14135" in text
+    assert (
+        "## Questions for this week" in text
+        and "### Flash Attention paper: what is its core optimisation idea?" in text
+    )
+    assert (
+        "<!-- notes:week6-2 -->" in text
+        and "- the mathematics of attention" in text
+        and "arxiv.org/abs/2205.14135" in text
+    )
     start = text.index("<!-- notes:week6-2 -->\n") + len("<!-- notes:week6-2 -->\n")
-    path.write_text(text[:start] + "Tiling keeps the N x N matrix out of HBM.\n" + text[text.index("<!-- /notes:week6-2 -->"):])
+    path.write_text(
+        text[:start] + "Tiling keeps the N x N matrix out of HBM.\n" + text[text.index("<!-- /notes:week6-2 -->") :]
+    )
     assert "Tiling keeps the N x N matrix out of HBM." in reporting.render("week6").read_text()
     store.append({"kind": "env"})
     for key in ("day1", "day3", "day5", "week11"):  # the days and weeks with templates of their own too
@@ -103,7 +131,9 @@ def test_prompts_are_notes_sections_of_the_units_report_and_answers_survive(isol
 
 
 def test_an_extra_exercise_is_listed_but_not_needed_to_finish_the_week():
-    store.append({"kind": "grade", "exercise": "stream_overlap", "lang": "cuda", "source": "learner", "status": "passed"})
+    store.append(
+        {"kind": "grade", "exercise": "stream_overlap", "lang": "cuda", "source": "learner", "status": "passed"}
+    )
     assert "[~]  week3" in run("progress")  # the profile is still missing
     store.append({"kind": "profile", "exercise": "reduction", "lang": "cuda"})
     progress = run("progress")
@@ -114,17 +144,51 @@ def test_an_extra_exercise_is_listed_but_not_needed_to_finish_the_week():
 # --- The 100-day plan: the table of ../shared/seeds/003_*.txt, day by day ---------------------------------
 
 # A sample of the table's topics as written (Korean or English) and the plan's translation.
-TRANSLATED = {1: ("벡터 연산 기초", "Vector operation basics"), 2: ("Device 함수", "Device functions"),
-              6: ("고급 기법", "Advanced techniques"), 8: ("다양한 커널", "Various kernels"),
-              17: ("cuBLAS 활용", "Using cuBLAS"), 23: ("Occupancy 최적화", "Occupancy optimisation"),
-              26: ("성능 프로파일링", "Performance profiling"), 29: ("Triton 설치 및 환경 설정", "Triton installation and environment setup"),
-              35: ("Triton 기초 종합", "Triton basics synthesis"), 53: ("Triton 실전 프로젝트 5", "Triton hands-on project 5"),
-              79: ("메모리 사용량 분석", "Memory usage analysis"), 89: ("에러 처리", "Error handling"),
-              97: ("100일 회고 1", "100-day retrospective 1"), 100: ("포트폴리오 작성 2", "Writing the portfolio 2")}
+TRANSLATED = {
+    1: ("벡터 연산 기초", "Vector operation basics"),
+    2: ("Device 함수", "Device functions"),
+    6: ("고급 기법", "Advanced techniques"),
+    8: ("다양한 커널", "Various kernels"),
+    17: ("cuBLAS 활용", "Using cuBLAS"),
+    23: ("Occupancy 최적화", "Occupancy optimisation"),
+    26: ("성능 프로파일링", "Performance profiling"),
+    29: ("Triton 설치 및 환경 설정", "Triton installation and environment setup"),
+    35: ("Triton 기초 종합", "Triton basics synthesis"),
+    53: ("Triton 실전 프로젝트 5", "Triton hands-on project 5"),
+    79: ("메모리 사용량 분석", "Memory usage analysis"),
+    89: ("에러 처리", "Error handling"),
+    97: ("100일 회고 1", "100-day retrospective 1"),
+    100: ("포트폴리오 작성 2", "Writing the portfolio 2"),
+}
 # Days whose topic is not a kernel (practice, profiling, benchmarking, an install, reviews, projects, writing):
 # each must name a check besides exercises (`requires`).
-NOT_KERNEL_DAYS = {23, 24, 26, 27, 28, 29, 35, 42, 52, 55, 56, 57, 58, 59, 60, 61, 62, 63, 70, 81, 82, 83, 84, 85,
-                   *range(89, 101)}
+NOT_KERNEL_DAYS = {
+    23,
+    24,
+    26,
+    27,
+    28,
+    29,
+    35,
+    42,
+    52,
+    55,
+    56,
+    57,
+    58,
+    59,
+    60,
+    61,
+    62,
+    63,
+    70,
+    81,
+    82,
+    83,
+    84,
+    85,
+    *range(89, 101),
+}
 
 
 def hundred_days():
@@ -165,38 +229,63 @@ def test_kernel_days_map_to_their_exercises():
     assert exercises(days["day3"]) == [("matrix_add", "cuda"), ("matrix_transform", "cuda")]
     assert exercises(days["day4"]) == [("layer_norm", "cuda")]
     assert exercises(days["day5"]) == [("reduction", "cuda"), ("scan", "cuda", "extra")]
-    assert exercises(days["day6"]) == [("sm_id", "cuda"), ("softmax", "cuda"), ("transpose", "cuda"), ("gelu_op", "cuda")]
-    assert exercises(days["day7"]) == [("matmul", "cuda"), ("conv1d", "cuda")] and days["day7"].requires == ["compare:matmul:cuda"]
-    assert exercises(days["day8"]) == [("matvec", "cuda"), ("rgb_to_gray", "cuda"), ("blur", "cuda"),
-                                       ("self_attention", "cuda")]
+    assert exercises(days["day6"]) == [
+        ("sm_id", "cuda"),
+        ("softmax", "cuda"),
+        ("transpose", "cuda"),
+        ("gelu_op", "cuda"),
+    ]
+    assert exercises(days["day7"]) == [("matmul", "cuda"), ("conv1d", "cuda")] and days["day7"].requires == [
+        "compare:matmul:cuda"
+    ]
+    assert exercises(days["day8"]) == [
+        ("matvec", "cuda"),
+        ("rgb_to_gray", "cuda"),
+        ("blur", "cuda"),
+        ("self_attention", "cuda"),
+    ]
     assert "online softmax" in days["day8"].deliverable
     assert exercises(days["day9"]) == exercises(days["day10"]) == [("flash_attention_v1", "cuda")]
     assert exercises(days["day13"]) == [("rms_norm", "cuda")] and days["day13"].requires == ["compare:rms_norm:cuda"]
     assert exercises(days["day11"]) == [("flash_attention_v2_backward", "cuda")]
-    assert exercises(days["day14"])[:3] == [("flash_attention_v2", "cuda"), ("flash_attention_v2_backward", "cuda"),
-                                            ("conv2d", "cuda")]
+    assert exercises(days["day14"])[:3] == [
+        ("flash_attention_v2", "cuda"),
+        ("flash_attention_v2_backward", "cuda"),
+        ("conv2d", "cuda"),
+    ]
     assert exercises(days["day16"]) == [("flash_attention_v2", "cuda"), ("flash_attention_v2_backward", "cuda")]
     assert exercises(days["day15"]) == [("self_attention", "cuda"), ("spmm_csr", "cuda")]
-    assert exercises(days["day17"]) == [("cublas_blas1", "cuda")] and exercises(days["day19"]) == [("cublas_gemm", "cuda"),
-                                                                                            ("cublas_attention", "cuda")]
+    assert exercises(days["day17"]) == [("cublas_blas1", "cuda")] and exercises(days["day19"]) == [
+        ("cublas_gemm", "cuda"),
+        ("cublas_attention", "cuda"),
+    ]
     assert exercises(days["day20"]) == [("rope", "cuda")] and exercises(days["day23"]) == [("occupancy", "cuda")]
     assert exercises(days["day18"]) == [("atomic_max", "cuda"), ("histogram", "cuda", "extra")]
     assert exercises(days["day21"]) == [("transpose", "cuda")]
     # day 25 is a CUDA day: its kernels integrated into one are CUDA (Triton's fusion, from day 29 on, is extra)
-    assert exercises(days["day25"]) == [("stream_overlap", "cuda"), ("residual_activation", "cuda"),
-                                        ("fusion", "triton", "extra")]
+    assert exercises(days["day25"]) == [
+        ("stream_overlap", "cuda"),
+        ("residual_activation", "cuda"),
+        ("fusion", "triton", "extra"),
+    ]
     # day 28's synthesis tables every exercise days 15-25 required, in their order
     weeks = [e for d in range(15, 26) for e in exercises(days[f"day{d}"]) if "extra" not in e]
     assert exercises(days["day28"]) == list(dict.fromkeys(weeks)) and days["day28"].requires == ["report"]
     assert exercises(days["day43"]) == [("flash_attention_v1", "triton")]
     assert exercises(days["day46"]) == [("layer_norm", "triton"), ("layer_norm_backward", "triton")]
     # days 29-51 (issue 10's Triton exercises): each kernel day names its exercise, none is left planned
-    assert exercises(days["day33"]) == [("row_reduce", "triton")] and exercises(days["day40"]) == [("reduction", "triton")]
-    assert exercises(days["day39"]) == [("histogram", "triton")] and exercises(days["day48"]) == [("custom_op", "triton")]
+    assert exercises(days["day33"]) == [("row_reduce", "triton")] and exercises(days["day40"]) == [
+        ("reduction", "triton")
+    ]
+    assert exercises(days["day39"]) == [("histogram", "triton")] and exercises(days["day48"]) == [
+        ("custom_op", "triton")
+    ]
     assert exercises(days["day41"]) == [("swiglu", "triton"), ("add_rms_norm", "triton"), ("activations", "bias_gelu")]
     assert [lang for _, lang in exercises(days["day47"])] == ["gelu_erf", "gelu_tanh", "silu", "bias_gelu"]
     assert not any(days[f"day{d}"].planned for d in (31, 33, 34, 39, 40, 41, 46, 47, 48, 49, 50, 64, 66, 67, 69))
-    assert exercises(days["day64"]) == [("fusion", "triton")] and exercises(days["day66"]) == [("autograd_function", "triton")]
+    assert exercises(days["day64"]) == [("fusion", "triton")] and exercises(days["day66"]) == [
+        ("autograd_function", "triton")
+    ]
     # every day of the table: its kernels have exercises (day 19's cuBLAS self-attention is cublas_attention,
     # day 25's kernels integrated into one pass are residual_activation); nothing is left planned
     assert not any(unit.planned for unit in days.values())
@@ -239,19 +328,36 @@ def test_every_exercise_the_plans_name_exists():
 
 # --- The transformer-operator course: ../shared/seeds/004_*.txt in its order --------------------------------
 
+
 def test_the_transformer_course_follows_its_document_in_order():
     steps = load_plans()["transformer-ops"].units
     assert [u.key for u in steps] == [f"step{i}" for i in range(1, 12)]
     assert [u.title.split(":")[0].split(" in CUDA")[0] for u in steps] == [
-        "Custom operator", "Memory and reduction", "GEMM", "LayerNorm", "Softmax", "Cross entropy",
-        "The AdamW optimizer", "Activation functions and the residual connection", "Embedding and LM head layers",
-        "Self-attention", "The Transformer"]
+        "Custom operator",
+        "Memory and reduction",
+        "GEMM",
+        "LayerNorm",
+        "Softmax",
+        "Cross entropy",
+        "The AdamW optimizer",
+        "Activation functions and the residual connection",
+        "Embedding and LM head layers",
+        "Self-attention",
+        "The Transformer",
+    ]
     assert [exercises(u) for u in steps] == [
         [("add2", "jit"), ("add2", "setup"), ("add2", "cmake"), ("gelu_op", "cuda", "extra")],
-        [("reduction", "cuda")], [("matmul", "cuda")], [("layer_norm", "cuda")], [("softmax", "cuda")],
-        [("cross_entropy", "cuda")], [("adamw", "cuda")], [("residual_activation", "cuda"), ("gelu_op", "cuda", "extra")],
+        [("reduction", "cuda")],
+        [("matmul", "cuda")],
+        [("layer_norm", "cuda")],
+        [("softmax", "cuda")],
+        [("cross_entropy", "cuda")],
+        [("adamw", "cuda")],
+        [("residual_activation", "cuda"), ("gelu_op", "cuda", "extra")],
         [("embedding", "cuda"), ("embedding_backward", "cuda"), ("cublas_gemm", "cuda")],  # the LM head: one GEMM
-        [("self_attention", "cuda"), ("flash_attention_v1", "cuda", "extra")], []]
+        [("self_attention", "cuda"), ("flash_attention_v1", "cuda", "extra")],
+        [],
+    ]
     assert "three ways" in steps[0].deliverable and "torch.ops.load_library" in steps[0].deliverable
     assert steps[1].requires == ["compare:reduction:cuda", "profile:reduction:cuda"]
     for step, word in zip(steps[5:10], ("log-sum-exp", "in place", "residual", "scatter-add", "online softmax")):
@@ -259,20 +365,39 @@ def test_the_transformer_course_follows_its_document_in_order():
     assert steps[10].requires == ["capstone"] and not steps[10].planned
     if sorted(SEEDS.glob("004_*.txt")):  # the document's list, in this order
         text = sorted(SEEDS.glob("004_*.txt"))[0].read_text()
-        names = ["custom op", "memory & reduction", "Gemm", "LayerNorm", "SoftMax", "Cross Entropy", "AdamW",
-                 "激活函数与残差连接", "embedding", "self-attention", "train_gpt2"]
+        names = [
+            "custom op",
+            "memory & reduction",
+            "Gemm",
+            "LayerNorm",
+            "SoftMax",
+            "Cross Entropy",
+            "AdamW",
+            "激活函数与残差连接",
+            "embedding",
+            "self-attention",
+            "train_gpt2",
+        ]
         assert [text.index(n) for n in names] == sorted(text.index(n) for n in names)
 
 
 # --- Requirements besides exercises (grader/core/plans.py Requirement) ------------------------------------------
+
 
 def test_a_requirement_is_a_record_kind_optionally_of_one_exercise_and_language_or_the_report():
     assert Requirement.parse("profile") == Requirement("profile")
     assert Requirement.parse("compare:softmax:cuda") == Requirement("compare", "softmax", "cuda")
     assert Requirement.parse("report") == Requirement("report")
     assert Requirement.parse("compare_attention") == Requirement("compare_attention")  # `kcourse compare attention`
-    for bad in ("profiles", "env:x", "report:day3", "compare_attention:naive_attention", "tune:", "compare:softmax:c++",
-                "tune:a:cuda:x"):
+    for bad in (
+        "profiles",
+        "env:x",
+        "report:day3",
+        "compare_attention:naive_attention",
+        "tune:",
+        "compare:softmax:c++",
+        "tune:a:cuda:x",
+    ):
         with pytest.raises(ValueError, match="requirement"):
             Requirement.parse(bad)
 

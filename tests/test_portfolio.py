@@ -15,39 +15,103 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def comparison_record():
-    rows = [{"label": "interleaved.cu", "numerics": "passed", "ms": 2.0, "rate": 537.0, "roofline_pct": 18.0,
-             "ratio": 0.18, "speed": "failed", "verdict": "slow", "solution_ms": 0.36},
-            {"label": "shuffle.cu", "numerics": "passed", "ms": 0.4, "rate": 2684.0, "roofline_pct": 89.0,
-             "ratio": 0.9, "speed": "passed", "verdict": "passed", "solution_ms": 0.36}]
-    return {"kind": "compare", "exercise": "reduction", "lang": "cuda", "seed": 3, "device": GPU["name"],
-            "case": "n=268435456", "unit": "GB/s", "rows": rows}
+    rows = [
+        {
+            "label": "interleaved.cu",
+            "numerics": "passed",
+            "ms": 2.0,
+            "rate": 537.0,
+            "roofline_pct": 18.0,
+            "ratio": 0.18,
+            "speed": "failed",
+            "verdict": "slow",
+            "solution_ms": 0.36,
+        },
+        {
+            "label": "shuffle.cu",
+            "numerics": "passed",
+            "ms": 0.4,
+            "rate": 2684.0,
+            "roofline_pct": 89.0,
+            "ratio": 0.9,
+            "speed": "passed",
+            "verdict": "passed",
+            "solution_ms": 0.36,
+        },
+    ]
+    return {
+        "kind": "compare",
+        "exercise": "reduction",
+        "lang": "cuda",
+        "seed": 3,
+        "device": GPU["name"],
+        "case": "n=268435456",
+        "unit": "GB/s",
+        "rows": rows,
+    }
 
 
 def capstone_record(status="passed", source="learner", kernels_rate=41000.0):
     def run(losses, rate):
-        return {"name": "x", "losses": losses, "tokens_per_s": rate, "peak_bytes": 2.5e9, "seconds": 30.0,
-                "parameters": 3.2e6}
+        return {
+            "name": "x",
+            "losses": losses,
+            "tokens_per_s": rate,
+            "peak_bytes": 2.5e9,
+            "seconds": 30.0,
+            "parameters": 3.2e6,
+        }
 
-    config = {"layers": 4, "heads": 4, "d_model": 256, "context": 256, "batch": 128, "steps": 6, "final_window": 2,
-              "low_precision": "bfloat16", "compile": True}
-    return {"kind": "capstone", "at": 1.0, "source": source, "seed": 7, "tiny": False, "data": "(embedded default text)",
-            "device": {"name": GPU["name"]}, "config": config, "status": status, "verdict": "run, loss, speed passed",
-            "choices": [{"operation": "gelu", "role": "forward", "exercise": "activations", "lang": "gelu_tanh", "reason": ""},
-                        {"operation": "adamw", "role": "step", "exercise": "", "lang": "", "reason": "not graded yet"}],
-            "runs": {"eager": run([4.0, 3.5, 3.0, 2.6, 2.4, 2.3], 40000.0),
-                     "compile": run([4.0, 3.5, 3.0, 2.6, 2.35, 2.31], 52000.0),
-                     "kernels": run([4.0, 3.5, 3.0, 2.6, 2.41, 2.3], kernels_rate)},
-            "checks": [{"name": "loss", "status": "passed", "message": "final loss 2.3550 vs eager's 2.3500"}]}
+    config = {
+        "layers": 4,
+        "heads": 4,
+        "d_model": 256,
+        "context": 256,
+        "batch": 128,
+        "steps": 6,
+        "final_window": 2,
+        "low_precision": "bfloat16",
+        "compile": True,
+    }
+    return {
+        "kind": "capstone",
+        "at": 1.0,
+        "source": source,
+        "seed": 7,
+        "tiny": False,
+        "data": "(embedded default text)",
+        "device": {"name": GPU["name"]},
+        "config": config,
+        "status": status,
+        "verdict": "run, loss, speed passed",
+        "choices": [
+            {"operation": "gelu", "role": "forward", "exercise": "activations", "lang": "gelu_tanh", "reason": ""},
+            {"operation": "adamw", "role": "step", "exercise": "", "lang": "", "reason": "not graded yet"},
+        ],
+        "runs": {
+            "eager": run([4.0, 3.5, 3.0, 2.6, 2.4, 2.3], 40000.0),
+            "compile": run([4.0, 3.5, 3.0, 2.6, 2.35, 2.31], 52000.0),
+            "kernels": run([4.0, 3.5, 3.0, 2.6, 2.41, 2.3], kernels_rate),
+        },
+        "checks": [{"name": "loss", "status": "passed", "message": "final loss 2.3550 vs eager's 2.3500"}],
+    }
 
 
 def block_record():
     figures = {"error": 1.2e-3, "worst": "x", "torch_error": 1.0e-3, "torch_worst": "x"}
-    return {"kind": "block", "source": "learner", "seed": 5, "tiny": False, "device": {"name": GPU["name"]},
-            "config": {"batch": 8, "context": 256, "d_model": 256, "heads": 4, "low_precision": "bfloat16"},
-            "result": {"parts": {"ffn": figures}, "ms": 1.25, "torch_ms": 1.5},
-            "whose": {"ffn": ["gelu forward: yours (activations, gelu_tanh)", "linear forward: PyTorch"]},
-            "checks": [{"name": "ffn", "status": "passed", "message": "ffn: within the limit"}],
-            "status": "passed", "verdict": "ffn passed"}
+    return {
+        "kind": "block",
+        "source": "learner",
+        "seed": 5,
+        "tiny": False,
+        "device": {"name": GPU["name"]},
+        "config": {"batch": 8, "context": 256, "d_model": 256, "heads": 4, "low_precision": "bfloat16"},
+        "result": {"parts": {"ffn": figures}, "ms": 1.25, "torch_ms": 1.5},
+        "whose": {"ffn": ["gelu forward: yours (activations, gelu_tanh)", "linear forward: PyTorch"]},
+        "checks": [{"name": "ffn", "status": "passed", "message": "ffn: within the limit"}],
+        "status": "passed",
+        "verdict": "ffn passed",
+    }
 
 
 @pytest.fixture
@@ -60,13 +124,42 @@ def recorded(isolated_state):
     store.append(comparison_record())
     store.append(capstone_record())
     store.append(block_record())
-    store.append({"kind": "tune", "exercise": "matmul", "lang": "cuda", "device": GPU["name"], "case": "M=4096",
-                  "unit": "TFLOP/s", "speedup": 1.8, "best": {"config": "BLOCK=128", "ms": 3.0},
-                  "rows": [{"config": f"BLOCK={b}", "ms": 3.0 * 128 / b, "rate": b / 4, "roofline_pct": b / 4,
-                            "correct": True, "error": ""} for b in (64, 128)]})
-    store.append({"kind": "profile", "exercise": "reduction", "lang": "cuda", "device": GPU["name"], "case": "n=1048576",
-                  "calls": 5, "trace": "/tmp/trace.json", "ncu": [],
-                  "top": [{"name": "reduce_kernel", "calls": 5, "device_us": 125.0, "cpu_us": 20.0}]})
+    store.append(
+        {
+            "kind": "tune",
+            "exercise": "matmul",
+            "lang": "cuda",
+            "device": GPU["name"],
+            "case": "M=4096",
+            "unit": "TFLOP/s",
+            "speedup": 1.8,
+            "best": {"config": "BLOCK=128", "ms": 3.0},
+            "rows": [
+                {
+                    "config": f"BLOCK={b}",
+                    "ms": 3.0 * 128 / b,
+                    "rate": b / 4,
+                    "roofline_pct": b / 4,
+                    "correct": True,
+                    "error": "",
+                }
+                for b in (64, 128)
+            ],
+        }
+    )
+    store.append(
+        {
+            "kind": "profile",
+            "exercise": "reduction",
+            "lang": "cuda",
+            "device": GPU["name"],
+            "case": "n=1048576",
+            "calls": 5,
+            "trace": "/tmp/trace.json",
+            "ncu": [],
+            "top": [{"name": "reduce_kernel", "calls": 5, "device_us": 125.0, "cpu_us": 20.0}],
+        }
+    )
     return isolated_state / "reports"
 
 
@@ -77,16 +170,24 @@ def test_the_portfolio_has_every_section_with_the_figures(recorded):
     assert "| reduction (cuda) | n=268435456 | 1 | 200 GB/s | 43% | 0.80× | NVIDIA H100 80GB HBM3 |" in text
     assert "| matmul (cuda) | M=4096 N=4096 K=4096 | 6 | 200 TFLOP/s | 43% | 0.80× | NVIDIA H100 80GB HBM3 |" in text
     assert "- 2 exercise versions passed (2 cuda)." in text
-    assert "- softmax (triton): failed — size 1000: 17 outputs differ" in text and "`kcourse grade softmax --lang triton`" in text
+    assert (
+        "- softmax (triton): failed — size 1000: 17 outputs differ" in text
+        and "`kcourse grade softmax --lang triton`" in text
+    )
     assert "![Roofline](roofline.png)" in text and "(speed_reduction_cuda.png)" in text
     # the comparison's table and bar chart
-    assert "### reduction (cuda): 2 versions, timed at n=268435456" in text and "| shuffle.cu | passed | 0.4 | 2684 |" in text
+    assert (
+        "### reduction (cuda): 2 versions, timed at n=268435456" in text
+        and "| shuffle.cu | passed | 0.4 | 2684 |" in text
+    )
     assert "![reduction (cuda): versions compared](compare_reduction_cuda.png)" in text
     # the block and the capstone: their tables, tokens/s and the loss curves
     assert "| ffn | 0.0012 (x) | 0.001 (x) | passed | yours: gelu forward; PyTorch: linear forward |" in text
     assert "yours 1.250 ms, PyTorch 1.500 ms" in text
     assert "| gelu | yours (activations, gelu_tanh) |" in text and "| adamw | PyTorch — not graded yet |" in text
-    assert "| your kernels | 2.3550 | 41,000 | 1.02x |" in text and "| torch.compile | 2.3300 | 52,000 | 1.30x |" in text
+    assert (
+        "| your kernels | 2.3550 | 41,000 | 1.02x |" in text and "| torch.compile | 2.3300 | 52,000 | 1.30x |" in text
+    )
     assert "![capstone loss curves](portfolio_capstone_loss.png)" in text and "Verdict: **passed**" in text
     # profiles and tunings, and the attention sweep's absence said with its command
     assert "| reduce_kernel | 5 | 125.0 | 20.0 |" in text and "Best: **BLOCK=128** at 3 ms, 1.80×" in text
@@ -101,11 +202,16 @@ def test_the_portfolio_has_every_section_with_the_figures(recorded):
 
 def test_with_no_records_the_portfolio_says_what_to_run(isolated_state):
     text = portfolio.render().read_text()
-    for missing in ("No exercise passed yet: `kcourse grade <exercise>`", "No `kcourse compare` recorded yet: `kcourse compare",
-                    "No attention comparison recorded yet: run `kcourse compare attention`",
-                    "No `kcourse block` run of yours recorded yet", "No `kcourse capstone` run of yours recorded yet",
-                    "No profile recorded yet: `kcourse profile <exercise>`", "No tuning recorded yet: `kcourse tune <exercise>`",
-                    "No notes written in your other reports yet"):
+    for missing in (
+        "No exercise passed yet: `kcourse grade <exercise>`",
+        "No `kcourse compare` recorded yet: `kcourse compare",
+        "No attention comparison recorded yet: run `kcourse compare attention`",
+        "No `kcourse block` run of yours recorded yet",
+        "No `kcourse capstone` run of yours recorded yet",
+        "No profile recorded yet: `kcourse profile <exercise>`",
+        "No tuning recorded yet: `kcourse tune <exercise>`",
+        "No notes written in your other reports yet",
+    ):
         assert missing in text, missing
     assert "Capstone: not yet." in text and "![" not in text
 
@@ -130,8 +236,14 @@ def test_a_capstone_or_block_record_it_cannot_read_is_said_not_raised(isolated_s
 def test_the_portfolio_renders_from_old_partial_and_unknown_records(isolated_state):
     from test_reports_old_records import OLD_AND_ODD_RECORDS, cuda_grade_on_a_cpu_machine
 
-    for record in [cuda_grade_on_a_cpu_machine(), *OLD_AND_ODD_RECORDS, {"kind": "compare", "exercise": "reduction"},
-                   {"kind": "compare_attention", "implementations": "junk"}, {"kind": "capstone"}, {"kind": "block", "checks": 3}]:
+    for record in [
+        cuda_grade_on_a_cpu_machine(),
+        *OLD_AND_ODD_RECORDS,
+        {"kind": "compare", "exercise": "reduction"},
+        {"kind": "compare_attention", "implementations": "junk"},
+        {"kind": "capstone"},
+        {"kind": "block", "checks": 3},
+    ]:
         store.append(record)
     text = portfolio.render().read_text()
     assert "None" not in text and "Undefined" not in text
@@ -144,7 +256,7 @@ def test_the_portfolio_renders_from_old_partial_and_unknown_records(isolated_sta
 def _answer(path, section_id, words):
     text = path.read_text()
     start = text.index(f"<!-- notes:{section_id} -->\n") + len(f"<!-- notes:{section_id} -->\n")
-    path.write_text(text[:start] + words + "\n" + text[text.index(f"<!-- /notes:{section_id} -->"):])
+    path.write_text(text[:start] + words + "\n" + text[text.index(f"<!-- /notes:{section_id} -->") :])
 
 
 @pytest.mark.slow
@@ -177,6 +289,7 @@ def test_kcourse_report_portfolio_writes_the_file_and_takes_out(recorded, tmp_pa
 
 # --- What it finishes in a plan -------------------------------------------------------------------------------
 
+
 def test_a_portfolio_requirement_names_every_section_or_one():
     assert Requirement.parse("portfolio") == Requirement("portfolio")
     assert Requirement.parse("portfolio:projects") == Requirement("portfolio", section="projects")
@@ -188,7 +301,12 @@ def test_a_portfolio_requirement_names_every_section_or_one():
 
 def test_days_97_to_100_are_the_retrospective_reports_then_the_portfolios_notes():
     days = {u.key: u for u in load_plans()["challenge-100-day"].units}
-    assert [days[f"day{d}"].requires for d in (97, 98, 99, 100)] == [["report"], ["report"], ["portfolio:projects"], ["portfolio"]]
+    assert [days[f"day{d}"].requires for d in (97, 98, 99, 100)] == [
+        ["report"],
+        ["report"],
+        ["portfolio:projects"],
+        ["portfolio"],
+    ]
     assert not any(days[f"day{d}"].planned for d in (97, 98, 99, 100))
     for day in ("day97", "day99", "day100"):
         assert "kcourse report portfolio" in days[day].deliverable, day
@@ -201,7 +319,9 @@ def _progress(key):
 
 
 def test_days_99_and_100_are_done_when_the_portfolios_notes_are_written(isolated_state):
-    assert "your portfolio's 'projects' notes: not written (`kcourse report portfolio`, then answer" in _progress("day99")
+    assert "your portfolio's 'projects' notes: not written (`kcourse report portfolio`, then answer" in _progress(
+        "day99"
+    )
     path = portfolio.render()
     assert _progress("day99").startswith("[ ]") and "0 of 4 notes written" in _progress("day100")
     _answer(path, "portfolio-projects", "The reduction ladder, flash attention v2 and the capstone.")
@@ -210,4 +330,6 @@ def test_days_99_and_100_are_done_when_the_portfolios_notes_are_written(isolated
     for section in ("learned", "hard", "sharing"):
         _answer(path, f"portfolio-{section}", "Written.")
     portfolio.render()  # re-rendering keeps them
-    assert _progress("day100").startswith("[x]") and "your notes in the portfolio: 4 of 4 notes written" in _progress("day100")
+    assert _progress("day100").startswith("[x]") and "your notes in the portfolio: 4 of 4 notes written" in _progress(
+        "day100"
+    )

@@ -78,6 +78,7 @@ def test_progress_in_a_terminal_wraps_topic_and_what_counts_to_its_width():
 
     def words(text):  # the header's rule of dashes is as wide as its column
         return sorted(w for w in text.split() if set(w) != {"-"})
+
     assert words(wrapped) == words(whole)  # every word still there
     narrow = format_progress("cuda-11-week", width=40)  # too narrow to fit: wider than asked, not a word a line
     assert 40 < max(len(line) for line in narrow.splitlines()) <= 80 and words(narrow) == words(whole)

@@ -22,8 +22,12 @@ def test_a_record_counts_only_for_the_exercise_and_language_the_plan_names():
     assert record_matches(profile, {"kind": "profile", "exercise": "transpose", "lang": "cuda"})
     assert not record_matches(profile, {"kind": "profile", "exercise": "reduction", "lang": "cuda"})
     assert not record_matches(profile, {"kind": "tune", "exercise": "transpose", "lang": "cuda"})
-    assert not record_matches(Requirement("compare", "softmax", "cuda"), {"kind": "compare", "exercise": "softmax", "lang": "triton"})
-    assert record_matches(Requirement("compare", "softmax", "cuda"), {"kind": "compare", "exercise": "softmax", "lang": "cuda+triton"})
+    assert not record_matches(
+        Requirement("compare", "softmax", "cuda"), {"kind": "compare", "exercise": "softmax", "lang": "triton"}
+    )
+    assert record_matches(
+        Requirement("compare", "softmax", "cuda"), {"kind": "compare", "exercise": "softmax", "lang": "cuda+triton"}
+    )
     assert record_matches(Requirement("profile"), {"kind": "profile", "exercise": "anything"})
 
 
@@ -52,7 +56,9 @@ def test_a_day_with_exercises_and_a_record_is_done_only_with_both():
 
 
 def test_a_report_day_is_done_when_every_notes_section_of_its_report_is_written(isolated_state):
-    assert "your notes in the report: not written (`kcourse report day97 --plan challenge-100-day`" in progress_line("day97")
+    assert "your notes in the report: not written (`kcourse report day97 --plan challenge-100-day`" in progress_line(
+        "day97"
+    )
     path = reporting.render("day97", plan_id="challenge-100-day")
     assert progress_line("day97").startswith("[ ]") and "0 of 2 notes written" in progress_line("day97")
     text = path.read_text()
@@ -61,7 +67,7 @@ def test_a_report_day_is_done_when_every_notes_section_of_its_report_is_written(
     assert progress_line("day97").startswith("[~]") and "1 of 2 notes written" in progress_line("day97")
     text = path.read_text()
     last = text.index("<!-- notes:day97 -->\n") + len("<!-- notes:day97 -->\n")
-    path.write_text(text[:last] + "Next: the capstone.\n" + text[text.index("<!-- /notes:day97 -->"):])
+    path.write_text(text[:last] + "Next: the capstone.\n" + text[text.index("<!-- /notes:day97 -->") :])
     line = progress_line("day97")
     assert line.startswith("[x]") and "your notes in the report: 2 of 2 notes written" in line
     reporting.render("day97", plan_id="challenge-100-day")  # re-rendering keeps the answers
@@ -74,11 +80,16 @@ def test_report_notes_of_a_unit_never_rendered_are_none(isolated_state):
 
 
 def test_a_planned_unit_with_only_an_extra_exercise_says_it_is_planned_and_what_is_gradable():
-    unit = Unit("step8", "x", exercises=[PlanExercise("gelu_op", "cuda", extra=True)],
-                planned=["activations fused with the residual add"])
+    unit = Unit(
+        "step8",
+        "x",
+        exercises=[PlanExercise("gelu_op", "cuda", extra=True)],
+        planned=["activations fused with the residual add"],
+    )
     assert unit_status(unit, {}, []) == "planned"
-    assert what_counts(unit, {}, []) == ("activations fused with the residual add "
-                                         "(gradable meanwhile: gelu_op (cuda, extra): not graded)")
+    assert what_counts(unit, {}, []) == (
+        "activations fused with the residual add (gradable meanwhile: gelu_op (cuda, extra): not graded)"
+    )
 
 
 def test_unit_status_counts_exercises_and_requirements_alike():

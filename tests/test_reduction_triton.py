@@ -31,18 +31,39 @@ STUB = ROOT / "exercises" / "reduction" / "reduction.py"
 # name: (edits of the solution [(old, new), ...], the case (n) it fails, a message fragment)
 MISTAKES = {
     # full blocks only: the last n % BLOCK elements are never added (n = 7 is all tail)
-    "no tail": ([("acc += tl.load(x_ptr + tail, mask=tail < tail_end, other=0.0)", "acc += 0.0")], "n=7",
-                "elements of out wrong"),
+    "no tail": (
+        [("acc += tl.load(x_ptr + tail, mask=tail < tail_end, other=0.0)", "acc += 0.0")],
+        "n=7",
+        "elements of out wrong",
+    ),
     # every program adds the tail: it counts n_programs times
-    "the tail in every program": ([("tail_end = tl.where(pid == 0, n, 0)", "tail_end = n")], "n=1000003",
-                                  "elements of out wrong"),
+    "the tail in every program": (
+        [("tail_end = tl.where(pid == 0, n, 0)", "tail_end = n")],
+        "n=1000003",
+        "elements of out wrong",
+    ),
     # a capped grid without the grid-stride loop: each program sums one block, the rest is lost
-    "no grid-stride loop": ([("for block in range(pid, n // BLOCK, n_programs):",
-                              "for block in range(pid, tl.minimum(pid + 1, n // BLOCK)):")], "n=1000003",
-                            "elements of out wrong"),
+    "no grid-stride loop": (
+        [
+            (
+                "for block in range(pid, n // BLOCK, n_programs):",
+                "for block in range(pid, tl.minimum(pid + 1, n // BLOCK)):",
+            )
+        ],
+        "n=1000003",
+        "elements of out wrong",
+    ),
     # stage 2 forgotten: out is program 0's partial
-    "first partial only": ([("tl.store(out_ptr, tl.sum(partials, axis=0))", "tl.store(out_ptr, tl.sum(tl.where(offsets == 0, partials, 0.0), axis=0))")],
-                           "n=1000003", "elements of out wrong"),
+    "first partial only": (
+        [
+            (
+                "tl.store(out_ptr, tl.sum(partials, axis=0))",
+                "tl.store(out_ptr, tl.sum(tl.where(offsets == 0, partials, 0.0), axis=0))",
+            )
+        ],
+        "n=1000003",
+        "elements of out wrong",
+    ),
 }
 
 
@@ -63,7 +84,9 @@ def solution():
 
 @pytest.fixture(scope="module")
 def solution_verdicts(solution):
-    return {label: judge(SPEC, solution.reduction, case_named(SPEC, label)) for label in {m[1] for m in MISTAKES.values()}}
+    return {
+        label: judge(SPEC, solution.reduction, case_named(SPEC, label)) for label in {m[1] for m in MISTAKES.values()}
+    }
 
 
 def test_cuda_stays_the_default_version_and_each_language_has_its_own_ladder():
@@ -72,7 +95,11 @@ def test_cuda_stays_the_default_version_and_each_language_has_its_own_ladder():
     triton = resolve(("reduction",), lang="triton").variant
     assert (triton.stub, [a.name for a in triton.args]) == ("reduction.py", ["x", "out", "n"])
     assert [s.title for s in hints.read_ladder(SPEC, "cuda")] == [
-        "One atomicAdd per element", "A tree per block", "Warp shuffles", "A grid-stride loop"]
+        "One atomicAdd per element",
+        "A tree per block",
+        "Warp shuffles",
+        "A grid-stride loop",
+    ]
     steps = hints.read_ladder(SPEC, "triton")
     assert [s.number for s in steps] == [1, 2, 3] and all(s.roofline_pct for s in steps)
 
@@ -107,6 +134,7 @@ def test_the_stub_imports_and_says_what_to_write():
 
 # --- GPU ------------------------------------------------------------------------------------------------
 
+
 @pytest.mark.gpu
 def test_the_triton_ladder_beside_the_cuda_solution_and_torch_sum_at_2_to_the_28():
     from cuda_rows import cuda_caller
@@ -137,8 +165,10 @@ def test_the_triton_ladder_beside_the_cuda_solution_and_torch_sum_at_2_to_the_28
     rates = {name: n * 4 / (m["median_ms"] / 1000) / 1e9 for name, m in measured.items()}
     print(f"\nreduction 2^28 float32 on {torch.cuda.get_device_name()} (copy {copy_gbps:.0f} GB/s):")
     for name, rate in rates.items():
-        print(f"  {name:40s} {measured[name]['median_ms'] * 1000:8.1f} us  {rate:6.0f} GB/s  "
-              f"{100 * rate / copy_gbps:4.0f}% of roofline")
+        print(
+            f"  {name:40s} {measured[name]['median_ms'] * 1000:8.1f} us  {rate:6.0f} GB/s  "
+            f"{100 * rate / copy_gbps:4.0f}% of roofline"
+        )
     assert rates["3. solution (Triton)"] >= 0.85 * copy_gbps
     assert rates["1. one program"] < 0.5 * rates["3. solution (Triton)"]  # below the speed bar (threshold 0.5)
 
@@ -169,7 +199,12 @@ def test_the_triton_solution_grades_passed_and_the_stub_and_step_1_fail_on_the_g
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", list(MISTAKES))
 def test_each_classic_mistake_fails_on_the_gpu(tmp_path, name):
-    result = grade(resolve(("reduction",), lang="triton"), submission=mistake_file(name, tmp_path), seed=5,
-                   record=False, quick=True)
+    result = grade(
+        resolve(("reduction",), lang="triton"),
+        submission=mistake_file(name, tmp_path),
+        seed=5,
+        record=False,
+        quick=True,
+    )
     check = next(c for c in result.checks if c.status in ("failed", "error"))
     assert check.name == "numerics" and check.details.get("code") == "mismatch", result.verdict

@@ -68,7 +68,9 @@ def notebook_with_solution(path):
 def run_in_kit(kit, tmp_path, *args, timeout=300):
     env = dict(os.environ, KCOURSE_HOME=str(tmp_path / "kit-home"))
     env.pop("KCOURSE_ROOT", None)
-    return subprocess.run([sys.executable, "-m", *args], cwd=kit, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", *args], cwd=kit, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_the_kit_ships_what_git_tracks_less_solutions_fixtures_and_ci(course, tmp_path):
@@ -76,14 +78,23 @@ def test_the_kit_ships_what_git_tracks_less_solutions_fixtures_and_ci(course, tm
     (course / "exercises/softmax/scratch.py").write_text("x = 1\n")
     result = release_from(course, tmp_path / "kit")
     assert result.exit_code == 0, result.output
-    assert "left out 1 file(s) git does not track: exercises/softmax/scratch.py —" in result.output  # the notebook: ignored
+    assert (
+        "left out 1 file(s) git does not track: exercises/softmax/scratch.py —" in result.output
+    )  # the notebook: ignored
     shipped = files_in(tmp_path / "kit")
     assert not [f for f in shipped if f.split("/")[0] in ("solutions", ".ci", ".github", "learner")]
     assert not [f for f in shipped if f.startswith("tests/fixtures/")]
     assert [f for f in shipped if f.startswith("scripts/")] == ["scripts/setup.sh"]
     assert "replace_op.ipynb" not in shipped and "exercises/softmax/scratch.py" not in shipped
-    assert {"exercises/softmax/softmax.py", "grader/cli.py", "tests/conftest.py", "calibration/calibration.json"} <= shipped
-    assert (tmp_path / "kit/exercises/softmax/softmax.py").read_text() == (course / "exercises/softmax/softmax.py").read_text()
+    assert {
+        "exercises/softmax/softmax.py",
+        "grader/cli.py",
+        "tests/conftest.py",
+        "calibration/calibration.json",
+    } <= shipped
+    assert (tmp_path / "kit/exercises/softmax/softmax.py").read_text() == (
+        course / "exercises/softmax/softmax.py"
+    ).read_text()
 
 
 def test_a_tracked_notebook_holding_the_solution_is_a_leak_and_nothing_is_written(course, tmp_path):
@@ -92,7 +103,9 @@ def test_a_tracked_notebook_holding_the_solution_is_a_leak_and_nothing_is_writte
     git(course, "add", "-A")
     with pytest.raises(ReleaseError) as caught:
         release(tmp_path / "kit", root=course)
-    assert re.search(r"exercises/softmax/replace_op.ipynb contains \d+ lines of softmax.py's solution", str(caught.value))
+    assert re.search(
+        r"exercises/softmax/replace_op.ipynb contains \d+ lines of softmax.py's solution", str(caught.value)
+    )
     assert "starter.ipynb" not in str(caught.value)
     assert not (tmp_path / "kit").exists() and not list(tmp_path.glob(".kit*"))
 
@@ -126,8 +139,15 @@ def test_the_kits_readme_is_the_learners_and_names_only_what_the_kit_has(course,
     readme = (tmp_path / "kit/README.md").read_text()
     assert readme == (course / "learner/README.md").read_text()
     assert [block.strip() for block in re.findall(r"```bash\n(.*?)```", readme, re.S)[:2]] == [QUICK_START, TESTS]
-    for instructor_only in ("--source solutions", ".ci/run", "device_check", "kcourse validate", "kcourse calibrate",
-                            "kcourse grade-batch", "kcourse release"):
+    for instructor_only in (
+        "--source solutions",
+        ".ci/run",
+        "device_check",
+        "kcourse validate",
+        "kcourse calibrate",
+        "kcourse grade-batch",
+        "kcourse release",
+    ):
         assert instructor_only not in readme
     assert set(re.findall(r"kcourse ([a-z][a-z-]+)", readme)) <= set(main.commands)
     week1 = resolve(("week1", "vector_add"))  # the quick start grades the default plan's first exercise
@@ -152,8 +172,18 @@ def test_the_kits_own_tests_pass_and_those_that_need_the_instructors_files_skip_
     # the learner README's second quick-start command, `pytest` in the kit (its fast tier; GPU tests left out
     # here), as a learner runs it: a test that reads solutions/ or tests/fixtures/ without its marker fails there
     release_from(course, tmp_path / "kit")
-    proc = run_in_kit(tmp_path / "kit", tmp_path, "pytest", "-q", "-rs", "-p", "no:cacheprovider",
-                      "-m", "not slow and not bench and not gpu", timeout=1500)  # the README's `pytest`: the fast tier
+    proc = run_in_kit(
+        tmp_path / "kit",
+        tmp_path,
+        "pytest",
+        "-q",
+        "-rs",
+        "-p",
+        "no:cacheprovider",
+        "-m",
+        "not slow and not bench and not gpu",
+        timeout=1500,
+    )  # the README's `pytest`: the fast tier
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "failed" not in proc.stdout
     assert "tests/fixtures/submissions/ is absent (a learner's kit)" in proc.stdout

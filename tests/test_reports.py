@@ -8,18 +8,43 @@ from grader.core.plans import load_plans
 from grader.core.records import Check, GradeResult, Timing
 from grader.reports import plots, reporting
 
-GPU = {"name": "NVIDIA H100 80GB HBM3", "capability": "9.0", "memory_gb": 85.0, "multiprocessors": 132,
-       "copy_gbps": 3002.0, "matmul_fp32_tflops": 51.6}
+GPU = {
+    "name": "NVIDIA H100 80GB HBM3",
+    "capability": "9.0",
+    "memory_gb": 85.0,
+    "multiprocessors": 132,
+    "copy_gbps": 3002.0,
+    "matmul_fp32_tflops": 51.6,
+}
 
 
 def env_record():
-    return {"kind": "env", "python": "3.12", "platform": "Linux", "torch": "2.11.0", "torch_cuda": "13.0",
-            "triton": "3.6.0", "ninja": True, "nvcc": "13.0", "nvcc_path": "/usr/bin/nvcc", "driver": "580.1",
-            "triton_interpreter": True, "triton_interpreter_note": "", "gpu": GPU, "ready": True,
-            "can_do": ["Triton and CUDA exercises: build, numerics and timing on the GPU"],
-            "training": {"description": "A 3-layer MLP", "epochs": 5, "speedup": 12.5,
-                         "runs": [{"device": "cpu", "seconds": 2.5, "per_epoch_s": 0.5, "final_loss": 0.1},
-                                  {"device": "cuda", "seconds": 0.2, "per_epoch_s": 0.04, "final_loss": 0.1}]}}
+    return {
+        "kind": "env",
+        "python": "3.12",
+        "platform": "Linux",
+        "torch": "2.11.0",
+        "torch_cuda": "13.0",
+        "triton": "3.6.0",
+        "ninja": True,
+        "nvcc": "13.0",
+        "nvcc_path": "/usr/bin/nvcc",
+        "driver": "580.1",
+        "triton_interpreter": True,
+        "triton_interpreter_note": "",
+        "gpu": GPU,
+        "ready": True,
+        "can_do": ["Triton and CUDA exercises: build, numerics and timing on the GPU"],
+        "training": {
+            "description": "A 3-layer MLP",
+            "epochs": 5,
+            "speedup": 12.5,
+            "runs": [
+                {"device": "cpu", "seconds": 2.5, "per_epoch_s": 0.5, "final_loss": 0.1},
+                {"device": "cuda", "seconds": 0.2, "per_epoch_s": 0.04, "final_loss": 0.1},
+            ],
+        },
+    }
 
 
 def grade_record(exercise, lang, unit, sizes, learner_ms, source="learner"):
@@ -28,10 +53,23 @@ def grade_record(exercise, lang, unit, sizes, learner_ms, source="learner"):
     result.add(Check("speed", "passed", "fast enough"))
     for i, size in enumerate(sizes):
         ms = learner_ms * (i + 1)
-        result.timings.append(Timing(case=size, learner_ms=ms, solution_ms=ms * 0.8, torch_ms=ms * 0.9, unit=unit,
-                                     learner_rate=100.0 * (i + 1), solution_rate=125.0 * (i + 1), torch_rate=111.0 * (i + 1),
-                                     roofline_pct=42.0 + i, ratio=0.8, intensity=0.25 if unit == "GB/s" else 500.0,
-                                     learner_tflops=0.7 if unit == "GB/s" else 30.0, runs=100))
+        result.timings.append(
+            Timing(
+                case=size,
+                learner_ms=ms,
+                solution_ms=ms * 0.8,
+                torch_ms=ms * 0.9,
+                unit=unit,
+                learner_rate=100.0 * (i + 1),
+                solution_rate=125.0 * (i + 1),
+                torch_rate=111.0 * (i + 1),
+                roofline_pct=42.0 + i,
+                ratio=0.8,
+                intensity=0.25 if unit == "GB/s" else 500.0,
+                learner_tflops=0.7 if unit == "GB/s" else 30.0,
+                runs=100,
+            )
+        )
     return result.finish().to_dict()
 
 
@@ -42,15 +80,43 @@ def recorded(isolated_state):
     store.append(grade_record("matmul", "cuda", "TFLOP/s", ["M=1024 N=1024 K=1024", "M=4096 N=4096 K=4096"], 3.0))
     store.append(grade_record("softmax", "triton", "GB/s", ["M=4096 N=781", "M=4096 N=4096"], 0.05))
     store.append(grade_record("softmax", "triton", "GB/s", ["M=4096 N=4096"], 0.06, source="/home/me/replace_op.ipynb"))
-    store.append({"kind": "tune", "exercise": "softmax", "lang": "triton", "device": GPU["name"], "case": "M=4096 N=4096",
-                  "unit": "GB/s", "speedup": 1.5,
-                  "rows": [{"config": f"num_warps={w}", "ms": 0.05 * w / 4, "rate": 2000 / w, "roofline_pct": 60 / w,
-                            "correct": True, "error": ""} for w in (2, 4, 8)],
-                  "best": {"config": "num_warps=2", "ms": 0.025}})
-    store.append({"kind": "profile", "exercise": "softmax", "lang": "triton", "device": GPU["name"], "case": "M=4096 N=4096",
-                  "calls": 5, "trace": "/tmp/trace.json", "ncu": [],
-                  "ncu_note": "Nsight Compute said: ==ERROR== ERR_NVGPUCTRPERM",
-                  "top": [{"name": "softmax_kernel", "calls": 5, "device_us": 250.0, "cpu_us": 40.0}]})
+    store.append(
+        {
+            "kind": "tune",
+            "exercise": "softmax",
+            "lang": "triton",
+            "device": GPU["name"],
+            "case": "M=4096 N=4096",
+            "unit": "GB/s",
+            "speedup": 1.5,
+            "rows": [
+                {
+                    "config": f"num_warps={w}",
+                    "ms": 0.05 * w / 4,
+                    "rate": 2000 / w,
+                    "roofline_pct": 60 / w,
+                    "correct": True,
+                    "error": "",
+                }
+                for w in (2, 4, 8)
+            ],
+            "best": {"config": "num_warps=2", "ms": 0.025},
+        }
+    )
+    store.append(
+        {
+            "kind": "profile",
+            "exercise": "softmax",
+            "lang": "triton",
+            "device": GPU["name"],
+            "case": "M=4096 N=4096",
+            "calls": 5,
+            "trace": "/tmp/trace.json",
+            "ncu": [],
+            "ncu_note": "Nsight Compute said: ==ERROR== ERR_NVGPUCTRPERM",
+            "top": [{"name": "softmax_kernel", "calls": 5, "device_us": 250.0, "cpu_us": 40.0}],
+        }
+    )
     return isolated_state / "reports"
 
 
@@ -95,7 +161,10 @@ def test_every_day_and_week_of_the_plans_renders(recorded):
 def test_final_report_tables_every_graded_exercise_and_links_its_plots(recorded):
     text = reporting.render("final").read_text()
     assert "| matmul | cuda | passed |" in text
-    assert "matmul (cuda) | M=4096 N=4096 K=4096 | 6 | 4.8 | 5.4 | 200 TFLOP/s | 250 TFLOP/s | 222 TFLOP/s | 43% | 0.80× | live solution |" in text
+    assert (
+        "matmul (cuda) | M=4096 N=4096 K=4096 | 6 | 4.8 | 5.4 | 200 TFLOP/s | 250 TFLOP/s | 222 TFLOP/s | 43% | 0.80× | live solution |"
+        in text
+    )
     assert "![Roofline](roofline.png)" in text and "(speed_reduction_cuda.png)" in text
     for name in ("roofline.png", "speed_reduction_cuda.png", "speed_matmul_cuda.png"):
         assert (recorded / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

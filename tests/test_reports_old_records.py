@@ -16,7 +16,9 @@ from grader.reports import reporting
 
 def cuda_grade_on_a_cpu_machine(exercise="reduction"):
     """What `kcourse grade week2 reduction` records without a GPU: compiled only, device {}."""
-    result = GradeResult(exercise=exercise, lang="cuda", source="learner", seed=7, file=f"exercises/{exercise}/{exercise}.cu")
+    result = GradeResult(
+        exercise=exercise, lang="cuda", source="learner", seed=7, file=f"exercises/{exercise}/{exercise}.cu"
+    )
     result.add(Check("build", "passed", "compiled for sm_90"))
     result.add(Check("numerics", "skipped", "no GPU found: compiled and checked the resource report only"))
     return result.finish().to_dict()
@@ -24,22 +26,52 @@ def cuda_grade_on_a_cpu_machine(exercise="reduction"):
 
 OLD_AND_ODD_RECORDS = [
     {"kind": "grade", "exercise": "matmul", "lang": "cuda", "status": "passed"},  # an early kit: status only
-    {"kind": "grade", "exercise": "vector_add", "lang": "triton", "source": "learner", "status": "timeout",
-     "verdict": None, "device": "NVIDIA H100 80GB HBM3", "sanitizer": {"racecheck": "clean"}, "phases_s": [1, 2],
-     "checks": [{"name": "numerics"}, "not a check"],
-     "timings": [{"case": "n=4096", "learner_ms": "0.5", "learner_rate": "fast", "unit": "GB/s", "new_field": 1}, 3]},
-    {"kind": "grade", "exercise": "softmax", "lang": "triton", "source": "/home/me/replace_op.ipynb", "status": "passed",
-     "device": {}, "timings": [{"case": "M=4096 N=4096", "learner_rate": 900.0, "unit": "GB/s", "intensity": 0.25,
-                                "learner_tflops": 0.2}]},
+    {
+        "kind": "grade",
+        "exercise": "vector_add",
+        "lang": "triton",
+        "source": "learner",
+        "status": "timeout",
+        "verdict": None,
+        "device": "NVIDIA H100 80GB HBM3",
+        "sanitizer": {"racecheck": "clean"},
+        "phases_s": [1, 2],
+        "checks": [{"name": "numerics"}, "not a check"],
+        "timings": [{"case": "n=4096", "learner_ms": "0.5", "learner_rate": "fast", "unit": "GB/s", "new_field": 1}, 3],
+    },
+    {
+        "kind": "grade",
+        "exercise": "softmax",
+        "lang": "triton",
+        "source": "/home/me/replace_op.ipynb",
+        "status": "passed",
+        "device": {},
+        "timings": [
+            {"case": "M=4096 N=4096", "learner_rate": 900.0, "unit": "GB/s", "intensity": 0.25, "learner_tflops": 0.2}
+        ],
+    },
     {"kind": "grade", "exercise": "gelu_op", "status": "failed"},  # no language
     {"kind": "grade", "status": "passed"},  # names no exercise: nothing to file it under
     {"status": "passed", "exercise": "reduction"},  # no kind at all
     {"kind": "env"},
     {"kind": "tune", "exercise": "softmax", "lang": "triton"},
-    {"kind": "tune", "exercise": "vector_add", "lang": "triton", "device": {}, "rows": [{"config": "BLOCK=128"}, None],
-     "best": {}, "speedup": "n/a"},
-    {"kind": "profile", "exercise": "softmax", "lang": "triton", "device": {}, "top": [{"name": "softmax_kernel"}],
-     "ncu": [{"kernel": "softmax_kernel"}]},
+    {
+        "kind": "tune",
+        "exercise": "vector_add",
+        "lang": "triton",
+        "device": {},
+        "rows": [{"config": "BLOCK=128"}, None],
+        "best": {},
+        "speedup": "n/a",
+    },
+    {
+        "kind": "profile",
+        "exercise": "softmax",
+        "lang": "triton",
+        "device": {},
+        "top": [{"name": "softmax_kernel"}],
+        "ncu": [{"kernel": "softmax_kernel"}],
+    },
     {"kind": "profile", "exercise": "vector_add", "lang": "triton"},
     {"kind": "a kind from a newer kit", "exercise": "softmax", "lang": "triton"},
 ]
@@ -92,8 +124,15 @@ def test_old_records_show_what_they_hold_and_a_dash_for_what_they_lack(mixed_rec
 
 
 def test_the_plot_of_an_old_record_is_drawn_inside_the_reports_folder(isolated_state):
-    store.append({"kind": "grade", "exercise": "../../escape", "lang": "triton/x", "status": "passed",
-                  "timings": [{"case": "n=1", "learner_rate": 1.0, "unit": "GB/s"}]})
+    store.append(
+        {
+            "kind": "grade",
+            "exercise": "../../escape",
+            "lang": "triton/x",
+            "status": "passed",
+            "timings": [{"case": "n=1", "learner_rate": 1.0, "unit": "GB/s"}],
+        }
+    )
     text = reporting.render("final").read_text()
     [plot] = re.findall(r"\]\((speed_[^)]*\.png)\)", text)
     assert "/" not in plot and (isolated_state / "reports" / plot).read_bytes()[:4] == b"\x89PNG"
@@ -103,8 +142,14 @@ def test_the_plot_of_an_old_record_is_drawn_inside_the_reports_folder(isolated_s
 ENV_CHECKS_OF_OLDER_KITS = [
     {"kind": "env"},
     {"kind": "env", "gpu": {}, "training": {}, "can_do": None},
-    {"kind": "env", "python": 3.10, "gpu": {"name": "NVIDIA H100 80GB HBM3"}, "can_do": "not a list",
-     "training": {"runs": [{"device": "cpu"}, "junk"], "speedup": "n/a"}, "an_unknown_key": True},
+    {
+        "kind": "env",
+        "python": 3.10,
+        "gpu": {"name": "NVIDIA H100 80GB HBM3"},
+        "can_do": "not a list",
+        "training": {"runs": [{"device": "cpu"}, "junk"], "speedup": "n/a"},
+        "an_unknown_key": True,
+    },
 ]
 
 
@@ -127,6 +172,10 @@ def test_every_field_of_a_grade_record_is_shaped_for_the_templates():
 
     from grader.core.records import Check, GradeResult, Timing
 
-    unknown = [f"{cls.__name__}.{f.name}: {f.type}" for cls in (GradeResult, Check, Timing)
-               for f in dataclasses.fields(cls) if str(f.type) not in reporting.BY_ANNOTATION]
+    unknown = [
+        f"{cls.__name__}.{f.name}: {f.type}"
+        for cls in (GradeResult, Check, Timing)
+        for f in dataclasses.fields(cls)
+        if str(f.type) not in reporting.BY_ANNOTATION
+    ]
     assert unknown == []

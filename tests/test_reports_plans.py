@@ -53,7 +53,9 @@ def test_report_dayN_keeps_the_5_day_plan_and_names_the_other_plan_that_has_it(i
 
 def test_report_weekN_is_the_11_week_plans_without_a_question(isolated_state):
     result = run("report", "week2")
-    assert result.exit_code == 0 and "week2 → plan cuda-11-week" in result.output and "another plan" not in result.output
+    assert (
+        result.exit_code == 0 and "week2 → plan cuda-11-week" in result.output and "another plan" not in result.output
+    )
 
 
 def test_the_same_day_of_two_plans_goes_to_two_files_with_their_own_notes(isolated_state):
@@ -72,7 +74,9 @@ def test_a_key_several_plans_share_without_a_documented_default_asks_which(monke
     result = run("report", "day9")
     assert result.exit_code == 2
     assert "'day9' is in several plans (challenge-100-day, gpu-bootcamp)" in result.output
-    assert "`kcourse report day9 --plan challenge-100-day` or `kcourse report day9 --plan gpu-bootcamp`" in result.output
+    assert (
+        "`kcourse report day9 --plan challenge-100-day` or `kcourse report day9 --plan gpu-bootcamp`" in result.output
+    )
 
 
 def test_report_of_a_key_the_chosen_plan_lacks_suggests_its_keys():

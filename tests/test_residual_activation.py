@@ -31,19 +31,31 @@ LADDER = "residual_activation_thread_per_element.cu"  # the ladder's first kerne
 MISTAKE_EDITS = {
     # The exact GELU, 0.5 x (1 + erf(x / sqrt 2)), where the exercise asks for the tanh approximation (GPT-2's):
     # up to ~5e-4 apart, far outside float32's tolerance.
-    "erf_gelu": [("return 0.5f * v * (1.f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)));",
-                  "return 0.5f * v * (1.f + erff(v * 0.7071067811865476f));")],
+    "erf_gelu": [
+        (
+            "return 0.5f * v * (1.f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)));",
+            "return 0.5f * v * (1.f + erff(v * 0.7071067811865476f));",
+        )
+    ],
     # tanh as (e^2u - 1) / (e^2u + 1) and SiLU as x e^x / (1 + e^x). Right for small inputs; inf / inf = NaN once
     # exp overflows (GELU for x above ~10, SiLU above 88).
-    "naive_exp": [("    return 0.5f * v * (1.f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)));",
-                   "    const float e = expf(2.f * 0.7978845608f * (v + 0.044715f * v * v * v));\n"
-                   "    return 0.5f * v * (1.f + (e - 1.f) / (e + 1.f));"),
-                  ("return v / (1.f + expf(-v));", "return v * expf(v) / (1.f + expf(v));")],
+    "naive_exp": [
+        (
+            "    return 0.5f * v * (1.f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)));",
+            "    const float e = expf(2.f * 0.7978845608f * (v + 0.044715f * v * v * v));\n"
+            "    return 0.5f * v * (1.f + (e - 1.f) / (e + 1.f));",
+        ),
+        ("return v / (1.f + expf(-v));", "return v * expf(v) / (1.f + expf(v));"),
+    ],
     # The activation rounded to T before the add, as the unfused residual + F.gelu(x) does. Harmless in float32;
     # in bfloat16 up to half a step of act(x) off, which fails where residual and act(x) nearly cancel.
-    "rounds_twice": [("    out[i] = static_cast<T>(static_cast<float>(residual[i]) + (use_gelu ? gelu(v) : silu(v)));",
-                      "    const T a = static_cast<T>(use_gelu ? gelu(v) : silu(v));\n"
-                      "    out[i] = static_cast<T>(static_cast<float>(residual[i]) + static_cast<float>(a));")],
+    "rounds_twice": [
+        (
+            "    out[i] = static_cast<T>(static_cast<float>(residual[i]) + (use_gelu ? gelu(v) : silu(v)));",
+            "    const T a = static_cast<T>(use_gelu ? gelu(v) : silu(v));\n"
+            "    out[i] = static_cast<T>(static_cast<float>(residual[i]) + static_cast<float>(a));",
+        )
+    ],
 }
 VECTOR_WIDTH = {torch.float32: 4, torch.bfloat16: 8}  # elements in 16 bytes
 
@@ -76,6 +88,7 @@ def play(*, always_gelu=False, vectors_only=False, **mistake):
         n = out.numel()
         stop = n - n % VECTOR_WIDTH[out.dtype] if vectors_only else n  # no tail: the last n % VEC never written
         t["out"][:stop].copy_(out[:stop])
+
     return run
 
 
@@ -92,13 +105,16 @@ MISTAKES = {  # name: (play, a label fragment of a case it must fail, the verdic
 
 # --- the spec, the reference, the README ------------------------------------------------------------
 
+
 def test_the_spec_names_the_activation_per_case_in_float32_and_bfloat16():
     cuda = SPEC.variants["cuda"]
     assert (cuda.kind, cuda.entry) == ("torch_op", "residual_activation")
     assert [a.name for a in cuda.args] == ["x", "residual", "act"] and cuda.returns_outputs
     cases = SPEC.cases + SPEC.performance.cases
     assert all(c.params.get("act") in ("gelu", "silu") for c in cases)  # the operator's third argument, every case
-    assert {(c.params["act"], c.dtype) for c in SPEC.cases} == {(a, d) for a in ("gelu", "silu") for d in ("float32", "bfloat16")}
+    assert {(c.params["act"], c.dtype) for c in SPEC.cases} == {
+        (a, d) for a in ("gelu", "silu") for d in ("float32", "bfloat16")
+    }
     assert any(c.params["n"] % 8 and c.dtype == "bfloat16" and c.params["n"] > 8 for c in cuda_cases(SPEC))
 
 
@@ -126,6 +142,7 @@ def test_the_readme_states_the_gelu_and_its_ladder_climbs():
 
 
 # --- the classic mistakes, played on the CPU -----------------------------------------------------------
+
 
 def test_float32_math_rounded_once_passes_every_case_overflow_included():
     assert set(verdicts(SPEC, play()).values()) == {"ok"}
@@ -156,8 +173,11 @@ def test_rounding_twice_is_harmless_in_float32():
 # --- compiling without a GPU ----------------------------------------------------------------------------
 
 GPU_EDITS = {  # name: (text of the solution, replacement, verdict codes it must get)
-    "16-byte vectors, no tail": ("if (i < VEC && tail < n) out[tail]", "if (false) out[tail]",
-                                 ("partial_write", "not_written")),
+    "16-byte vectors, no tail": (
+        "if (i < VEC && tail < n) out[tail]",
+        "if (false) out[tail]",
+        ("partial_write", "not_written"),
+    ),
     "act ignored: always GELU": ("if (act == Act::Gelu) {", "if (true) {", ("mismatch",)),
 }
 
@@ -200,8 +220,12 @@ def built(tmp_path_factory):
     from torch_op_checks import prebuild_with_edits
 
     folder = tmp_path_factory.mktemp("residual_activation_edits")
-    sources = {"solution": SOLUTION, "stub": STUB, LADDER: submission(LADDER),
-               **{name: mistake_file(name, folder) for name in GPU_MISTAKES}}
+    sources = {
+        "solution": SOLUTION,
+        "stub": STUB,
+        LADDER: submission(LADDER),
+        **{name: mistake_file(name, folder) for name in GPU_MISTAKES},
+    }
     return prebuild_with_edits(SPEC, sources, SOLUTION, GPU_EDITS, folder)
 
 
@@ -212,10 +236,14 @@ def test_the_ladders_figures_and_the_solution_beats_the_unfused_formula_near_cop
 
     case = SPEC.performance.cases[-1]
     n = case.params["n"]
-    tensors = {"x": torch.randn(n, device="cuda", dtype=torch.bfloat16),
-               "residual": torch.randn(n, device="cuda", dtype=torch.bfloat16)}
-    versions = {"1. a thread per element": built["residual_activation_thread_per_element.cu"],
-                "2. 16-byte accesses (the solution)": built["solution"]}
+    tensors = {
+        "x": torch.randn(n, device="cuda", dtype=torch.bfloat16),
+        "residual": torch.randn(n, device="cuda", dtype=torch.bfloat16),
+    }
+    versions = {
+        "1. a thread per element": built["residual_activation_thread_per_element.cu"],
+        "2. 16-byte accesses (the solution)": built["solution"],
+    }
     callers = {name: op_caller(SPEC, path) for name, path in versions.items()}
     exact = REFERENCE(tensors["x"].double(), tensors["residual"].double(), act="gelu")
     tol = SPEC.tolerance_of(case)
@@ -244,8 +272,13 @@ def test_the_solution_passes_its_grade_printing_you_and_torch(built):
 @pytest.mark.gpu
 @pytest.mark.solutions
 def test_the_ladders_first_kernel_passes_numerics_and_is_timed(built):
-    result = grade(resolve(("residual_activation",)), submission=built["residual_activation_thread_per_element.cu"],
-                   seed=8, record=False, sanitize_code=False)
+    result = grade(
+        resolve(("residual_activation",)),
+        submission=built["residual_activation_thread_per_element.cu"],
+        seed=8,
+        record=False,
+        sanitize_code=False,
+    )
     checks = {c.name: c for c in result.checks}
     print(f"\nresidual_activation, a thread per element: {checks['speed'].message}")
     assert checks["numerics"].status == "passed", result.verdict
@@ -254,8 +287,9 @@ def test_the_ladders_first_kernel_passes_numerics_and_is_timed(built):
 @pytest.mark.gpu
 @pytest.mark.solutions
 def test_the_stub_builds_runs_and_writes_nothing(built):
-    result = grade(resolve(("residual_activation",)), source="stubs", seed=8, record=False, quick=True,
-                   sanitize_code=False)
+    result = grade(
+        resolve(("residual_activation",)), source="stubs", seed=8, record=False, quick=True, sanitize_code=False
+    )
     check = next(c for c in result.checks if c.status in ("failed", "error"))
     assert check.name == "numerics" and check.details.get("code") in ("not_written", "mismatch"), result.verdict
 
@@ -265,8 +299,9 @@ def test_the_stub_builds_runs_and_writes_nothing(built):
 @pytest.mark.parametrize("name", list(GPU_MISTAKES) + list(GPU_EDITS))
 def test_each_mistake_fails_on_the_gpu(built, name):
     codes = GPU_MISTAKES.get(name) or GPU_EDITS[name][2]
-    result = grade(resolve(("residual_activation",)), submission=built[name], seed=8, record=False, quick=True,
-                   sanitize_code=False)
+    result = grade(
+        resolve(("residual_activation",)), submission=built[name], seed=8, record=False, quick=True, sanitize_code=False
+    )
     check = next(c for c in result.checks if c.status in ("failed", "error"))
     print(f"\n{name}: {check.message.splitlines()[0]}")
     assert check.name == "numerics" and check.details.get("code") in codes, result.verdict

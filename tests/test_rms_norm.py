@@ -43,13 +43,14 @@ def shfl_down_totals(x: torch.Tensor) -> torch.Tensor:
     padded = torch.nn.functional.pad(x * x, (0, (-n) % 32))
     v = padded.reshape(x.shape[0], -1, 32).sum(dim=1)  # lane l: columns l, l + 32, ...
     for offset in (16, 8, 4, 2, 1):
-        v = v + torch.cat([v[:, offset:], v[:, 32 - offset:]], dim=1)
+        v = v + torch.cat([v[:, offset:], v[:, 32 - offset :]], dim=1)
     return v[:, torch.arange(n) % 32]
 
 
 def mistaken(**mistake):
     def run(t, p):
         t["out"].copy_(rms_normed(t["x"], t["weight"], **mistake))
+
     return run
 
 
@@ -109,11 +110,19 @@ def test_each_classic_mistake_fails_on_the_case_built_for_it(name):
 # --- builds here; on a GPU, the versions' figures and the solution's one-line mistakes -----------------
 
 GPU_MISTAKES = {  # name: (file, its text, replacement: every occurrence, verdict codes it must get)
-    "eps outside the square root": (SOLUTION, "rsqrtf(block_sum(local, partial) / n_cols + EPS)",
-                                    "1.f / (sqrtf(block_sum(local, partial) / n_cols) + EPS)", ("mismatch",)),
+    "eps outside the square root": (
+        SOLUTION,
+        "rsqrtf(block_sum(local, partial) / n_cols + EPS)",
+        "1.f / (sqrtf(block_sum(local, partial) / n_cols) + EPS)",
+        ("mismatch",),
+    ),
     "rows found with N": (SOLUTION, "x + blockIdx.x * x_stride", "x + blockIdx.x * (long long)n_cols", ("mismatch",)),
-    "float4 whenever N % 4 == 0": (SOLUTION, "const bool aligned = ", "const bool aligned = N % 4 == 0; const bool unused = ",
-                                   ("cuda_error", "crash")),
+    "float4 whenever N % 4 == 0": (
+        SOLUTION,
+        "const bool aligned = ",
+        "const bool aligned = N % 4 == 0; const bool unused = ",
+        ("cuda_error", "crash"),
+    ),
     "V2 with __shfl_down_sync": ("rms_norm_v2_warp.cu", "__shfl_xor_sync", "__shfl_down_sync", ("mismatch",)),
 }
 
@@ -151,8 +160,9 @@ def test_the_three_versions_figures_and_the_solution_beats_torch_near_copy_bandw
     versions = {
         "V1 naive, a thread per row": submission("rms_norm_v1_naive.cu"),
         "V2 warp-reduce, a warp per row": submission("rms_norm_v2_warp.cu"),
-        "V3 without float4 (scalar loads)": edited(SOLUTION, "const bool aligned = ", "const bool aligned = false && ",
-                                                  tmp_path, "scalar.cu"),
+        "V3 without float4 (scalar loads)": edited(
+            SOLUTION, "const bool aligned = ", "const bool aligned = false && ", tmp_path, "scalar.cu"
+        ),
         "V3 float4 (the solution)": SOLUTION,
     }
     callers = {name: cuda_caller(SPEC, path) for name, path in versions.items()}
@@ -169,8 +179,10 @@ def test_the_three_versions_figures_and_the_solution_beats_torch_near_copy_bandw
     rates = {name: gbps((2 * M * N + N) * 4, m["median_ms"]) for name, m in measured.items()}
     print(f"\nrms_norm 16384x4096 float32 on {torch.cuda.get_device_name()} (copy {copy_gbps:.0f} GB/s):")
     for name, rate in rates.items():
-        print(f"  {name:40s} {measured[name]['median_ms'] * 1000:8.1f} us  {rate:6.0f} GB/s  "
-              f"{100 * rate / copy_gbps:4.0f}% of roofline")
+        print(
+            f"  {name:40s} {measured[name]['median_ms'] * 1000:8.1f} us  {rate:6.0f} GB/s  "
+            f"{100 * rate / copy_gbps:4.0f}% of roofline"
+        )
     assert rates["V3 float4 (the solution)"] >= 0.85 * copy_gbps
     assert rates["V3 float4 (the solution)"] > rates["torch.nn.functional.rms_norm"]
 

@@ -31,15 +31,20 @@ LADDER = "rope_thread_per_pair.cu"  # the ladder's first kernel, a fixture; the 
 MISTAKE_EDITS = {
     # x's head rows found as if x were contiguous (row * d), not through its strides. Right on a contiguous x; on
     # a slice of a wider tensor (q out of a fused qkv) it reads other rows and the padding between them.
-    "ignores_strides": [("const T* xr = x + b * stride_b + n * stride_n + h * stride_h;",
-                         "const T* xr = x + row * 2 * half;")],
+    "ignores_strides": [
+        ("const T* xr = x + b * stride_b + n * stride_n + h * stride_h;", "const T* xr = x + row * 2 * half;")
+    ],
     # The interleaved convention (GPT-J, Meta's original Llama code), pairs (2i, 2i + 1), where this exercise's
     # reference (Hugging Face's rotate_half) pairs i with i + d/2. It must fail numerics: the same tables rotate
     # other pairs of coordinates.
-    "interleaved": [("static_cast<float>(xr[i]), x2 = static_cast<float>(xr[i + half]);",
-                     "static_cast<float>(xr[2 * i]), x2 = static_cast<float>(xr[2 * i + 1]);"),
-                    ("o[i] = static_cast<T>(x1", "o[2 * i] = static_cast<T>(x1"),
-                    ("o[i + half] = static_cast<T>(x2", "o[2 * i + 1] = static_cast<T>(x2")],
+    "interleaved": [
+        (
+            "static_cast<float>(xr[i]), x2 = static_cast<float>(xr[i + half]);",
+            "static_cast<float>(xr[2 * i]), x2 = static_cast<float>(xr[2 * i + 1]);",
+        ),
+        ("o[i] = static_cast<T>(x1", "o[2 * i] = static_cast<T>(x1"),
+        ("o[i + half] = static_cast<T>(x2", "o[2 * i + 1] = static_cast<T>(x2"),
+    ],
 }
 VECTOR_WIDTH = {torch.float32: 4, torch.float16: 8, torch.bfloat16: 8}  # elements in 16 bytes
 
@@ -60,25 +65,29 @@ def rotated(x, cos, sin, *, interleaved=False, backwards=False):
 def play(**mistake):
     def run(t, p):
         t["out"].copy_(rotated(t["x"], t["cos"], t["sin"], **mistake))
+
     return run
 
 
 def rows_as_if_contiguous(t, p):
     """x's rows found at ((b N + n) H + h) d: on a strided view, other rows and the NaN padding."""
     x = t["x"]
-    t["out"].copy_(rotated(x.as_strided(x.shape, torch.empty(x.shape).stride(), x.storage_offset()), t["cos"], t["sin"]))
+    t["out"].copy_(
+        rotated(x.as_strided(x.shape, torch.empty(x.shape).stride(), x.storage_offset()), t["cos"], t["sin"])
+    )
 
 
 def misaligned(x: torch.Tensor, offset: int) -> bool:
     """Whether some head row of x, `offset` elements in, starts off a 16-byte boundary."""
     b, n, h = (torch.arange(size) for size in x.shape[:3])
-    starts = (b[:, None, None] * x.stride(0) + n[None, :, None] * x.stride(1) + h[None, None, :] * x.stride(2))
+    starts = b[:, None, None] * x.stride(0) + n[None, :, None] * x.stride(1) + h[None, None, :] * x.stride(2)
     return bool(((x.data_ptr() + (starts + offset) * x.element_size()) % 16 != 0).any())
 
 
 def vector_loads(*, check_half: bool, check_rows: bool):
     """16-byte loads of both halves of each row; a load off a 16-byte boundary is a CUDA error
     (misaligned address). A correct kernel checks both d/2 and the rows before taking that path."""
+
     def run(t, p):
         x, half = t["x"], t["x"].shape[-1] // 2
         vec = VECTOR_WIDTH[x.dtype]
@@ -86,6 +95,7 @@ def vector_loads(*, check_half: bool, check_rows: bool):
         if takes_path and (misaligned(x, 0) or misaligned(x, half)):
             return "cuda_error"
         return play()(t, p)
+
     return run
 
 
@@ -98,15 +108,22 @@ MISTAKES = {  # name: (play, a label fragment of a case it must fail, the verdic
     "interleaved pairs (2i, 2i + 1)": (play(interleaved=True), "B=2 N=37 H=3 d=64", "mismatch"),
     "rotated backwards (the sign of sin)": (play(backwards=True), "B=2 N=37 H=3 d=64", "mismatch"),
     "rows found as if x were contiguous": (rows_as_if_contiguous, "layout=row_slice", "mismatch"),
-    "16-byte loads whenever d/2 allows": (vector_loads(check_half=True, check_rows=False), "bfloat16 (x layout=row_slice)",
-                                          "cuda_error"),
-    "16-byte loads whenever the rows are aligned": (vector_loads(check_half=False, check_rows=True), "d=72",
-                                                    "cuda_error"),
+    "16-byte loads whenever d/2 allows": (
+        vector_loads(check_half=True, check_rows=False),
+        "bfloat16 (x layout=row_slice)",
+        "cuda_error",
+    ),
+    "16-byte loads whenever the rows are aligned": (
+        vector_loads(check_half=False, check_rows=True),
+        "d=72",
+        "cuda_error",
+    ),
     "the formula in bfloat16": (formula_in_dtype, "B=3 N=100 H=7 d=128 dtype=bfloat16", "mismatch"),
 }
 
 
 # --- the spec, the reference, the README ------------------------------------------------------------
+
 
 def test_the_spec_takes_q_by_its_strides_with_float32_tables_in_three_dtypes():
     cuda = SPEC.variants["cuda"]
@@ -117,7 +134,10 @@ def test_the_spec_takes_q_by_its_strides_with_float32_tables_in_three_dtypes():
     assert {c.dtype for c in SPEC.cases} == {"float32", "float16", "bfloat16"}
     assert {64, 128} <= {c.params["d"] for c in SPEC.cases}
     assert any(c.params["N"] % 2 and c.params["H"] % 2 and c.params["B"] > 1 for c in cuda_cases(SPEC))
-    assert {c.dtype for c in cuda_cases(SPEC) if c.inputs.get("x", {}).get("layout") == "row_slice"} == {"float32", "bfloat16"}
+    assert {c.dtype for c in cuda_cases(SPEC) if c.inputs.get("x", {}).get("layout") == "row_slice"} == {
+        "float32",
+        "bfloat16",
+    }
 
 
 def test_the_tables_are_the_rope_angles_of_each_position():
@@ -161,6 +181,7 @@ def test_the_readme_states_layout_and_convention_and_its_ladder_climbs():
 
 # --- the classic mistakes, played on the CPU -----------------------------------------------------------
 
+
 def test_a_float32_kernel_rounding_once_passes_every_case():
     assert set(verdicts(SPEC, play()).values()) == {"ok"}
 
@@ -190,8 +211,11 @@ def test_each_mistake_fixtures_edits_still_apply(mistake, tmp_path):
 # --- compiling without a GPU ----------------------------------------------------------------------------
 
 GPU_EDITS = {  # name: (text of the solution, replacement, verdict codes it must get)
-    "16-byte loads whenever d/2 allows": ("return s.half % vec == 0 && ", "return s.half % vec == 0; return ",
-                                          ("cuda_error", "crash")),
+    "16-byte loads whenever d/2 allows": (
+        "return s.half % vec == 0 && ",
+        "return s.half % vec == 0; return ",
+        ("cuda_error", "crash"),
+    ),
     "no 16-byte accesses (the ladder's step 2)": ("if (vector_path_ok(x, cos, sin, s, VEC))", "if (false)", None),
 }
 
@@ -233,8 +257,12 @@ def built(tmp_path_factory):
     from torch_op_checks import prebuild_with_edits
 
     folder = tmp_path_factory.mktemp("rope_edits")
-    sources = {"solution": SOLUTION, "stub": STUB, LADDER: submission(LADDER),
-               **{name: mistake_file(name, folder) for name in GPU_MISTAKES}}
+    sources = {
+        "solution": SOLUTION,
+        "stub": STUB,
+        LADDER: submission(LADDER),
+        **{name: mistake_file(name, folder) for name in GPU_MISTAKES},
+    }
     return prebuild_with_edits(SPEC, sources, SOLUTION, GPU_EDITS, folder)
 
 
@@ -287,8 +315,9 @@ def test_the_solution_passes_its_grade_printing_you_and_torch(built):
 @pytest.mark.gpu
 @pytest.mark.solutions
 def test_the_ladders_first_kernel_passes_numerics_and_is_timed(built):
-    result = grade(resolve(("rope",)), submission=built["rope_thread_per_pair.cu"], seed=20, record=False,
-                   sanitize_code=False)
+    result = grade(
+        resolve(("rope",)), submission=built["rope_thread_per_pair.cu"], seed=20, record=False, sanitize_code=False
+    )
     checks = {c.name: c for c in result.checks}
     print(f"\nrope, a thread per pair: {checks['speed'].message}")
     assert checks["numerics"].status == "passed", result.verdict

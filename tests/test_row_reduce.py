@@ -37,23 +37,52 @@ ROW_SLICE = "M=6 N=4200 (x layout=row_slice)"
 # [[mistakes]], each a fixture file, are graded by tests/test_exercise_mistakes.py.
 MISTAKES = {
     # `>=` keeps the last of equal values in each lane: a row of -inf answers an index near its end
-    "last index wins": ([("take = x > run_max", "take = x >= run_max")], NEG_INF_ROWS, "argmaxes",
-                        "the first index must win"),
+    "last index wins": (
+        [("take = x > run_max", "take = x >= run_max")],
+        NEG_INF_ROWS,
+        "argmaxes",
+        "the first index must win",
+    ),
     # masked lanes loading 0: the max of a row of negative values is 0, found in the padding
-    "masked lanes load 0 for the max": ([('other=float("-inf")).to(tl.float32)', "other=0.0).to(tl.float32)")],
-                                        NEGATIVE, "maxes", "must load -inf"),
+    "masked lanes load 0 for the max": (
+        [('other=float("-inf")).to(tl.float32)', "other=0.0).to(tl.float32)")],
+        NEGATIVE,
+        "maxes",
+        "must load -inf",
+    ),
     # masked lanes (-inf) added to the sum
     "masked lanes in the sum": ([("run_sum += tl.where(mask, x, 0.0)", "run_sum += x")], "M=1 N=1", "sums", "inf"),
     # the lanes' float32 sums added up in x's dtype: float16 overflows past 65504 (bfloat16 keeps 3 digits)
-    "sum in half precision": ([("tl.sum(run_sum, axis=0))", "tl.sum(run_sum.to(x_ptr.dtype.element_ty), axis=0))")],
-                              HALF_OVERFLOW, "sums", "inf"),
+    "sum in half precision": (
+        [("tl.sum(run_sum, axis=0))", "tl.sum(run_sum.to(x_ptr.dtype.element_ty), axis=0))")],
+        HALF_OVERFLOW,
+        "sums",
+        "inf",
+    ),
     # the argmax of the first LANE holding the max, not the smallest index among those lanes
-    "first lane, not first index": ([("first = tl.min(tl.where(run_max == best, run_idx, INDEX_PAST_END), axis=0)",
-                                      "first = tl.sum(tl.where(lanes == tl.argmax(run_max, axis=0), run_idx, 0), axis=0)")],
-                                     TIES, "argmaxes", "the first index must win"),
+    "first lane, not first index": (
+        [
+            (
+                "first = tl.min(tl.where(run_max == best, run_idx, INDEX_PAST_END), axis=0)",
+                "first = tl.sum(tl.where(lanes == tl.argmax(run_max, axis=0), run_idx, 0), axis=0)",
+            )
+        ],
+        TIES,
+        "argmaxes",
+        "the first index must win",
+    ),
     # the combine kernel stores which chunk holds the max, not the column
-    "chunk number as the argmax": ([("tl.store(idx_ptr + row, tl.min(tl.where(maxes == best, idxs, INDEX_PAST_END), axis=0))",
-                                     "tl.store(idx_ptr + row, tl.argmax(maxes, axis=0))")], TIES, "argmaxes", "expected"),
+    "chunk number as the argmax": (
+        [
+            (
+                "tl.store(idx_ptr + row, tl.min(tl.where(maxes == best, idxs, INDEX_PAST_END), axis=0))",
+                "tl.store(idx_ptr + row, tl.argmax(maxes, axis=0))",
+            )
+        ],
+        TIES,
+        "argmaxes",
+        "expected",
+    ),
     # rows found with N instead of the row stride
     "rows at stride N": ([("row * x_row_stride", "row * n_cols")], ROW_SLICE, "sums", "wrong"),
 }
@@ -73,8 +102,10 @@ def mistake_file(name, tmp_path):
 def solution_verdicts():
     """The solution's verdict per case label, computed once for the cases the mistakes use."""
     module = load_interpreted(SOLUTION, "row_reduce_solution")
-    return {label: judge(SPEC, module.row_reduce, case_named(SPEC, label))
-            for label in sorted({m[1] for m in MISTAKES.values()})}
+    return {
+        label: judge(SPEC, module.row_reduce, case_named(SPEC, label))
+        for label in sorted({m[1] for m in MISTAKES.values()})
+    }
 
 
 def test_the_spec_sums_in_float32_and_judges_max_and_argmax_exactly():
@@ -108,6 +139,7 @@ def test_the_stub_imports_and_says_what_to_write():
 
 # --- GPU ------------------------------------------------------------------------------------------------
 
+
 def torch_three(x):
     return x.sum(1), x.amax(1), x.argmax(1)
 
@@ -139,8 +171,10 @@ def test_the_solution_beats_torch_near_copy_bandwidth(M, N, floor):
     rates = {name: M * N * 4 / (m["median_ms"] / 1000) / 1e9 for name, m in measured.items()}
     print(f"\nrow_reduce {M}x{N} float32 on {torch.cuda.get_device_name()} (copy {copy_gbps:.0f} GB/s):")
     for name, rate in rates.items():
-        print(f"  {name:42s} {measured[name]['median_ms'] * 1000:8.1f} us  {rate:6.0f} GB/s  "
-              f"{100 * rate / copy_gbps:4.0f}% of roofline")
+        print(
+            f"  {name:42s} {measured[name]['median_ms'] * 1000:8.1f} us  {rate:6.0f} GB/s  "
+            f"{100 * rate / copy_gbps:4.0f}% of roofline"
+        )
     assert rates["3. solution"] >= floor * copy_gbps
     assert rates["3. solution"] > rates["torch x.sum(1), x.amax(1), x.argmax(1)"]
 

@@ -37,8 +37,9 @@ def by_name(result):
 def test_a_race_report_names_both_accesses_the_kernel_and_the_line():
     report = sanitize.summarize("racecheck", RACECHECK_LOG)
     assert report["kernel"] == "sum_kernel" and report["places"] == ["try.cu:11"]
-    assert report["message"].strip() == ("racecheck: Race reported between Write access and Read access in kernel "
-                                         "`sum_kernel` at try.cu:11")
+    assert report["message"].strip() == (
+        "racecheck: Race reported between Write access and Read access in kernel `sum_kernel` at try.cu:11"
+    )
 
 
 def test_a_memcheck_report_names_the_access_the_template_kernel_and_the_count():
@@ -75,8 +76,9 @@ def test_without_a_gpu_the_sanitizer_is_reported_skipped_never_passed():
 @pytest.mark.slow
 @pytest.mark.solutions
 def test_no_sanitize_is_reported_as_skipped():
-    result = grade(resolve(("vector_add",), lang="triton"), source="solutions", seed=3, record=False,
-                   sanitize_code=False)
+    result = grade(
+        resolve(("vector_add",), lang="triton"), source="solutions", seed=3, record=False, sanitize_code=False
+    )
     assert by_name(result)["sanitizer"].details["code"] == "no_sanitize"
 
 

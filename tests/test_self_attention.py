@@ -62,7 +62,7 @@ def attend(q, k, v, causal: bool, mistake: str | None = None, tile: int = 64, ba
     m = torch.full(q.shape[:-1], -math.inf)
     l, acc = torch.zeros(q.shape[:-1]), torch.zeros(q.shape)
     for start in range(0, n, tile):
-        k_tile, v_tile = k[..., start:start + tile, :], v[..., start:start + tile, :]
+        k_tile, v_tile = k[..., start : start + tile, :], v[..., start : start + tile, :]
         if mistake == "unmasked_tail":  # the padding of the last tile taken for keys
             pad = (0, 0, 0, tile - k_tile.shape[-2])
             k_tile, v_tile = torch.nn.functional.pad(k_tile, pad), torch.nn.functional.pad(v_tile, pad)
@@ -83,6 +83,7 @@ def attend(q, k, v, causal: bool, mistake: str | None = None, tile: int = 64, ba
 def play(**how):
     def model(inputs, outputs, params):
         store(outputs["out"], attend(inputs["q"], inputs["k"], inputs["v"], params["causal"], **how))
+
     return model
 
 
@@ -94,42 +95,68 @@ MISTAKES = {  # name: (the play, a label fragment of a case it must fail, its CU
     "no max subtraction": (play(mistake="no_max"), "q scale=30.0", "no_max"),
     "no 1/sqrt(d) scale": (play(mistake="no_scale"), "N=17", "no_scale"),
     "the causal diagonal masked (key < row)": (play(mistake="causal_off_by_one"), "causal=True", "causal_off_by_one"),
-    "a padded 32-key tail tile taken for keys": (play(mistake="unmasked_tail", tile=32), "N=1 d=64 causal=False",
-                                                 "unmasked_tail"),
+    "a padded 32-key tail tile taken for keys": (
+        play(mistake="unmasked_tail", tile=32),
+        "N=1 d=64 causal=False",
+        "unmasked_tail",
+    ),
     "scores in TF32": (play(mistake="tf32"), "k offset=100.0", None),
 }
 # The mistakes' CUDA kernels, each a ladder fixture (tests/fixtures/submissions/) with the mistake edited in.
 FIXTURE_EDITS = {
     # Ladder step 2 without the max subtraction: exp(score) overflows float32 once a score passes 88 (the q
     # scale=30 cases): inf / inf = NaN. Correct on small scores, which is why it survives.
-    "no_max": ("self_attention_online.cu", [("const float m_new = fmaxf(m, s);",
-                                             "const float m_new = 0.f;  // the mistake: no running max")]),
+    "no_max": (
+        "self_attention_online.cu",
+        [("const float m_new = fmaxf(m, s);", "const float m_new = 0.f;  // the mistake: no running max")],
+    ),
     # Ladder step 2 without the 1 / sqrt(d) scale: the softmax is sharper than attention's (a temperature of 1
     # instead of sqrt(d)): wrong everywhere but N = 1.
-    "no_scale": ("self_attention_online.cu", [
-        ("const float scale = 1.0f / sqrtf((float)D);",
-         "const float scale = 1.0f;  // the mistake: scores are not divided by sqrt(d)")]),
+    "no_scale": (
+        "self_attention_online.cu",
+        [
+            (
+                "const float scale = 1.0f / sqrtf((float)D);",
+                "const float scale = 1.0f;  // the mistake: scores are not divided by sqrt(d)",
+            )
+        ],
+    ),
     # Ladder step 2 with the causal mask one key short (j < row instead of j <= row): each row loses its own
     # key, and row 0 sees none at all (0 / 0).
-    "causal_off_by_one": ("self_attention_online.cu", [
-        ("const int last = causal ? row : N - 1;",
-         "const int last = causal ? row - 1 : N - 1;  // the mistake: the diagonal is masked too")]),
+    "causal_off_by_one": (
+        "self_attention_online.cu",
+        [
+            (
+                "const int last = causal ? row : N - 1;",
+                "const int last = causal ? row - 1 : N - 1;  // the mistake: the diagonal is masked too",
+            )
+        ],
+    ),
     # Ladder step 3 with the last tile used whole: its rows past N are zero padding, but each becomes a key with
     # score 0 and weight exp(0 - m): the weights no longer sum to one (wrong whenever N % 32 != 0 and a row
     # sees the tail; causal rows below the tail never look that far).
-    "unmasked_tail": ("self_attention_shared_tiles.cu", [
-        ("const int keys = min(TILE, N - k0);  // the last tile is partial: rows past N are padding, not keys",
-         "const int keys = TILE;  // the mistake: padding rows past N are taken for keys")]),
+    "unmasked_tail": (
+        "self_attention_shared_tiles.cu",
+        [
+            (
+                "const int keys = min(TILE, N - k0);  // the last tile is partial: rows past N are padding, not keys",
+                "const int keys = TILE;  // the mistake: padding rows past N are taken for keys",
+            )
+        ],
+    ),
 }
 
 
 def mistake_file(mistake: str, folder):
     base, edits = FIXTURE_EDITS[mistake]
     return mutant(base, mistake, edits, folder)
+
+
 LADDER_FIXTURES = ["self_attention_two_pass.cu", "self_attention_online.cu", "self_attention_shared_tiles.cu"]
 
 
 # --- the spec and the README ---------------------------------------------------------------------------
+
 
 def test_the_entry_point_takes_device_pointers_the_sizes_and_causal():
     variant = SPEC.variant("cuda")
@@ -159,6 +186,7 @@ def test_the_readme_ladder_climbs_from_one_thread_per_row_to_register_tiles():
 
 
 # --- kernels played on the CPU ---------------------------------------------------------------------------
+
 
 @pytest.fixture(autouse=True, scope="module")
 def one_torch_thread():
@@ -200,6 +228,7 @@ def test_the_honest_error_leaves_room_under_the_tolerance():
 
 # --- compiling without a GPU -------------------------------------------------------------------------------
 
+
 @pytest.mark.slow
 @pytest.mark.nvcc
 @pytest.mark.solutions
@@ -227,14 +256,17 @@ def test_without_a_gpu_the_solution_is_built_and_runs_on_the_cpu_emulator_its_cp
 
 # --- on a GPU: the real kernels ----------------------------------------------------------------------------
 
+
 @pytest.mark.gpu
 @pytest.mark.solutions
 def test_the_solution_passes_and_prints_its_tflops_beside_sdpa_float32():
     result = grade(resolve(("self_attention",)), source="solutions", seed=3, record=False)
     assert result.status == PASSED, result.verdict
     for t in result.timings:
-        print(f"\n{t.case}: solution {t.learner_ms:.4g} ms {t.learner_rate:.1f} TFLOP/s ({t.roofline_pct or 0:.0f}% of "
-              f"float32 cuBLAS); SDPA float32 {t.torch_ms:.4g} ms (solution / SDPA {t.torch_ms / t.learner_ms:.2f})")
+        print(
+            f"\n{t.case}: solution {t.learner_ms:.4g} ms {t.learner_rate:.1f} TFLOP/s ({t.roofline_pct or 0:.0f}% of "
+            f"float32 cuBLAS); SDPA float32 {t.torch_ms:.4g} ms (solution / SDPA {t.torch_ms / t.learner_ms:.2f})"
+        )
     assert (result.timings[-1].roofline_pct or 0) >= 50
 
 

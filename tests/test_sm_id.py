@@ -35,8 +35,9 @@ def judged(sm_ids, block_ids, blocks: int, device=H100):
     refs = reference_outputs(REFERENCE, SPEC, {}, case_params)
     tol = SPEC.tolerance_for("float32")
     for spec_out, got, ref in zip(SPEC.outputs, (sm_ids, block_ids), refs):
-        result = judge_output(SPEC, spec_out, got.to(torch.int32), ref, tol, f"blocks={blocks}", params=case_params,
-                              device=device)
+        result = judge_output(
+            SPEC, spec_out, got.to(torch.int32), ref, tol, f"blocks={blocks}", params=case_params, device=device
+        )
         if not result.ok:
             return result.code, result.message
     return "ok", ""
@@ -56,6 +57,7 @@ SIZES = [c.params["blocks"] for c in SPEC.cases + SPEC.performance.cases[-1:]]
 
 # --- the grader's growth: a property check named by the spec --------------------------------------------
 
+
 def test_the_spec_names_a_check_for_sm_ids_only():
     checks = {t.name: t.check for t in SPEC.outputs}
     assert checks == {"sm_ids": "check_sm_ids", "block_ids": None}
@@ -65,7 +67,8 @@ def _write(folder, outputs: str, inputs: str = ""):
     folder.mkdir()
     (folder / "spec.toml").write_text(
         f'id = "{folder.name}"\n[variants.triton]\nstub = "a.py"\nentry = "f"\nargs = ["y", "n"]\n{inputs}'
-        f'[outputs.y]\nshape = ["n"]\n{outputs}[[cases]]\nn = 3\n[tolerance.float32]\natol = 0\nrtol = 0\n')
+        f'[outputs.y]\nshape = ["n"]\n{outputs}[[cases]]\nn = 3\n[tolerance.float32]\natol = 0\nrtol = 0\n'
+    )
     return folder
 
 
@@ -100,7 +103,10 @@ def test_elements_never_written_fail_before_the_check_runs():
     poisoned = make_outputs(SPEC, SPEC.cases[2], "cpu")["sm_ids"]
     placeholder = torch.zeros_like(poisoned)
     tol = SPEC.tolerance_for("float32")
-    assert judge_output(SPEC, sm_ids, poisoned, placeholder, tol, "x", params={"blocks": 1000}, device=H100).code == "not_written"
+    assert (
+        judge_output(SPEC, sm_ids, poisoned, placeholder, tol, "x", params={"blocks": 1000}, device=H100).code
+        == "not_written"
+    )
     poisoned[:-3] = 5
     result = judge_output(SPEC, sm_ids, poisoned, placeholder, tol, "x", params={"blocks": 1000}, device=H100)
     assert result.code == "partial_write" and "3 of 1000 elements of sm_ids never written" in result.message
@@ -130,7 +136,7 @@ bytes = "4 * n"
 n = 1000
 """
 
-PERMUTATION_REFERENCE = '''
+PERMUTATION_REFERENCE = """
 import torch
 
 
@@ -142,7 +148,7 @@ def is_permutation(got, *, params):
     if torch.equal(got.sort().values, torch.arange(params["n"], dtype=got.dtype)):
         return None
     return "not a permutation of 0 .. n-1: every index must appear once"
-'''
+"""
 
 PERMUTATION_KERNEL = """
 import triton
@@ -184,6 +190,7 @@ def test_an_output_judged_by_its_check_is_graded_end_to_end(tmp_path):
 
 # --- sm_id's check on simulated outputs ---------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("blocks", SIZES)
 def test_ids_a_gpu_could_give_pass_at_every_size(blocks):
     for sm_ids in (round_robin(blocks), scattered(blocks)):
@@ -212,8 +219,9 @@ MISTAKES = {  # name -> (sm_ids, block_ids) for a grid of b blocks
 
 @pytest.mark.parametrize("name", list(MISTAKES))
 def test_every_classic_mistake_fails_some_case(name):
-    verdicts = {c.params["blocks"]: judged(*MISTAKES[name](c.params["blocks"]), c.params["blocks"])[0]
-                for c in SPEC.cases}
+    verdicts = {
+        c.params["blocks"]: judged(*MISTAKES[name](c.params["blocks"]), c.params["blocks"])[0] for c in SPEC.cases
+    }
     assert any(v != "ok" for v in verdicts.values()), f"{name} passes every case: {verdicts}"
 
 
@@ -248,6 +256,7 @@ def test_stub_and_solution_compile_for_sm_90():
 
 # --- on a GPU: the real kernels ------------------------------------------------------------------------------
 
+
 def _failure(result):
     return next(c for c in result.checks if c.status in ("failed", "error"))
 
@@ -266,9 +275,11 @@ def test_the_solution_passes_and_its_ids_cover_the_gpu():
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     counts = torch.bincount(sm_ids.long().cpu(), minlength=sms)
     t = result.timings[-1]
-    print(f"\nsm_id {t.case}: {t.learner_ms * 1000:.0f} us; %smid over {blocks} blocks: {int((counts > 0).sum())} "
-          f"distinct of {sms} SMs, min {int(sm_ids.min())}, max {int(sm_ids.max())}, blocks per SM "
-          f"{int(counts.min())}..{int(counts.max())}")
+    print(
+        f"\nsm_id {t.case}: {t.learner_ms * 1000:.0f} us; %smid over {blocks} blocks: {int((counts > 0).sum())} "
+        f"distinct of {sms} SMs, min {int(sm_ids.min())}, max {int(sm_ids.max())}, blocks per SM "
+        f"{int(counts.min())}..{int(counts.max())}"
+    )
     assert int(sm_ids.min()) >= 0 and int(sm_ids.max()) < sms
 
 

@@ -56,6 +56,7 @@ def mistake(name):
 
 # --- inputs: y is what a forward pass saved --------------------------------------------------------
 
+
 def test_y_is_a_softmax_output_and_a_case_scale_peaks_its_rows():
     spec = discover_exercises()["softmax_backward"]
     y = generate(spec, Case({"M": 6, "N": 300}), 3)["y"].double()
@@ -69,7 +70,9 @@ def test_masked_logits_give_exact_zeros_in_y_and_float16_rows_still_sum_to_one()
     y = generate(spec, Case({"M": 8, "N": 333}, inputs={"y": {"special": "neg_inf_entries"}}), 4)["y"]
     assert (y == 0).any() and (y[:, 0] > 0).all()
     half = generate(spec, Case({"M": 8, "N": 1025, "dtype": "float16"}), 4)["y"]
-    assert half.dtype == torch.float16 and torch.allclose(half.double().sum(-1), torch.ones(8, dtype=torch.float64), atol=1e-2)
+    assert half.dtype == torch.float16 and torch.allclose(
+        half.double().sum(-1), torch.ones(8, dtype=torch.float64), atol=1e-2
+    )
 
 
 def test_every_transform_a_spec_names_is_a_function_of_its_reference():
@@ -86,7 +89,8 @@ def test_a_transform_that_reference_py_lacks_is_named_with_the_fix(tmp_path):
     (folder / "spec.toml").write_text(
         'id = "ex"\n[variants.triton]\nstub = "b.py"\nentry = "f"\nargs = ["x", "y"]\n'
         '[inputs.x]\nshape = ["n"]\ntransform = "normalise"\n[outputs.y]\nshape = ["n"]\n[[cases]]\nn = 3\n'
-        "[tolerance.float32]\natol = 0\nrtol = 0\n")
+        "[tolerance.float32]\natol = 0\nrtol = 0\n"
+    )
     spec = load_spec(folder)
     with pytest.raises(SpecError, match=r"transform 'normalise' is not a function of .*define `def normalise\(x\)`"):
         generate(spec, spec.cases[0], 1)
@@ -97,6 +101,7 @@ def test_a_transform_that_reference_py_lacks_is_named_with_the_fix(tmp_path):
 
 # --- the learner's side: a correct kernel passes, each classic mistake fails on its case ------------
 
+
 @pytest.mark.slow
 def test_one_block_per_row_passes_for_every_width_including_9001(tmp_path):
     """The README says a whole row in registers (BLOCK = next power of 2, no loop) is a correct design."""
@@ -105,13 +110,16 @@ def test_one_block_per_row_passes_for_every_width_including_9001(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, case, code", [
-    ("float16_arithmetic", "offset=60.0", "mismatch"),
-    ("n_as_row_stride", "y layout=row_slice", "mismatch"),
-    ("y_stride_for_dy", "dy layout=row_slice", "mismatch"),
-    ("dy_stride_for_dx", "dy layout=row_slice", "out_of_bounds"),  # dy's wider stride walks dx past its end
-    ("masked_columns_count", "M=3 N=5", "mismatch"),
-])
+@pytest.mark.parametrize(
+    "name, case, code",
+    [
+        ("float16_arithmetic", "offset=60.0", "mismatch"),
+        ("n_as_row_stride", "y layout=row_slice", "mismatch"),
+        ("y_stride_for_dy", "dy layout=row_slice", "mismatch"),
+        ("dy_stride_for_dx", "dy layout=row_slice", "out_of_bounds"),  # dy's wider stride walks dx past its end
+        ("masked_columns_count", "M=3 N=5", "mismatch"),
+    ],
+)
 def test_a_classic_mistake_fails_on_its_case(tmp_path, name, case, code):
     check = failing(grade_source(tmp_path, mistake(name)))
     assert check.name == "numerics" and check.details["code"] == code, check.message
@@ -119,6 +127,7 @@ def test_a_classic_mistake_fails_on_its_case(tmp_path, name, case, code):
 
 
 # --- GPU: the ladder's figures ------------------------------------------------------------------
+
 
 def load_module(path, name):
     spec = importlib.util.spec_from_file_location(name, path)
@@ -159,7 +168,9 @@ def test_ladder_figures_and_the_solution_beats_torch_near_copy_bandwidth(N):
     gbps = {name: 3 * M * N * 4 / (m["median_ms"] / 1000) / 1e9 for name, m in measured.items()}
     print(f"\nsoftmax_backward {M}x{N} float32 on {torch.cuda.get_device_name()} (copy {copy_gbps:.0f} GB/s):")
     for name, rate in gbps.items():
-        print(f"  {name:45s} {measured[name]['median_ms'] * 1000:7.1f} us  {rate:6.0f} GB/s  {100 * rate / copy_gbps:4.0f}% of roofline")
+        print(
+            f"  {name:45s} {measured[name]['median_ms'] * 1000:7.1f} us  {rate:6.0f} GB/s  {100 * rate / copy_gbps:4.0f}% of roofline"
+        )
     if N == 4096:  # the size the speed verdict is taken at (the spec's last timed size)
         assert gbps["3. solution"] >= 0.85 * copy_gbps
         assert gbps["3. solution"] > gbps["torch._softmax_backward_data"]

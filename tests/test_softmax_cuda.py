@@ -85,11 +85,17 @@ def test_each_classic_mistake_fails_on_the_case_built_for_it(name):
 # --- the solution: builds here; on a GPU, its figures and its one-line mistakes ------------------------
 
 GPU_MISTAKES = {  # name: (text of the solution, replacement, verdict codes it must get)
-    "no max subtraction": ("const float row_max = block_max(local_max, partial_max);", "const float row_max = 0.f;",
-                           ("mismatch",)),
+    "no max subtraction": (
+        "const float row_max = block_max(local_max, partial_max);",
+        "const float row_max = 0.f;",
+        ("mismatch",),
+    ),
     "rows found with N": ("x + blockIdx.x * x_stride", "x + blockIdx.x * (long long)n_cols", ("mismatch",)),
-    "float4 whenever N % 4 == 0": ("const bool aligned = ", "const bool aligned = N % 4 == 0; const bool unused = ",
-                                   ("cuda_error", "crash")),
+    "float4 whenever N % 4 == 0": (
+        "const bool aligned = ",
+        "const bool aligned = N % 4 == 0; const bool unused = ",
+        ("cuda_error", "crash"),
+    ),
 }
 
 
@@ -114,8 +120,9 @@ def test_ladder_figures_at_4096_square_and_the_solution_beats_torch_near_copy_ba
     versions = {
         "1. shared memory, three passes": submission("softmax_shared_three_pass.cu"),
         "3. warp shuffles, online, two passes": submission("softmax_online_two_pass.cu"),
-        "4. solution without float4": edited(SOLUTION, "const bool aligned = ", "const bool aligned = false && ",
-                                             tmp_path, "scalar.cu"),
+        "4. solution without float4": edited(
+            SOLUTION, "const bool aligned = ", "const bool aligned = false && ", tmp_path, "scalar.cu"
+        ),
         "4. solution": SOLUTION,
     }
     callers = {name: cuda_caller(SPEC, path) for name, path in versions.items()}
@@ -131,8 +138,10 @@ def test_ladder_figures_at_4096_square_and_the_solution_beats_torch_near_copy_ba
     rates = {name: gbps(2 * M * N * 4, m["median_ms"]) for name, m in measured.items()}
     print(f"\nsoftmax (CUDA) 4096x4096 float32 on {torch.cuda.get_device_name()} (copy {copy_gbps:.0f} GB/s):")
     for name, rate in rates.items():
-        print(f"  {name:40s} {measured[name]['median_ms'] * 1000:7.1f} us  {rate:6.0f} GB/s  "
-              f"{100 * rate / copy_gbps:4.0f}% of roofline")
+        print(
+            f"  {name:40s} {measured[name]['median_ms'] * 1000:7.1f} us  {rate:6.0f} GB/s  "
+            f"{100 * rate / copy_gbps:4.0f}% of roofline"
+        )
     assert rates["4. solution"] >= 0.85 * copy_gbps
     assert rates["4. solution"] > rates["torch.softmax"]
 

@@ -61,8 +61,12 @@ def test_spec_without_tolerance_for_a_case_dtype_is_rejected(tmp_path):
 def test_a_case_may_name_its_own_tolerance_table_and_it_must_exist(tmp_path):
     with pytest.raises(SpecError, match=r"tolerance = 'exact_zero' names no table: add \[tolerance.exact_zero\]"):
         load_spec(write_spec(tmp_path / "missing", case_extra='tolerance = "exact_zero"\n'))
-    spec = load_spec(write_spec(tmp_path / "named", case_extra='tolerance = "loose"\n[[cases]]\nn = 4\n'
-                                "[tolerance.loose]\natol = 1e-6\nrtol = 0\n"))
+    spec = load_spec(
+        write_spec(
+            tmp_path / "named",
+            case_extra='tolerance = "loose"\n[[cases]]\nn = 4\n[tolerance.loose]\natol = 1e-6\nrtol = 0\n',
+        )
+    )
     named, plain = spec.cases
     assert "tolerance" not in named.params
     assert spec.tolerance_of(named).atol == 1e-6 and spec.tolerance_of(plain).atol == 0
@@ -101,13 +105,22 @@ def test_every_exercise_reading_heads_through_strides_grades_them_interleaved():
     """Where (B, H, N, d) tensors come as row slices (the kernel must use their strides), a case also gives them
     interleaved, as a fused QKV projection does: row slices alone pass a kernel that finds head h at
     (b * H + h) * N rows, since their head stride is N row strides."""
+
     def layouts(spec, kind):
-        return {options.get("layout") for case in spec.cases for name, options in getattr(case, kind).items()
-                if list(next(t for t in getattr(spec, kind) if t.name == name).shape)[:2] == ["B", "H"]}
+        return {
+            options.get("layout")
+            for case in spec.cases
+            for name, options in getattr(case, kind).items()
+            if list(next(t for t in getattr(spec, kind) if t.name == name).shape)[:2] == ["B", "H"]
+        }
 
     checked = []
     for spec in discover_exercises().values():
         if "row_slice" in layouts(spec, "inputs"):
-            assert "interleaved" in layouts(spec, "inputs"), f"{spec.id}: add a case with its (B, H, N, d) inputs interleaved"
+            assert "interleaved" in layouts(spec, "inputs"), (
+                f"{spec.id}: add a case with its (B, H, N, d) inputs interleaved"
+            )
             checked.append(spec.id)
-    assert {"flash_attention_v1", "flash_attention_v2", "flash_attention_v2_backward", "attention_patterns"} <= set(checked)
+    assert {"flash_attention_v1", "flash_attention_v2", "flash_attention_v2_backward", "attention_patterns"} <= set(
+        checked
+    )

@@ -33,11 +33,15 @@ CHUNK = 256  # entries per warp in the solution
 @pytest.fixture(scope="module")
 def inputs():
     """Each CPU case's inputs for each of its trials (trial 1 scales the draw by 1.5), drawn once."""
-    return {(i, trial): generate(SPEC, case, SEED + 1000 * i + trial, trial)
-            for i, case in enumerate(CPU_CASES) for trial in range(SPEC.trials_for(case))}
+    return {
+        (i, trial): generate(SPEC, case, SEED + 1000 * i + trial, trial)
+        for i, case in enumerate(CPU_CASES)
+        for trial in range(SPEC.trials_for(case))
+    }
 
 
 # --- the grader's growth: transforms that take the case's sizes and earlier inputs by keyword --------------
+
 
 def test_a_transform_gets_the_case_sizes_and_the_inputs_drawn_before_it(tmp_path):
     folder = tmp_path / "ex"
@@ -45,12 +49,14 @@ def test_a_transform_gets_the_case_sizes_and_the_inputs_drawn_before_it(tmp_path
     (folder / "reference.py").write_text(
         "import torch\n\ndef reference(a, b):\n    return a\n\n"
         "def count_up(x, *, n):\n    return torch.arange(n)\n\n"
-        "def follow(x, *, a, n, unknown=7):\n    return a.double() * 2 + n + unknown\n")
+        "def follow(x, *, a, n, unknown=7):\n    return a.double() * 2 + n + unknown\n"
+    )
     (folder / "spec.toml").write_text(
         'id = "ex"\n[variants.cuda]\nstub = "s.cu"\nentry = "f"\nargs = ["a", "b", "y"]\n'
         '[inputs.a]\nshape = ["n"]\ndtype = "int32"\ntransform = "count_up"\n'
         '[inputs.b]\nshape = ["n"]\ntransform = "follow"\n[outputs.y]\nshape = ["n"]\n'
-        "[[cases]]\nn = 4\n[tolerance.float32]\natol = 0\nrtol = 0\n")
+        "[[cases]]\nn = 4\n[tolerance.float32]\natol = 0\nrtol = 0\n"
+    )
     spec = load_spec(folder)
     made = generate(spec, spec.cases[0], 1)
     assert made["a"].tolist() == [0, 1, 2, 3] and made["a"].dtype == torch.int32
@@ -72,8 +78,11 @@ def test_the_matrix_is_the_one_the_spec_describes_in_every_case_and_trial(inputs
 
 
 def test_some_rows_are_empty_and_one_case_is_mostly_empty(inputs):
-    empty = {CPU_CASES[i].label(): float((made["row_ptr"].diff() == 0).double().mean())
-             for (i, trial), made in inputs.items() if trial == 0 and CPU_CASES[i].params["M"] > 100}
+    empty = {
+        CPU_CASES[i].label(): float((made["row_ptr"].diff() == 0).double().mean())
+        for (i, trial), made in inputs.items()
+        if trial == 0 and CPU_CASES[i].params["M"] > 100
+    }
     assert all(share > 0.02 for share in empty.values()), empty
     assert max(empty.values()) > 0.5
 
@@ -89,6 +98,7 @@ def test_sizes_the_matrix_cannot_hold_are_refused_with_what_to_check():
 
 
 # --- the exercise's cases against the classic mistakes, played in torch ----------------------------------
+
 
 def rows_of(row_ptr: torch.Tensor) -> torch.Tensor:
     return torch.repeat_interleave(torch.arange(row_ptr.numel() - 1), row_ptr.long().diff())
@@ -184,7 +194,7 @@ def one_chain_for_the_long_row(made, C):
     row_ptr = made["row_ptr"].long()
     long_at = (row_ptr.numel() - 1) // 2  # row M // 2
     chain = torch.zeros(C.shape[1])
-    for p in products(made)[int(row_ptr[long_at]):int(row_ptr[long_at + 1])]:
+    for p in products(made)[int(row_ptr[long_at]) : int(row_ptr[long_at + 1])]:
         chain = chain + p
     C[long_at] = chain
 
@@ -196,7 +206,8 @@ MISTAKES = {
     "B read as column-major": column_major_b,
     "rows cut between warps stored, not added": lambda made, C: split_by_entries(made, C, cut_rows_stored=True),
     "the search one row too far": lambda made, C: split_by_entries(
-        made, C, start_row=lambda row_ptr, M, e: min(M - 1, int(torch.searchsorted(row_ptr, e, right=True)))),
+        made, C, start_row=lambda row_ptr, M, e: min(M - 1, int(torch.searchsorted(row_ptr, e, right=True)))
+    ),
 }
 CORRECT = {
     "one chain of float32 adds for the long row": one_chain_for_the_long_row,
@@ -215,8 +226,11 @@ def simulated_verdict(kernel, case: Case, made: dict[str, torch.Tensor]) -> str:
 
 @pytest.mark.parametrize("name", list(MISTAKES))
 def test_every_classic_mistake_fails_some_case(name, inputs):
-    assert any(simulated_verdict(MISTAKES[name], CPU_CASES[i], made) != "ok"
-               for (i, trial), made in inputs.items() if trial == 0), f"{name} passes every case"
+    assert any(
+        simulated_verdict(MISTAKES[name], CPU_CASES[i], made) != "ok"
+        for (i, trial), made in inputs.items()
+        if trial == 0
+    ), f"{name} passes every case"
 
 
 def test_unwritten_empty_rows_are_named_as_never_written(inputs):
@@ -235,13 +249,20 @@ def test_the_32_way_search_finds_every_chunks_first_row(inputs):
     for (i, trial), made in inputs.items():
         row_ptr, M = made["row_ptr"].long(), CPU_CASES[i].params["M"]
         for e in list(range(0, int(row_ptr[-1]), CHUNK)) + [int(row_ptr[-1]) - 1]:
-            assert row_of(row_ptr, M, e) == int(torch.searchsorted(row_ptr, e, right=True)) - 1, (CPU_CASES[i].label(), e)
+            assert row_of(row_ptr, M, e) == int(torch.searchsorted(row_ptr, e, right=True)) - 1, (
+                CPU_CASES[i].label(),
+                e,
+            )
 
 
 # --- nvcc: the stub, the solution and the fixtures compile for sm_90 ----------------------------------------
 
-FIXTURES = ["spmm_csr_thread_per_output.cu", "spmm_csr_warp_per_row.cu", "spmm_csr_empty_rows_unwritten.cu",
-            "spmm_csr_b_column_major.cu"]
+FIXTURES = [
+    "spmm_csr_thread_per_output.cu",
+    "spmm_csr_warp_per_row.cu",
+    "spmm_csr_empty_rows_unwritten.cu",
+    "spmm_csr_b_column_major.cu",
+]
 
 
 @pytest.mark.slow
@@ -259,9 +280,13 @@ def test_the_fixtures_compile_for_sm_90():
 
 # --- on a GPU: the real kernels ------------------------------------------------------------------------------
 
+
 def figures(result) -> str:
-    return "; ".join(f"{t.case}: you {t.learner_ms or 0:.4g} ms ({t.roofline_pct or 0:.1f}%), solution "
-                     f"{t.solution_ms or 0:.4g} ms, torch {t.torch_ms or 0:.4g} ms" for t in result.timings)
+    return "; ".join(
+        f"{t.case}: you {t.learner_ms or 0:.4g} ms ({t.roofline_pct or 0:.1f}%), solution "
+        f"{t.solution_ms or 0:.4g} ms, torch {t.torch_ms or 0:.4g} ms"
+        for t in result.timings
+    )
 
 
 @pytest.mark.gpu
@@ -271,8 +296,10 @@ def test_the_solution_passes_and_is_at_least_as_fast_as_torchs_csr_product():
     assert result.status == "passed", result.verdict
     print(f"\nspmm_csr solution: {figures(result)}")
     t = result.timings[-1]
-    print(f"spmm_csr at the largest size: solution {t.learner_ms:.4g} ms, torch CSR @ dense (cuSPARSE) "
-          f"{t.torch_ms:.4g} ms: {t.torch_ms / t.learner_ms:.2f}x")
+    print(
+        f"spmm_csr at the largest size: solution {t.learner_ms:.4g} ms, torch CSR @ dense (cuSPARSE) "
+        f"{t.torch_ms:.4g} ms: {t.torch_ms / t.learner_ms:.2f}x"
+    )
     assert t.learner_ms <= t.torch_ms
 
 

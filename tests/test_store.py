@@ -22,8 +22,17 @@ def test_a_torn_last_line_from_an_interrupted_write_loses_nothing_earlier(isolat
 
 
 def grade(exercise, status, file="", lang="cuda", **extra):
-    store.append({"kind": "grade", "exercise": exercise, "lang": lang, "source": "learner", "status": status,
-                  "file": file, **extra})
+    store.append(
+        {
+            "kind": "grade",
+            "exercise": exercise,
+            "lang": lang,
+            "source": "learner",
+            "status": status,
+            "file": file,
+            **extra,
+        }
+    )
 
 
 def test_the_best_grade_is_a_pass_even_when_a_later_try_failed(isolated_state):
@@ -41,8 +50,14 @@ def test_among_passes_the_newest_is_the_best(isolated_state):
 
 
 def test_ranking_is_passed_skipped_failed_error_then_unknown_statuses(isolated_state):
-    for status, exercise in (("error", "a"), ("failed", "a"), ("timeout", "b"), ("error", "b"), ("failed", "c"),
-                             ("skipped", "c")):
+    for status, exercise in (
+        ("error", "a"),
+        ("failed", "a"),
+        ("timeout", "b"),
+        ("error", "b"),
+        ("failed", "c"),
+        ("skipped", "c"),
+    ):
         grade(exercise, status)
     best = store.best_grades()
     assert {k: r["status"] for k, r in best.items()} == {"a:cuda": "failed", "b:cuda": "error", "c:cuda": "skipped"}

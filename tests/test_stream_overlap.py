@@ -54,7 +54,8 @@ def write_spec(folder: Path, variant: str, perf: str = "") -> Path:
         f'id = "{folder.name}"\n{variant}\nstub = "a.cu"\nentry = "f"\nargs = ["x", "y", "n", "k"]\n'
         '[inputs.x]\nshape = ["n"]\n[outputs.y]\nshape = ["n"]\n[[cases]]\nn = 3\nk = 2\n'
         f'[tolerance.float32]\natol = 0\nrtol = 0\n[performance]\nbytes = "n"\n{perf}'
-        '[[performance.cases]]\nn = 8\nk = 2\n')
+        "[[performance.cases]]\nn = 8\nk = 2\n"
+    )
     return folder
 
 
@@ -65,12 +66,17 @@ def test_pinned_memory_is_for_host_pointer_entry_points_only(tmp_path):
         load_spec(write_spec(tmp_path / "b", '[variants.cuda]\nkind = "cuda_host"\nhost_memory = "locked"'))
     ok = load_spec(write_spec(tmp_path / "c", '[variants.cuda]\nkind = "cuda_host"\nhost_memory = "pinned"'))
     assert ok.variant("cuda").host_memory == "pinned"
-    assert load_spec(write_spec(tmp_path / "d", '[variants.cuda]\nkind = "cuda_host"')).variant("cuda").host_memory == "pageable"
+    assert (
+        load_spec(write_spec(tmp_path / "d", '[variants.cuda]\nkind = "cuda_host"')).variant("cuda").host_memory
+        == "pageable"
+    )
 
 
 def test_baseline_args_must_be_parameters_of_every_timed_case(tmp_path):
     with pytest.raises(SpecError, match="baseline_args names streams, which is not a parameter"):
-        load_spec(write_spec(tmp_path / "a", '[variants.cuda]\nkind = "cuda_host"', "baseline_args = { streams = 1 }\n"))
+        load_spec(
+            write_spec(tmp_path / "a", '[variants.cuda]\nkind = "cuda_host"', "baseline_args = { streams = 1 }\n")
+        )
     ok = load_spec(write_spec(tmp_path / "b", '[variants.cuda]\nkind = "cuda_host"', "baseline_args = { k = 1 }\n"))
     assert ok.performance.baseline_args == {"k": 1}
 
@@ -79,8 +85,13 @@ def test_baseline_args_must_be_parameters_of_every_timed_case(tmp_path):
 def make_worker(tmp_path):
     from grader.child.worker import Worker
 
-    job = {"spec_folder": str(spec().folder), "lang": "cuda", "device": "cpu", "learner": str(STUB),
-           "work_dir": str(tmp_path)}
+    job = {
+        "spec_folder": str(spec().folder),
+        "lang": "cuda",
+        "device": "cpu",
+        "learner": str(STUB),
+        "work_dir": str(tmp_path),
+    }
     return Worker(job, events=None, device_info={})
 
 
@@ -104,8 +115,11 @@ def test_the_baseline_is_the_learners_own_function_with_baseline_args_and_its_ow
 def test_the_speedup_over_one_stream_is_reported_and_the_verdict_stays_relative_to_the_solution():
     s = spec()
     case = s.performance.cases[-1]
-    measured = {"learner": {"median_ms": 6.0, "runs": 40, "spread": 0.01},
-                "solution": {"median_ms": 5.7, "runs": 40}, "learner_baseline": {"median_ms": 14.4, "runs": 40}}
+    measured = {
+        "learner": {"median_ms": 6.0, "runs": 40, "spread": 0.01},
+        "solution": {"median_ms": 5.7, "runs": 40},
+        "learner_baseline": {"median_ms": 14.4, "runs": 40},
+    }
     record = speed.timing_record(s, s.variant("cuda"), case, measured, {"name": "H100"})
     assert record.baseline_ms == 14.4 and record.baseline_args == "n_streams=1"
     check = speed.verdict(s, s.variant("cuda"), record, None, {"name": "H100"})
@@ -119,14 +133,33 @@ def test_the_speedup_over_one_stream_is_reported_and_the_verdict_stays_relative_
 
 # --- the profile's concurrency summary ----------------------------------------------------------------
 def gpu_event(cat, ts, dur, stream):
-    return {"ph": "X", "cat": cat, "name": cat, "pid": 0, "tid": stream, "ts": ts, "dur": dur, "args": {"stream": stream}}
+    return {
+        "ph": "X",
+        "cat": cat,
+        "name": cat,
+        "pid": 0,
+        "tid": stream,
+        "ts": ts,
+        "dur": dur,
+        "args": {"stream": stream},
+    }
 
 
 def test_profile_summary_tells_serial_from_overlapped(tmp_path):
-    serial = [gpu_event("gpu_memcpy", 0, 10, 7), gpu_event("kernel", 10, 10, 7), gpu_event("gpu_memcpy", 20, 10, 7),
-              {"ph": "X", "cat": "cpu_op", "name": "x", "ts": 0, "dur": 30}]
-    overlapped = [gpu_event("gpu_memcpy", 0, 10, 13), gpu_event("kernel", 10, 10, 13), gpu_event("gpu_memcpy", 20, 10, 13),
-                  gpu_event("gpu_memcpy", 10, 10, 14), gpu_event("kernel", 20, 10, 14), gpu_event("gpu_memcpy", 30, 10, 14)]
+    serial = [
+        gpu_event("gpu_memcpy", 0, 10, 7),
+        gpu_event("kernel", 10, 10, 7),
+        gpu_event("gpu_memcpy", 20, 10, 7),
+        {"ph": "X", "cat": "cpu_op", "name": "x", "ts": 0, "dur": 30},
+    ]
+    overlapped = [
+        gpu_event("gpu_memcpy", 0, 10, 13),
+        gpu_event("kernel", 10, 10, 13),
+        gpu_event("gpu_memcpy", 20, 10, 13),
+        gpu_event("gpu_memcpy", 10, 10, 14),
+        gpu_event("kernel", 20, 10, 14),
+        gpu_event("gpu_memcpy", 30, 10, 14),
+    ]
     for name, events in (("serial", serial), ("overlapped", overlapped)):
         (tmp_path / f"{name}.json").write_text(json.dumps({"traceEvents": events}))
     assert device_concurrency(tmp_path / "serial.json") == {"streams": 1, "most_at_once": 1, "overlap_pct": 0.0}
@@ -138,10 +171,22 @@ def test_profile_summary_tells_serial_from_overlapped(tmp_path):
 def test_profile_table_prints_the_summary():
     from grader.commands.tools import format_profile
 
-    record = {"exercise": "stream_overlap", "lang": "cuda", "case": "n=8", "calls": 5, "device": "H100", "top": [],
-              "trace": "t.json", "streams": 20, "most_at_once": 3, "overlap_pct": 71.4}
-    assert "GPU work on 20 stream(s) over the 5 calls; at most 3 operations at once; two or more at once 71%" \
+    record = {
+        "exercise": "stream_overlap",
+        "lang": "cuda",
+        "case": "n=8",
+        "calls": 5,
+        "device": "H100",
+        "top": [],
+        "trace": "t.json",
+        "streams": 20,
+        "most_at_once": 3,
+        "overlap_pct": 71.4,
+    }
+    assert (
+        "GPU work on 20 stream(s) over the 5 calls; at most 3 operations at once; two or more at once 71%"
         in format_profile(record)
+    )
 
 
 # --- the host code, run on the CPU against a stand-in CUDA runtime ------------------------------------------
@@ -234,22 +279,37 @@ def emulate(source: Path, folder: Path) -> Path:
 
     def launch(match):
         config = [c.strip() for c in match.group(2).split(",")]
-        config += ["0", "nullptr"][len(config) - 2:]
+        config += ["0", "nullptr"][len(config) - 2 :]
         return f"mock_launch({', '.join(config)}, {match.group(1)}, "
 
     (folder / "mock_cuda.h").write_text(MOCK_CUDA)
     (folder / "unit.cpp").write_text(re.sub(r"(\w+)\s*<<<(.*?)>>>\s*\(", launch, text) + DRIVER)
     binary = folder / "run"
-    subprocess.run(["g++", "-O1", "-std=c++17", "-DNEWTON_STEPS=48", "-w", "-I", str(folder), "-o", str(binary),
-                    str(folder / "unit.cpp")],
-                   check=True, capture_output=True, text=True)
+    subprocess.run(
+        [
+            "g++",
+            "-O1",
+            "-std=c++17",
+            "-DNEWTON_STEPS=48",
+            "-w",
+            "-I",
+            str(folder),
+            "-o",
+            str(binary),
+            str(folder / "unit.cpp"),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return binary
 
 
 def run_emulated(binary: Path, n: int, n_streams: int, seed: int = 1) -> tuple[int, int, int]:
     """(elements wrong, stores past the end, device buffers not freed) for one call."""
-    out = subprocess.run([str(binary), str(n), str(n_streams), str(seed)], check=True, capture_output=True,
-                         text=True).stdout
+    out = subprocess.run(
+        [str(binary), str(n), str(n_streams), str(seed)], check=True, capture_output=True, text=True
+    ).stdout
     bad, guard, live = (int(v) for v in out.split())
     return bad, guard, live
 
@@ -263,11 +323,13 @@ needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not foun
 def test_solution_host_code_is_right_for_every_case_under_any_stream_interleaving(tmp_path):
     binary = emulate(SOLUTION, tmp_path)
     sizes = [(c.params["n"], c.params["n_streams"]) for c in spec().cases if not c.gpu_only]
-    runs = [(n, k, 1) for n, k in sizes] + [(n, k, seed) for n, k in [(65_537, 3), (262_147, 4), (300_000, 8)]
-                                            for seed in (2, 3)]
+    runs = [(n, k, 1) for n, k in sizes] + [
+        (n, k, seed) for n, k in [(65_537, 3), (262_147, 4), (300_000, 8)] for seed in (2, 3)
+    ]
     for n, n_streams, seed in runs:
-        assert run_emulated(binary, n, n_streams, seed) == (0, 0, 0), \
+        assert run_emulated(binary, n, n_streams, seed) == (0, 0, 0), (
             f"n={n} n_streams={n_streams} seed={seed}: (wrong, past the end, not freed)"
+        )
 
 
 @pytest.mark.slow
@@ -315,8 +377,10 @@ def test_gpu_solution_passes_and_beats_one_stream_by_1_8x():
     result = grade(resolve(("stream_overlap",)), source="solutions", seed=11)
     assert result.status == "passed", result.verdict
     t = result.timings[-1]
-    print(f"\nstream_overlap {t.case}: solution {t.solution_ms:.3g} ms, learner {t.learner_ms:.3g} ms, "
-          f"one stream {t.baseline_ms:.3g} ms: {t.baseline_ms / t.learner_ms:.2f}x, {t.learner_rate:.3g} GB/s")
+    print(
+        f"\nstream_overlap {t.case}: solution {t.solution_ms:.3g} ms, learner {t.learner_ms:.3g} ms, "
+        f"one stream {t.baseline_ms:.3g} ms: {t.baseline_ms / t.learner_ms:.2f}x, {t.learner_rate:.3g} GB/s"
+    )
     assert t.baseline_ms / t.learner_ms >= 1.8
 
 

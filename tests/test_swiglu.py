@@ -35,25 +35,46 @@ LARGE_HALF = "M=64 H=1000 dtype=float16 (x scale=30.0)"
 # name: (the solution's line, the mistaken line, the case it fails, its verdict, a case it still passes)
 MISTAKES = {
     # every tensor taken as one flat range: right while contiguous, wrong for the halves of gate_up
-    "flat_ignores_strides": ("    if _rows_are_one_range(x, y, out) and n_rows * n_cols + BLOCK < 2**31:",
-                             "    if n_rows * n_cols + BLOCK < 2**31:",
-                             HALVES, "mismatch", PLAIN),
+    "flat_ignores_strides": (
+        "    if _rows_are_one_range(x, y, out) and n_rows * n_cols + BLOCK < 2**31:",
+        "    if n_rows * n_cols + BLOCK < 2**31:",
+        HALVES,
+        "mismatch",
+        PLAIN,
+    ),
     # the store unmasked: the last block writes past the end (into the grader's guard)
-    "store_without_mask": ("tl.store(out_ptr + row * out_row_stride + cols, (silu * y).to(out_ptr.dtype.element_ty), mask=mask)",
-                           "tl.store(out_ptr + row * out_row_stride + cols, (silu * y).to(out_ptr.dtype.element_ty))",
-                           "M=3 H=5", "out_of_bounds", None),
+    "store_without_mask": (
+        "tl.store(out_ptr + row * out_row_stride + cols, (silu * y).to(out_ptr.dtype.element_ty), mask=mask)",
+        "tl.store(out_ptr + row * out_row_stride + cols, (silu * y).to(out_ptr.dtype.element_ty))",
+        "M=3 H=5",
+        "out_of_bounds",
+        None,
+    ),
     # x e^x / (1 + e^x): inf / inf = NaN once e^x overflows float32 (x > 88)
-    "exp_overflow": ("silu = x / (1.0 + tl.exp(-x))", "silu = x * tl.exp(x) / (1.0 + tl.exp(x))",
-                     LARGE, "mismatch", PLAIN),
+    "exp_overflow": (
+        "silu = x / (1.0 + tl.exp(-x))",
+        "silu = x * tl.exp(x) / (1.0 + tl.exp(x))",
+        LARGE,
+        "mismatch",
+        PLAIN,
+    ),
     # e^-x kept in the input's dtype: in float16 it overflows below x = -11.1, and silu there is 0, not ~1e-4
-    "exp_in_input_dtype": ("silu = x / (1.0 + tl.exp(-x))",
-                           "silu = x / (1.0 + tl.exp(-x).to(x_ptr.dtype.element_ty))",
-                           LARGE_HALF, "mismatch", LARGE),
+    "exp_in_input_dtype": (
+        "silu = x / (1.0 + tl.exp(-x))",
+        "silu = x / (1.0 + tl.exp(-x).to(x_ptr.dtype.element_ty))",
+        LARGE_HALF,
+        "mismatch",
+        LARGE,
+    ),
     # the sigmoid rounded to the input's dtype: a second rounding (2u > 1.5u), and in float16 a subnormal
     # sigmoid for x < -9.7, a few % off
-    "sigmoid_in_input_dtype": ("silu = x / (1.0 + tl.exp(-x))",
-                               "silu = x * tl.sigmoid(x).to(x_ptr.dtype.element_ty)",
-                               LARGE_HALF, "mismatch", LARGE),
+    "sigmoid_in_input_dtype": (
+        "silu = x / (1.0 + tl.exp(-x))",
+        "silu = x * tl.sigmoid(x).to(x_ptr.dtype.element_ty)",
+        LARGE_HALF,
+        "mismatch",
+        LARGE,
+    ),
 }
 
 
@@ -71,6 +92,7 @@ def interpreted(name: str, text: str, tmp_path):
 
 
 # --- CPU ------------------------------------------------------------------------------------------
+
 
 @pytest.mark.slow
 @pytest.mark.solutions
@@ -101,8 +123,9 @@ def test_a_classic_mistake_fails_on_its_case_and_passes_a_plain_one(tmp_path, na
 # bfloat16 under the interpreter is truncated, so the roundings are played in torch: (x, y, out) -> None
 BF16_KERNELS = {
     "one rounding (the solution)": lambda x, y, out: out.copy_(F.silu(x.float()) * y.float()),
-    "sigmoid rounded to bfloat16": lambda x, y, out: out.copy_(x.float() * torch.sigmoid(x.float()).to(x.dtype).float()
-                                                              * y.float()),
+    "sigmoid rounded to bfloat16": lambda x, y, out: out.copy_(
+        x.float() * torch.sigmoid(x.float()).to(x.dtype).float() * y.float()
+    ),
     "silu rounded to bfloat16 (eager F.silu(x) * y)": lambda x, y, out: out.copy_(F.silu(x) * y),
     "everything in bfloat16": lambda x, y, out: out.copy_(x * torch.sigmoid(x.float()).to(x.dtype) * y),
 }
@@ -116,6 +139,7 @@ def test_bfloat16_asks_for_one_rounding(name):
 
 
 # --- GPU ------------------------------------------------------------------------------------------
+
 
 def load_module(path, name):
     spec = importlib.util.spec_from_file_location(name, path)
@@ -156,8 +180,10 @@ def test_the_solution_beats_eager_near_copy_bandwidth(dtype):
     gbps = {name: 3 * M * H * x.element_size() / (m["median_ms"] / 1000) / 1e9 for name, m in measured.items()}
     print(f"\nswiglu {M}x{H} {dtype} on {torch.cuda.get_device_name()} (copy {copy_gbps:.0f} GB/s):")
     for name, rate in gbps.items():
-        print(f"  {name:45s} {measured[name]['median_ms'] * 1000:8.1f} us  {rate:6.0f} GB/s  "
-              f"{100 * rate / copy_gbps:4.0f}% of roofline")
+        print(
+            f"  {name:45s} {measured[name]['median_ms'] * 1000:8.1f} us  {rate:6.0f} GB/s  "
+            f"{100 * rate / copy_gbps:4.0f}% of roofline"
+        )
     you, torch_rate = gbps["2. solution (flat, 4096, 8 warps)"], gbps["torch F.silu(x) * y"]
     print(f"  you {you:.0f} GB/s, torch {torch_rate:.0f} GB/s")
     assert you >= 0.85 * copy_gbps

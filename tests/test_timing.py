@@ -55,8 +55,9 @@ def test_a_steady_kernel_is_timed_in_a_fraction_of_the_budget():
     x = torch.ones(1 << 26, device="cuda")
     out = torch.empty_like(x)
     started = time.perf_counter()
-    measured = timing.time_alternating({"a": lambda: torch.mul(x, 2.0, out=out), "b": lambda: torch.mul(x, 3.0, out=out)},
-                                       budget_s=3.0)
+    measured = timing.time_alternating(
+        {"a": lambda: torch.mul(x, 2.0, out=out), "b": lambda: torch.mul(x, 3.0, out=out)}, budget_s=3.0
+    )
     print(measured)
     # The rounds stop once every median is known to SETTLED_PRECISION after SETTLED_S, or at MAX_RUNS: on an
     # H100 and an H200 this 0.13-ms kernel's 300 rounds took under SETTLED_S (spread 0.8%), so MAX_RUNS came first
@@ -72,8 +73,14 @@ def test_the_probe_keeps_each_contestants_fastest_burst_so_a_busy_host_does_not_
     from grader.core.records import Timing
 
     record = Timing(case="n=1", learner_ms=0.0375)
-    busy = [("baseline", 0.030, 1000), ("baseline", 0.045, 1000), ("baseline", 0.090, 1000),
-            ("learner", 1.70, 500), ("learner", 0.050, 500), ("learner", 1.20, 500)]
+    busy = [
+        ("baseline", 0.030, 1000),
+        ("baseline", 0.045, 1000),
+        ("baseline", 0.090, 1000),
+        ("learner", 1.70, 500),
+        ("learner", 0.050, 500),
+        ("learner", 1.20, 500),
+    ]
     assert fastest_bursts(busy)["learner"] == {"wall_s": 0.050, "runs": 500}
     assert probe_disagrees(record, fastest_bursts(busy)) is None
     forged = [b if b[0] == "baseline" else (b[0], 1.70, 500) for b in busy]
@@ -86,8 +93,9 @@ def test_a_probe_trace_says_where_each_bursts_wall_clock_went(tmp_path):
 
     from grader.core.hostload import burst_trace, main_thread_times, own_thread_times, write_trace
 
-    line = burst_trace("learner", 100, 0.5, (2.0, 1.0), (2.3, 1.1), (5.0, 3.0), (5.0, 3.25),
-                       {"enqueue_s": 0.3, "sync_s": 0.2})
+    line = burst_trace(
+        "learner", 100, 0.5, (2.0, 1.0), (2.3, 1.1), (5.0, 3.0), (5.0, 3.25), {"enqueue_s": 0.3, "sync_s": 0.2}
+    )
     assert line["child_cpu_s"] == pytest.approx(0.3) and line["child_wait_s"] == pytest.approx(0.1)
     assert line["parent_wait_s"] == pytest.approx(0.25)
     assert line["child_enqueue_s"] == 0.3 and line["child_sync_s"] == 0.2
@@ -99,7 +107,8 @@ def test_a_probe_trace_says_where_each_bursts_wall_clock_went(tmp_path):
 
 
 def test_where_the_probe_disagrees_another_programs_work_on_the_gpu_is_named_and_the_graders_own_is_not(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     """A GPU shared with another program slows the probe's bursts more than the timed runs: the grade then
     names that program and gives no speed verdict, instead of calling the timer patched. This process, and
     what it started (the grading child, a warm child), are the grader's own."""
@@ -112,11 +121,13 @@ def test_where_the_probe_disagrees_another_programs_work_on_the_gpu_is_named_and
     helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         fake = tmp_path / "nvidia-smi"
-        fake.write_text("#!/bin/sh\n"
-                        f"echo '{os.getpid()}, /usr/bin/python3'\n"
-                        f"echo '{helper.pid}, /usr/bin/python3'\n"
-                        "echo '1, /opt/lab/other_students_training'\n"  # pid 1: running, not ours
-                        "echo '4194301, /usr/bin/python3'\n")  # no such pid here: another namespace's, not counted
+        fake.write_text(
+            "#!/bin/sh\n"
+            f"echo '{os.getpid()}, /usr/bin/python3'\n"
+            f"echo '{helper.pid}, /usr/bin/python3'\n"
+            "echo '1, /opt/lab/other_students_training'\n"  # pid 1: running, not ours
+            "echo '4194301, /usr/bin/python3'\n"
+        )  # no such pid here: another namespace's, not counted
         fake.chmod(0o755)
         monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
         others = gpushare.other_gpu_processes("3")
@@ -156,8 +167,10 @@ def test_a_uuid_nvidia_smi_does_not_know_falls_back_to_the_index(tmp_path, monke
     from grader.core import gpushare
 
     fake = tmp_path / "nvidia-smi"
-    fake.write_text('#!/bin/sh\ncase "$*" in *GPU-*) echo "No devices were found" >&2; exit 6;; esac\n'
-                    "echo '1, /opt/lab/other_students_training'\n")
+    fake.write_text(
+        '#!/bin/sh\ncase "$*" in *GPU-*) echo "No devices were found" >&2; exit 6;; esac\n'
+        "echo '1, /opt/lab/other_students_training'\n"
+    )
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     found = gpushare.other_gpu_processes(*gpushare.nvidia_smi_ids("1", "808331cc-c7be"))
@@ -202,8 +215,13 @@ def _probe_judge(burst_s: float = 0.0, rounds: int = 1):
         proc = type("P", (), {"pid": 1})()
 
         def __init__(self):
-            self.script = [{"event": kind, "who": who, "runs": 10} for _ in range(rounds)
-                           for who in ("baseline", "learner") for _ in range(3) for kind in ("probe_start", "probe_end")]
+            self.script = [
+                {"event": kind, "who": who, "runs": 10}
+                for _ in range(rounds)
+                for who in ("baseline", "learner")
+                for _ in range(3)
+                for kind in ("probe_start", "probe_end")
+            ]
 
         def send(self, message):
             kind = f"probe_again={message['probe_again']}" if "probe_again" in message else "go"
@@ -335,8 +353,9 @@ def test_the_judge_and_a_real_childs_probe_agree_on_every_message_when_it_probes
     verdicts = ["your run reported 0.3 ms per call, but the grader's own clock measured 0.66 ms", None]
     monkeypatch.setattr(speed, "probe_disagrees", lambda record, probe: verdicts.pop(0))
     ended = []  # set only when the child-side code returns (a queue timeout in it would end the thread too)
-    child = threading.Thread(target=lambda: ended.append(Worker._probe_while_asked(ChildSide(), {"learner": lambda: None},
-                                                                                 False)))
+    child = threading.Thread(
+        target=lambda: ended.append(Worker._probe_while_asked(ChildSide(), {"learner": lambda: None}, False))
+    )
     child.start()
     judge, _ = _probe_judge()
     judge.link.child = Pipes()
@@ -364,7 +383,10 @@ def test_a_size_that_only_draws_the_curve_settles_in_a_third_of_the_verdicts_tim
     for budget in (timing.BUDGET_S, timing.BUDGET_S / 3):
         clock[0] = 0.0
         runs[budget] = timing.time_alternating({"a": None, "b": None}, flush=object(), budget_s=budget)["a"]["runs"]
-    assert runs == {timing.BUDGET_S: 250, timing.BUDGET_S / 3: 90}  # checked every 10 rounds once 0.25 s / 0.083 s passed
+    assert runs == {
+        timing.BUDGET_S: 250,
+        timing.BUDGET_S / 3: 90,
+    }  # checked every 10 rounds once 0.25 s / 0.083 s passed
 
 
 def test_the_live_line_stops_redrawing_while_the_probe_times_the_bursts():

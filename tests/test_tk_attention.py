@@ -32,6 +32,7 @@ SOLUTION = ROOT / "solutions" / "tk_attention" / "tk_attention.cu"
 RUNG = ROOT / "solutions" / "tk_attention" / "ladder" / "step2_wgmma.cu"
 # --- the spec --------------------------------------------------------------------------------------------
 
+
 def test_the_cases_cover_ragged_lengths_both_head_dims_causal_and_large_scores():
     cases = SPEC.cases
     assert all(c.dtype == "bfloat16" and c.params["d"] in (64, 128) for c in cases + SPEC.performance.cases)
@@ -46,11 +47,16 @@ def test_speed_is_judged_at_sdpas_size_with_an_o_n_memory_limit():
     last = SPEC.performance.cases[-1].params
     assert (last["B"], last["H"], last["N"], last["d"], last["causal"]) == (4, 32, 4096, 128, False)
     assert {(c.params["d"], c.params["causal"]) for c in SPEC.performance.cases} == {
-        (64, False), (64, True), (128, True), (128, False)}
+        (64, False),
+        (64, True),
+        (128, True),
+        (128, False),
+    }
     assert SPEC.performance.bound == "compute" and SPEC.performance.max_extra_bytes
 
 
 # --- compiling for sm_90a ----------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def builds():
@@ -102,14 +108,25 @@ def test_the_stub_compiles_and_does_not_pass(with_tk, builds):
 LOG2E = 1.4426950408889634
 
 
-def blocked_attention(t, p, *, q_rows=192, kv_rows=128, scale=None, subtract_max=True, mask_past_n=True,
-                      diagonal=0, rescale=True, query_blocks=None):
+def blocked_attention(
+    t,
+    p,
+    *,
+    q_rows=192,
+    kv_rows=128,
+    scale=None,
+    subtract_max=True,
+    mask_past_n=True,
+    diagonal=0,
+    rescale=True,
+    query_blocks=None,
+):
     """The solution's arithmetic: blocks of q_rows queries (causal: key blocks up to the block's last real
     query), kv_rows-key blocks read zero-padded past N (TMA), scores masked to -inf, a base-2 online softmax in
     float32, p rounded to bf16 for P V, rows past N not stored. The keywords are the classic mistakes."""
     q, k, v, out = t["q"].float(), t["k"].float(), t["v"].float(), t["out"]
     n, d, causal = p["N"], p["d"], bool(p["causal"])
-    c = LOG2E * (scale if scale is not None else d ** -0.5)
+    c = LOG2E * (scale if scale is not None else d**-0.5)
     padded = -(-n // kv_rows) * kv_rows
     k = torch.nn.functional.pad(k, (0, 0, 0, padded - n))
     v = torch.nn.functional.pad(v, (0, 0, 0, padded - n))
@@ -139,8 +156,11 @@ def blocked_attention(t, p, *, q_rows=192, kv_rows=128, scale=None, subtract_max
 
 
 def _case(N: int, causal: bool, d: int | None = None):
-    return next(c for c in SPEC.cases if c.params["N"] == N and c.params["causal"] == causal
-                and (d is None or c.params["d"] == d) and not c.gpu_only)
+    return next(
+        c
+        for c in SPEC.cases
+        if c.params["N"] == N and c.params["causal"] == causal and (d is None or c.params["d"] == d) and not c.gpu_only
+    )
 
 
 def test_the_solutions_blocking_played_in_torch_passes_every_cpu_case():
@@ -160,9 +180,9 @@ def test_the_stubs_blocking_played_in_torch_passes_too():  # 64 query rows, 64-k
 
 MISTAKES = {  # name: (how the mistaken kernel computes, the case it fails on, the verdict codes)
     "no_max_subtraction": (dict(subtract_max=False), (333, False), ("mismatch",)),  # exp overflows: inf / inf
-    "scale_one_over_d": (dict(scale=None), (100, False), ("mismatch",)),            # set per case below
+    "scale_one_over_d": (dict(scale=None), (100, False), ("mismatch",)),  # set per case below
     "keys_past_n_unmasked": (dict(mask_past_n=False), (100, False), ("mismatch",)),
-    "diagonal_masked_too": (dict(diagonal=-1), (17, True), ("mismatch",)),          # row 0 sees no key: NaN
+    "diagonal_masked_too": (dict(diagonal=-1), (17, True), ("mismatch",)),  # row 0 sees no key: NaN
     "diagonal_off_by_one": (dict(diagonal=1), (300, True), ("mismatch",)),
     "no_rescale_by_alpha": (dict(rescale=False), (1000, False), ("mismatch",)),
     "blocks_rounded_down": (dict(query_blocks=lambda n: n // 192), (333, False), ("partial_write",)),
@@ -180,6 +200,7 @@ def test_each_classic_mistake_fails_on_the_case_built_for_it(mistake):
 
 
 # --- on a Hopper GPU ---------------------------------------------------------------------------------------
+
 
 @pytest.mark.gpu
 @pytest.mark.solutions
@@ -209,10 +230,19 @@ def test_the_wgmma_rung_passes_numerics(with_tk):
 # The solution with one classic mistake edited in: built and graded on the GPU.
 SOLUTION_MISTAKES = {
     "no_max_subtraction": ([("warp::sub_row(att, att, m_scaled);", "")], ("mismatch",)),
-    "scale_one_over_d": ([("(D == 64 ? 0.125f : 0.08838834764f)", "(D == 64 ? 0.015625f : 0.0078125f)")],
-                         ("mismatch",)),
-    "keys_past_n_unmasked": ([("return key >= n || (CAUSAL && key > row0 + row) ? -INFINITY : s;",
-                               "return CAUSAL && key > row0 + row ? -INFINITY : s;")], ("mismatch",)),
+    "scale_one_over_d": (
+        [("(D == 64 ? 0.125f : 0.08838834764f)", "(D == 64 ? 0.015625f : 0.0078125f)")],
+        ("mismatch",),
+    ),
+    "keys_past_n_unmasked": (
+        [
+            (
+                "return key >= n || (CAUSAL && key > row0 + row) ? -INFINITY : s;",
+                "return CAUSAL && key > row0 + row ? -INFINITY : s;",
+            )
+        ],
+        ("mismatch",),
+    ),
 }
 
 

@@ -31,6 +31,7 @@ SOLUTION = ROOT / "solutions" / "tk_gemm" / "tk_gemm.cu"
 LADDER = sorted((ROOT / "solutions" / "tk_gemm" / "ladder").glob("step*.cu"))
 # --- the spec --------------------------------------------------------------------------------------------
 
+
 def test_every_case_keeps_n_and_k_to_the_tiles_and_m_is_ragged():
     for case in SPEC.cases + SPEC.performance.cases:
         p = case.params
@@ -47,6 +48,7 @@ def test_an_arch_specific_target_is_built_without_generic_ptx():
 
 
 # --- compiling for sm_90a ----------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def builds():
@@ -89,6 +91,7 @@ def test_compare_shows_the_ladder_compiled_only_on_a_cpu(builds, with_tk):
 
 # --- the classic mistakes, played in torch on the spec's cases --------------------------------------------
 
+
 def _case(M: int, N: int, K: int):
     return next(c for c in SPEC.cases if (c.params["M"], c.params["N"], c.params["K"]) == (M, N, K))
 
@@ -101,7 +104,7 @@ def bf16_running_sum(t, p):  # the accumulator rounded to bf16 after each 64-wid
     A, B = t["A"].float(), t["B"].float()
     acc = torch.zeros(p["M"], p["N"], dtype=torch.bfloat16)
     for k in range(0, p["K"], 64):
-        acc = (acc.float() + A[:, k:k + 64] @ B[k:k + 64]).to(torch.bfloat16)
+        acc = (acc.float() + A[:, k : k + 64] @ B[k : k + 64]).to(torch.bfloat16)
     t["C"].copy_(acc)
 
 
@@ -124,7 +127,9 @@ def one_tile_per_block(t, p, sms: int = 132):  # a persistent grid without the l
     C = t["A"].float() @ t["B"].float()
     tiles = [(r, c) for c in range(p["N"] // 256) for r in range(p["M"] // 128)][:sms]
     for r, c in tiles:
-        t["C"][r * 128:(r + 1) * 128, c * 256:(c + 1) * 256].copy_(C[r * 128:(r + 1) * 128, c * 256:(c + 1) * 256])
+        t["C"][r * 128 : (r + 1) * 128, c * 256 : (c + 1) * 256].copy_(
+            C[r * 128 : (r + 1) * 128, c * 256 : (c + 1) * 256]
+        )
 
 
 def test_an_honest_float32_kernel_passes_the_small_cases():
@@ -134,18 +139,23 @@ def test_an_honest_float32_kernel_passes_the_small_cases():
             assert verdict(SPEC, case, honest) == "ok", case.label()
 
 
-@pytest.mark.parametrize("play, size, codes", [
-    (bf16_running_sum, (256, 512, 320), ("mismatch",)),
-    (last_slice_dropped, (1, 256, 64), ("mismatch",)),
-    (whole_row_tiles_only, (383, 256, 1024), ("partial_write",)),
-    (whole_row_tiles_only, (1, 256, 64), ("not_written",)),
-    (square_grid, (128, 1024, 128), ("partial_write",)),
-    (one_tile_per_block, (2048, 2304, 128), ("partial_write",))])
+@pytest.mark.parametrize(
+    "play, size, codes",
+    [
+        (bf16_running_sum, (256, 512, 320), ("mismatch",)),
+        (last_slice_dropped, (1, 256, 64), ("mismatch",)),
+        (whole_row_tiles_only, (383, 256, 1024), ("partial_write",)),
+        (whole_row_tiles_only, (1, 256, 64), ("not_written",)),
+        (square_grid, (128, 1024, 128), ("partial_write",)),
+        (one_tile_per_block, (2048, 2304, 128), ("partial_write",)),
+    ],
+)
 def test_each_classic_mistake_fails_on_the_case_built_for_it(play, size, codes):
     assert verdict(SPEC, _case(*size), play) in codes, play.__name__
 
 
 # --- on a Hopper GPU ---------------------------------------------------------------------------------------
+
 
 @pytest.mark.gpu
 @pytest.mark.solutions
@@ -175,11 +185,19 @@ def test_every_rung_of_the_ladder_passes_numerics(with_tk, rung):
 
 # The solution with one classic mistake edited in: built and graded on the GPU.
 MISTAKES = {
-    "last_slice_dropped": ([("args.num_iters = args.globals.A.cols() / 64;",
-                             "args.num_iters = args.globals.A.cols() / 64 - 1;")], ("mismatch",)),
-    "one_task_per_block": ([("const int task = args.task_iter * gridDim.x + blockIdx.x;",
-                             "if (args.task_iter > 0) { args.num_iters = -1; return; }\n"
-                             "        const int task = blockIdx.x;")], ("partial_write", "not_written")),
+    "last_slice_dropped": (
+        [("args.num_iters = args.globals.A.cols() / 64;", "args.num_iters = args.globals.A.cols() / 64 - 1;")],
+        ("mismatch",),
+    ),
+    "one_task_per_block": (
+        [
+            (
+                "const int task = args.task_iter * gridDim.x + blockIdx.x;",
+                "if (args.task_iter > 0) { args.num_iters = -1; return; }\n        const int task = blockIdx.x;",
+            )
+        ],
+        ("partial_write", "not_written"),
+    ),
 }
 
 

@@ -28,13 +28,15 @@ STUB = ROOT / "exercises" / "tk_tile_softmax" / "tk_tile_softmax.cu"
 SOLUTION = ROOT / "solutions" / "tk_tile_softmax" / "tk_tile_softmax.cu"
 # --- finding ThunderKittens ------------------------------------------------------------------------------
 
+
 def test_without_the_setting_the_reason_says_how_to_get_it(monkeypatch):
     monkeypatch.delenv(thunderkittens.ENV_VAR, raising=False)
     found = thunderkittens.find()
     assert not found.found and "KCOURSE_TK_ROOT is not set" in found.problem
     assert "git clone https://github.com/HazyResearch/ThunderKittens" in found.problem
-    assert "ThunderKittens exercises: skipped" in " ".join(envcheck._thunderkittens_can_run(
-        {"gpu": None, "nvcc": "13.0", "thunderkittens": thunderkittens.describe(None)}))
+    assert "ThunderKittens exercises: skipped" in " ".join(
+        envcheck._thunderkittens_can_run({"gpu": None, "nvcc": "13.0", "thunderkittens": thunderkittens.describe(None)})
+    )
 
 
 def test_a_folder_that_is_not_a_clone_is_named(monkeypatch, tmp_path):
@@ -66,23 +68,28 @@ def test_env_check_reports_the_version_and_what_this_machine_can_do(with_tk):
     if TK == SHARED_COPY:
         assert record["version"] == "2.x" and record["commit"] == "0b55588d2769"  # its ORIGIN.md's commit
     assert envcheck._thunderkittens_can_run({"gpu": None, "nvcc": "13.0", "thunderkittens": record}) == [
-        "ThunderKittens exercises: compile check for sm_90a (not run)"]
+        "ThunderKittens exercises: compile check for sm_90a (not run)"
+    ]
 
 
 def test_requires_names_known_libraries_on_nvcc_built_kinds(tmp_path):
-    for extra, kind, expected in (('["thunderkit"]', "cuda", "give a list of thunderkittens"),
-                                  ('["thunderkittens"]', "triton", 'only kinds "cuda" and "cuda_host"')):
+    for extra, kind, expected in (
+        ('["thunderkit"]', "cuda", "give a list of thunderkittens"),
+        ('["thunderkittens"]', "triton", 'only kinds "cuda" and "cuda_host"'),
+    ):
         folder = tmp_path / f"t_{kind}"
         folder.mkdir()
         (folder / "spec.toml").write_text(
             f'id = "{folder.name}"\n[variants.{"cuda" if kind == "cuda" else "triton"}]\nkind = "{kind}"\nstub = "b"\n'
             f'entry = "f"\nargs = ["x"]\nrequires = {extra}\n[inputs.x]\nshape = ["n"]\n[outputs.y]\nshape = ["n"]\n'
-            "[[cases]]\nn = 3\n[tolerance.float32]\natol = 0\nrtol = 0\n")
+            "[[cases]]\nn = 3\n[tolerance.float32]\natol = 0\nrtol = 0\n"
+        )
         with pytest.raises(SpecError, match=expected):
             load_spec(folder)
 
 
 # --- grading without it, and on the wrong GPU -------------------------------------------------------------
+
 
 @pytest.mark.nvcc
 @pytest.mark.solutions
@@ -105,8 +112,11 @@ def test_a_gpu_that_is_not_a_hopper_skips_the_build_and_says_why(with_tk):
 # --- compiling for sm_90a, and errors at the learner's line -----------------------------------------------
 
 # A type error in a TK call: a row vector (one value per column) where row_max wants a column vector (one a row).
-WRONG_VECTOR = ("    // TODO 1:", "    rt_fl<TILE_ROWS, COLS> a; typename rt_fl<TILE_ROWS, COLS>::row_vec m;\n"
-                "    warp::load(a, xs[w]); warp::row_max(m, a);\n    // TODO 1:")
+WRONG_VECTOR = (
+    "    // TODO 1:",
+    "    rt_fl<TILE_ROWS, COLS> a; typename rt_fl<TILE_ROWS, COLS>::row_vec m;\n"
+    "    warp::load(a, xs[w]); warp::row_max(m, a);\n    // TODO 1:",
+)
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +135,9 @@ def builds(tmp_path_factory):
         patch.setenv(thunderkittens.ENV_VAR, str(TK))
         patch.setenv("KCOURSE_CACHE", str(_session_cache()))
         with ThreadPoolExecutor(len(sources)) as pool:
-            results = pool.map(lambda s: build.build_shared_library(s, None, requires=["thunderkittens"]), sources.values())
+            results = pool.map(
+                lambda s: build.build_shared_library(s, None, requires=["thunderkittens"]), sources.values()
+            )
             return dict(zip(sources, results)) | {"wrong_source": wrong}
 
 
@@ -147,19 +159,23 @@ def test_a_thunderkittens_type_error_is_shown_at_the_learners_line(builds):
     lines = built.log.splitlines()
     assert lines[0] == f"tk_tile_softmax.cu:{line}: error: static assertion failed", built.log
     assert lines[1].startswith("    in reductions.cuh:") and "col_vec_layout" in lines[1]
-    assert lines[2] == "    instantiated from:" and any("row_max [" in l and f"(tk_tile_softmax.cu:{line})" in l
-                                                          for l in lines[3:7])
+    assert lines[2] == "    instantiated from:" and any(
+        "row_max [" in l and f"(tk_tile_softmax.cu:{line})" in l for l in lines[3:7]
+    )
     assert "the whole compiler output: " in lines[-1] and len(lines) <= 10
     assert Path(lines[-1].split("the whole compiler output: ")[1].rstrip(")")).is_file()
     assert build.failure_message(source, built.log).splitlines()[0] == (
-        f"tk_tile_softmax.cu did not compile: tk_tile_softmax.cu:{line}: error: static assertion failed")
+        f"tk_tile_softmax.cu did not compile: tk_tile_softmax.cu:{line}: error: static assertion failed"
+    )
 
 
 def test_a_plain_error_keeps_its_lines_and_a_library_error_outside_the_file_is_left_alone():
-    plain = "/w/x.cu(5): error: identifier \"nope\" is undefined\n      nope();\n      ^\n\n1 error detected\n"
+    plain = '/w/x.cu(5): error: identifier "nope" is undefined\n      nope();\n      ^\n\n1 error detected\n'
     assert nvcc_errors.condense(plain, Path("/w/x.cu"), None) is None  # no instantiation chain: shown as it is
-    elsewhere = ("/tk/a.cuh(3): error: static assertion failed\n          detected during:\n"
-                 '            instantiation of "void f<T>() [with T=int]" at line 9 of /tk/b.cuh\n')
+    elsewhere = (
+        "/tk/a.cuh(3): error: static assertion failed\n          detected during:\n"
+        '            instantiation of "void f<T>() [with T=int]" at line 9 of /tk/b.cuh\n'
+    )
     assert nvcc_errors.condense(elsewhere, Path("/w/x.cu"), None) is None
 
 
@@ -176,6 +192,7 @@ def test_on_a_cpu_the_grade_compiles_for_sm_90a_and_skips_the_run(with_tk, build
 
 
 # --- the classic mistakes, played in torch on the spec's cases --------------------------------------------
+
 
 def _softmax_rows(s: torch.Tensor, subtract_max: bool = True) -> torch.Tensor:
     m = s.amax(dim=-1, keepdim=True) if subtract_max else 0
@@ -213,16 +230,23 @@ def test_an_honest_float32_kernel_passes_every_case():
             assert verdict(SPEC, case, honest) == "ok", case.label()
 
 
-@pytest.mark.parametrize("play, case_rows, codes", [
-    (added_in_bf16, 259, ("mismatch",)), (no_row_max, 259, ("nan", "mismatch")),
-    (whole_tiles_only, 37, ("partial_write",)), (whole_tiles_only, 1, ("not_written",)),
-    (blocks_rounded_down, 1_001, ("partial_write",))])
+@pytest.mark.parametrize(
+    "play, case_rows, codes",
+    [
+        (added_in_bf16, 259, ("mismatch",)),
+        (no_row_max, 259, ("nan", "mismatch")),
+        (whole_tiles_only, 37, ("partial_write",)),
+        (whole_tiles_only, 1, ("not_written",)),
+        (blocks_rounded_down, 1_001, ("partial_write",)),
+    ],
+)
 def test_each_classic_mistake_fails_on_the_case_built_for_it(play, case_rows, codes):
     case = next(c for c in SPEC.cases if c.params["rows"] == case_rows)
     assert verdict(SPEC, case, play) in codes, play.__name__
 
 
 # --- on a Hopper GPU ---------------------------------------------------------------------------------------
+
 
 @pytest.mark.gpu
 @pytest.mark.solutions

@@ -32,7 +32,9 @@ def test_tune_checks_every_configuration_and_records_them():
     assert [r["config"] for r in record["rows"]] == [f"num_warps={w}" for w in (2, 4, 8, 16)]
     assert all(r["correct"] for r in record["rows"])
     assert store.latest("tune")["exercise"] == "softmax"
-    assert record["device"] == "CPU (Triton interpreter)"  # the worker's own name for where it timed (a GPU's model there)
+    assert (
+        record["device"] == "CPU (Triton interpreter)"
+    )  # the worker's own name for where it timed (a GPU's model there)
 
 
 def test_tune_of_an_exercise_without_tunables_says_so():
@@ -64,8 +66,10 @@ def test_ncu_csv_is_reduced_to_the_learners_kernels():
         '"1","softmax_kernel","SpeedOfLight","L1/TEX Cache Throughput","%","20.0"\n'
     )
     rows = tools.parse_ncu("==PROF== noise\n" + csv_text)
-    assert rows == [{"kernel": "softmax_kernel", "metric": "Duration", "value": "48.2", "unit": "us"},
-                    {"kernel": "softmax_kernel", "metric": "DRAM Throughput", "value": "91.5", "unit": "%"}]
+    assert rows == [
+        {"kernel": "softmax_kernel", "metric": "Duration", "value": "48.2", "unit": "us"},
+        {"kernel": "softmax_kernel", "metric": "DRAM Throughput", "value": "91.5", "unit": "%"},
+    ]
 
 
 @pytest.mark.slow
@@ -75,8 +79,9 @@ def test_a_wrapped_child_may_finish_after_the_worker(tmp_path):
     instead of killing the process group on the tool's result, which lost every `profile --ncu` report."""
     report = tmp_path / "report.txt"
     wrapper = ["sh", "-c", f'"$@"; sleep 1; echo written > {report}', "wrapper"]
-    result = grade(resolve(("softmax",)), source="solutions", mode="counters", record=False,
-                   job_extra={"wrapper": wrapper})
+    result = grade(
+        resolve(("softmax",)), source="solutions", mode="counters", record=False, job_extra={"wrapper": wrapper}
+    )
     assert "counters" in result.extra, result.verdict
     assert report.read_text() == "written\n"
 
@@ -91,8 +96,19 @@ def test_an_empty_nsight_compute_run_says_why():
     clocks = "==WARNING== Note: Running with unmodified GPU clocks.\n"  # said on every run: not a cause
     assert "launches its own kernel" in tools._ncu_silence(clocks, ran)
     assert "launches its own kernel" in tools._ncu_silence('"ID","Kernel Name"\n', ran)
-    text = tools.format_profile({"exercise": "scan", "lang": "cuda", "case": "n=8", "calls": 5, "device": "GPU",
-                                 "top": [], "trace": "t.json", "ncu": [], "ncu_note": "Nsight Compute said: x"})
+    text = tools.format_profile(
+        {
+            "exercise": "scan",
+            "lang": "cuda",
+            "case": "n=8",
+            "calls": 5,
+            "device": "GPU",
+            "top": [],
+            "trace": "t.json",
+            "ncu": [],
+            "ncu_note": "Nsight Compute said: x",
+        }
+    )
     assert "Nsight Compute: nothing recorded. Nsight Compute said: x" in text
 
 
@@ -134,8 +150,14 @@ for number, cell in enumerate(nbformat.read(sys.argv[1], as_version=4).cells, 1)
 def run_cells_without_a_gpu(path):
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="")  # no GPU, even on a machine that has one
     env.pop("TRITON_INTERPRET", None)  # the notebook must switch the interpreter on itself
-    return subprocess.run([sys.executable, "-c", RUN_CELLS, str(path)], cwd=path.parent, env=env,
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-c", RUN_CELLS, str(path)],
+        cwd=path.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 @pytest.mark.solutions
@@ -144,7 +166,9 @@ def test_the_day4_notebook_runs_top_to_bottom_without_a_gpu_under_the_interprete
     proc = run_cells_without_a_gpu(notebook_with_solution(tmp_path / "replace_op.ipynb"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "matches the baseline" in proc.stdout
-    assert proc.stdout.count("no GPU: timing skipped (the Triton interpreter runs on the CPU") == 2  # baseline and yours
+    assert (
+        proc.stdout.count("no GPU: timing skipped (the Triton interpreter runs on the CPU") == 2
+    )  # baseline and yours
     assert re.search(r"^ *yours .* 5 *$", proc.stdout, re.M) and "torch baseline" in proc.stdout  # the profiler's table
     assert (tmp_path / "replace_op_trace.json").exists()
 

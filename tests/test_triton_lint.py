@@ -12,8 +12,13 @@ from grader.core.discovery import resolve
 from grader.run.grade import grade
 from grader.toolchain.triton_lint import plain_globals_in_kernels
 
-KIT_TRITON_FILES = sorted(p for folder in ("exercises", "solutions", "tests/fixtures") if (ROOT / folder).is_dir()
-                          for p in (ROOT / folder).rglob("*.py") if "triton.jit" in p.read_text(errors="replace"))
+KIT_TRITON_FILES = sorted(
+    p
+    for folder in ("exercises", "solutions", "tests/fixtures")
+    if (ROOT / folder).is_dir()
+    for p in (ROOT / folder).rglob("*.py")
+    if "triton.jit" in p.read_text(errors="replace")
+)
 
 KERNEL = """
 import triton
@@ -48,8 +53,11 @@ def test_no_kit_triton_file_reads_a_plain_global_in_a_kernel(path: Path):
 @pytest.mark.slow
 @pytest.mark.solutions  # the instructor's files: absent from a learner's kit
 def test_a_cpu_grade_fails_a_kernel_the_gpu_would_not_compile(tmp_path):
-    source = (ROOT / "solutions/fusion/fusion.py").read_text().replace(
-        "SQRT1_2 = tl.constexpr(0.7071067811865476)", "SQRT1_2 = 0.7071067811865476")
+    source = (
+        (ROOT / "solutions/fusion/fusion.py")
+        .read_text()
+        .replace("SQRT1_2 = tl.constexpr(0.7071067811865476)", "SQRT1_2 = 0.7071067811865476")
+    )
     assert "SQRT1_2 = 0.7071067811865476" in source
     path = tmp_path / "fusion.py"
     path.write_text(source)

@@ -54,8 +54,13 @@ N = 64
 """
 
 
-def write(tmp_path, name="k", top="", cuda_args='["x", "out", "M", "N", "x.stride(0)", "out.stride(0):int64"]',
-          cuda_extra='dtypes = ["float32"]'):
+def write(
+    tmp_path,
+    name="k",
+    top="",
+    cuda_args='["x", "out", "M", "N", "x.stride(0)", "out.stride(0):int64"]',
+    cuda_extra='dtypes = ["float32"]',
+):
     folder = tmp_path / name
     folder.mkdir()
     (folder / "spec.toml").write_text(SPEC.format(id=name, top=top, cuda_args=cuda_args, cuda_extra=cuda_extra))
@@ -69,10 +74,13 @@ def test_a_stride_argument_names_a_tensor_and_a_dimension(tmp_path):
     assert (out_stride.stride_of, out_stride.ctype) == ("out", "int64")
 
 
-@pytest.mark.parametrize("args, message", [
-    ('["x", "y.stride(0)"]', "'y' is not a tensor of the spec"),
-    ('["x", "x.stride(2)"]', "x has 2 dimension"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ('["x", "y.stride(0)"]', "'y' is not a tensor of the spec"),
+        ('["x", "x.stride(2)"]', "x has 2 dimension"),
+    ],
+)
 def test_a_stride_argument_of_no_tensor_or_dimension_is_rejected_at_load(tmp_path, args, message):
     with pytest.raises(SpecError, match=message):
         load_spec(write(tmp_path, cuda_args=args))
@@ -108,10 +116,13 @@ def test_a_version_runs_only_the_cases_of_its_dtypes_and_the_verdict_says_so(tmp
     assert _other_dtypes_note(spec, triton) == ""
 
 
-@pytest.mark.parametrize("extra, message", [
-    ('dtypes = ["float8"]', "dtypes has float8"),
-    ('dtypes = ["bfloat16"]', "leaves it no \\[\\[cases\\]\\] entry"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ('dtypes = ["float8"]', "dtypes has float8"),
+        ('dtypes = ["bfloat16"]', "leaves it no \\[\\[cases\\]\\] entry"),
+    ],
+)
 def test_dtypes_that_cannot_work_are_rejected_at_load(tmp_path, extra, message):
     with pytest.raises(SpecError, match=message):
         load_spec(write(tmp_path, cuda_extra=extra))
@@ -119,7 +130,11 @@ def test_dtypes_that_cannot_work_are_rejected_at_load(tmp_path, extra, message):
 
 def test_dtypes_must_take_every_timed_size(tmp_path):
     folder = write(tmp_path)
-    text = (folder / "spec.toml").read_text().replace('[[performance.cases]]\nM = 64', '[[performance.cases]]\ndtype = "float16"\nM = 64')
+    text = (
+        (folder / "spec.toml")
+        .read_text()
+        .replace("[[performance.cases]]\nM = 64", '[[performance.cases]]\ndtype = "float16"\nM = 64')
+    )
     (folder / "spec.toml").write_text(text)
     with pytest.raises(SpecError, match="excludes the timed size"):
         load_spec(folder)

@@ -53,6 +53,7 @@ def red_pixels(png: Path) -> int:
 
 # --- recording, in this process ---------------------------------------------------------------------
 
+
 @pytest.mark.solutions
 def test_the_vector_add_solution_stores_every_element_exactly_once(tmp_path):
     findings = record(ROOT / "solutions" / "vector_add" / "vector_add.py", VECTOR_ADD, N_1000)
@@ -74,8 +75,10 @@ def test_a_grid_too_short_for_the_tail_leaves_it_never_written(tmp_path):
     assert (program[:768] == np.repeat([0, 1, 2], 256)).all() and (program[768:] == -1).all()
     rows, found = summary(findings)
     assert rows["c"]["never_written"] == [232, "index 768"] and rows["a"]["touched"]["load"] == 768
-    assert found == ["c: 232 of 1000 elements never written (first at index 768) — launch enough programs to cover "
-                     "every element (triton.cdiv(n, BLOCK)) and check each program's offsets"]
+    assert found == [
+        "c: 232 of 1000 elements never written (first at index 768) — launch enough programs to cover "
+        "every element (triton.cdiv(n, BLOCK)) and check each program's offsets"
+    ]
     png = viz.draw(next(t for t in findings["tensors"] if t["name"] == "c"), findings["launches"], tmp_path / "c.png")
     assert png.stat().st_size > 0 and red_pixels(png) == 0  # a gap, no race
     from triton.runtime import interpreter  # imported only once TRITON_INTERPRET was set: tl.exp & co. depend on it
@@ -89,7 +92,9 @@ def test_overlapping_blocks_are_stored_twice_and_drawn_red(tmp_path):
     assert findings["launches"][0]["grid"] == [8, 1, 1]
     rows, found = summary(findings)
     assert rows["c"]["written_twice"] == [872, "index 128"] and rows["c"]["never_written"][0] == 0
-    assert len(found) == 1 and found[0].startswith("c: 872 elements stored by two programs or more (first at index 128)")
+    assert len(found) == 1 and found[0].startswith(
+        "c: 872 elements stored by two programs or more (first at index 128)"
+    )
     c = next(t for t in findings["tensors"] if t["name"] == "c")
     assert red_pixels(viz.draw(c, findings["launches"], tmp_path / "c.png")) > 1000
     a = next(t for t in findings["tensors"] if t["name"] == "a")  # shared loads are no race: darker, never red
@@ -101,13 +106,18 @@ def test_loads_and_stores_without_a_mask_are_counted_past_the_end():
     rows, found = summary(findings)
     assert rows["a"]["out_of_range"] == {"load": [0, 24]} and rows["c"]["out_of_range"] == {"store": [0, 24]}
     assert rows["c"]["never_written"][0] == 0 and findings["switched_off"] == 0  # past the end, inside the padding
-    assert "c: 24 stores fell outside its elements without a mask — pass mask= (e.g. offsets < n) to tl.store" in found[-1]
+    assert (
+        "c: 24 stores fell outside its elements without a mask — pass mask= (e.g. offsets < n) to tl.store" in found[-1]
+    )
 
 
 def test_a_lane_far_outside_every_tensor_is_switched_off_not_dereferenced(tmp_path):
     wild = tmp_path / "vector_add_wild.py"
-    wild.write_text(submission("vector_add_no_mask.py").read_text().replace(
-        "tl.load(b_ptr + offsets)", "tl.load(b_ptr + offsets + (offsets >= 999) * 1_000_000_000)"))
+    wild.write_text(
+        submission("vector_add_no_mask.py")
+        .read_text()
+        .replace("tl.load(b_ptr + offsets)", "tl.load(b_ptr + offsets + (offsets >= 999) * 1_000_000_000)")
+    )
     findings = record(wild, VECTOR_ADD, N_1000)  # without the switch the interpreter would read far memory
     assert findings["stray"]["load"] == 25 and findings["switched_off"] == 25
     rows, found = summary(findings)
@@ -139,6 +149,7 @@ def test_a_softmax_that_loads_past_its_row_reads_the_next_row_and_past_the_end(t
 
 # --- the pieces: cases, pictures, what a CUDA version gets -------------------------------------------
 
+
 def test_the_default_case_is_the_smallest_with_a_hundred_elements_and_case_checks_its_index():
     assert viz.choose_case(VECTOR_ADD, VECTOR_ADD.variants["triton"]) == N_1000
     assert viz.choose_case(SOFTMAX, SOFTMAX.variants["triton"]) == M16_N300
@@ -168,10 +179,13 @@ def test_a_cuda_version_is_told_viz_is_triton_only_and_what_to_run_instead(tmp_p
     message = str(caught.value)
     assert "kcourse viz draws Triton kernels only for now, and softmax (cuda) is CUDA code" in message
     assert "`kcourse viz softmax --lang triton` draws its Triton version" in message
-    assert "`kcourse grade softmax --lang cuda` prints a map of the output's wrong and never-written elements" in message
+    assert (
+        "`kcourse grade softmax --lang cuda` prints a map of the output's wrong and never-written elements" in message
+    )
 
 
 # --- the command, the kernel in a grading child ------------------------------------------------------
+
 
 def run(*args):
     return CliRunner().invoke(main, list(args), catch_exceptions=False)
@@ -206,7 +220,10 @@ def test_viz_of_the_softmax_solution_draws_its_rows(tmp_path):
     assert record["case"].startswith("M=16 N=300") and record["launches"][0]["grid"] == [16, 1, 1]
     out = next(row for row in record["tensors"] if row["name"] == "out")
     assert out["touched"] == {"store": 4800} and out["never_written"][0] == 0 and out["written_twice"][0] == 0
-    assert sorted(Path(p).name for p in record["pictures"]) == ["viz_softmax_triton_out.png", "viz_softmax_triton_x.png"]
+    assert sorted(Path(p).name for p in record["pictures"]) == [
+        "viz_softmax_triton_out.png",
+        "viz_softmax_triton_x.png",
+    ]
 
 
 @pytest.mark.slow

@@ -75,8 +75,9 @@ def _watch_two_saves(tmp_path, before_the_save=lambda deadline: None) -> list[Gr
     path = tmp_path / "vector_add.py"
     shutil.copy(ROOT / "solutions" / "vector_add" / "vector_add.py", path)
     seen = []
-    thread = threading.Thread(target=watch, args=(target, "learner", path, seen.append),
-                              kwargs={"quick": True, "max_grades": 2}, daemon=True)
+    thread = threading.Thread(
+        target=watch, args=(target, "learner", path, seen.append), kwargs={"quick": True, "max_grades": 2}, daemon=True
+    )
     thread.start()
     deadline = time.monotonic() + 120
     while not seen and time.monotonic() < deadline:
@@ -118,8 +119,9 @@ def test_a_triton_worker_imports_triton_before_its_job():
 
     code = "import sys; from grader.child import worker; worker.warm_up('cpu'); print('triton.language' in sys.modules)"
     env = {"KCOURSE_CHILD_PREWARM": "triton", "TRITON_INTERPRET": "1"}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, **env},
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, **env}, timeout=120
+    )
     assert done.stdout.strip() == "True", done.stderr[-2000:]
 
 
@@ -174,9 +176,16 @@ def test_large_trials_and_the_timed_sizes_are_drawn_ahead_while_the_build_runs(t
 
     monkeypatch.setattr(input_feed, "PREFETCH_BYTES", 2**20)
     target = resolve(["reduction"], lang="cuda")
-    judge = Judge(target.spec, target.variant, RecordingChild(tmp_path),
-                  GradeResult(exercise="reduction", lang="cuda", source="x", seed=5), seed=5, timeout_s=10, timing=True,
-                  calibration=None)
+    judge = Judge(
+        target.spec,
+        target.variant,
+        RecordingChild(tmp_path),
+        GradeResult(exercise="reduction", lang="cuda", source="x", seed=5),
+        seed=5,
+        timeout_s=10,
+        timing=True,
+        calibration=None,
+    )
     small = [c for c in target.spec.cases if not c.gpu_only][2:4]
     judge._timed_cases = lambda job: list(enumerate(small))
     try:
@@ -188,7 +197,9 @@ def test_large_trials_and_the_timed_sizes_are_drawn_ahead_while_the_build_runs(t
         assert inputs == {}  # written for the child; the judge needs them no more, so they are not held
         assert (tmp_path / "in-t1-x.bin").stat().st_size == 4 * small[1].params["n"]
         drawn = generate(target.spec, small[1], judge._timed_seed(1))["x"]
-        assert torch.equal(torch.from_file(str(tmp_path / "in-t1-x.bin"), size=drawn.numel(), dtype=torch.float32), drawn)
+        assert torch.equal(
+            torch.from_file(str(tmp_path / "in-t1-x.bin"), size=drawn.numel(), dtype=torch.float32), drawn
+        )
         assert judge.feed.expected("t1")[0].item() == pytest.approx(drawn.double().sum().item())
         metas, _ = judge.feed.take(large[0], None, 0, 0)  # drawn already: case and seed are not needed
         assert (tmp_path / f"in-{large[0]}-x.bin").exists()
@@ -206,9 +217,16 @@ def test_what_is_drawn_ahead_stays_within_its_budget(tmp_path, monkeypatch):
     big = [c for c in target.spec.cases if not c.gpu_only][3]  # n = 1,000,003: 4 MB a trial, two trials
     monkeypatch.setattr(input_feed, "PREFETCH_BYTES", 2**20)
     monkeypatch.setattr(input_feed, "PREFETCH_BUDGET", input_bytes(target.spec, big) + 1)
-    judge = Judge(target.spec, target.variant, RecordingChild(tmp_path),
-                  GradeResult(exercise="reduction", lang="cuda", source="x", seed=5), seed=5, timeout_s=10, timing=False,
-                  calibration=None)
+    judge = Judge(
+        target.spec,
+        target.variant,
+        RecordingChild(tmp_path),
+        GradeResult(exercise="reduction", lang="cuda", source="x", seed=5),
+        seed=5,
+        timeout_s=10,
+        timing=False,
+        calibration=None,
+    )
     try:
         judge.prefetch({})
         assert len(judge.feed.drawn) == 1
@@ -224,7 +242,9 @@ def test_watch_does_not_time_pytorch_beside_you_and_a_grade_does():
     from grader.run.judge import Judge
 
     spec = resolve(["vector_add"], lang="triton").spec
-    judge = SimpleNamespace(spec=spec, feed=SimpleNamespace(take=lambda *a: ({}, None)), _timed_seed=lambda index: index)
+    judge = SimpleNamespace(
+        spec=spec, feed=SimpleNamespace(take=lambda *a: ({}, None)), _timed_seed=lambda index: index
+    )
     timed = list(enumerate(spec.performance.cases))
     watched = Judge._timing_messages(judge, {"timed_sizes": "verdict"}, timed[-1:])
     graded = Judge._timing_messages(judge, {"timed_sizes": "all"}, timed)

@@ -24,8 +24,10 @@ def _clone() -> Path | None:
 
 
 TK = _clone()
-NO_TK = (f"no ThunderKittens here: set {thunderkittens.ENV_VAR} to a clone (git clone {thunderkittens.REPOSITORY}) "
-         "to compile-check the ThunderKittens exercises")
+NO_TK = (
+    f"no ThunderKittens here: set {thunderkittens.ENV_VAR} to a clone (git clone {thunderkittens.REPOSITORY}) "
+    "to compile-check the ThunderKittens exercises"
+)
 needs_tk = pytest.mark.skipif(TK is None, reason=NO_TK)
 
 

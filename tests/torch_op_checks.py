@@ -20,9 +20,11 @@ from conftest import ROOT, _session_cache
 from grader.core.spec import ExerciseSpec
 from grader.toolchain.build import compile_check_torch_op
 
-_BUILD = ("import sys; from pathlib import Path; from grader.core.discovery import discover_exercises; "
-          "from grader.child.loading import load; "
-          "load(discover_exercises()[sys.argv[1]].variants['cuda'], Path(sys.argv[2]), None, 'learner')")
+_BUILD = (
+    "import sys; from pathlib import Path; from grader.core.discovery import discover_exercises; "
+    "from grader.child.loading import load; "
+    "load(discover_exercises()[sys.argv[1]].variants['cuda'], Path(sys.argv[2]), None, 'learner')"
+)
 
 
 def compile_checks(sources: list[Path]) -> list:
@@ -46,15 +48,25 @@ def prebuild(spec: ExerciseSpec, sources: list[Path]) -> None:
     """Build every source as the grader's worker loads it, in parallel subprocesses sharing the session's
     build cache (the operator's name follows the file's content, its build folder the name)."""
     env = {**os.environ, "KCOURSE_CACHE": str(_session_cache())}
-    jobs = [subprocess.Popen([sys.executable, "-c", _BUILD, spec.id, str(source)], cwd=ROOT, env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for source in sources]
+    jobs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _BUILD, spec.id, str(source)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for source in sources
+    ]
     for source, job in zip(sources, jobs):
         output = job.communicate()[0]
         assert job.returncode == 0, f"{source.name} did not build:\n{output[-4000:]}"
 
 
-def prebuild_with_edits(spec: ExerciseSpec, sources: dict[str, Path], solution: Path, gpu_edits: dict[str, tuple],
-                        folder: Path) -> dict[str, Path]:
+def prebuild_with_edits(
+    spec: ExerciseSpec, sources: dict[str, Path], solution: Path, gpu_edits: dict[str, tuple], folder: Path
+) -> dict[str, Path]:
     """Every operator the GPU tests load, built side by side first: `sources` (name: file) and the solution
     with each GPU edit (name: (old, new, verdict codes)) as a file of its own in `folder`, by the same names."""
     from cuda_rows import edited
@@ -81,8 +93,10 @@ def race_at_copy_bandwidth(spec: ExerciseSpec, case, contestants: dict, width: i
     rates = {name: gbps(moved, m["median_ms"]) for name, m in measured.items()}
     print(f"\n{spec.id} {case.label()} on {torch.cuda.get_device_name()} (copy {copy_gbps:.0f} GB/s):")
     for name, rate in rates.items():
-        print(f"  {name:{width}s} {measured[name]['median_ms'] * 1000:8.1f} us  {rate:6.0f} GB/s  "
-              f"{100 * rate / copy_gbps:4.0f}% of roofline")
+        print(
+            f"  {name:{width}s} {measured[name]['median_ms'] * 1000:8.1f} us  {rate:6.0f} GB/s  "
+            f"{100 * rate / copy_gbps:4.0f}% of roofline"
+        )
     return rates, copy_gbps
 
 
@@ -93,4 +107,3 @@ def op_caller(spec: ExerciseSpec, source: Path):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("KCOURSE_CACHE", str(_session_cache()))
         return loading.load(spec.variants["cuda"], source, None, "learner")
-

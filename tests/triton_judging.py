@@ -48,8 +48,16 @@ def judge(spec: ExerciseSpec, entry, case: Case, seed: int = 5, version: str = "
             return Comparison(False, "out_of_bounds", f"{case.label()}: wrote past the end of {', '.join(outside)}")
         refs = reference_outputs(reference, spec, values, case.params)
         for spec_out, ref in zip(spec.outputs, refs):
-            result = judge_output(spec, spec_out, outputs[spec_out.name], ref, spec.tolerance_of(case),
-                                  f"{case.label()} trial {trial + 1}", inputs=values, params=case.params)
+            result = judge_output(
+                spec,
+                spec_out,
+                outputs[spec_out.name],
+                ref,
+                spec.tolerance_of(case),
+                f"{case.label()} trial {trial + 1}",
+                inputs=values,
+                params=case.params,
+            )
             if not result.ok:
                 return result
     return OK

@@ -46,8 +46,21 @@ def fused_adamw(p, g, m, v, *, lr, beta1, beta2, eps, weight_decay, step):
     key = (str(p.device), int(step))
     if key not in _steps:
         _steps[key] = torch.tensor(float(step), dtype=torch.float32, device=p.device)
-    torch._fused_adamw_([p], [g], [m], [v], [], [_steps[key]], lr=lr, beta1=beta1, beta2=beta2,
-                        weight_decay=weight_decay, eps=eps, amsgrad=False, maximize=False)
+    torch._fused_adamw_(
+        [p],
+        [g],
+        [m],
+        [v],
+        [],
+        [_steps[key]],
+        lr=lr,
+        beta1=beta1,
+        beta2=beta2,
+        weight_decay=weight_decay,
+        eps=eps,
+        amsgrad=False,
+        maximize=False,
+    )
     return p, m, v
 
 

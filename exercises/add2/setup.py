@@ -16,7 +16,10 @@ NAME = os.environ.get("TORCH_EXTENSION_NAME", "add2")  # BuildExtension defines 
 
 setup(
     name=NAME,
-    ext_modules=[CUDAExtension(NAME, ["add2_ops.cpp", "add2_kernel.cu"],
-                               extra_compile_args={"cxx": ["-O3"], "nvcc": ["-O3", "-lineinfo"]})],
+    ext_modules=[
+        CUDAExtension(
+            NAME, ["add2_ops.cpp", "add2_kernel.cu"], extra_compile_args={"cxx": ["-O3"], "nvcc": ["-O3", "-lineinfo"]}
+        )
+    ],
     cmdclass={"build_ext": BuildExtension},
 )

@@ -14,8 +14,20 @@ EPS = 1e-6
 
 
 @triton.jit
-def add_rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr,
-                        x_stride, res_stride, out_stride, res_out_stride, n_cols, eps, BLOCK: tl.constexpr):
+def add_rms_norm_kernel(
+    x_ptr,
+    res_ptr,
+    w_ptr,
+    out_ptr,
+    res_out_ptr,
+    x_stride,
+    res_stride,
+    out_stride,
+    res_out_stride,
+    n_cols,
+    eps,
+    BLOCK: tl.constexpr,
+):
     # TODO: row = tl.program_id(0).to(tl.int64); cols = tl.arange(0, BLOCK); mask = cols < n_cols
     #       x = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=0.0).to(tl.float32)   (residual the same)
     #       r = (x + h).to(res_out_ptr.dtype.element_ty)    # rounded once to the storage dtype: store this
@@ -26,8 +38,14 @@ def add_rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr,
     pass
 
 
-def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, out: torch.Tensor,
-                 residual_out: torch.Tensor, num_warps: int = 4) -> None:
+def add_rms_norm(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    out: torch.Tensor,
+    residual_out: torch.Tensor,
+    num_warps: int = 4,
+) -> None:
     """residual_out[:] = x + residual; out[:] = rms_norm(residual_out) * weight over the last dimension of
     2-D tensors, eps = 1e-6. Each tensor has its own row stride (x.stride(0), ...). num_warps is yours to
     tune (`kcourse tune add_rms_norm`)."""

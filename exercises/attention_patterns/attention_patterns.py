@@ -24,13 +24,37 @@ def document_starts_kernel(DocIds, Starts, n_ctx, SEARCH_STEPS: tl.constexpr, BL
 
 
 @triton.jit
-def pattern_fwd_kernel(Q, K, V, Out, Starts, sm_scale, W,
-                       stride_qb, stride_qh, stride_qn, stride_qd,
-                       stride_kb, stride_kh, stride_kn, stride_kd,
-                       stride_vb, stride_vh, stride_vn, stride_vd,
-                       stride_ob, stride_oh, stride_on, stride_od,
-                       H, n_ctx,
-                       HEAD_DIM: tl.constexpr, DOCS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def pattern_fwd_kernel(
+    Q,
+    K,
+    V,
+    Out,
+    Starts,
+    sm_scale,
+    W,
+    stride_qb,
+    stride_qh,
+    stride_qn,
+    stride_qd,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_kd,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_vd,
+    stride_ob,
+    stride_oh,
+    stride_on,
+    stride_od,
+    H,
+    n_ctx,
+    HEAD_DIM: tl.constexpr,
+    DOCS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
     # TODO: start_m = tl.program_id(0) (a block of BLOCK_M queries), off_bh = tl.program_id(1) (batch * H + head)
     #       offs_m, offs_n, offs_d as in flash_attention_v1; load the q block once (mask rows >= n_ctx), by strides
     #       lo, one per query row: DOCS: tl.load(Starts + offs_m) (masked); else offs_m - W + 1

@@ -20,8 +20,10 @@ ROWS_PER_CHUNK = 256  # float64 queries attended at once: only their visible key
 
 def sliding_window(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, doc_ids: torch.Tensor, *, W: int) -> torch.Tensor:
     """Causal attention over the last W keys: query i sees keys j with i - W < j <= i."""
+
     def visible(rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
         return (cols[None, :] <= rows[:, None]) & (cols[None, :] > rows[:, None] - W)
+
     return masked_attention(q, k, v, visible)
 
 
@@ -31,6 +33,7 @@ def document_mask(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, doc_ids: to
 
     def visible(rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
         return (cols[None, :] <= rows[:, None]) & (ids[cols][None, :] == ids[rows][:, None])
+
     return masked_attention(q, k, v, visible)
 
 
@@ -44,11 +47,12 @@ def masked_attention(q, k, v, visible) -> torch.Tensor:
     # them sees (every row sees itself, so no row is empty)
     out = torch.empty_like(q)
     for start in range(0, n_ctx, ROWS_PER_CHUNK):
-        rows = index[start:start + ROWS_PER_CHUNK]
+        rows = index[start : start + ROWS_PER_CHUNK]
         first = int(visible(rows, index[: int(rows[-1]) + 1]).any(0).nonzero()[0])
-        cols = index[first: int(rows[-1]) + 1]
-        out[..., rows, :] = F.scaled_dot_product_attention(q[..., rows, :], k[..., cols, :], v[..., cols, :],
-                                                            attn_mask=visible(rows, cols))
+        cols = index[first : int(rows[-1]) + 1]
+        out[..., rows, :] = F.scaled_dot_product_attention(
+            q[..., rows, :], k[..., cols, :], v[..., cols, :], attn_mask=visible(rows, cols)
+        )
     return out
 
 

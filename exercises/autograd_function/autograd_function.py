@@ -21,8 +21,9 @@ import triton.language as tl
 
 
 @triton.jit
-def softmax_forward_kernel(x_ptr, y_ptr, x_row_stride, y_row_stride, n_cols, inv_t,
-                           BLOCK: tl.constexpr, ACC: tl.constexpr):
+def softmax_forward_kernel(
+    x_ptr, y_ptr, x_row_stride, y_row_stride, n_cols, inv_t, BLOCK: tl.constexpr, ACC: tl.constexpr
+):
     # TODO: row = tl.program_id(0).to(tl.int64); cols = tl.arange(0, BLOCK); mask = cols < n_cols
     #       x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=-float("inf")).to(ACC)
     #       z = (x - max(x)) * inv_t      (T > 0: subtract the max BEFORE dividing by a small T, or exp overflows)
@@ -31,8 +32,18 @@ def softmax_forward_kernel(x_ptr, y_ptr, x_row_stride, y_row_stride, n_cols, inv
 
 
 @triton.jit
-def softmax_backward_kernel(y_ptr, dy_ptr, dx_ptr, y_row_stride, dy_row_stride, dx_row_stride, n_cols, inv_t,
-                            BLOCK: tl.constexpr, ACC: tl.constexpr):
+def softmax_backward_kernel(
+    y_ptr,
+    dy_ptr,
+    dx_ptr,
+    y_row_stride,
+    dy_row_stride,
+    dx_row_stride,
+    n_cols,
+    inv_t,
+    BLOCK: tl.constexpr,
+    ACC: tl.constexpr,
+):
     # TODO: load a row of y and of dy (masked, other=0.0, .to(ACC))
     #       dot = sum(y * dy);  dx = y * (dy - dot) * inv_t      (both terms, and the chain rule's 1 / T)
     #       store dx in dx's dtype

@@ -8,6 +8,7 @@ import torch
 
 
 def reference(img: torch.Tensor, *, r: int) -> torch.Tensor:
-    pooled = torch.nn.functional.avg_pool2d(img[None, None], kernel_size=2 * r + 1, stride=1, padding=r,
-                                            count_include_pad=False)
+    pooled = torch.nn.functional.avg_pool2d(
+        img[None, None], kernel_size=2 * r + 1, stride=1, padding=r, count_include_pad=False
+    )
     return pooled[0, 0]

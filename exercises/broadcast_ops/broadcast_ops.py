@@ -16,8 +16,20 @@ import triton.language as tl
 
 
 @triton.jit
-def broadcast_ops_kernel(x_ptr, scale_ptr, bias_ptr, out_ptr, M, N, x_row_stride, out_row_stride,
-                         threshold, leaky, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def broadcast_ops_kernel(
+    x_ptr,
+    scale_ptr,
+    bias_ptr,
+    out_ptr,
+    M,
+    N,
+    x_row_stride,
+    out_row_stride,
+    threshold,
+    leaky,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
     # TODO: rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)   -> shape [BLOCK_M]
     #       cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)   -> shape [BLOCK_N]
     #       mask = (rows < M)[:, None] & (cols < N)[None, :]            -> shape [BLOCK_M, BLOCK_N]
@@ -29,8 +41,17 @@ def broadcast_ops_kernel(x_ptr, scale_ptr, bias_ptr, out_ptr, M, N, x_row_stride
     pass
 
 
-def broadcast_ops(x: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor, out: torch.Tensor,
-                  threshold: float, leaky: float, BLOCK_M: int = 32, BLOCK_N: int = 32, num_warps: int = 4) -> None:
+def broadcast_ops(
+    x: torch.Tensor,
+    scale: torch.Tensor,
+    bias: torch.Tensor,
+    out: torch.Tensor,
+    threshold: float,
+    leaky: float,
+    BLOCK_M: int = 32,
+    BLOCK_N: int = 32,
+    num_warps: int = 4,
+) -> None:
     """out[:] = where(x > threshold, x * scale[None, :] + bias[:, None], leaky * x) for 2-D x and out, scale
     of length N and bias of length M. BLOCK_M, BLOCK_N and num_warps are yours to tune (`kcourse tune`)."""
     # TODO: M, N = x.shape; launch broadcast_ops_kernel over the grid

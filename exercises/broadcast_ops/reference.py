@@ -7,7 +7,9 @@ The transforms make the inputs that break the classic mistakes (values exactly a
 import torch
 
 
-def reference(x: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor, *, threshold: float, leaky: float) -> torch.Tensor:
+def reference(
+    x: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor, *, threshold: float, leaky: float
+) -> torch.Tensor:
     return torch.where(x > threshold, x * scale + bias[:, None], leaky * x)
 
 

@@ -50,6 +50,7 @@ def reference(logits: torch.Tensor, targets: torch.Tensor):
 
 # --- how the grader draws the targets (spec.toml: `transform`) ------------------------------------------
 
+
 def all_valid(x: torch.Tensor, *, V: int) -> torch.Tensor:
     """A class in 0..V-1 for every row, from the U[0,1) draws (a second trial's [0, 1.5) wraps around)."""
     return torch.floor(x * V).remainder_(V)

@@ -39,12 +39,18 @@ def _judge_index(got: torch.Tensor, x: torch.Tensor, expected: torch.Tensor, whi
     if 0 <= i < x.numel() and x[i].abs() == x[want].abs():
         return None
     if i == want + 1:
-        return (f"got index {i}, expected {want}: {routine} returns a 1-based index (BLAS comes from Fortran): "
-                "subtract 1 before you hand it back (a kernel of 1 thread that does `*amax -= 1` on the device, "
-                "or compute it on the host)")
+        return (
+            f"got index {i}, expected {want}: {routine} returns a 1-based index (BLAS comes from Fortran): "
+            "subtract 1 before you hand it back (a kernel of 1 thread that does `*amax -= 1` on the device, "
+            "or compute it on the host)"
+        )
     if not 0 <= i < x.numel():
         return f"got index {i}, outside [0, {x.numel()}): write the index of the element, 0-based"
     signed = "; it is the largest signed value: compare |x[i]|" if which == "largest" and i == int(x.argmax()) else ""
-    signed = signed or ("; it is the smallest signed value: compare |x[i]|" if which == "smallest" and i == int(x.argmin()) else "")
-    return (f"got index {i} (|x| = {float(x[i].abs()):.6g}), expected {want} (|x| = {float(x[want].abs()):.6g}), "
-            f"the {which} magnitude{signed}")
+    signed = signed or (
+        "; it is the smallest signed value: compare |x[i]|" if which == "smallest" and i == int(x.argmin()) else ""
+    )
+    return (
+        f"got index {i} (|x| = {float(x[i].abs()):.6g}), expected {want} (|x| = {float(x[want].abs()):.6g}), "
+        f"the {which} magnitude{signed}"
+    )

@@ -13,13 +13,35 @@ import triton.language as tl
 
 
 @triton.jit
-def flash_fwd_kernel(Q, K, V, Out, sm_scale,
-                     stride_qb, stride_qh, stride_qn, stride_qd,
-                     stride_kb, stride_kh, stride_kn, stride_kd,
-                     stride_vb, stride_vh, stride_vn, stride_vd,
-                     stride_ob, stride_oh, stride_on, stride_od,
-                     H, n_ctx,
-                     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+def flash_fwd_kernel(
+    Q,
+    K,
+    V,
+    Out,
+    sm_scale,
+    stride_qb,
+    stride_qh,
+    stride_qn,
+    stride_qd,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_kd,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_vd,
+    stride_ob,
+    stride_oh,
+    stride_on,
+    stride_od,
+    H,
+    n_ctx,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr,
+):
     # TODO: start_m = tl.program_id(0) (a block of BLOCK_M queries), off_bh = tl.program_id(1) (batch * H + head)
     #       offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M); offs_n = tl.arange(0, BLOCK_N); offs_d = tl.arange(0, HEAD_DIM)
     #       load the q block once (mask rows >= n_ctx); use the strides, never assume contiguous rows

@@ -14,14 +14,39 @@ import triton.language as tl
 
 
 @triton.jit
-def flash_fwd_kernel(Q, K, V, Out, Lse, sm_scale,
-                     stride_qb, stride_qh, stride_qn, stride_qd,
-                     stride_kb, stride_kh, stride_kn, stride_kd,
-                     stride_vb, stride_vh, stride_vn, stride_vd,
-                     stride_ob, stride_oh, stride_on, stride_od,
-                     stride_lb, stride_lh, stride_ln,
-                     H, n_ctx,
-                     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+def flash_fwd_kernel(
+    Q,
+    K,
+    V,
+    Out,
+    Lse,
+    sm_scale,
+    stride_qb,
+    stride_qh,
+    stride_qn,
+    stride_qd,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_kd,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_vd,
+    stride_ob,
+    stride_oh,
+    stride_on,
+    stride_od,
+    stride_lb,
+    stride_lh,
+    stride_ln,
+    H,
+    n_ctx,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr,
+):
     # TODO: one program per (block of BLOCK_M queries, batch * H + head), as in v1:
     #       load the q block once; m_i = -inf, l_i = 0, acc = 0 (float32)
     #       qk_scale = sm_scale * log2(e): then exp(s - m) is tl.math.exp2(qk * qk_scale - m) with m in log2 units
@@ -35,8 +60,9 @@ def flash_fwd_kernel(Q, K, V, Out, Lse, sm_scale,
     pass
 
 
-def flash_attention_v2(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
-                       causal: bool) -> None:
+def flash_attention_v2(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, causal: bool
+) -> None:
     """out[:] = softmax(q @ k^T / sqrt(d), causal mask if `causal`) @ v, all of shape (B, H, N, d);
     lse[:] = the float32 log-sum-exp of each row of scores, shape (B, H, N)."""
     batch, heads, n_ctx, head_dim = q.shape

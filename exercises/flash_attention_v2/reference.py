@@ -23,7 +23,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -
     step = max(1, SCORES_PER_CHUNK // (n_ctx * n_ctx))
     outs, lses = [], []
     for start in range(0, batch * heads, step):
-        qc, kc, vc = (t[start:start + step] for t in flat)
+        qc, kc, vc = (t[start : start + step] for t in flat)
         scores = qc @ kc.transpose(-1, -2) / math.sqrt(head_dim)
         if causal:
             above = torch.ones(n_ctx, n_ctx, dtype=torch.bool, device=q.device).triu(1)

@@ -18,16 +18,50 @@ import triton.language as tl
 
 
 @triton.jit
-def bwd_dq_kernel(Q, K, V, O, Lse, DO, DQ, Delta, sm_scale,
-                  stride_qb, stride_qh, stride_qn, stride_qd,        # (batch, head, row, column) of each tensor
-                  stride_kb, stride_kh, stride_kn, stride_kd,
-                  stride_vb, stride_vh, stride_vn, stride_vd,
-                  stride_ob, stride_oh, stride_on, stride_od,
-                  stride_lb, stride_lh, stride_ln,                   # lse: (batch, head, row)
-                  stride_dob, stride_doh, stride_don, stride_dod,
-                  stride_dqb, stride_dqh, stride_dqn, stride_dqd,
-                  H, n_ctx, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                  CAUSAL: tl.constexpr):
+def bwd_dq_kernel(
+    Q,
+    K,
+    V,
+    O,
+    Lse,
+    DO,
+    DQ,
+    Delta,
+    sm_scale,
+    stride_qb,
+    stride_qh,
+    stride_qn,
+    stride_qd,  # (batch, head, row, column) of each tensor
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_kd,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_vd,
+    stride_ob,
+    stride_oh,
+    stride_on,
+    stride_od,
+    stride_lb,
+    stride_lh,
+    stride_ln,  # lse: (batch, head, row)
+    stride_dob,
+    stride_doh,
+    stride_don,
+    stride_dod,
+    stride_dqb,
+    stride_dqh,
+    stride_dqn,
+    stride_dqd,
+    H,
+    n_ctx,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr,
+):
     # TODO: one program per (block of BLOCK_M queries, batch * H + head):
     #       load q, dO and O of the block (mask rows >= n_ctx); delta = rowsum(dO * O) in float32;
     #       store delta to Delta (a float32 (B*H, N) buffer) for the dK/dV kernel
@@ -42,16 +76,50 @@ def bwd_dq_kernel(Q, K, V, O, Lse, DO, DQ, Delta, sm_scale,
 
 
 @triton.jit
-def bwd_dkdv_kernel(Q, K, V, Lse, DO, DK, DV, Delta, sm_scale,
-                    stride_qb, stride_qh, stride_qn, stride_qd,
-                    stride_kb, stride_kh, stride_kn, stride_kd,
-                    stride_vb, stride_vh, stride_vn, stride_vd,
-                    stride_lb, stride_lh, stride_ln,
-                    stride_dob, stride_doh, stride_don, stride_dod,
-                    stride_dkb, stride_dkh, stride_dkn, stride_dkd,
-                    stride_dvb, stride_dvh, stride_dvn, stride_dvd,
-                    H, n_ctx, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                    CAUSAL: tl.constexpr):
+def bwd_dkdv_kernel(
+    Q,
+    K,
+    V,
+    Lse,
+    DO,
+    DK,
+    DV,
+    Delta,
+    sm_scale,
+    stride_qb,
+    stride_qh,
+    stride_qn,
+    stride_qd,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_kd,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_vd,
+    stride_lb,
+    stride_lh,
+    stride_ln,
+    stride_dob,
+    stride_doh,
+    stride_don,
+    stride_dod,
+    stride_dkb,
+    stride_dkh,
+    stride_dkn,
+    stride_dkd,
+    stride_dvb,
+    stride_dvh,
+    stride_dvn,
+    stride_dvd,
+    H,
+    n_ctx,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr,
+):
     # TODO: one program per (block of BLOCK_N keys, batch * H + head): load k and v of the block once
     #       dk, dv = zeros([BLOCK_N, HEAD_DIM], float32)
     #       for each query block (causal: only from this block's first key on):
@@ -63,9 +131,18 @@ def bwd_dkdv_kernel(Q, K, V, Lse, DO, DK, DV, Delta, sm_scale,
     pass
 
 
-def flash_attention_v2_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                                out: torch.Tensor, lse: torch.Tensor, dout: torch.Tensor,
-                                dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor, causal: bool) -> None:
+def flash_attention_v2_backward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    dout: torch.Tensor,
+    dq: torch.Tensor,
+    dk: torch.Tensor,
+    dv: torch.Tensor,
+    causal: bool,
+) -> None:
     """dq, dk, dv[:] = the gradients of attention (causal if `causal`) with respect to q, k, v."""
     batch, heads, n_ctx, head_dim = q.shape
     sm_scale = 1 / math.sqrt(head_dim)
@@ -73,4 +150,6 @@ def flash_attention_v2_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
     #       launch bwd_dq_kernel on (triton.cdiv(n_ctx, BLOCK_M), batch * heads), then bwd_dkdv_kernel on
     #       (triton.cdiv(n_ctx, BLOCK_N), batch * heads), with every tensor's .stride(), HEAD_DIM=head_dim;
     #       start with BLOCK_M = BLOCK_N = 64; then delete the line below.
-    raise NotImplementedError("write bwd_dq_kernel and bwd_dkdv_kernel and launch them in flash_attention_v2_backward()")
+    raise NotImplementedError(
+        "write bwd_dq_kernel and bwd_dkdv_kernel and launch them in flash_attention_v2_backward()"
+    )

@@ -33,7 +33,7 @@ def _heads(*tensors: torch.Tensor):
     flat = [t.reshape(batch * heads, n_ctx, t.shape[-1]) for t in tensors]
     step = max(1, SCORES_PER_CHUNK // (n_ctx * n_ctx))
     for start in range(0, batch * heads, step):
-        yield [t[start:start + step] for t in flat]
+        yield [t[start : start + step] for t in flat]
 
 
 def _scores(q: torch.Tensor, k: torch.Tensor, causal: bool) -> torch.Tensor:

@@ -15,8 +15,18 @@ SQRT1_2 = tl.constexpr(0.7071067811865476)  # a global a kernel reads must be a 
 
 
 @triton.jit
-def fusion_kernel(x_ptr, scale_ptr, shift_ptr, out_ptr, n_rows, n_cols, x_stride, out_stride,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def fusion_kernel(
+    x_ptr,
+    scale_ptr,
+    shift_ptr,
+    out_ptr,
+    n_rows,
+    n_cols,
+    x_stride,
+    out_stride,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
     # TODO: a BLOCK_M x BLOCK_N tile per program:
     #       rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)      (cols the same with program_id(1))
     #       mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
@@ -27,8 +37,7 @@ def fusion_kernel(x_ptr, scale_ptr, shift_ptr, out_ptr, n_rows, n_cols, x_stride
     pass
 
 
-def fusion(x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor, out: torch.Tensor,
-           num_warps: int = 4) -> None:
+def fusion(x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor, out: torch.Tensor, num_warps: int = 4) -> None:
     """out[:] = gelu(x * scale + shift) for 2-D x and out (row strides x.stride(0), out.stride(0)) and
     scale, shift of N elements each. num_warps is yours to tune (`kcourse tune fusion`)."""
     # TODO: pick BLOCK_N (e.g. min(triton.next_power_of_2(N), 1024)) and BLOCK_M (a few rows), launch

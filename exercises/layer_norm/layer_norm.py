@@ -13,8 +13,7 @@ EPS = 1e-5
 
 
 @triton.jit
-def layer_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, eps,
-                      BLOCK: tl.constexpr):
+def layer_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, eps, BLOCK: tl.constexpr):
     # TODO: row = tl.program_id(0); cols = tl.arange(0, BLOCK); mask = cols < n_cols
     #       x = tl.load(..., mask=mask, other=0.0).to(tl.float32)
     #       mean = tl.sum(x, axis=0) / n_cols
@@ -23,8 +22,9 @@ def layer_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, x_row_stride, out_row_stride
     pass
 
 
-def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, out: torch.Tensor,
-               num_warps: int = 4) -> None:
+def layer_norm(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, out: torch.Tensor, num_warps: int = 4
+) -> None:
     """out[:] = layer_norm(x) * weight + bias over the last dimension of a 2-D x, eps = 1e-5.
     num_warps is yours to tune (`kcourse tune layer_norm`)."""
     # TODO: launch layer_norm_kernel with one program per row and BLOCK = triton.next_power_of_2(n_cols)

@@ -16,9 +16,22 @@ import triton.language as tl
 
 
 @triton.jit
-def layer_norm_backward_kernel(x_ptr, w_ptr, dy_ptr, mean_ptr, rstd_ptr, dx_ptr, dw_part_ptr, db_part_ptr,
-                               x_row_stride, dy_row_stride, dx_row_stride, n_rows, n_cols,
-                               BLOCK: tl.constexpr):
+def layer_norm_backward_kernel(
+    x_ptr,
+    w_ptr,
+    dy_ptr,
+    mean_ptr,
+    rstd_ptr,
+    dx_ptr,
+    dw_part_ptr,
+    db_part_ptr,
+    x_row_stride,
+    dy_row_stride,
+    dx_row_stride,
+    n_rows,
+    n_cols,
+    BLOCK: tl.constexpr,
+):
     # TODO: pid = tl.program_id(0); cols = tl.arange(0, BLOCK); mask = cols < n_cols
     #       w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)      (once per program)
     #       dw = tl.zeros([BLOCK], tl.float32); db = the same                  (this program's running sums)
@@ -34,8 +47,9 @@ def layer_norm_backward_kernel(x_ptr, w_ptr, dy_ptr, mean_ptr, rstd_ptr, dx_ptr,
 
 
 @triton.jit
-def sum_partials_kernel(dw_part_ptr, db_part_ptr, dw_ptr, db_ptr, n_parts, n_cols,
-                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def sum_partials_kernel(
+    dw_part_ptr, db_part_ptr, dw_ptr, db_ptr, n_parts, n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr
+):
     # TODO: cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     #       loop over the n_parts partial rows in tiles of BLOCK_M: load a [BLOCK_M, BLOCK_N] tile (masked on both
     #       axes, other=0.0) of each buffer and add it to a float32 accumulator; then
@@ -43,9 +57,18 @@ def sum_partials_kernel(dw_part_ptr, db_part_ptr, dw_ptr, db_ptr, n_parts, n_col
     pass
 
 
-def layer_norm_backward(x: torch.Tensor, weight: torch.Tensor, dy: torch.Tensor, mean: torch.Tensor,
-                        rstd: torch.Tensor, dx: torch.Tensor, dw: torch.Tensor, db: torch.Tensor,
-                        num_warps: int = 8, programs_per_sm: int | None = 2) -> None:
+def layer_norm_backward(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    dy: torch.Tensor,
+    mean: torch.Tensor,
+    rstd: torch.Tensor,
+    dx: torch.Tensor,
+    dw: torch.Tensor,
+    db: torch.Tensor,
+    num_warps: int = 8,
+    programs_per_sm: int | None = 2,
+) -> None:
     """dx, dw, db of a layer norm over the last dimension of a 2-D x, from the forward's saved mean and
     rstd (float32, one per row). dw and db are float32. num_warps and programs_per_sm are yours to tune
     (`kcourse tune layer_norm_backward`)."""

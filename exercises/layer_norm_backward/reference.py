@@ -16,8 +16,9 @@ def layer_norm_stats(drawn: torch.Tensor, *, x: torch.Tensor) -> dict[str, torch
     return {"mean": mean, "rstd": torch.rsqrt(var + EPS)}
 
 
-def reference(x: torch.Tensor, weight: torch.Tensor, dy: torch.Tensor, mean: torch.Tensor,
-              rstd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def reference(
+    x: torch.Tensor, weight: torch.Tensor, dy: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dx, dw, db) from the saved mean and rstd: torch's own layer norm backward, the kernel autograd runs
     after torch.nn.functional.layer_norm. On the grader's float64 copies it is the truth; on the GPU, in the
     case's dtypes, it is the PyTorch time yours is shown against. The bias argument only tells torch to

@@ -49,11 +49,23 @@ def gelu_tanh_f32(t):
 @triton.autotune(configs=CPU_CONFIGS if ON_CPU else GPU_CONFIGS, key=["M", "N", "K"])
 @triton.jit
 def linear_gelu_kernel(
-    x_ptr, w_ptr, b_ptr, out_ptr, M, N, K,
-    stride_xm, stride_xk,  # x[m, k] is at x_ptr + m * stride_xm + k * stride_xk
-    stride_wk, stride_wn,
-    stride_om, stride_on,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    x_ptr,
+    w_ptr,
+    b_ptr,
+    out_ptr,
+    M,
+    N,
+    K,
+    stride_xm,
+    stride_xk,  # x[m, k] is at x_ptr + m * stride_xm + k * stride_xk
+    stride_wk,
+    stride_wn,
+    stride_om,
+    stride_on,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
     TANH: tl.constexpr,  # which GELU: a constexpr, so only the branch taken is compiled
 ):
     # TODO: the matmul, as in matmul_triton: this program's tile (pid_m, pid_n) of out, in groups of
@@ -70,8 +82,9 @@ def _linear_gelu(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, out: torch.T
     # TODO: launch linear_gelu_kernel over cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N) programs, e.g.
     #       grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
     #       passing x.stride(0), x.stride(1), w.stride(0), ... and TANH=tanh, then delete the line below.
-    raise NotImplementedError("write linear_gelu_kernel and gelu_erf_f32 / gelu_tanh_f32, and launch the kernel "
-                              "in _linear_gelu()")
+    raise NotImplementedError(
+        "write linear_gelu_kernel and gelu_erf_f32 / gelu_tanh_f32, and launch the kernel in _linear_gelu()"
+    )
 
 
 def linear_gelu(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:

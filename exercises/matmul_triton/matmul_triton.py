@@ -25,11 +25,22 @@ CPU_CONFIGS = [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROU
 @triton.autotune(configs=CPU_CONFIGS if ON_CPU else GPU_CONFIGS, key=["M", "N", "K"])
 @triton.jit
 def matmul_kernel(
-    a_ptr, b_ptr, c_ptr, M, N, K,
-    stride_am, stride_ak,  # A[m, k] is at a_ptr + m * stride_am + k * stride_ak
-    stride_bk, stride_bn,
-    stride_cm, stride_cn,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,  # A[m, k] is at a_ptr + m * stride_am + k * stride_ak
+    stride_bk,
+    stride_bn,
+    stride_cm,
+    stride_cn,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
 ):
     # TODO: from tl.program_id(0), find this program's tile (pid_m, pid_n) of C, in groups of GROUP_M
     #       tile-rows (README step 3); offsets of its rows, columns and of BLOCK_K values of k.

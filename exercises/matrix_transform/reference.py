@@ -1,9 +1,9 @@
 """Reference: out[row][col] = f(x[row][col], row, col), with the README's f:
 
-    f(v, row, col) = p(v) * s(row) + t(col)
-    p(v)   = 0.5 v^3 - v^2 + 2 v - 3        (a cubic, evaluated as ((0.5 v - 1) v + 2) v - 3)
-    s(row) = 1 + 0.25 * (row % 5)           (the row's scale: 1, 1.25, 1.5, 1.75, 2, 1, ...)
-    t(col) = (col % 3) - 1                  (the column's shift: -1, 0, 1, -1, ...)
+f(v, row, col) = p(v) * s(row) + t(col)
+p(v)   = 0.5 v^3 - v^2 + 2 v - 3        (a cubic, evaluated as ((0.5 v - 1) v + 2) v - 3)
+s(row) = 1 + 0.25 * (row % 5)           (the row's scale: 1, 1.25, 1.5, 1.75, 2, 1, ...)
+t(col) = (col % 3) - 1                  (the column's shift: -1, 0, 1, -1, ...)
 """
 
 import torch

@@ -16,11 +16,31 @@ import triton.language as tl
 
 
 @triton.jit
-def bmm_kernel(A, B, C, M, N, K, H, alpha,
-               stride_ab, stride_ah, stride_am, stride_ak,
-               stride_bb, stride_bh, stride_bk, stride_bn,
-               stride_cb, stride_ch, stride_cm, stride_cn,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+def bmm_kernel(
+    A,
+    B,
+    C,
+    M,
+    N,
+    K,
+    H,
+    alpha,
+    stride_ab,
+    stride_ah,
+    stride_am,
+    stride_ak,
+    stride_bb,
+    stride_bh,
+    stride_bk,
+    stride_bn,
+    stride_cb,
+    stride_ch,
+    stride_cm,
+    stride_cn,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
     # TODO: C[b, h] = alpha * A[b, h] @ B[b, h] for the BLOCK_M x BLOCK_N tile (program_id(0), program_id(1))
     #       of batch*head program_id(2) (b = pid // H, h = pid % H). Loop over K in steps of BLOCK_K:
     #       load A and B tiles with masks (M, N and K need not be multiples of the blocks), accumulate with

@@ -11,4 +11,4 @@ def reference(x: torch.Tensor, residual: torch.Tensor, *, act: str) -> torch.Ten
         return residual + F.gelu(x, approximate="tanh")
     if act == "silu":
         return residual + F.silu(x)
-    raise ValueError(f"act = {act!r}: the cases name \"gelu\" or \"silu\"")
+    raise ValueError(f'act = {act!r}: the cases name "gelu" or "silu"')

@@ -18,10 +18,15 @@ def exact_max(got: torch.Tensor, *, expected: torch.Tensor) -> str | None:
     if wrong.numel() == 0:
         return None
     row = int(wrong[0])
-    padding = (" — 0 is not in that row: do masked lanes load 0? For the max they must load -inf"
-               if float(got[row]) == 0.0 and float(want[row]) < 0 else "")
-    return (f"{wrong.numel()} of {want.numel()} rows wrong; first row {row}: got {float(got[row]):.8g}, the row's "
-            f"max is {float(want[row]):.8g}{padding}")
+    padding = (
+        " — 0 is not in that row: do masked lanes load 0? For the max they must load -inf"
+        if float(got[row]) == 0.0 and float(want[row]) < 0
+        else ""
+    )
+    return (
+        f"{wrong.numel()} of {want.numel()} rows wrong; first row {row}: got {float(got[row]):.8g}, the row's "
+        f"max is {float(want[row]):.8g}{padding}"
+    )
 
 
 def first_max_index(got: torch.Tensor, *, expected: torch.Tensor, inputs: dict) -> str | None:
@@ -35,10 +40,14 @@ def first_max_index(got: torch.Tensor, *, expected: torch.Tensor, inputs: dict) 
     i, j, n = int(got[row]), int(want[row]), x.shape[1]
     head = f"{wrong.numel()} of {want.numel()} rows wrong; first row {row}: got index {i}, expected {j}"
     if not 0 <= i < n:
-        return (f"{head}, outside the row [0, {n}): masked lanes past the row's end must load -inf (and never win "
-                "the argmax)")
+        return (
+            f"{head}, outside the row [0, {n}): masked lanes past the row's end must load -inf (and never win "
+            "the argmax)"
+        )
     if x[row, i] == x[row, j]:
-        return (f"{head}, which holds the same maximum ({float(x[row, j]):.8g}) later in the row: the first index "
-                "must win, as in torch.argmax — update only on a strictly greater value, and when lanes or "
-                "programs hold equal maxima keep the smallest index")
+        return (
+            f"{head}, which holds the same maximum ({float(x[row, j]):.8g}) later in the row: the first index "
+            "must win, as in torch.argmax — update only on a strictly greater value, and when lanes or "
+            "programs hold equal maxima keep the smallest index"
+        )
     return f"{head}: x[{row}, {i}] = {float(x[row, i]):.8g} is not the row's max {float(x[row, j]):.8g}"

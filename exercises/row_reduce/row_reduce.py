@@ -27,8 +27,14 @@ def row_reduce_kernel(x_ptr, sums_ptr, maxes_ptr, argmaxes_ptr, n_cols, x_row_st
     pass
 
 
-def row_reduce(x: torch.Tensor, sums: torch.Tensor, maxes: torch.Tensor, argmaxes: torch.Tensor,
-               BLOCK: int = 1024, num_warps: int = 4) -> None:
+def row_reduce(
+    x: torch.Tensor,
+    sums: torch.Tensor,
+    maxes: torch.Tensor,
+    argmaxes: torch.Tensor,
+    BLOCK: int = 1024,
+    num_warps: int = 4,
+) -> None:
     """sums[i] = x[i].sum() (float32), maxes[i] = x[i].max() (x's dtype), argmaxes[i] = the first index of
     that max (int64), for a 2-D x whose rows may be a slice of a wider tensor. BLOCK and num_warps are yours
     to tune (`kcourse tune row_reduce`)."""

@@ -12,8 +12,9 @@ import triton.language as tl
 
 
 @triton.jit
-def softmax_backward_kernel(y_ptr, dy_ptr, dx_ptr, y_row_stride, dy_row_stride, dx_row_stride, n_cols,
-                            BLOCK: tl.constexpr):
+def softmax_backward_kernel(
+    y_ptr, dy_ptr, dx_ptr, y_row_stride, dy_row_stride, dx_row_stride, n_cols, BLOCK: tl.constexpr
+):
     # TODO: row = tl.program_id(0); cols = tl.arange(0, BLOCK); mask = cols < n_cols
     #       y and dy: tl.load(... + row * <its row stride> + cols, mask=mask, other=0.0).to(tl.float32)
     #       dot = tl.sum(y * dy, axis=0); dx = y * (dy - dot)

@@ -32,8 +32,10 @@ def csr_row_ptr(x: torch.Tensor, *, M: int, nnz: int, long_row: int) -> torch.Te
     rest = nnz - long_row
     weights = torch.where(shares, (WEIGHT_STEPS * (0.5 + u)).long(), 0)
     if rest < 0 or (rest > 0 and not bool(shares.any())):
-        raise ValueError(f"M={M}, nnz={nnz}, long_row={long_row}: the long row cannot hold more than nnz entries, "
-                         "and the others need a row to go in: check the case's sizes")
+        raise ValueError(
+            f"M={M}, nnz={nnz}, long_row={long_row}: the long row cannot hold more than nnz entries, "
+            "and the others need a row to go in: check the case's sizes"
+        )
     cumulative = weights.cumsum(0) * rest // max(1, int(weights.sum()))  # exact integers, ending at rest
     lengths = torch.diff(cumulative, prepend=cumulative.new_zeros(1))
     lengths[long_at] += long_row
@@ -45,8 +47,10 @@ def csr_col_idx(x: torch.Tensor, *, row_ptr: torch.Tensor, K: int) -> torch.Tens
     [floor(j K / L), floor((j + 1) K / L)), at a random place (x's U[0, 1) values, wrapped)."""
     lengths = torch.diff(row_ptr.long())
     if int(lengths.max()) > K:
-        raise ValueError(f"a row of {int(lengths.max())} entries cannot have distinct columns among K={K}: check "
-                         "the case's sizes (long_row <= K, and about 1.5 nnz / M <= K)")
+        raise ValueError(
+            f"a row of {int(lengths.max())} entries cannot have distinct columns among K={K}: check "
+            "the case's sizes (long_row <= K, and about 1.5 nnz / M <= K)"
+        )
     rows = torch.repeat_interleave(torch.arange(lengths.numel()), lengths)
     j = torch.arange(rows.numel()) - row_ptr.long()[rows]
     length = lengths[rows]

@@ -13,8 +13,9 @@ import triton.language as tl
 
 
 @triton.jit
-def swiglu_kernel(x_ptr, y_ptr, out_ptr, n_cols, x_row_stride, y_row_stride, out_row_stride, blocks_per_row,
-                  BLOCK: tl.constexpr):
+def swiglu_kernel(
+    x_ptr, y_ptr, out_ptr, n_cols, x_row_stride, y_row_stride, out_row_stride, blocks_per_row, BLOCK: tl.constexpr
+):
     # TODO: pid = tl.program_id(0); row = pid // blocks_per_row (as tl.int64); the columns of this program:
     #       cols = (pid % blocks_per_row) * BLOCK + tl.arange(0, BLOCK); mask = cols < n_cols
     #       x and y: tl.load(<ptr> + row * <its row stride> + cols, mask=mask).to(tl.float32)

@@ -12,15 +12,67 @@ from pathlib import Path
 import torch
 
 DEFAULT_BYTES = 48_000
-_SUBJECTS = ["the kernel", "a warp", "the block", "each thread", "the grid", "the scheduler", "a program",
-             "the learner", "the compiler", "every row", "the tile", "the cache", "a stream", "the model"]
-_VERBS = ["reads", "writes", "loads", "stores", "reduces", "sums", "scales", "masks", "copies", "tiles",
-          "fuses", "launches", "waits for", "checks", "normalises"]
-_OBJECTS = ["the row", "a tile of memory", "the shared buffer", "its registers", "the next block",
-            "sixteen bytes", "the partial sums", "the softmax", "the gradient", "the weights", "the attention scores",
-            "the residual stream", "the last column", "every element"]
-_ENDINGS = ["before the barrier", "in one pass", "without a race", "at full bandwidth", "while others wait",
-            "in float32", "with a mask", "from global memory", "into shared memory", "once per step"]
+_SUBJECTS = [
+    "the kernel",
+    "a warp",
+    "the block",
+    "each thread",
+    "the grid",
+    "the scheduler",
+    "a program",
+    "the learner",
+    "the compiler",
+    "every row",
+    "the tile",
+    "the cache",
+    "a stream",
+    "the model",
+]
+_VERBS = [
+    "reads",
+    "writes",
+    "loads",
+    "stores",
+    "reduces",
+    "sums",
+    "scales",
+    "masks",
+    "copies",
+    "tiles",
+    "fuses",
+    "launches",
+    "waits for",
+    "checks",
+    "normalises",
+]
+_OBJECTS = [
+    "the row",
+    "a tile of memory",
+    "the shared buffer",
+    "its registers",
+    "the next block",
+    "sixteen bytes",
+    "the partial sums",
+    "the softmax",
+    "the gradient",
+    "the weights",
+    "the attention scores",
+    "the residual stream",
+    "the last column",
+    "every element",
+]
+_ENDINGS = [
+    "before the barrier",
+    "in one pass",
+    "without a race",
+    "at full bandwidth",
+    "while others wait",
+    "in float32",
+    "with a mask",
+    "from global memory",
+    "into shared memory",
+    "once per step",
+]
 
 
 def default_text(size: int = DEFAULT_BYTES, seed: int = 1234) -> str:
@@ -55,8 +107,10 @@ class Batches:
 
     def __init__(self, tokens: torch.Tensor, batch: int, context: int, seed: int, device: str):
         if tokens.numel() < context + 2:
-            raise ValueError(f"the text has {tokens.numel()} bytes; the model's context needs at least {context + 2}: "
-                             "give a longer file with --data")
+            raise ValueError(
+                f"the text has {tokens.numel()} bytes; the model's context needs at least {context + 2}: "
+                "give a longer file with --data"
+            )
         self.tokens, self.batch, self.context, self.seed = tokens.to(device), batch, context, seed
         self.window = torch.arange(context + 1, device=device)
         self._chunk, self._starts = -1, None

@@ -23,9 +23,15 @@ OPERATIONS: dict[str, dict[str, list[str]]] = {
     "embedding": {"forward": ["embedding:cuda"], "backward": ["embedding_backward:cuda"]},
     "layer_norm": {"forward": ["layer_norm:triton", "layer_norm:cuda"], "backward": ["layer_norm_backward:triton"]},
     "linear": {"forward": ["matmul_triton:triton"], "backward": ["matmul_triton:triton"]},
-    "attention": {"forward": ["flash_attention_v2:triton", "flash_attention_v2:cuda",
-                              "flash_attention_v1:triton", "flash_attention_v1:cuda"],
-                  "backward": ["flash_attention_v2_backward:triton", "flash_attention_v2_backward:cuda"]},
+    "attention": {
+        "forward": [
+            "flash_attention_v2:triton",
+            "flash_attention_v2:cuda",
+            "flash_attention_v1:triton",
+            "flash_attention_v1:cuda",
+        ],
+        "backward": ["flash_attention_v2_backward:triton", "flash_attention_v2_backward:cuda"],
+    },
     # inside attention written with PyTorch matmuls, where no flash attention forward is yours
     "softmax": {"forward": ["softmax:triton", "softmax:cuda"], "backward": ["softmax_backward:triton"]},
     "gelu": {"forward": ["activations:gelu_tanh"], "backward": []},
@@ -36,20 +42,31 @@ OPERATIONS: dict[str, dict[str, list[str]]] = {
 # row (layer norm, softmax: ~20 ms a row measured) makes a 20-step run take many minutes. Only these
 # exercises launch a handful of programs per call and run in the CPU's training run.
 INTERPRETER_CHEAP = {"activations"}
-INTERPRETER_SLOW = ("under the Triton interpreter (no GPU here) it launches one program per row at ~20 ms each: "
-                    "the tiny CPU run would take minutes, so PyTorch ran it; on a GPU it is yours")
+INTERPRETER_SLOW = (
+    "under the Triton interpreter (no GPU here) it launches one program per row at ~20 ms each: "
+    "the tiny CPU run would take minutes, so PyTorch ran it; on a GPU it is yours"
+)
 
 
 def operation_dtypes(act: str, low: str) -> dict[str, str]:
     """The dtype each operation is fed, as autocast would: norms, softmax and the optimizer in float32 (`act`,
     the residual stream's), matmuls, attention, the activation and the logits in `low`."""
-    return {"embedding": "float32", "layer_norm": act, "linear": low, "attention": low, "softmax": "float32",
-            "gelu": low, "cross_entropy": low, "adamw": "float32"}
+    return {
+        "embedding": "float32",
+        "layer_norm": act,
+        "linear": low,
+        "attention": low,
+        "softmax": "float32",
+        "gelu": low,
+        "cross_entropy": low,
+        "adamw": "float32",
+    }
 
 
 @dataclass
 class Choice:
     """One role of one operation: the learner's kernel (exercise, lang, file) or PyTorch's (reason)."""
+
     operation: str
     role: str
     exercise: str = ""
@@ -80,7 +97,7 @@ def takes_dtype(target, dtype: str) -> bool:
 
 
 def why_not_here(target, dtype: str, gpu: bool, interpret_all: bool) -> str:
-    """"" when this version can run in this model here, else why not (the file and its grade aside)."""
+    """ "" when this version can run in this model here, else why not (the file and its grade aside)."""
     if not takes_dtype(target, dtype):
         graded = ", ".join(d for d in target.spec.tolerance if target.variant.accepts(_case(d)))
         return f"{target.key} is graded in {graded or 'other dtypes'}; the model feeds it {dtype} here"
@@ -97,8 +114,9 @@ def _case(dtype: str):
     return Case(params={"dtype": dtype})
 
 
-def pick_kernels(source: str, dtypes: dict[str, str], gpu: bool, use: dict[str, Path] | None = None,
-                 interpret_all: bool = False) -> list[Choice]:
+def pick_kernels(
+    source: str, dtypes: dict[str, str], gpu: bool, use: dict[str, Path] | None = None, interpret_all: bool = False
+) -> list[Choice]:
     """Every operation's roles, each the learner's kernel or PyTorch's with the reason. `use`: files named
     on the command line ("activations:gelu_tanh" -> try.py) take their version's place, ungated by grades."""
     from grader.commands.compare_attention import why_not
@@ -114,8 +132,9 @@ def pick_kernels(source: str, dtypes: dict[str, str], gpu: bool, use: dict[str, 
                 if target is None:
                     continue
                 path = use.get(key) or learner_file(target, source, None)
-                reason = why_not_here(target, dtypes[operation], gpu, interpret_all) or \
-                    ("" if key in use else why_not(target, path, source))
+                reason = why_not_here(target, dtypes[operation], gpu, interpret_all) or (
+                    "" if key in use else why_not(target, path, source)
+                )
                 if not reason:
                     chosen = Choice(operation, role, target.spec.id, target.variant.lang, str(path))
                     break
@@ -138,8 +157,11 @@ def settle(choices: list[Choice]) -> None:
             _to_pytorch(softmax, f"not needed: your {forward.exercise} computes the whole attention")
     backward = by.get(("attention", "backward"))
     if backward is not None and backward.yours and forward.exercise != "flash_attention_v2":
-        _to_pytorch(backward, f"{backward.exercise} reads the log-sum-exp of a flash_attention_v2 forward, and the "
-                    "attention forward here is " + (forward.exercise or "PyTorch's") + ": PyTorch ran the backward")
+        _to_pytorch(
+            backward,
+            f"{backward.exercise} reads the log-sum-exp of a flash_attention_v2 forward, and the "
+            "attention forward here is " + (forward.exercise or "PyTorch's") + ": PyTorch ran the backward",
+        )
 
 
 def _first(reasons: list[str], operation: str, role: str) -> str:
@@ -182,6 +204,7 @@ def from_dicts(rows: list[dict[str, Any]]) -> list[Choice]:
 
 # --- the child's side: calling an exercise's entry point on the model's tensors -----------------------
 
+
 class ExerciseKernel:
     """Exercise X's entry point as a function of the model's tensors: `kernel(x=..., weight=..., bias=...)`
     returns its outputs by name. Parameters the spec's shapes name ("M", "N") are read off the inputs; the
@@ -194,8 +217,9 @@ class ExerciseKernel:
         self.names = {t.name for t in spec.inputs}
         # the scalars an output's shape or dtype is written in: only these key the layout cache (AdamW's `step`
         # changes every call and must not add an entry per step)
-        self._shaping = {"dtype"} | {name for t in spec.outputs for dim in t.shape
-                                     for name in re.findall(r"[A-Za-z_]\w*", str(dim))}
+        self._shaping = {"dtype"} | {
+            name for t in spec.outputs for dim in t.shape for name in re.findall(r"[A-Za-z_]\w*", str(dim))
+        }
         self._layouts: dict[tuple, tuple[dict[str, Any], list[tuple[str, list[int], Any]]]] = {}
 
     def __call__(self, **given: Any) -> dict[str, Any]:
@@ -204,14 +228,17 @@ class ExerciseKernel:
         tensors = {k: v for k, v in given.items() if isinstance(v, torch.Tensor)}
         extra = {k: v for k, v in given.items() if not isinstance(v, torch.Tensor)}
         key = tuple((k, tuple(t.shape), t.dtype) for k, t in tensors.items()) + tuple(
-            sorted((k, v) for k, v in extra.items() if k in self._shaping))
+            sorted((k, v) for k, v in extra.items() if k in self._shaping)
+        )
         if key not in self._layouts:
             self._layouts[key] = self._layout(tensors, extra)
         params, outputs = self._layouts[key]
         params = {**params, **extra}  # this call's scalars (lr, step), not the first call's
         device = next(iter(tensors.values())).device
-        made = {name: tensors[name] if name in tensors else torch.empty(shape, dtype=dtype, device=device)
-                for name, shape, dtype in outputs}
+        made = {
+            name: tensors[name] if name in tensors else torch.empty(shape, dtype=dtype, device=device)
+            for name, shape, dtype in outputs
+        }
         result = self.caller({**tensors, **made}, params)
         if self.variant.returns_outputs:
             returned = list(result) if isinstance(result, (tuple, list)) else [result]
@@ -236,8 +263,11 @@ class ExerciseKernel:
             if spec_input.dtype is None:
                 params.setdefault("dtype", str(tensor.dtype).removeprefix("torch."))
         case = Case(params=params)
-        outputs = [(t.name, shape_of(t, case), torch_dtype(dtype_of(t, case))) for t in self.spec.outputs
-                   if t.name in named or self.variant.returns_outputs]
+        outputs = [
+            (t.name, shape_of(t, case), torch_dtype(dtype_of(t, case)))
+            for t in self.spec.outputs
+            if t.name in named or self.variant.returns_outputs
+        ]
         return params, outputs
 
 
@@ -246,5 +276,7 @@ def load_kernel(choice: Choice, targets: dict[str, Any] | None = None) -> Exerci
     from grader.child import loading
 
     target = (targets or _targets())[f"{choice.exercise}:{choice.lang}"]
-    caller = loading.load(target.variant, Path(choice.file), choice.library, f"capstone_{choice.operation}_{choice.role}")
+    caller = loading.load(
+        target.variant, Path(choice.file), choice.library, f"capstone_{choice.operation}_{choice.role}"
+    )
     return ExerciseKernel(choice.operation, target.spec, target.variant, caller)

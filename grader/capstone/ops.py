@@ -49,7 +49,7 @@ class KernelFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         tensors = ctx.saved_tensors
-        inputs, saved = tensors[: ctx.count], tensors[ctx.count:]
+        inputs, saved = tensors[: ctx.count], tensors[ctx.count :]
         if ctx.op.backward is not None:
             return (None, *ctx.op.backward(inputs, saved, grad))
         return (None, *recomputed_gradients(ctx.op.reference, inputs, grad))
@@ -70,8 +70,13 @@ class Ops:
     `.source`, "exercise (lang)"); an absent pair is PyTorch's. `act`: the residual stream's dtype; `low`:
     the matmuls', attention's, the activation's and the logits'."""
 
-    def __init__(self, act: torch.dtype = torch.float32, low: torch.dtype = torch.float32,
-                 kernels: dict[tuple[str, str], Any] | None = None, check: bool = False):
+    def __init__(
+        self,
+        act: torch.dtype = torch.float32,
+        low: torch.dtype = torch.float32,
+        kernels: dict[tuple[str, str], Any] | None = None,
+        check: bool = False,
+    ):
         self.act, self.low, self.kernels, self.check = act, low, kernels or {}, check
         self.lr, self.weight_decay = 1e-3, 0.0
 
@@ -88,19 +93,28 @@ class Ops:
         except Exception as exc:
             from grader.child.learner_errors import learner_error
 
-            raise KernelFailed(operation, role, kernel.source, "raised " + learner_error(exc, Path(kernel.file))) from None
+            raise KernelFailed(
+                operation, role, kernel.source, "raised " + learner_error(exc, Path(kernel.file))
+            ) from None
         if self.check:
             self._check_finite(operation, role, kernel.source, tensors, outputs)
         return outputs
 
     def _check_finite(self, operation: str, role: str, source: str, inputs: dict, outputs: dict) -> None:
-        finite_in = all(bool(torch.isfinite(t).all()) for t in inputs.values()
-                        if isinstance(t, torch.Tensor) and t.is_floating_point())
+        finite_in = all(
+            bool(torch.isfinite(t).all())
+            for t in inputs.values()
+            if isinstance(t, torch.Tensor) and t.is_floating_point()
+        )
         for name, out in outputs.items():
             if finite_in and out.is_floating_point() and not bool(torch.isfinite(out).all()):
                 bad = int((~torch.isfinite(out)).sum())
-                raise KernelFailed(operation, role, source, f"output `{name}` holds {bad} NaN/inf value(s) of "
-                                   f"{out.numel()} from finite inputs")
+                raise KernelFailed(
+                    operation,
+                    role,
+                    source,
+                    f"output `{name}` holds {bad} NaN/inf value(s) of {out.numel()} from finite inputs",
+                )
 
     def _apply(self, name: str, reference: Callable, forward: Callable, backward: Callable | None, *inputs):
         return KernelFunction.apply(KernelOp(name, reference, forward, backward), *inputs)
@@ -112,11 +126,14 @@ class Ops:
         forward = lambda i, w: (self.call("embedding", "forward", ids=i, weight=w)["out"], ())  # noqa: E731
         backward = None
         if self.has("embedding", "backward"):
+
             def backward(inputs, saved, grad):
                 # V (the table's rows) is the one size no input of the backward carries: it is the weight's
-                dweight = self.call("embedding", "backward", ids=inputs[0], dout=grad.contiguous(),
-                                    V=inputs[1].shape[0])["dweight"]
+                dweight = self.call(
+                    "embedding", "backward", ids=inputs[0], dout=grad.contiguous(), V=inputs[1].shape[0]
+                )["dweight"]
                 return None, dweight
+
         return self._apply("embedding", F.embedding, forward, backward, ids.contiguous(), weight)
 
     # --- layer norm (rows of x2d) ---------------------------------------------------------------------
@@ -142,11 +159,13 @@ class Ops:
         forward = lambda x_, w: (self.call("linear", "forward", A=x_, B=w.t())["C"], ())  # noqa: E731
         backward = None
         if self.has("linear", "backward"):
+
             def backward(inputs, saved, grad):
                 x_, w = inputs
                 dx = self.call("linear", "backward", A=grad, B=w)["C"]
                 dw = self.call("linear", "backward", A=grad.t(), B=x_)["C"]
                 return dx, dw
+
         return self._apply("linear", F.linear, forward, backward, x, weight)
 
     # --- causal attention of the fused projection qkv (B, T, 3, H, d) ---------------------------------
@@ -156,8 +175,9 @@ class Ops:
     # a step. The `.contiguous()` copies this replaced cost ~1.5 ms a step at the capstone's size (H200).
     def attention(self, qkv: torch.Tensor) -> torch.Tensor:
         if self.has("attention"):
-            return self._apply("attention", _attention_reference, self._attention_forward,
-                               self._attention_backward(), qkv)
+            return self._apply(
+                "attention", _attention_reference, self._attention_forward, self._attention_backward(), qkv
+            )
         if self.has("softmax"):
             return _merge_heads(self._attention_by_softmax(*_split_heads(qkv)))
         return _attention_reference(qkv)
@@ -170,7 +190,10 @@ class Ops:
         return _merge_heads(got["out"]), tuple(t for name, t in got.items() if name in ("out", "lse"))
 
     def _attention_backward(self) -> Callable | None:
-        if not self.has("attention", "backward") or "flash_attention_v2" not in self.kernels[("attention", "forward")].source:
+        if (
+            not self.has("attention", "backward")
+            or "flash_attention_v2" not in self.kernels[("attention", "forward")].source
+        ):
             return None  # the backward reads the forward's log-sum-exp: only after a flash_attention_v2 forward
 
         def backward(inputs, saved, grad):
@@ -180,11 +203,13 @@ class Ops:
             dqkv = torch.empty_like(qkv)
             (q, k, v), (dq, dk, dv) = _split_heads(qkv), _split_heads(dqkv)
             dout = grad.reshape(b, t, heads, d).transpose(1, 2)
-            got = self.call("attention", "backward", q=q, k=k, v=v, out=out, lse=lse, dout=dout, dq=dq, dk=dk, dv=dv,
-                            causal=True)
+            got = self.call(
+                "attention", "backward", q=q, k=k, v=v, out=out, lse=lse, dout=dout, dq=dq, dk=dk, dv=dv, causal=True
+            )
             if got["dq"] is not dq:  # a kernel that returns its outputs (a torch operator) gave tensors of its own
                 dqkv = torch.stack([got[name].transpose(1, 2) for name in ("dq", "dk", "dv")], dim=2)
             return (dqkv,)
+
         return backward
 
     def _attention_by_softmax(self, q, k, v):
@@ -202,7 +227,8 @@ class Ops:
         backward = None
         if self.has("softmax", "backward"):
             backward = lambda inputs, saved, grad: (  # noqa: E731
-                self.call("softmax", "backward", y=saved[0], dy=grad.contiguous())["dx"],)
+                self.call("softmax", "backward", y=saved[0], dy=grad.contiguous())["dx"],
+            )
         return self._apply("softmax", reference, forward, backward, x.contiguous())
 
     # --- GELU (tanh), cross-entropy ----------------------------------------------------------------------
@@ -215,7 +241,8 @@ class Ops:
         # The generic recompute (the forward again under autograd) cost an extra pass over the activations
         # and ~0.1 ms of Python a call.
         backward = lambda inputs, saved, grad: (  # noqa: E731
-            torch.ops.aten.gelu_backward(grad, inputs[0], approximate="tanh"),)
+            torch.ops.aten.gelu_backward(grad, inputs[0], approximate="tanh"),
+        )
         return self._apply("gelu", reference, forward, backward, x.contiguous())
 
     def cross_entropy(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -252,9 +279,23 @@ class FlatAdamW:
     """The learner's AdamW kernel stepping every parameter in one launch: the parameters and their gradients
     become views of one flat float32 buffer each (as llm.c keeps them), so one call updates them all."""
 
-    def __init__(self, params: list[torch.nn.Parameter], ops: Ops, lr: float, weight_decay: float,
-                 betas=(0.9, 0.95), eps: float = 1e-8):
-        self.ops, self.lr, self.weight_decay, self.betas, self.eps, self.step_count = ops, lr, weight_decay, betas, eps, 0
+    def __init__(
+        self,
+        params: list[torch.nn.Parameter],
+        ops: Ops,
+        lr: float,
+        weight_decay: float,
+        betas=(0.9, 0.95),
+        eps: float = 1e-8,
+    ):
+        self.ops, self.lr, self.weight_decay, self.betas, self.eps, self.step_count = (
+            ops,
+            lr,
+            weight_decay,
+            betas,
+            eps,
+            0,
+        )
         total = sum(p.numel() for p in params)
         device = params[0].device
         self.flat = torch.empty(total, dtype=torch.float32, device=device)
@@ -263,9 +304,9 @@ class FlatAdamW:
         offset = 0
         for p in params:
             n = p.numel()
-            self.flat[offset: offset + n].copy_(p.data.flatten())
-            p.data = self.flat[offset: offset + n].view_as(p)
-            p.grad = self.grad[offset: offset + n].view_as(p)  # autograd adds into it in place
+            self.flat[offset : offset + n].copy_(p.data.flatten())
+            p.data = self.flat[offset : offset + n].view_as(p)
+            p.grad = self.grad[offset : offset + n].view_as(p)  # autograd adds into it in place
             offset += n
 
     def zero_grad(self) -> None:
@@ -273,8 +314,20 @@ class FlatAdamW:
 
     def step(self) -> None:
         self.step_count += 1
-        self.ops.call("adamw", "step", p=self.flat, g=self.grad, m=self.m, v=self.v, lr=self.lr, beta1=self.betas[0],
-                      beta2=self.betas[1], eps=self.eps, weight_decay=self.weight_decay, step=self.step_count)
+        self.ops.call(
+            "adamw",
+            "step",
+            p=self.flat,
+            g=self.grad,
+            m=self.m,
+            v=self.v,
+            lr=self.lr,
+            beta1=self.betas[0],
+            beta2=self.betas[1],
+            eps=self.eps,
+            weight_decay=self.weight_decay,
+            step=self.step_count,
+        )
 
 
 def optimizer(model: torch.nn.Module, ops: Ops, lr: float, weight_decay: float):

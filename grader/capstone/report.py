@@ -27,9 +27,17 @@ def operation_rows(choices: list[dict[str, Any]]) -> list[list[str]]:
     for c in choices:
         text = f"yours ({c['exercise']}, {c['lang']})" if c.get("exercise") else f"PyTorch — {c['reason']}"
         rows.setdefault(c["operation"], {})[c["role"]] = text
-    return [[op, roles.get("forward") or roles.get("step", ""),
-             roles.get("backward", "PyTorch — recomputed from the saved inputs (no backward exercise)"
-                       if "forward" in roles else "—")] for op, roles in rows.items()]
+    return [
+        [
+            op,
+            roles.get("forward") or roles.get("step", ""),
+            roles.get(
+                "backward",
+                "PyTorch — recomputed from the saved inputs (no backward exercise)" if "forward" in roles else "—",
+            ),
+        ]
+        for op, roles in rows.items()
+    ]
 
 
 def run_rows(record: dict[str, Any]) -> list[list[str]]:
@@ -41,10 +49,24 @@ def run_rows(record: dict[str, Any]) -> list[list[str]]:
         if run is None:
             continue
         loss, rate = final_loss(run, window), run.get("tokens_per_s")
-        status = "failed" if run.get("failed") else f"NaN at step {run['nan_at'] + 1}" if run.get("nan_at") is not None else "ok"
-        rows.append([label, f"{loss:.4f}" if loss is not None else "—", f"{rate:,.0f}" if rate else "—",
-                     f"{rate / eager:.2f}x" if rate and eager else "—", size_text(run.get("peak_bytes")),
-                     f"{run.get('seconds', 0):.1f}", status])
+        status = (
+            "failed"
+            if run.get("failed")
+            else f"NaN at step {run['nan_at'] + 1}"
+            if run.get("nan_at") is not None
+            else "ok"
+        )
+        rows.append(
+            [
+                label,
+                f"{loss:.4f}" if loss is not None else "—",
+                f"{rate:,.0f}" if rate else "—",
+                f"{rate / eager:.2f}x" if rate and eager else "—",
+                size_text(run.get("peak_bytes")),
+                f"{run.get('seconds', 0):.1f}",
+                status,
+            ]
+        )
     return rows
 
 
@@ -60,15 +82,29 @@ OPERATION_HEADER = ["operation", "forward (or step)", "backward"]
 def format_capstone(record: dict[str, Any], report: Path | None = None) -> str:
     cfg = record["config"]
     params = next((r.get("parameters") for r in record["runs"].values() if r.get("parameters")), None)
-    lines = [f"capstone: GPT {cfg['layers']} layers, {cfg['heads']} heads, d={cfg['d_model']}, context {cfg['context']}, "
-             f"batch {cfg['batch']}, {cfg['steps']} steps" + (f", {params / 1e6:.2f}M parameters" if params else "")
-             + f"; {cfg['low_precision']} matmuls; seed {record['seed']}; data: {record['data']}; "
-             f"device: {record['device'].get('name', '?')}", "",
-             *operation_lines(record["choices"]), "", table(run_rows(record), RUN_HEADER), ""]
+    lines = [
+        f"capstone: GPT {cfg['layers']} layers, {cfg['heads']} heads, d={cfg['d_model']}, context {cfg['context']}, "
+        f"batch {cfg['batch']}, {cfg['steps']} steps"
+        + (f", {params / 1e6:.2f}M parameters" if params else "")
+        + f"; {cfg['low_precision']} matmuls; seed {record['seed']}; data: {record['data']}; "
+        f"device: {record['device'].get('name', '?')}",
+        "",
+        *operation_lines(record["choices"]),
+        "",
+        table(run_rows(record), RUN_HEADER),
+        "",
+    ]
     lines += [f"{c['name']}: {c['status']}: {c['message']}" for c in record["checks"]]
     if not cfg.get("compile"):
-        lines.append("torch.compile baseline: not run (" + ("the CPU: inductor compiles C++ for longer than the tiny "
-                     "run; --compile forces it" if record.get("tiny") else "--no-compile") + ")")
+        lines.append(
+            "torch.compile baseline: not run ("
+            + (
+                "the CPU: inductor compiles C++ for longer than the tiny run; --compile forces it"
+                if record.get("tiny")
+                else "--no-compile"
+            )
+            + ")"
+        )
     lines.append(f"verdict: {record['status']}: {record['verdict']}")
     if report:
         lines.append(f"report: {report}")
@@ -78,12 +114,20 @@ def format_capstone(record: dict[str, Any], report: Path | None = None) -> str:
 def block_rows(record: dict[str, Any]) -> list[list[str]]:
     parts = (record.get("result") or {}).get("parts") or {}
     checks = {c["name"]: c["status"] for c in record["checks"]}
-    return [[part, f"{f['error']:.3g} ({f['worst']})", f"{f['torch_error']:.3g} ({f['torch_worst']})", checks.get(part, "?"),
-             whose_text(record["whose"].get(part, []))] for part, f in parts.items()]
+    return [
+        [
+            part,
+            f"{f['error']:.3g} ({f['worst']})",
+            f"{f['torch_error']:.3g} ({f['torch_worst']})",
+            checks.get(part, "?"),
+            whose_text(record["whose"].get(part, [])),
+        ]
+        for part, f in parts.items()
+    ]
 
 
 def whose_text(lines: list[str]) -> str:
-    """"yours: layer_norm forward, gelu forward; PyTorch: linear forward, ..." from whose_parts' lines."""
+    """ "yours: layer_norm forward, gelu forward; PyTorch: linear forward, ..." from whose_parts' lines."""
     yours = [line.split(":")[0] for line in lines if ": yours" in line]
     theirs = [line.split(":")[0] for line in lines if ": yours" not in line]
     return f"yours: {', '.join(yours) or 'nothing'}; PyTorch: {', '.join(theirs) or 'nothing'}"
@@ -94,12 +138,18 @@ BLOCK_HEADER = ["part", "yours vs float64", "PyTorch vs float64", "status", "who
 
 def format_block(record: dict[str, Any], report: Path | None = None) -> str:
     cfg, result = record["config"], record.get("result") or {}
-    lines = [f"transformer block: B={cfg['batch']} T={cfg['context']} C={cfg['d_model']} heads={cfg['heads']}, "
-             f"{cfg['low_precision']} matmuls, float32 residual; forward and backward against the float64 PyTorch block; "
-             f"seed {record['seed']}; device: {record['device'].get('name', '?')}", ""]
+    lines = [
+        f"transformer block: B={cfg['batch']} T={cfg['context']} C={cfg['d_model']} heads={cfg['heads']}, "
+        f"{cfg['low_precision']} matmuls, float32 residual; forward and backward against the float64 PyTorch block; "
+        f"seed {record['seed']}; device: {record['device'].get('name', '?')}",
+        "",
+    ]
     if result.get("parts"):
-        lines += [table(block_rows(record), BLOCK_HEADER), "",
-                  f"forward + backward of the whole block: yours {result['ms']:.3f} ms, PyTorch {result['torch_ms']:.3f} ms"]
+        lines += [
+            table(block_rows(record), BLOCK_HEADER),
+            "",
+            f"forward + backward of the whole block: yours {result['ms']:.3f} ms, PyTorch {result['torch_ms']:.3f} ms",
+        ]
     lines += [f"{c['name']}: {c['status']}: {c['message']}" for c in record["checks"] if c["status"] != "passed"]
     lines.append(f"verdict: {record['status']}: {record['verdict']}")
     if report:
@@ -109,6 +159,7 @@ def format_block(record: dict[str, Any], report: Path | None = None) -> str:
 
 # --- the plot and the Markdown report ------------------------------------------------------------------------
 
+
 def loss_plot(record: dict[str, Any], path: Path) -> Path | None:
     from grader.reports import plots  # matplotlib, headless
 
@@ -117,12 +168,21 @@ def loss_plot(record: dict[str, Any], path: Path) -> Path | None:
     if not runs:
         return None
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
-    colors = {"PyTorch eager": plots.COLORS["torch"], "torch.compile": plots.COLORS["solution"],
-              "your kernels": plots.COLORS["learner"]}
+    colors = {
+        "PyTorch eager": plots.COLORS["torch"],
+        "torch.compile": plots.COLORS["solution"],
+        "your kernels": plots.COLORS["learner"],
+    }
     for label, run in runs:
         losses = run["losses"]
-        ax.plot(range(1, len(losses) + 1), [v if v is not None else float("nan") for v in losses],
-                label=label, color=colors[label], lw=1.2, alpha=0.9)
+        ax.plot(
+            range(1, len(losses) + 1),
+            [v if v is not None else float("nan") for v in losses],
+            label=label,
+            color=colors[label],
+            lw=1.2,
+            alpha=0.9,
+        )
     ax.set_xlabel("step")
     ax.set_ylabel("training loss (nats per byte)")
     ax.set_title("Capstone: loss curves, same seed and batches")
@@ -144,8 +204,14 @@ def render(record: dict[str, Any], out_dir: Path | None = None) -> Path:
     data: dict[str, Any] = {"record": record, "checks": record["checks"]}
     if kind == "capstone":
         plot = loss_plot(record, out_dir / "capstone_loss.png")
-        data.update(plot=plot.name if plot else "", operations=operation_rows(record["choices"]), runs=run_rows(record),
-                    operation_header=OPERATION_HEADER, run_header=RUN_HEADER, summary=format_capstone(record).splitlines()[0])
+        data.update(
+            plot=plot.name if plot else "",
+            operations=operation_rows(record["choices"]),
+            runs=run_rows(record),
+            operation_header=OPERATION_HEADER,
+            run_header=RUN_HEADER,
+            summary=format_capstone(record).splitlines()[0],
+        )
     else:
         data.update(rows=block_rows(record), header=BLOCK_HEADER, summary=format_block(record).splitlines()[0])
     text = environment().get_template(f"{kind}_report.md.j2").render(**data)

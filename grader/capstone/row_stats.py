@@ -37,5 +37,7 @@ def row_stats(x: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     mean = torch.empty(n_rows, dtype=torch.float32, device=x.device)
     rstd = torch.empty_like(mean)
     rows = max(1, 4096 // block)
-    _row_stats[(triton.cdiv(n_rows, rows),)](x, mean, rstd, n_rows, x.shape[1], x.stride(0), eps, ROWS=rows, BLOCK=block)
+    _row_stats[(triton.cdiv(n_rows, rows),)](
+        x, mean, rstd, n_rows, x.shape[1], x.stride(0), eps, ROWS=rows, BLOCK=block
+    )
     return mean, rstd

@@ -30,9 +30,11 @@ CONFIGS = Path(__file__).with_name("configs.toml")
 CAPSTONE, BLOCK = "capstone", "block"  # store kinds (a plan unit may require them: requires = ["capstone"])
 TIMEOUT_S = {"cuda": 1200.0, "cpu": 300.0}  # the whole child: three runs (compile and autotune included)
 INFO = "info"  # a figure reported, not graded
-OPERATION_PARTS = {"attention": ("layer_norm", "linear", "attention", "softmax"),
-                   "ffn": ("layer_norm", "linear", "gelu"),
-                   "block": ("layer_norm", "linear", "attention", "softmax", "gelu")}
+OPERATION_PARTS = {
+    "attention": ("layer_norm", "linear", "attention", "softmax"),
+    "ffn": ("layer_norm", "linear", "gelu"),
+    "block": ("layer_norm", "linear", "attention", "softmax", "gelu"),
+}
 
 
 class CapstoneError(KcourseError, RuntimeError):
@@ -54,8 +56,10 @@ def parse_use(items: tuple[str, ...]) -> dict[str, Path]:
         name, _, file = item.partition("=")
         matches = [k for k in names if k == name or k.split(":")[0] == name]
         if not file or not Path(file).is_file() or len(set(matches)) != 1:
-            raise CapstoneError(f"--use {item!r}: write EXERCISE[:VERSION]=FILE with an existing file, one of: "
-                                f"{', '.join(sorted(set(names)))}")
+            raise CapstoneError(
+                f"--use {item!r}: write EXERCISE[:VERSION]=FILE with an existing file, one of: "
+                f"{', '.join(sorted(set(names)))}"
+            )
         found[matches[0]] = Path(file).resolve()
     return found
 
@@ -68,7 +72,9 @@ def _device() -> tuple[bool, str | None]:
     return gpu, gpu_arch() if gpu else None
 
 
-def choose(source: str, low_precision: str, use: dict[str, Path], interpret_all: bool) -> tuple[bool, list[kernels.Choice]]:
+def choose(
+    source: str, low_precision: str, use: dict[str, Path], interpret_all: bool
+) -> tuple[bool, list[kernels.Choice]]:
     gpu, arch = _device()
     choices = kernels.pick_kernels(source, kernels.operation_dtypes("float32", low_precision), gpu, use, interpret_all)
     if gpu:
@@ -78,7 +84,10 @@ def choose(source: str, low_precision: str, use: dict[str, Path], interpret_all:
 
 # --- the child ---------------------------------------------------------------------------------------------
 
-def run_child(job: dict[str, Any], gpu: bool, timeout_s: float, on_event: Callable[[dict], None]) -> tuple[list[dict], str, dict]:
+
+def run_child(
+    job: dict[str, Any], gpu: bool, timeout_s: float, on_event: Callable[[dict], None]
+) -> tuple[list[dict], str, dict]:
     """The child's result events ("run", "block"), how it ended ("" when it finished) and its device."""
     child = sandbox.Child("cuda" if gpu else "cpu", module="grader.capstone.child")
     job = {**job, "box": _box(job, child)}
@@ -127,9 +136,19 @@ def _seed(seed: int | None) -> int:
 
 # --- the capstone ---------------------------------------------------------------------------------------------
 
-def capstone(source: str = "learner", tiny: bool = False, data: Path | None = None, seed: int | None = None,
-             timeout_s: float | None = None, use: dict[str, Path] | None = None, compile_baseline: bool | None = None,
-             steps: int | None = None, on_event: Callable[[dict], None] = lambda e: None, record: bool = True) -> dict[str, Any]:
+
+def capstone(
+    source: str = "learner",
+    tiny: bool = False,
+    data: Path | None = None,
+    seed: int | None = None,
+    timeout_s: float | None = None,
+    use: dict[str, Path] | None = None,
+    compile_baseline: bool | None = None,
+    steps: int | None = None,
+    on_event: Callable[[dict], None] = lambda e: None,
+    record: bool = True,
+) -> dict[str, Any]:
     """Train the three runs, judge, record; returns the record."""
     gpu, _ = _device()
     tiny = tiny or not gpu
@@ -137,21 +156,39 @@ def capstone(source: str = "learner", tiny: bool = False, data: Path | None = No
     if compile_baseline is not None:
         config["compile"] = compile_baseline
     if steps:  # the final loss stays a tail's median (the configured 100 of 800 steps), not the whole short run's
-        config.update(steps=steps, final_window=min(config["final_window"], max(1, steps // 8)),
-                      warmup_steps=min(config["warmup_steps"], steps - 1))
+        config.update(
+            steps=steps,
+            final_window=min(config["final_window"], max(1, steps // 8)),
+            warmup_steps=min(config["warmup_steps"], steps - 1),
+        )
     if data is not None and not Path(data).is_file():
         raise CapstoneError(f"--data {data}: no such file; give a text file (tinyshakespeare's input.txt, any .txt)")
     gpu, choices = choose(source, config["low_precision"], use or {}, interpret_all=False)
     seed = _seed(seed)
-    job = {"mode": CAPSTONE, "config": config, "seed": seed, "data": str(data) if data else None,
-           "choices": kernels.as_dicts(choices)}
+    job = {
+        "mode": CAPSTONE,
+        "config": config,
+        "seed": seed,
+        "data": str(data) if data else None,
+        "choices": kernels.as_dicts(choices),
+    }
     results, ended, device = run_child(job, gpu, timeout_s or TIMEOUT_S["cuda" if gpu else "cpu"], on_event)
     runs = {r["name"]: r for r in results if isinstance(r, dict) and "name" in r}
     checks = judge_capstone(runs, ended, config, shared, source, gpu) + _none_yours(choices)
-    record_ = {"kind": CAPSTONE, "at": time.time(), "source": source, "seed": seed, "tiny": tiny,
-               "data": str(data) if data else "(embedded default text)", "device": device, "config": config,
-               "choices": kernels.as_dicts(choices), "runs": runs, "checks": [asdict(c) for c in checks],
-               **_status(checks)}
+    record_ = {
+        "kind": CAPSTONE,
+        "at": time.time(),
+        "source": source,
+        "seed": seed,
+        "tiny": tiny,
+        "data": str(data) if data else "(embedded default text)",
+        "device": device,
+        "config": config,
+        "choices": kernels.as_dicts(choices),
+        "runs": runs,
+        "checks": [asdict(c) for c in checks],
+        **_status(checks),
+    }
     if record:
         store.append(record_)
     return record_
@@ -169,15 +206,31 @@ def final_loss(run: dict[str, Any], window: int) -> float | None:
     return statistics.median(tail)
 
 
-def judge_capstone(runs: dict[str, dict], ended: str, config: dict, shared: dict, source: str, gpu: bool) -> list[Check]:
+def judge_capstone(
+    runs: dict[str, dict], ended: str, config: dict, shared: dict, source: str, gpu: bool
+) -> list[Check]:
     eager, mine = runs.get("eager"), runs.get("kernels")
     if eager is None or final_loss(eager, config["final_window"]) is None:
-        return [Check(CheckName.RUN, "error", "the PyTorch eager run did not finish: " + (ended or "its loss became NaN") +
-                      " — check the installation with `kcourse env-check`", {"code": Code.BASELINE_FAILED})]
+        return [
+            Check(
+                CheckName.RUN,
+                "error",
+                "the PyTorch eager run did not finish: "
+                + (ended or "its loss became NaN")
+                + " — check the installation with `kcourse env-check`",
+                {"code": Code.BASELINE_FAILED},
+            )
+        ]
     if mine is None or mine.get("failed"):
         why = (mine or {}).get("failed") or ended or "the run with your kernels did not report"
-        return [Check(CheckName.RUN, FAILED, f"training with your kernels failed: {why}",
-                      {"code": Code.KERNEL_FAILED, "operation": (mine or {}).get("operation")})]
+        return [
+            Check(
+                CheckName.RUN,
+                FAILED,
+                f"training with your kernels failed: {why}",
+                {"code": Code.KERNEL_FAILED, "operation": (mine or {}).get("operation")},
+            )
+        ]
     checks = [Check(CheckName.RUN, PASSED, f"{config['steps']} steps with your kernels, no NaN")]
     tolerance = loss_tolerance(eager, runs.get("compile"), config["final_window"], shared)
     checks.append(_loss_check(eager, mine, config["final_window"], tolerance))
@@ -203,27 +256,42 @@ def loss_tolerance(eager: dict, compiled: dict | None, window: int, shared: dict
 def _loss_check(eager: dict, mine: dict, window: int, tolerance: float) -> Check:
     want, got = final_loss(eager, window), final_loss(mine, window)
     gap = abs(got - want) / want
-    text = (f"final loss (median of the last {window} steps) {got:.4f} vs eager's {want:.4f}: {gap:.2%} apart "
-            f"(tolerance {tolerance:.1%})")
+    text = (
+        f"final loss (median of the last {window} steps) {got:.4f} vs eager's {want:.4f}: {gap:.2%} apart "
+        f"(tolerance {tolerance:.1%})"
+    )
     if gap <= tolerance:
         return Check(CheckName.LOSS, PASSED, text, {"gap": gap})
-    return Check(CheckName.LOSS, FAILED, text + " — a kernel that is slightly wrong everywhere (a dropped term, a scale, a "
-                 "gradient off by a factor) shows here, not in a NaN; its own grade's tolerance is tighter: re-grade "
-                 "the kernels listed as yours. If the curves in the report only part where the loss falls in a step "
-                 "(your run still on a plateau the others have left), run again with another --seed", {"gap": gap})
+    return Check(
+        CheckName.LOSS,
+        FAILED,
+        text + " — a kernel that is slightly wrong everywhere (a dropped term, a scale, a "
+        "gradient off by a factor) shows here, not in a NaN; its own grade's tolerance is tighter: re-grade "
+        "the kernels listed as yours. If the curves in the report only part where the loss falls in a step "
+        "(your run still on a plateau the others have left), run again with another --seed",
+        {"gap": gap},
+    )
 
 
 def _speed_check(runs: dict[str, dict], floor: float, source: str, gpu: bool) -> Check:
     eager, mine = runs["eager"].get("tokens_per_s"), runs["kernels"].get("tokens_per_s")
     compiled = (runs.get("compile") or {}).get("tokens_per_s")
     if not gpu or not eager or not mine:
-        return Check(CheckName.SPEED, INFO, "no GPU: tokens/s under the Triton interpreter and CPU PyTorch mean nothing; "
-                     "run `kcourse capstone` on a GPU for the speed figures", {"code": Code.NO_GPU})
+        return Check(
+            CheckName.SPEED,
+            INFO,
+            "no GPU: tokens/s under the Triton interpreter and CPU PyTorch mean nothing; "
+            "run `kcourse capstone` on a GPU for the speed figures",
+            {"code": Code.NO_GPU},
+        )
     ratio = mine / eager
     text = f"{mine:,.0f} tokens/s: {ratio:.2f}x eager's {eager:,.0f}" + (
-        f", {mine / compiled:.2f}x torch.compile's {compiled:,.0f}" if compiled else "")
+        f", {mine / compiled:.2f}x torch.compile's {compiled:,.0f}" if compiled else ""
+    )
     if source != "solutions":
-        return Check(CheckName.SPEED, INFO, text + " (reported, not required: the bar is the kit's solutions')", {"ratio": ratio})
+        return Check(
+            CheckName.SPEED, INFO, text + " (reported, not required: the bar is the kit's solutions')", {"ratio": ratio}
+        )
     status = PASSED if ratio >= floor else FAILED
     return Check(CheckName.SPEED, status, text + f" (the solutions' bar: at least {floor:g}x eager)", {"ratio": ratio})
 
@@ -232,23 +300,41 @@ def _none_yours(choices: list[kernels.Choice]) -> list[Check]:
     """A run with PyTorch in every slot proves nothing of the learner's: skipped, with what to grade."""
     if any(c.yours for c in choices):
         return []
-    return [Check(CheckName.KERNELS, SKIPPED, "none of your kernels could serve here (the report says why for each "
-                  "operation): pass an exercise's grade first (`kcourse grade activations --lang gelu_tanh`, "
-                  "`kcourse grade layer_norm`, ...), or plug a file in with --use", {"code": Code.NO_KERNELS})]
+    return [
+        Check(
+            CheckName.KERNELS,
+            SKIPPED,
+            "none of your kernels could serve here (the report says why for each "
+            "operation): pass an exercise's grade first (`kcourse grade activations --lang gelu_tanh`, "
+            "`kcourse grade layer_norm`, ...), or plug a file in with --use",
+            {"code": Code.NO_KERNELS},
+        )
+    ]
 
 
 def _status(checks: list[Check]) -> dict[str, str]:
     bad = [c for c in checks if c.status in (FAILED, "error")] or [c for c in checks if c.status == SKIPPED]
     status = bad[0].status if bad else PASSED
-    return {"status": status, "verdict": bad[0].message.splitlines()[0] if bad else
-            ", ".join(c.name for c in checks if c.status == PASSED) + " passed"}
+    return {
+        "status": status,
+        "verdict": bad[0].message.splitlines()[0]
+        if bad
+        else ", ".join(c.name for c in checks if c.status == PASSED) + " passed",
+    }
 
 
 # --- one block ---------------------------------------------------------------------------------------------------
 
-def block(source: str = "learner", tiny: bool = False, seed: int | None = None, timeout_s: float | None = None,
-          use: dict[str, Path] | None = None, on_event: Callable[[dict], None] = lambda e: None,
-          record: bool = True) -> dict[str, Any]:
+
+def block(
+    source: str = "learner",
+    tiny: bool = False,
+    seed: int | None = None,
+    timeout_s: float | None = None,
+    use: dict[str, Path] | None = None,
+    on_event: Callable[[dict], None] = lambda e: None,
+    record: bool = True,
+) -> dict[str, Any]:
     """One transformer block, each part forward and backward against float64; judged, recorded."""
     gpu, _ = _device()
     tiny = tiny or not gpu
@@ -259,9 +345,20 @@ def block(source: str = "learner", tiny: bool = False, seed: int | None = None, 
     results, ended, device = run_child(job, gpu, timeout_s or TIMEOUT_S["cuda" if gpu else "cpu"], on_event)
     found = results[0] if results else {"failed": ended or "the block check did not report"}
     checks = judge_block(found, shared) + _none_yours(choices)
-    record_ = {"kind": BLOCK, "at": time.time(), "source": source, "seed": seed, "tiny": tiny, "device": device,
-               "config": config, "choices": kernels.as_dicts(choices), "result": found,
-               "whose": whose_parts(choices), "checks": [asdict(c) for c in checks], **_status(checks)}
+    record_ = {
+        "kind": BLOCK,
+        "at": time.time(),
+        "source": source,
+        "seed": seed,
+        "tiny": tiny,
+        "device": device,
+        "config": config,
+        "choices": kernels.as_dicts(choices),
+        "result": found,
+        "whose": whose_parts(choices),
+        "checks": [asdict(c) for c in checks],
+        **_status(checks),
+    }
     if record:
         store.append(record_)
     return record_
@@ -269,19 +366,29 @@ def block(source: str = "learner", tiny: bool = False, seed: int | None = None, 
 
 def judge_block(found: dict[str, Any], shared: dict[str, Any]) -> list[Check]:
     if found.get("failed"):
-        return [Check(CheckName.RUN, FAILED, f"the block with your kernels failed: {found['failed']}",
-                      {"code": Code.KERNEL_FAILED, "operation": found.get("operation")})]
+        return [
+            Check(
+                CheckName.RUN,
+                FAILED,
+                f"the block with your kernels failed: {found['failed']}",
+                {"code": Code.KERNEL_FAILED, "operation": found.get("operation")},
+            )
+        ]
     checks = []
     for part, figures in found["parts"].items():
         limit = shared["error_factor"] * figures["torch_error"] + shared["error_floor"]
-        text = (f"{part}: max relative error vs float64 {figures['error']:.3g} (worst in {figures['worst']}); "
-                f"PyTorch in the same dtypes {figures['torch_error']:.3g}; limit {limit:.3g}")
+        text = (
+            f"{part}: max relative error vs float64 {figures['error']:.3g} (worst in {figures['worst']}); "
+            f"PyTorch in the same dtypes {figures['torch_error']:.3g}; limit {limit:.3g}"
+        )
         checks.append(Check(part, PASSED if figures["error"] <= limit else FAILED, text, figures))
     return checks
 
 
 def whose_parts(choices: list[kernels.Choice]) -> dict[str, list[str]]:
     """Per part of the block: "operation role: yours (exercise, lang)" or "...: PyTorch"."""
-    return {part: [f"{c.operation} {c.role}: {c.label()}" for c in choices if c.operation in operations]
-            + (["residual connections: PyTorch (x + part(x))"] if part == "block" else [])
-            for part, operations in OPERATION_PARTS.items()}
+    return {
+        part: [f"{c.operation} {c.role}: {c.label()}" for c in choices if c.operation in operations]
+        + (["residual connections: PyTorch (x + part(x))"] if part == "block" else [])
+        for part, operations in OPERATION_PARTS.items()
+    }

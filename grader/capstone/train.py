@@ -39,12 +39,18 @@ def load_kernels(choices: list[kernels.Choice], send: Send) -> dict[tuple[str, s
             try:
                 by_file[key] = kernels.load_kernel(choice)
             except loading.EntryError as exc:
-                raise KernelFailed(choice.operation, choice.role, f"{choice.exercise}, {choice.lang}", str(exc)) from None
+                raise KernelFailed(
+                    choice.operation, choice.role, f"{choice.exercise}, {choice.lang}", str(exc)
+                ) from None
             except Exception as exc:  # the learner's module raised at import
                 from grader.child.learner_errors import learner_error
 
-                raise KernelFailed(choice.operation, choice.role, f"{choice.exercise}, {choice.lang}",
-                                   "importing it raised " + learner_error(exc, Path(choice.file))) from None
+                raise KernelFailed(
+                    choice.operation,
+                    choice.role,
+                    f"{choice.exercise}, {choice.lang}",
+                    "importing it raised " + learner_error(exc, Path(choice.file)),
+                ) from None
             by_file[key].source, by_file[key].file = f"{choice.exercise}, {choice.lang}", choice.file
         loaded[(choice.operation, choice.role)] = by_file[key]
     return loaded
@@ -57,6 +63,7 @@ def sync(device: str) -> None:
 
 # --- training ----------------------------------------------------------------------------------------
 
+
 def train(name: str, job: dict[str, Any], ops: Ops, send: Send, stop_at: int | None = None) -> dict[str, Any]:
     """One run: `steps` steps of AdamW on the job's batches; the loss of each step, tokens/s over the steps
     after the warm-up ones, peak memory. Stops at the first NaN loss (read every `log_every` steps)."""
@@ -67,8 +74,7 @@ def train(name: str, job: dict[str, Any], ops: Ops, send: Send, stop_at: int | N
     opt = optimizer(model, ops, cfg["lr"], cfg["weight_decay"])
     forward = torch.compile(model) if name == "compile" else model
     text = data.load_bytes(Path(job["data"]) if job.get("data") else None, cfg["text_bytes"])
-    batches = data.Batches(text, cfg["batch"],
-                           cfg["context"], seed, device)
+    batches = data.Batches(text, cfg["batch"], cfg["context"], seed, device)
     steps = stop_at or cfg["steps"]
     losses = torch.zeros(steps, device=device)
     if device == "cuda":
@@ -87,10 +93,20 @@ def train(name: str, job: dict[str, Any], ops: Ops, send: Send, stop_at: int | N
         losses[step] = loss.detach()
         if (step + 1) % cfg["log_every"] == 0 or step + 1 == steps:
             seen = losses[: step + 1].tolist()  # a sync: the figures below are the GPU's, not the queue's
-            rate = _rate(tokens, step + 1 - timed_from[0], timed_from[1]) if timed_from and step > timed_from[0] else None
+            rate = (
+                _rate(tokens, step + 1 - timed_from[0], timed_from[1]) if timed_from and step > timed_from[0] else None
+            )
             send(Event.PROGRESS, run=name, step=step + 1, steps=steps, loss=seen[-1], tokens_per_s=rate)
             if not all(math.isfinite(v) for v in seen):
-                return _result(name, model, seen, None, device, started, nan_at=next(i for i, v in enumerate(seen) if not math.isfinite(v)))
+                return _result(
+                    name,
+                    model,
+                    seen,
+                    None,
+                    device,
+                    started,
+                    nan_at=next(i for i, v in enumerate(seen) if not math.isfinite(v)),
+                )
     sync(device)
     rate = _rate(tokens, steps - timed_from[0], timed_from[1])
     return _result(name, model, losses.tolist(), rate, device, started)
@@ -100,12 +116,19 @@ def _rate(tokens_per_step: int, steps: int, since: float) -> float:
     return tokens_per_step * steps / max(time.perf_counter() - since, 1e-9)
 
 
-def _result(name: str, model, losses: list[float], rate: float | None, device: str, started: float,
-            nan_at: int | None = None) -> dict[str, Any]:
+def _result(
+    name: str, model, losses: list[float], rate: float | None, device: str, started: float, nan_at: int | None = None
+) -> dict[str, Any]:
     peak = torch.cuda.max_memory_allocated() if device == "cuda" else None
-    return {"name": name, "losses": [v if math.isfinite(v) else None for v in losses], "tokens_per_s": rate,
-            "peak_bytes": peak, "seconds": round(time.perf_counter() - started, 3), "nan_at": nan_at,
-            "parameters": parameter_count(model)}
+    return {
+        "name": name,
+        "losses": [v if math.isfinite(v) else None for v in losses],
+        "tokens_per_s": rate,
+        "peak_bytes": peak,
+        "seconds": round(time.perf_counter() - started, 3),
+        "nan_at": nan_at,
+        "parameters": parameter_count(model),
+    }
 
 
 def trace_nan(job: dict[str, Any], ops: Ops, nan_at: int, send: Send) -> str:
@@ -141,7 +164,8 @@ def capstone(job: dict[str, Any], send: Send) -> None:
     if result["nan_at"] is not None:
         result["failed"] = trace_nan(job, ops, result["nan_at"], send) or (
             f"the loss became NaN at step {result['nan_at'] + 1}, and no kernel's output turned finite inputs into NaN "
-            "when traced: the training diverged (look at the backward kernels' magnitudes)")
+            "when traced: the training diverged (look at the backward kernels' magnitudes)"
+        )
     send(Event.RUN, result=result)
 
 

@@ -41,8 +41,9 @@ def reference_keywords(reference: Callable, params: dict[str, Any], device: str 
     return {p.name: known[p.name] for p in declared if p.kind is p.KEYWORD_ONLY and p.name in known}
 
 
-def reference_outputs(reference: Callable, spec: ExerciseSpec, inputs: dict[str, torch.Tensor],
-                      params: dict[str, Any] | None = None) -> list[torch.Tensor]:
+def reference_outputs(
+    reference: Callable, spec: ExerciseSpec, inputs: dict[str, torch.Tensor], params: dict[str, Any] | None = None
+) -> list[torch.Tensor]:
     """The reference on float64 copies of the inputs: the higher-precision truth to compare against."""
     upcast = [x.double() if x.is_floating_point() else x for x in inputs.values()]
     device = str(upcast[0].device) if upcast else "cpu"
@@ -86,28 +87,43 @@ def _never_written(poisoned: torch.Tensor, out: torch.Tensor, ref: torch.Tensor)
     return poisoned & (out.detach().cpu().flatten().double() != ref.detach().cpu().flatten().double())
 
 
-def _shape_or_unwritten(name: str, out: torch.Tensor, ref: torch.Tensor, label: str,
-                        tol: Tolerance) -> Comparison | None:
+def _shape_or_unwritten(
+    name: str, out: torch.Tensor, ref: torch.Tensor, label: str, tol: Tolerance
+) -> Comparison | None:
     """The failures told before any value is looked at: a wrong shape, elements never written."""
     if tuple(out.shape) != tuple(ref.shape):
-        return Comparison(False, Code.MISMATCH, f"{label}: {name} has shape {tuple(out.shape)}, expected {tuple(ref.shape)}")
+        return Comparison(
+            False, Code.MISMATCH, f"{label}: {name} has shape {tuple(out.shape)}, expected {tuple(ref.shape)}"
+        )
     poisoned = unwritten(out.detach().cpu()).flatten()
     never = _never_written(poisoned, out, ref)
     total = never.numel()
     n_unwritten = int(never.sum())
     if total > 0 and bool(poisoned.all()) and n_unwritten:
-        return Comparison(False, Code.NOT_WRITTEN, f"{label}: no element of {name} was written — not implemented yet? "
-                          "(or a launch that covers no block at this size)", {"unwritten": n_unwritten})
+        return Comparison(
+            False,
+            Code.NOT_WRITTEN,
+            f"{label}: no element of {name} was written — not implemented yet? "
+            "(or a launch that covers no block at this size)",
+            {"unwritten": n_unwritten},
+        )
     if n_unwritten:
         first, last = int(never.nonzero()[0]), int(never.nonzero()[-1])
         got = out.detach().double().cpu().flatten()
         bad = never | ~_within(got, ref.detach().double().cpu().flatten(), tol)
         return Comparison(
-            False, Code.PARTIAL_WRITE,
+            False,
+            Code.PARTIAL_WRITE,
             f"{label}: {n_unwritten} of {total} elements of {name} never written (first at index "
             f"{_index(first, tuple(out.shape))}) — does your last block handle the tail?",
-            {"unwritten": n_unwritten, "first_index": first, "last_unwritten": last, "total": total,
-             **_picture(name, tuple(out.shape), got, bad, never)})
+            {
+                "unwritten": n_unwritten,
+                "first_index": first,
+                "last_unwritten": last,
+                "total": total,
+                **_picture(name, tuple(out.shape), got, bad, never),
+            },
+        )
     return None
 
 
@@ -141,26 +157,43 @@ def _mismatch(name, out, got, want, bad, finite, tol: Tolerance, label: str) -> 
     first = int(bad.nonzero()[0])
     rel = finite / want.abs().clamp_min(1e-30)
     details = {
-        "wrong": int(bad.sum()), "first_index": first, "max_abs_error": _max_over(finite, others),
-        "max_rel_error": _max_over(rel, others), "got": float(got[first]), "expected": float(want[first]),
-        "nan": int(nan.sum()), "inf": int(inf.sum()), "total": got.numel(), "last_wrong": int(bad.nonzero()[-1]),
+        "wrong": int(bad.sum()),
+        "first_index": first,
+        "max_abs_error": _max_over(finite, others),
+        "max_rel_error": _max_over(rel, others),
+        "got": float(got[first]),
+        "expected": float(want[first]),
+        "nan": int(nan.sum()),
+        "inf": int(inf.sum()),
+        "total": got.numel(),
+        "last_wrong": int(bad.nonzero()[-1]),
         "other_wrong": int(others.sum()),
     }
     details.update(_picture(name, shape, got, bad, torch.zeros_like(bad)))
     head = f"{label}: {details['wrong']} of {got.numel()} elements of {name} wrong"
     if not (details["nan"] or details["inf"]):
-        return Comparison(False, Code.MISMATCH, f"{head}; {_error_figures(details, tol)}; "
-                          f"{_first_text(first, shape, got, want)}", details)
+        return Comparison(
+            False,
+            Code.MISMATCH,
+            f"{head}; {_error_figures(details, tol)}; {_first_text(first, shape, got, want)}",
+            details,
+        )
     counts = []
     for key, word, mask in (("nan", "NaN", nan), ("inf", "inf", inf)):
         if details[key]:
             details[f"first_{key}"] = where = int(mask.nonzero()[0])
-            counts.append(f"{details[key]} {word} (first at index {_index(where, shape)}, expected {float(want[where]):.6g})")
-    rest = ("every other element is within tolerance — find the operation in your kernel that makes the first "
-            "NaN/inf (see the hint)")
+            counts.append(
+                f"{details[key]} {word} (first at index {_index(where, shape)}, expected {float(want[where]):.6g})"
+            )
+    rest = (
+        "every other element is within tolerance — find the operation in your kernel that makes the first "
+        "NaN/inf (see the hint)"
+    )
     if details["other_wrong"]:
-        rest = (f"elsewhere {details['other_wrong']} more wrong: {_error_figures(details, tol)}; "
-                f"{_first_text(int(others.nonzero()[0]), shape, got, want)}")
+        rest = (
+            f"elsewhere {details['other_wrong']} more wrong: {_error_figures(details, tol)}; "
+            f"{_first_text(int(others.nonzero()[0]), shape, got, want)}"
+        )
     return Comparison(False, Code.MISMATCH, f"{head}: {', '.join(counts)}; {rest}", details)
 
 
@@ -169,8 +202,10 @@ def _max_over(values: torch.Tensor, mask: torch.Tensor) -> float | None:
 
 
 def _error_figures(details: dict, tol: Tolerance) -> str:
-    return (f"max abs error {details['max_abs_error']:.3g}, max rel error {details['max_rel_error']:.3g} "
-            f"(tolerance atol {tol.atol:g}, rtol {tol.rtol:.3g})")
+    return (
+        f"max abs error {details['max_abs_error']:.3g}, max rel error {details['max_rel_error']:.3g} "
+        f"(tolerance atol {tol.atol:g}, rtol {tol.rtol:.3g})"
+    )
 
 
 def _first_text(first: int, shape: tuple[int, ...], got: torch.Tensor, want: torch.Tensor) -> str:
@@ -195,6 +230,7 @@ def looks_cached(out: torch.Tensor, previous_ref: torch.Tensor, ref: torch.Tenso
 
 # --- outputs whose right answer is not unique: the exercise's own property check -------------------------
 
+
 def check_function(spec: ExerciseSpec, name: str) -> Callable:
     """reference.py's function `name`, which an output's `check = "name"` in spec.toml names."""
     from grader.checks.inputs import _reference_module  # reference.py, loaded once per process
@@ -202,14 +238,25 @@ def check_function(spec: ExerciseSpec, name: str) -> Callable:
 
     function = getattr(_reference_module(spec.folder / "reference.py"), name, None)
     if not callable(function):
-        raise SpecError(f"{spec.folder / 'spec.toml'}: check {name!r} is not a function of "
-                        f"{spec.folder / 'reference.py'}: define `def {name}(got, *, params, device)` there")
+        raise SpecError(
+            f"{spec.folder / 'spec.toml'}: check {name!r} is not a function of "
+            f"{spec.folder / 'reference.py'}: define `def {name}(got, *, params, device)` there"
+        )
     return function
 
 
-def judge_output(spec: ExerciseSpec, spec_out, out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, label: str, *,
-                 inputs: dict[str, torch.Tensor] | None = None, params: dict[str, Any] | None = None,
-                 device: dict[str, Any] | None = None) -> Comparison:
+def judge_output(
+    spec: ExerciseSpec,
+    spec_out,
+    out: torch.Tensor,
+    ref: torch.Tensor,
+    tol: Tolerance,
+    label: str,
+    *,
+    inputs: dict[str, torch.Tensor] | None = None,
+    params: dict[str, Any] | None = None,
+    device: dict[str, Any] | None = None,
+) -> Comparison:
     """One output's verdict: compared with the reference elementwise, or, for an output whose right answer
     is not unique (the SM a block ran on: spec.toml `check = "name"`), checked for the properties every
     right answer has by that function of reference.py. It is called as name(got, **keywords) with the

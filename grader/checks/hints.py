@@ -113,6 +113,7 @@ def next_steps(steps: list[Step], achieved_pct: float | None) -> list[Step]:
 
 # --- annotating a result -------------------------------------------------------------------------
 
+
 @dataclass
 class Context:
     result: GradeResult
@@ -161,6 +162,7 @@ def hint_for(check: Check, context: Context) -> str | None:
 
 # --- the exercise's own mistakes ([[mistakes]] in spec.toml) ------------------------------------
 
+
 def exercise_hint(check: Check, context: Context) -> str | None:
     """The hint of the exercise's mistake that this check shows. Mistakes that show exactly alike on the first
     failing case (layer_norm's N - 1 divisor and missing eps: both NaN at N = 1) each give theirs, in spec order."""
@@ -168,7 +170,8 @@ def exercise_hint(check: Check, context: Context) -> str | None:
     if len(hints) <= 1:
         return hints[0] if hints else None
     return f"{len(hints)} mistakes fail this way here; fix the one you made:\n" + "\n".join(
-        f"{number}. {hint}" for number, hint in enumerate(hints, 1))
+        f"{number}. {hint}" for number, hint in enumerate(hints, 1)
+    )
 
 
 def matching_mistakes(check: Check, context: Context) -> list[Mistake]:
@@ -208,6 +211,7 @@ def case_label(check: Check) -> str | None:
 
 # --- numerics ------------------------------------------------------------------------------------
 
+
 def _wrong_values(check: Check, context: Context) -> str | None:
     d = check.details
     tail = _tail(check, context, d.get("wrong"), d.get("last_wrong"))
@@ -218,9 +222,11 @@ def _wrong_values(check: Check, context: Context) -> str | None:
     if _other_trial_passed(d):
         return _flaky(d, context)
     if tail:
-        return (f"only {tail} are wrong: the end of the data is handled differently from the rest — check the last "
-                f"block's bounds ({_bounds(context)}) and any separate tail loop (a float4 main loop leaves n % 4 "
-                "elements to a scalar loop)")
+        return (
+            f"only {tail} are wrong: the end of the data is handled differently from the rest — check the last "
+            f"block's bounds ({_bounds(context)}) and any separate tail loop (a float4 main loop leaves n % 4 "
+            "elements to a scalar loop)"
+        )
     return _plain_mismatch(d, context)
 
 
@@ -228,12 +234,20 @@ def _row_stride(tail: str, check: Check, context: Context) -> str:
     row = int(re.search(r"from row (\d+)", tail)[1])
     right = "row 0 is right" if row == 1 else f"rows 0 to {row - 1} are right"
     seen = f"{right} and every row from {row} on is wrong"
-    layout = " (this case passes x as a slice of a wider tensor: its row stride is not N)" if "row_slice" in check.message else ""
+    layout = (
+        " (this case passes x as a slice of a wider tensor: its row stride is not N)"
+        if "row_slice" in check.message
+        else ""
+    )
     if context.cuda:
-        return (f"{seen}: the step from one row to the next is off — element (row, col) of a row-major array is at "
-                f"row * row_length + col, with each array's own row length{layout}")
-    return (f"{seen}: a row is found with N where it takes the row stride — x_ptr + row * x.stride(0) and "
-            f"out_ptr + row * out.stride(0), passed separately since they can differ{layout}")
+        return (
+            f"{seen}: the step from one row to the next is off — element (row, col) of a row-major array is at "
+            f"row * row_length + col, with each array's own row length{layout}"
+        )
+    return (
+        f"{seen}: a row is found with N where it takes the row stride — x_ptr + row * x.stride(0) and "
+        f"out_ptr + row * out.stride(0), passed separately since they can differ{layout}"
+    )
 
 
 def _has_nan_or_inf(d: dict[str, Any]) -> bool:
@@ -244,12 +258,16 @@ def _has_nan_or_inf(d: dict[str, Any]) -> bool:
 def _nan_or_inf(d: dict[str, Any], context: Context) -> str:
     counts = ", ".join(f"{d[k]} {name}" for k, name in (("nan", "NaN"), ("inf", "inf")) if d.get(k)) or "NaN or inf"
     if context.cuda:
-        causes = ("expf of a large value overflows float32 above about 88 (subtract the maximum first), an accumulator "
-                  "or shared-memory slot never initialised, 0/0, or a read past the end of an array")
+        causes = (
+            "expf of a large value overflows float32 above about 88 (subtract the maximum first), an accumulator "
+            "or shared-memory slot never initialised, 0/0, or a read past the end of an array"
+        )
     else:
-        causes = ("tl.exp of a large value overflows float32 above about 88 (subtract the row max before tl.exp), "
-                  "float16 math (compute in float32 with .to(tl.float32)), or masked lanes that make inf - inf or 0/0 "
-                  "(other=-float('inf') is right for a max, and exp(-inf) = 0 adds nothing to a sum)")
+        causes = (
+            "tl.exp of a large value overflows float32 above about 88 (subtract the row max before tl.exp), "
+            "float16 math (compute in float32 with .to(tl.float32)), or masked lanes that make inf - inf or 0/0 "
+            "(other=-float('inf') is right for a max, and exp(-inf) = 0 adds nothing to a sum)"
+        )
     return f"{counts} where the reference is finite: a numerical-stability problem. Usual causes: {causes}"
 
 
@@ -260,18 +278,27 @@ def _other_trial_passed(d: dict[str, Any]) -> bool:
 
 
 def _flaky(d: dict[str, Any], context: Context) -> str:
-    seen = (f"trial {d['trial'] - 1} of this size passed and trial {d['trial']} failed"
-            if isinstance(d.get("trial"), int) else "the same inputs gave two different answers")
+    seen = (
+        f"trial {d['trial'] - 1} of this size passed and trial {d['trial']} failed"
+        if isinstance(d.get("trial"), int)
+        else "the same inputs gave two different answers"
+    )
     if context.cuda:
-        race = ("a race: a missing __syncthreads() between writing shared memory and reading another thread's slot "
-                "(and before a loop's next round overwrites it), or `+=` on global memory from many threads instead of "
-                "atomicAdd — find it with compute-sanitizer --tool racecheck")
+        race = (
+            "a race: a missing __syncthreads() between writing shared memory and reading another thread's slot "
+            "(and before a loop's next round overwrites it), or `+=` on global memory from many threads instead of "
+            "atomicAdd — find it with compute-sanitizer --tool racecheck"
+        )
     else:
-        race = ("a race: programs adding into the same output without tl.atomic_add, or a program reading what another "
-                "writes (programs run in no fixed order)")
-    return (f"{seen}. Grade again with the same --seed: if the answer changes from run to run, it is {race}; if it "
-            "fails the same way every time, the values matter (trials differ in scale): look for a hard-coded "
-            "constant or an accumulator too narrow for them")
+        race = (
+            "a race: programs adding into the same output without tl.atomic_add, or a program reading what another "
+            "writes (programs run in no fixed order)"
+        )
+    return (
+        f"{seen}. Grade again with the same --seed: if the answer changes from run to run, it is {race}; if it "
+        "fails the same way every time, the values matter (trials differ in scale): look for a hard-coded "
+        "constant or an accumulator too narrow for them"
+    )
 
 
 def _plain_mismatch(d: dict[str, Any], context: Context) -> str | None:
@@ -280,16 +307,22 @@ def _plain_mismatch(d: dict[str, Any], context: Context) -> str | None:
     if total == 1 and isinstance(got, float) and isinstance(expected, float) and expected:
         off = abs(got - expected) / abs(expected)
         if off < 1e-3:
-            return (f"off by {off:.1e} relative: rounding, not logic — float32 keeps about 7 digits, so sum in a tree "
-                    "(per thread, then per warp, then per block) rather than in one long chain")
-        return (f"got {got:.6g}, expected {expected:.6g}: is the output set to 0 before blocks add into it (it holds "
-                "garbage when you are called), does every block's partial sum reach it (atomicAdd, not =), "
-                "and does the grid cover all n elements?")
+            return (
+                f"off by {off:.1e} relative: rounding, not logic — float32 keeps about 7 digits, so sum in a tree "
+                "(per thread, then per warp, then per block) rather than in one long chain"
+            )
+        return (
+            f"got {got:.6g}, expected {expected:.6g}: is the output set to 0 before blocks add into it (it holds "
+            "garbage when you are called), does every block's partial sum reach it (atomicAdd, not =), "
+            "and does the grid cover all n elements?"
+        )
     if wrong and total and wrong == total:
         two_d = any(len(t.shape) > 1 for t in context.spec.outputs)
         index = "row * row_stride + col" if two_d else "pid * BLOCK + offsets"
-        return (f"every element is wrong: check the formula against exercises/{context.spec.id}/reference.py and the "
-                f"index computation ({index}; strides, not sizes, to step between rows)")
+        return (
+            f"every element is wrong: check the formula against exercises/{context.spec.id}/reference.py and the "
+            f"index computation ({index}; strides, not sizes, to step between rows)"
+        )
     return None
 
 
@@ -299,29 +332,37 @@ def _unwritten(check: Check, context: Context) -> str:
     if tail and tail.startswith("the last rows") and "row_slice" in check.message:  # NaN read from the gaps of a slice
         return _row_stride(tail, check, context)
     if tail and tail.startswith("the last columns"):
-        mask = ("cols = tl.arange(0, BLOCK) with BLOCK = triton.next_power_of_2(n_cols), mask = cols < n_cols on "
-                "the load and the store" if not context.cuda else "launch ceil(N / TILE) blocks along the columns and "
-                "guard with if (col < N)")
+        mask = (
+            "cols = tl.arange(0, BLOCK) with BLOCK = triton.next_power_of_2(n_cols), mask = cols < n_cols on "
+            "the load and the store"
+            if not context.cuda
+            else "launch ceil(N / TILE) blocks along the columns and guard with if (col < N)"
+        )
         return f"{tail} were never written: the columns past a whole block are not covered — {mask}"
     if tail and tail.startswith("the last rows"):
         grid = "one program per row: grid = (n_rows,)" if not context.cuda else "ceil(M / TILE) blocks along the rows"
         return f"{tail} were never written: the grid does not reach them — launch {grid}"
     if tail:
         return f"{tail} were never written: the last, partial block is missing or skips its work — {_bounds(context)}"
-    return ("the unwritten elements are not only at the end: a program or block that returns early, a grid too "
-            "small in one dimension, or an index that steps by a size where it should step by a stride")
+    return (
+        "the unwritten elements are not only at the end: a program or block that returns early, a grid too "
+        "small in one dimension, or an index that steps by a size where it should step by a stride"
+    )
 
 
 def _bounds(context: Context) -> str:
     if context.cuda:
-        return ("launch (n + threads - 1) / threads blocks (n / threads rounds down) and guard each access with "
-                "if (i < n)")
-    return ("offsets = pid * BLOCK + tl.arange(0, BLOCK); mask = offsets < n on every tl.load and tl.store; launch "
-            "triton.cdiv(n, BLOCK) programs")
+        return (
+            "launch (n + threads - 1) / threads blocks (n / threads rounds down) and guard each access with if (i < n)"
+        )
+    return (
+        "offsets = pid * BLOCK + tl.arange(0, BLOCK); mask = offsets < n on every tl.load and tl.store; launch "
+        "triton.cdiv(n, BLOCK) programs"
+    )
 
 
 def _tail(check: Check, context: Context, count: Any, last: Any) -> str | None:
-    """"the last K elements (from index I...)" or "the last columns ..." when the bad elements are exactly those."""
+    """ "the last K elements (from index I...)" or "the last columns ..." when the bad elements are exactly those."""
     d = check.details
     first = d.get("first_index")
     if not isinstance(count, int) or not isinstance(first, int) or count <= 0:
@@ -371,14 +412,18 @@ def _not_written(check: Check, context: Context) -> str:
     if todos:
         return f"still the stub? Fill in the TODOs in {todos}; the task and the signature are in {context.readme}"
     if context.cuda:
-        return ("is the kernel launched at all (blocks = (n + threads - 1) / threads, at most 1024 threads per block: "
-                "check cudaGetLastError() after the launch) and does it write through the pointer it was given?")
-    return ("is the kernel launched at all (grid = (triton.cdiv(n, BLOCK),), not 0 programs), and does it store into "
-            "the output tensor passed in? (`out = ...` in Python only rebinds the name: write with tl.store)")
+        return (
+            "is the kernel launched at all (blocks = (n + threads - 1) / threads, at most 1024 threads per block: "
+            "check cudaGetLastError() after the launch) and does it write through the pointer it was given?"
+        )
+    return (
+        "is the kernel launched at all (grid = (triton.cdiv(n, BLOCK),), not 0 programs), and does it store into "
+        "the output tensor passed in? (`out = ...` in Python only rebinds the name: write with tl.store)"
+    )
 
 
 def _todo_lines(result: GradeResult) -> str:
-    """"softmax.py (lines 14, 22)" for the TODOs left in the graded file, or "" when none are left."""
+    """ "softmax.py (lines 14, 22)" for the TODOs left in the graded file, or "" when none are left."""
     from grader.core.paths import course_root
 
     path = Path(result.file)
@@ -402,40 +447,55 @@ def _not_implemented(check: Check, context: Context) -> str:
 def _exception(check: Check, context: Context) -> str:
     text = check.message
     if "CompilationError" in text or ("arange" in text and "power of 2" in text):
-        return ("Triton could not compile your kernel: inside @triton.jit use tl.* operations on blocks; a block size "
-                "is a tl.constexpr power of two (BLOCK = triton.next_power_of_2(n)); the line named above is where")
+        return (
+            "Triton could not compile your kernel: inside @triton.jit use tl.* operations on blocks; a block size "
+            "is a tl.constexpr power of two (BLOCK = triton.next_power_of_2(n)); the line named above is where"
+        )
     if "the grading box refused this" in text:
         return ""  # the message says what the box allows (learner_errors.BOX_REFUSED)
     if check.name == "load":
-        return ("this happened while Python imported your file, before any kernel ran: code at the top level (outside "
-                "functions) runs at import — a misspelt name or a missing import (import triton.language as tl)?")
+        return (
+            "this happened while Python imported your file, before any kernel ran: code at the top level (outside "
+            "functions) runs at import — a misspelt name or a missing import (import triton.language as tl)?"
+        )
     return "the lines shown are yours and the last one raised: run your function on a small input to see the values"
 
 
 def _cuda_error(check: Check, context: Context) -> str:
-    return ("an illegal memory access is nearly always an index past the end of an array: guard with if (i < n), size "
-            "the grid as (n + threads - 1) / threads, and never pass a host pointer to a kernel; run "
-            "compute-sanitizer on it to get the kernel and the line")
+    return (
+        "an illegal memory access is nearly always an index past the end of an array: guard with if (i < n), size "
+        "the grid as (n + threads - 1) / threads, and never pass a host pointer to a kernel; run "
+        "compute-sanitizer on it to get the kernel and the line"
+    )
 
 
 def _timeout(check: Check, context: Context) -> str:
-    common = ("a loop whose bound or index never changes, or a wait for something another block does (blocks are "
-              "not guaranteed to run at the same time)")
+    common = (
+        "a loop whose bound or index never changes, or a wait for something another block does (blocks are "
+        "not guaranteed to run at the same time)"
+    )
     if context.cuda:
         return f"{common}; a __syncthreads() inside a branch that some threads skip can hang the block"
-    return (f"{common}; under the Triton interpreter (no GPU) a Python loop over elements is very slow: work on "
-            "whole blocks with tl.arange instead")
+    return (
+        f"{common}; under the Triton interpreter (no GPU) a Python loop over elements is very slow: work on "
+        "whole blocks with tl.arange instead"
+    )
 
 
 def _crash(check: Check, context: Context) -> str:
     if context.cuda:
-        return ("a host function that dereferences a device pointer (or a kernel given a host pointer), or a write "
-                "past an array: run compute-sanitizer on it")
-    return ("a tl.load or tl.store without a mask reads or writes past the tensor (under the Triton interpreter "
-            "that is a segfault): mask every access with offsets < n")
+        return (
+            "a host function that dereferences a device pointer (or a kernel given a host pointer), or a write "
+            "past an array: run compute-sanitizer on it"
+        )
+    return (
+        "a tl.load or tl.store without a mask reads or writes past the tensor (under the Triton interpreter "
+        "that is a segfault): mask every access with offsets < n"
+    )
 
 
 # --- load and build ------------------------------------------------------------------------------
+
 
 def _variant(context: Context):
     variants = list(context.spec.variants.values())
@@ -451,25 +511,35 @@ def _missing_entry(check: Check, context: Context) -> str:
     signature = _entry_signature(context)
     variant = _variant(context)
     if variant is not None and variant.kind == "torch_op":
-        return (f"the grader calls torch.ops.<extension>.{variant.entry}: m.def the schema in TORCH_LIBRARY and "
-                f"m.impl it for CUDA in TORCH_LIBRARY_IMPL, both under TORCH_EXTENSION_NAME ({context.readme})")
+        return (
+            f"the grader calls torch.ops.<extension>.{variant.entry}: m.def the schema in TORCH_LIBRARY and "
+            f"m.impl it for CUDA in TORCH_LIBRARY_IMPL, both under TORCH_EXTENSION_NAME ({context.readme})"
+        )
     if context.cuda:
-        return (f"the grader calls {signature}: keep that name with extern \"C\" before it — without it C++ mangles "
-                "the name (e.g. _Z9reductionPKfPfi) and the grader cannot find it; the signature is in " + context.readme)
+        return (
+            f'the grader calls {signature}: keep that name with extern "C" before it — without it C++ mangles '
+            "the name (e.g. _Z9reductionPKfPfi) and the grader cannot find it; the signature is in " + context.readme
+        )
     return f"the grader calls {signature}: keep that function name at the top level of the file ({context.readme})"
 
 
 def _bad_signature(check: Check, context: Context) -> str:
     if context.cuda:
-        return (f"the grader passes exactly these, in this order: {_entry_signature(context)} — C cannot check them "
-                f"for you (a missing parameter reads garbage); copy the declaration back from the stub or {context.readme}")
-    return (f"the grader calls {_entry_signature(context)} with these arguments in this order; more parameters need "
-            "defaults (e.g. BLOCK: int = 1024) — copy the signature back from the stub or " + context.readme)
+        return (
+            f"the grader passes exactly these, in this order: {_entry_signature(context)} — C cannot check them "
+            f"for you (a missing parameter reads garbage); copy the declaration back from the stub or {context.readme}"
+        )
+    return (
+        f"the grader calls {_entry_signature(context)} with these arguments in this order; more parameters need "
+        "defaults (e.g. BLOCK: int = 1024) — copy the signature back from the stub or " + context.readme
+    )
 
 
 def _syntax_error(check: Check, context: Context) -> str:
-    return ("Python stopped at that line before running anything; an unclosed bracket or a missing colon is often "
-            "reported on the line after the mistake — check the line before it too")
+    return (
+        "Python stopped at that line before running anything; an unclosed bracket or a missing colon is often "
+        "reported on the line after the mistake — check the line before it too"
+    )
 
 
 def _build_error(check: Check, context: Context) -> str | None:
@@ -478,7 +548,9 @@ def _build_error(check: Check, context: Context) -> str | None:
     lines = check.message.splitlines()
     error = first_error("\n".join(lines[1:])) if len(lines) > 1 else ""
     if "Don't know what to do with" in check.message:
-        return "nvcc compiles .cu files: this exercise's CUDA version expects a .cu file (a .py file is for --lang triton)"
+        return (
+            "nvcc compiles .cu files: this exercise's CUDA version expects a .cu file (a .py file is for --lang triton)"
+        )
     if not error or "by hand" in check.message:  # nvcc said nothing: the message already gives the command
         return None
     advice = ""
@@ -502,32 +574,50 @@ _BY_CODE: dict[str, Callable[[Check, Context], str | None]] = {
     Code.BAD_SIGNATURE: _bad_signature,
     Code.SYNTAX_ERROR: _syntax_error,
     Code.BUILD_ERROR: _build_error,
-    Code.BAD_RETURN: lambda check, context: "return the tensor(s) your operator allocated, e.g. `return y;` after the launch",
-    Code.TORCH_COMPUTE: lambda check, context: ("compute in your own kernel (tl.* or CUDA); torch may only allocate "
-                                             "(torch.empty_like), view, reshape or copy"),
-    Code.INPUT_MODIFIED: lambda check, context: ("write only to the output tensor(s); keep temporaries in registers "
-                                              "or in a buffer you allocate (torch.empty_like)"),
-    Code.CACHED_RESULT: lambda check, context: ("compute from the inputs on every call: no results kept in global "
-                                             "variables, caches or dictionaries between calls"),
+    Code.BAD_RETURN: lambda check, context: (
+        "return the tensor(s) your operator allocated, e.g. `return y;` after the launch"
+    ),
+    Code.TORCH_COMPUTE: lambda check, context: (
+        "compute in your own kernel (tl.* or CUDA); torch may only allocate (torch.empty_like), view, reshape or copy"
+    ),
+    Code.INPUT_MODIFIED: lambda check, context: (
+        "write only to the output tensor(s); keep temporaries in registers "
+        "or in a buffer you allocate (torch.empty_like)"
+    ),
+    Code.CACHED_RESULT: lambda check, context: (
+        "compute from the inputs on every call: no results kept in global "
+        "variables, caches or dictionaries between calls"
+    ),
     Code.SOLUTION_LOADED: lambda check, context: "remove whatever reads solutions/: the kernel must be your own work",
 }
 
 _SANITIZER = {
-    Code.RACE: ("two threads touched the same shared-memory address with no barrier between: put __syncthreads() "
-             "between writing shared memory and reading another thread's slot, and at the end of each loop round "
-             "before the buffer is written again"),
-    Code.SYNC: ("a __syncthreads() that not every thread of the block reaches (inside an if, or a loop whose trip "
-             "count differs per thread): move the barrier out of the branch and keep the condition inside it"),
-    Code.MEMCHECK: ("an access outside an allocation: guard global loads and stores with the bounds check (i < n) and "
-                 "keep shared-memory indices below the array's size; the line named above is where it happened"),
-    Code.LEAK: ("device memory your host code allocated and never freed: every cudaMalloc needs its cudaFree "
-             "before the function returns, on every path"),
-    Code.INITCHECK: ("a read of device memory nothing wrote: the output holds garbage when you are called, so set "
-                  "accumulators to 0 first (cudaMemsetAsync, or a first kernel), and read nothing past n"),
+    Code.RACE: (
+        "two threads touched the same shared-memory address with no barrier between: put __syncthreads() "
+        "between writing shared memory and reading another thread's slot, and at the end of each loop round "
+        "before the buffer is written again"
+    ),
+    Code.SYNC: (
+        "a __syncthreads() that not every thread of the block reaches (inside an if, or a loop whose trip "
+        "count differs per thread): move the barrier out of the branch and keep the condition inside it"
+    ),
+    Code.MEMCHECK: (
+        "an access outside an allocation: guard global loads and stores with the bounds check (i < n) and "
+        "keep shared-memory indices below the array's size; the line named above is where it happened"
+    ),
+    Code.LEAK: (
+        "device memory your host code allocated and never freed: every cudaMalloc needs its cudaFree "
+        "before the function returns, on every path"
+    ),
+    Code.INITCHECK: (
+        "a read of device memory nothing wrote: the output holds garbage when you are called, so set "
+        "accumulators to 0 first (cudaMemsetAsync, or a first kernel), and read nothing past n"
+    ),
 }
 
 
 # --- speed ---------------------------------------------------------------------------------------
+
 
 def _speed(check: Check, context: Context) -> str | None:
     ratio, threshold = check.details.get("ratio"), check.details.get("threshold")
@@ -547,7 +637,9 @@ def _speed(check: Check, context: Context) -> str | None:
         advice = f"see {context.readme} for what makes it faster"
     tune = ""
     if context.spec.tuning.get(context.result.lang) and ratio >= 0.8 * threshold:
-        tune = f"; close to the bar: `kcourse tune {context.spec.id}` times your kernel over the exercise's configurations"
+        tune = (
+            f"; close to the bar: `kcourse tune {context.spec.id}` times your kernel over the exercise's configurations"
+        )
     return f"{standing}; {advice}{tune}"
 
 

@@ -36,16 +36,24 @@ INT_POISON = -1234567  # an integer output nobody computes by accident
 BYTE_POISON = 0xA5
 # Outputs start as NaN with a payload no arithmetic produces (a computed NaN, 0/0 or inf-inf, has the
 # default payload), so "never written" is told from "computed NaN" (an overflow: a stability bug).
-POISON_BITS = {torch.float32: (torch.int32, 0x7FC5A5A5), torch.float64: (torch.int64, 0x7FF8A5A5A5A5A5A5),
-               torch.float16: (torch.int16, 0x7E5A), torch.bfloat16: (torch.int16, 0x7FC5)}
+POISON_BITS = {
+    torch.float32: (torch.int32, 0x7FC5A5A5),
+    torch.float64: (torch.int64, 0x7FF8A5A5A5A5A5A5),
+    torch.float16: (torch.int16, 0x7E5A),
+    torch.bfloat16: (torch.int16, 0x7FC5),
+}
 # Outputs an entry point allocates itself come from torch's caching allocator: the worker leaves this 2-byte
 # pattern in the blocks it will hand out next (worker.poison_free_memory). One pattern for every dtype, because
 # which freed block each output lands in is the allocator's choice (a float16 `out` once landed in the block
 # poisoned for a float32 `lse`, and a kernel that wrote nothing was told its tail was missing): read as float16
 # or bfloat16 it is 0x7FC5, as float32 0x7FC57FC5, as float64 0x7FC57FC57FC57FC5, each a NaN whose payload
 # no arithmetic produces.
-FREE_POISON = {torch.float32: 0x7FC57FC5, torch.float64: 0x7FC57FC57FC57FC5, torch.float16: 0x7FC5,
-               torch.bfloat16: 0x7FC5}
+FREE_POISON = {
+    torch.float32: 0x7FC57FC5,
+    torch.float64: 0x7FC57FC57FC57FC5,
+    torch.float16: 0x7FC5,
+    torch.bfloat16: 0x7FC5,
+}
 ALLOCATOR_BLOCK = 512  # bytes: the caching allocator hands out multiples of this
 CHUNK = 1 << 22  # elements drawn per generator: chunks are drawn in parallel, and the result does not
 #                  depend on how many threads drew them
@@ -122,8 +130,10 @@ def transform_function(spec: ExerciseSpec, name: str):
     """reference.py's function `name`, which a spec.toml `transform` names."""
     function = getattr(_reference_module(spec.folder / "reference.py"), name, None)
     if not callable(function):
-        raise SpecError(f"{spec.folder / 'spec.toml'}: transform {name!r} is not a function of "
-                        f"{spec.folder / 'reference.py'}: define `def {name}(x)` there")
+        raise SpecError(
+            f"{spec.folder / 'spec.toml'}: transform {name!r} is not a function of "
+            f"{spec.folder / 'reference.py'}: define `def {name}(x)` there"
+        )
     return function
 
 
@@ -167,8 +177,9 @@ def generate(spec: ExerciseSpec, case: Case, seed: int, trial: int = 0, device: 
     return made
 
 
-def transformed(spec: ExerciseSpec, name: str, x: torch.Tensor, case: Case, made: dict[str, torch.Tensor],
-                device: str = "cpu") -> torch.Tensor | dict[str, torch.Tensor]:
+def transformed(
+    spec: ExerciseSpec, name: str, x: torch.Tensor, case: Case, made: dict[str, torch.Tensor], device: str = "cpu"
+) -> torch.Tensor | dict[str, torch.Tensor]:
     """x (in float64) through reference.py's function `name`. Keyword-only parameters it declares are filled
     from the case's parameters and the inputs drawn before this one, by name: how one input follows another
     (a CSR matrix's column indices follow its row pointers, `def csr_col_idx(x, *, row_ptr, K)`). An integer
@@ -193,8 +204,10 @@ def own_entry(spec: ExerciseSpec, name: str, tensor: str, shared: dict[str, dict
     backward's out and lse, from q, k and v: `def attention_forward(x, *, q, k, v, causal)` returning
     {"out": ..., "lse": ...}); each input naming it takes the entry under its own name."""
     if tensor not in shared[name]:
-        raise SpecError(f"{spec.folder / 'reference.py'}: transform {name!r} returned entries {sorted(shared[name])}, "
-                        f"none named {tensor!r}: return one for each input whose spec names it")
+        raise SpecError(
+            f"{spec.folder / 'reference.py'}: transform {name!r} returned entries {sorted(shared[name])}, "
+            f"none named {tensor!r}: return one for each input whose spec names it"
+        )
     return shared[name][tensor]
 
 
@@ -210,8 +223,12 @@ def place(values: torch.Tensor, layout: str | None, device: str) -> torch.Tensor
     if layout == "row_slice":
         # a plain NaN for floats (not the output poison: a kernel that copies padding has written, and wrongly),
         # the integer poison for integer inputs
-        pad = float("nan") if values.is_floating_point() else (BYTE_POISON if values.dtype == torch.uint8 else INT_POISON)
-        wide = torch.full((*values.shape[:-1], values.shape[-1] + ROW_SLICE_PAD), pad, dtype=values.dtype, device=device)
+        pad = (
+            float("nan") if values.is_floating_point() else (BYTE_POISON if values.dtype == torch.uint8 else INT_POISON)
+        )
+        wide = torch.full(
+            (*values.shape[:-1], values.shape[-1] + ROW_SLICE_PAD), pad, dtype=values.dtype, device=device
+        )
         view = wide[..., : values.shape[-1]]
         view.copy_(values)
         return view
@@ -252,8 +269,9 @@ def unwritten(tensor: torch.Tensor) -> torch.Tensor:
     return tensor == INT_POISON if not tensor.is_floating_point() else torch.isnan(tensor)
 
 
-def make_outputs(spec: ExerciseSpec, case: Case, device: str,
-                 inputs: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+def make_outputs(
+    spec: ExerciseSpec, case: Case, device: str, inputs: dict[str, torch.Tensor] | None = None
+) -> dict[str, torch.Tensor]:
     """Poisoned outputs (see POISON_BITS) so elements the kernel never wrote show, each followed by a
     poisoned guard (GUARD) so stores past its end show too; in the case's layout (a row slice: the row
     stride differs from the input's). Given the trial's `inputs`, an output updated in place (see
@@ -266,7 +284,9 @@ def make_outputs(spec: ExerciseSpec, case: Case, device: str,
             wide = poison(torch.empty((*shape[:-1], shape[-1] + ROW_SLICE_PAD), dtype=dtype, device=device))
             made[t.name] = wide[..., : shape[-1]]
         elif layout == "transposed":
-            made[t.name] = poison(torch.empty((*shape[:-2], shape[-1], shape[-2]), dtype=dtype, device=device)).transpose(-1, -2)
+            made[t.name] = poison(
+                torch.empty((*shape[:-2], shape[-1], shape[-2]), dtype=dtype, device=device)
+            ).transpose(-1, -2)
         elif layout == "interleaved":
             stored = (shape[0], shape[2], shape[1], *shape[3:])
             made[t.name] = poison(torch.empty(stored, dtype=dtype, device=device)).transpose(1, 2)

@@ -75,23 +75,38 @@ def verdict(spec, records: list[Timing]) -> Check | None:
         return None
     measured = [r for r in records if r.learner_extra_bytes is not None and r.extra_bytes_limit is not None]
     if not measured:
-        return Check(CheckName.MEMORY, SKIPPED, "peak GPU memory was not measured for this kind of entry point "
-                     "(host-side code allocates with cudaMalloc, which the grader cannot see)", {"code": Code.NOT_MEASURED})
+        return Check(
+            CheckName.MEMORY,
+            SKIPPED,
+            "peak GPU memory was not measured for this kind of entry point "
+            "(host-side code allocates with cudaMalloc, which the grader cannot see)",
+            {"code": Code.NOT_MEASURED},
+        )
     why = f" ({perf.memory_hint})" if perf.memory_hint else ""
     over = [r for r in measured if r.learner_extra_bytes > r.extra_bytes_limit]
     sizes = {r.case: {"extra_bytes": r.learner_extra_bytes, "limit_bytes": r.extra_bytes_limit} for r in measured}
     if over:
         worst = max(over, key=lambda r: r.learner_extra_bytes / max(r.extra_bytes_limit, 1.0))
-        text = (f"your kernel allocated {size_text(worst.learner_extra_bytes)} beyond its inputs and outputs at "
-                f"{worst.case}; the limit is {size_text(worst.extra_bytes_limit)}{why}")
+        text = (
+            f"your kernel allocated {size_text(worst.learner_extra_bytes)} beyond its inputs and outputs at "
+            f"{worst.case}; the limit is {size_text(worst.extra_bytes_limit)}{why}"
+        )
         if len(over) > 1:
             text += f"; over the limit at {len(over)} of {len(measured)} timed sizes"
-        hint = (f"the limit at each size is {perf.max_extra_bytes} bytes; everything your code allocates while it "
-                "runs counts (each torch.empty in your wrapper), its inputs and outputs do not")
+        hint = (
+            f"the limit at each size is {perf.max_extra_bytes} bytes; everything your code allocates while it "
+            "runs counts (each torch.empty in your wrapper), its inputs and outputs do not"
+        )
         return Check(CheckName.MEMORY, FAILED, text, {"code": Code.TOO_MUCH_MEMORY, "sizes": sizes, "hint": hint})
-    listed = "; ".join(f"{r.case}: {size_text(r.learner_extra_bytes)} of {size_text(r.extra_bytes_limit)}" for r in measured)
-    return Check(CheckName.MEMORY, PASSED, f"peak extra GPU memory within the limit{why} at every timed size — {listed}",
-                 {"code": Code.OK, "sizes": sizes})
+    listed = "; ".join(
+        f"{r.case}: {size_text(r.learner_extra_bytes)} of {size_text(r.extra_bytes_limit)}" for r in measured
+    )
+    return Check(
+        CheckName.MEMORY,
+        PASSED,
+        f"peak extra GPU memory within the limit{why} at every timed size — {listed}",
+        {"code": Code.OK, "sizes": sizes},
+    )
 
 
 def not_measured(spec, on_gpu: bool) -> Check | None:
@@ -99,6 +114,12 @@ def not_measured(spec, on_gpu: bool) -> Check | None:
     if spec.performance.max_extra_bytes is None:
         return None
     if on_gpu:
-        return Check(CheckName.MEMORY, SKIPPED, "--quick: numerics and integrity only; grade without --quick for the memory "
-                     "check", {"code": Code.QUICK})
-    return Check(CheckName.MEMORY, SKIPPED, "no GPU found: peak GPU memory is measured on a GPU only", {"code": Code.NO_GPU})
+        return Check(
+            CheckName.MEMORY,
+            SKIPPED,
+            "--quick: numerics and integrity only; grade without --quick for the memory check",
+            {"code": Code.QUICK},
+        )
+    return Check(
+        CheckName.MEMORY, SKIPPED, "no GPU found: peak GPU memory is measured on a GPU only", {"code": Code.NO_GPU}
+    )

@@ -34,6 +34,7 @@ from grader.core.vocabulary import CheckName, Code
 
 MESSAGE_LIMIT = 700  # characters of a torch error shown to the learner (Dynamo's run to pages)
 
+
 def wanted(spec, case, trial: int) -> bool:
     """Whether this trial runs the operator checks: the first trial of each case marked op_checks = true."""
     return spec.checks is not None and case.op_checks and trial == 0
@@ -41,8 +42,15 @@ def wanted(spec, case, trial: int) -> bool:
 
 # --- the child: run the checks, hand back evidence ------------------------------------------------
 
-def gather(checks: OpChecks, function: Callable, args: list[Any], grad_outputs: list,
-           save: Callable[[str, Any], dict], compiled: dict) -> dict[str, Any]:
+
+def gather(
+    checks: OpChecks,
+    function: Callable,
+    args: list[Any],
+    grad_outputs: list,
+    save: Callable[[str, Any], dict],
+    compiled: dict,
+) -> dict[str, Any]:
     """Evidence for every check, on fresh copies of `args` (the trial's inputs). `save(name, tensor)` writes a
     tensor for the parent; `compiled` keeps the compiled entry point between cases (one compile, then guards)."""
     evidence: dict[str, Any] = {}
@@ -68,8 +76,10 @@ def _copies(args: list[Any], requires_grad: bool = False) -> list[Any]:
     """Fresh tensors (a check must not see what another did to them); floating ones require grad if asked."""
     import torch
 
-    return [a.detach().clone().requires_grad_(requires_grad and a.is_floating_point())
-            if isinstance(a, torch.Tensor) else a for a in args]
+    return [
+        a.detach().clone().requires_grad_(requires_grad and a.is_floating_point()) if isinstance(a, torch.Tensor) else a
+        for a in args
+    ]
 
 
 def _overload(checks: OpChecks):
@@ -93,8 +103,10 @@ def _opcheck(checks: OpChecks, args: list[Any]) -> dict[str, Any]:
         results = torch.library.opcheck(_overload(checks), tuple(args), raise_exception=False)
     except Exception as exc:  # opcheck itself could not call the operator with these arguments
         return {"error": short(exc)}
-    return {"tests": {test: "SUCCESS" if outcome == "SUCCESS" else short(outcome) for test, outcome in results.items()},
-            "seconds": round(time.monotonic() - started, 3)}
+    return {
+        "tests": {test: "SUCCESS" if outcome == "SUCCESS" else short(outcome) for test, outcome in results.items()},
+        "seconds": round(time.monotonic() - started, 3),
+    }
 
 
 def compile_backend(device: str) -> tuple[str | None, str]:
@@ -102,7 +114,10 @@ def compile_backend(device: str) -> tuple[str | None, str]:
     (inductor's CPU code is C++): the check is skipped, with why."""
     if device == "cuda" or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++"):
         return "inductor", ""
-    return None, "no C++ compiler found: torch.compile's CPU backend (inductor) needs one (install g++), or grade on a GPU"
+    return (
+        None,
+        "no C++ compiler found: torch.compile's CPU backend (inductor) needs one (install g++), or grade on a GPU",
+    )
 
 
 def _compiled(function: Callable, args: list[Any], save, compiled: dict) -> dict[str, Any]:
@@ -123,8 +138,11 @@ def _compiled(function: Callable, args: list[Any], save, compiled: dict) -> dict
     outputs = list(result) if isinstance(result, (tuple, list)) else [result]
     if not all(isinstance(t, torch.Tensor) for t in outputs):
         return {"error": f"the compiled entry point returned {type(result).__name__}, not tensors", "backend": backend}
-    return {"outputs": [save(f"compiled{i}", t) for i, t in enumerate(outputs)], "backend": backend,
-            "seconds": round(time.monotonic() - started, 3)}
+    return {
+        "outputs": [save(f"compiled{i}", t) for i, t in enumerate(outputs)],
+        "backend": backend,
+        "seconds": round(time.monotonic() - started, 3),
+    }
 
 
 def _gradients(function: Callable, args: list[Any], grad_outputs: list, save) -> dict[str, Any]:
@@ -139,12 +157,16 @@ def _gradients(function: Callable, args: list[Any], grad_outputs: list, save) ->
         result = function(*args)
         outputs = list(result) if isinstance(result, (tuple, list)) else [result]
         fed = [g.to(o.device) for g, o in zip(grad_outputs, outputs)]
-        grads, ops = integrity.ops_called(lambda: torch.autograd.grad(outputs, [a for _, a in wrt], fed, allow_unused=True))
+        grads, ops = integrity.ops_called(
+            lambda: torch.autograd.grad(outputs, [a for _, a in wrt], fed, allow_unused=True)
+        )
         _sync(args)
     except Exception as exc:
         return {"error": short(exc)}
-    return {"grads": {str(i): None if g is None else save(f"grad{i}", g) for (i, _), g in zip(wrt, grads)},
-            "ops": sorted(ops)}
+    return {
+        "grads": {str(i): None if g is None else save(f"grad{i}", g) for (i, _), g in zip(wrt, grads)},
+        "ops": sorted(ops),
+    }
 
 
 def _sync(args: list[Any]) -> None:
@@ -177,12 +199,17 @@ def short(exc: Any) -> str:
 
 # --- the parent: what backward is fed, the reference's gradients, the verdicts ---------------------
 
+
 def draw_grad_outputs(spec, case, seed: int) -> list:
     """One gradient per output, N(0,1) in the output's shape and dtype, drawn from the trial's seed."""
     from grader.checks.inputs import _draw, dtype_of, shape_of, torch_dtype
 
-    return [_draw(math.prod(shape_of(t, case)), seed * 31 + 977 + i, "normal").reshape(shape_of(t, case))
-            .to(torch_dtype(dtype_of(t, case))) for i, t in enumerate(spec.outputs)]
+    return [
+        _draw(math.prod(shape_of(t, case)), seed * 31 + 977 + i, "normal")
+        .reshape(shape_of(t, case))
+        .to(torch_dtype(dtype_of(t, case)))
+        for i, t in enumerate(spec.outputs)
+    ]
 
 
 def reference_gradients(reference: Callable, spec, inputs: dict, grad_outputs: list, params: dict) -> dict:
@@ -204,60 +231,99 @@ def judge_trial(spec, variant, case, label: str, event: dict, refs: list, ref_gr
     process that did not hand it back)."""
     evidence = event.get("op_checks") or {}
     if spec.checks.schema is None:  # a plain autograd.Function: its gradients alone
-        return {"gradients": _gradient_verdict(spec, variant, case, label, evidence.get("gradients") or {}, ref_grads, tol)}
-    verdicts = {"operator": _operator_verdict(spec.checks, variant, label, evidence.get("operator") or {},
-                                              event.get("ops") or [])}
+        return {
+            "gradients": _gradient_verdict(spec, variant, case, label, evidence.get("gradients") or {}, ref_grads, tol)
+        }
+    verdicts = {
+        "operator": _operator_verdict(
+            spec.checks, variant, label, evidence.get("operator") or {}, event.get("ops") or []
+        )
+    }
     verdicts["opcheck"] = _opcheck_verdict(label, evidence.get("opcheck"), verdicts["operator"])
     verdicts["torch_compile"] = _compile_verdict(spec, variant, label, evidence.get("torch_compile") or {}, refs, tol)
     if spec.checks.autograd:
-        verdicts["gradients"] = _gradient_verdict(spec, variant, case, label, evidence.get("gradients") or {}, ref_grads, tol)
+        verdicts["gradients"] = _gradient_verdict(
+            spec, variant, case, label, evidence.get("gradients") or {}, ref_grads, tol
+        )
     return verdicts
 
 
 def _operator_verdict(checks: OpChecks, variant, label: str, found: dict, ops: list) -> Check:
     name, register = checks.qualname, f'@torch.library.custom_op("{checks.qualname}", mutates_args=())'
     if "schema" not in found:
-        return Check(CheckName.OPERATOR, FAILED, f"{label}: no operator torch.ops.{checks.namespace}.{checks.name}: register it with "
-                     f"{register} on the function that launches your kernel ({found.get('error', 'no evidence')})",
-                     {"code": Code.NO_OPERATOR})
+        return Check(
+            CheckName.OPERATOR,
+            FAILED,
+            f"{label}: no operator torch.ops.{checks.namespace}.{checks.name}: register it with "
+            f"{register} on the function that launches your kernel ({found.get('error', 'no evidence')})",
+            {"code": Code.NO_OPERATOR},
+        )
     if found["schema"] != checks.schema:
-        return Check(CheckName.OPERATOR, FAILED, f"{name} has the schema `{found['schema']}`; the exercise's is `{checks.schema}`: "
-                     "keep the stub's parameter names and type hints (they make the schema) and mutates_args=()",
-                     {"code": Code.WRONG_SCHEMA, "schema": found["schema"]})
+        return Check(
+            CheckName.OPERATOR,
+            FAILED,
+            f"{name} has the schema `{found['schema']}`; the exercise's is `{checks.schema}`: "
+            "keep the stub's parameter names and type hints (they make the schema) and mutates_args=()",
+            {"code": Code.WRONG_SCHEMA, "schema": found["schema"]},
+        )
     if name not in ops:
-        return Check(CheckName.OPERATOR, FAILED, f"{label}: `{variant.entry}` did not call torch.ops.{checks.namespace}.{checks.name}: "
-                     "call the registered operator, so torch.compile and autograd see one operator (not your kernel's "
-                     "launch)", {"code": Code.OPERATOR_NOT_CALLED})
-    return Check(CheckName.OPERATOR, PASSED, f"torch.ops.{checks.namespace}.{checks.name} registered as `{checks.schema}`, "
-                 f"called by `{variant.entry}`")
+        return Check(
+            CheckName.OPERATOR,
+            FAILED,
+            f"{label}: `{variant.entry}` did not call torch.ops.{checks.namespace}.{checks.name}: "
+            "call the registered operator, so torch.compile and autograd see one operator (not your kernel's "
+            "launch)",
+            {"code": Code.OPERATOR_NOT_CALLED},
+        )
+    return Check(
+        CheckName.OPERATOR,
+        PASSED,
+        f"torch.ops.{checks.namespace}.{checks.name} registered as `{checks.schema}`, called by `{variant.entry}`",
+    )
 
 
 OPCHECK_HINTS = {
     "test_schema": "an input your kernel writes must be listed in mutates_args (better: write only to a new output)",
     "test_autograd_registration": "register the backward with register_autograd(backward, setup_context=...)",
     "test_faketensor": "register a fake implementation (@<op>.register_fake) returning an empty tensor with the real "
-                       "output's shape, dtype and device (torch.empty_like(x)); it must not read values",
+    "output's shape, dtype and device (torch.empty_like(x)); it must not read values",
     "test_aot_dispatch_dynamic": "AOT autograd (torch.compile's training path) failed: check the fake implementation "
-                                 "and the backward (register_autograd)",
+    "and the backward (register_autograd)",
 }
 
 
 def _opcheck_verdict(label: str, ran: dict | None, operator: Check) -> Check:
     if ran is None:
         if operator.details.get("code") in (Code.NO_OPERATOR, Code.WRONG_SCHEMA):
-            return Check(CheckName.OPCHECK, SKIPPED, "not run: the operator is missing or has another schema (see operator)",
-                         {"code": Code.NO_OPERATOR})
-        return Check(CheckName.OPCHECK, FAILED, f"{label}: the opcheck evidence did not come back from your run",
-                     {"code": Code.NO_EVIDENCE})
+            return Check(
+                CheckName.OPCHECK,
+                SKIPPED,
+                "not run: the operator is missing or has another schema (see operator)",
+                {"code": Code.NO_OPERATOR},
+            )
+        return Check(
+            CheckName.OPCHECK,
+            FAILED,
+            f"{label}: the opcheck evidence did not come back from your run",
+            {"code": Code.NO_EVIDENCE},
+        )
     if "error" in ran:
-        return Check(CheckName.OPCHECK, FAILED, f"{label}: torch.library.opcheck could not run your operator: {ran['error']}",
-                     {"code": Code.OPCHECK_FAILED})
+        return Check(
+            CheckName.OPCHECK,
+            FAILED,
+            f"{label}: torch.library.opcheck could not run your operator: {ran['error']}",
+            {"code": Code.OPCHECK_FAILED},
+        )
     failed = {test: outcome for test, outcome in (ran.get("tests") or {}).items() if outcome != "SUCCESS"}
     if failed or not ran.get("tests"):
         test, outcome = next(iter(failed.items()), ("opcheck", "no test ran"))
         hint = OPCHECK_HINTS.get(test, "")
-        return Check(CheckName.OPCHECK, FAILED, f"{label}: torch.library.opcheck: {test} failed: {outcome}" + (f"\n{hint}" if hint else ""),
-                     {"code": Code.OPCHECK_FAILED, "tests": sorted(failed)})
+        return Check(
+            CheckName.OPCHECK,
+            FAILED,
+            f"{label}: torch.library.opcheck: {test} failed: {outcome}" + (f"\n{hint}" if hint else ""),
+            {"code": Code.OPCHECK_FAILED, "tests": sorted(failed)},
+        )
     return Check(CheckName.OPCHECK, PASSED, f"torch.library.opcheck: {', '.join(ran['tests'])} passed")
 
 
@@ -265,55 +331,103 @@ def _compile_verdict(spec, variant, label: str, ran: dict, refs: list, tol) -> C
     if "skipped" in ran:
         return Check(CheckName.TORCH_COMPILE, SKIPPED, ran["skipped"], {"code": Code.NO_COMPILER})
     if "outputs" not in ran:
-        return Check(CheckName.TORCH_COMPILE, FAILED, f"{label}: torch.compile(`{variant.entry}`, fullgraph=True) failed: "
-                     f"{ran.get('error', 'no evidence came back')}\nA graph break (.item(), print, Python branching on a "
-                     "tensor's values) or a missing fake implementation stops a full-graph trace", {"code": Code.COMPILE_FAILED})
+        return Check(
+            CheckName.TORCH_COMPILE,
+            FAILED,
+            f"{label}: torch.compile(`{variant.entry}`, fullgraph=True) failed: "
+            f"{ran.get('error', 'no evidence came back')}\nA graph break (.item(), print, Python branching on a "
+            "tensor's values) or a missing fake implementation stops a full-graph trace",
+            {"code": Code.COMPILE_FAILED},
+        )
     from grader.checks.checking import compare
 
     for i, (spec_out, ref) in enumerate(zip(spec.outputs, refs)):
         got = _load(ran["outputs"][i] if i < len(ran["outputs"]) else None, ref)
         comparison = compare(spec_out.name, got, ref, tol, f"{label}, compiled") if got is not None else None
         if comparison is None or not comparison.ok:
-            return Check(CheckName.TORCH_COMPILE, FAILED, (comparison.message if comparison else f"{label}: the compiled output "
-                         f"{spec_out.name} did not come back") + ": the compiled call must give eager's answer",
-                         {"code": Code.COMPILED_MISMATCH})
-    return Check(CheckName.TORCH_COMPILE, PASSED, f"torch.compile(`{variant.entry}`, fullgraph=True, backend {ran.get('backend')}) "
-                 "traced without a graph break and matched the reference")
+            return Check(
+                CheckName.TORCH_COMPILE,
+                FAILED,
+                (
+                    comparison.message
+                    if comparison
+                    else f"{label}: the compiled output {spec_out.name} did not come back"
+                )
+                + ": the compiled call must give eager's answer",
+                {"code": Code.COMPILED_MISMATCH},
+            )
+    return Check(
+        CheckName.TORCH_COMPILE,
+        PASSED,
+        f"torch.compile(`{variant.entry}`, fullgraph=True, backend {ran.get('backend')}) "
+        "traced without a graph break and matched the reference",
+    )
 
 
 def _gradient_verdict(spec, variant, case, label: str, ran: dict, ref_grads: dict, tol) -> Check:
     if "grads" not in ran:
-        how = ("register it with <op>.register_autograd(backward, setup_context=setup_context)" if spec.checks.schema
-               else "your autograd.Function's backward must return one gradient per forward argument, in their order, "
-                    "None for those that are not tensors (a float, an int)")
-        return Check(CheckName.GRADIENTS, FAILED, f"{label}: backward through `{variant.entry}` failed: {ran.get('error', 'no evidence')}"
-                     f"\n{how}", {"code": Code.NO_BACKWARD})
+        how = (
+            "register it with <op>.register_autograd(backward, setup_context=setup_context)"
+            if spec.checks.schema
+            else "your autograd.Function's backward must return one gradient per forward argument, in their order, "
+            "None for those that are not tensors (a float, an int)"
+        )
+        return Check(
+            CheckName.GRADIENTS,
+            FAILED,
+            f"{label}: backward through `{variant.entry}` failed: {ran.get('error', 'no evidence')}\n{how}",
+            {"code": Code.NO_BACKWARD},
+        )
     from grader.checks import integrity
     from grader.checks.checking import compare
 
     bad_ops = integrity.forbidden_ops(set(ran.get("ops", []))) if spec.checks.kernel_backward else []
     if bad_ops:
-        return Check(CheckName.GRADIENTS, FAILED, f"{label}: your backward called torch's {', '.join(bad_ops[:5])}: compute the "
-                     "gradients in your own backward kernel (launch it from backward; allowed there: allocation, views, "
-                     "copies, ctx.saved_tensors)", {"code": Code.TORCH_COMPUTE_BACKWARD, "ops": bad_ops})
+        return Check(
+            CheckName.GRADIENTS,
+            FAILED,
+            f"{label}: your backward called torch's {', '.join(bad_ops[:5])}: compute the "
+            "gradients in your own backward kernel (launch it from backward; allowed there: allocation, views, "
+            "copies, ctx.saved_tensors)",
+            {"code": Code.TORCH_COMPUTE_BACKWARD, "ops": bad_ops},
+        )
 
     positions = {a.name: str(i) for i, a in enumerate(variant.args)}
     for name, ref in ref_grads.items():
         got = _load(ran["grads"].get(positions.get(name, "")), ref)
         if got is None:
-            return Check(CheckName.GRADIENTS, FAILED, f"{label}: your backward returned no gradient for {name}: return one per "
-                         "input, in the operator's argument order", {"code": Code.GRADIENT_MISSING})
+            return Check(
+                CheckName.GRADIENTS,
+                FAILED,
+                f"{label}: your backward returned no gradient for {name}: return one per "
+                "input, in the operator's argument order",
+                {"code": Code.GRADIENT_MISSING},
+            )
         comparison = compare(f"the gradient of {name}", got, ref, summed_tolerance(tol, ref, spec, case), label)
         if not comparison.ok:
-            return Check(CheckName.GRADIENTS, FAILED, comparison.message + ": check your backward formula (and that a broadcast "
-                         "input's gradient is summed over the dimensions it was broadcast along)", {"code": Code.GRADIENT_MISMATCH})
+            return Check(
+                CheckName.GRADIENTS,
+                FAILED,
+                comparison.message + ": check your backward formula (and that a broadcast "
+                "input's gradient is summed over the dimensions it was broadcast along)",
+                {"code": Code.GRADIENT_MISMATCH},
+            )
     checked = ran.get("gradcheck")
     if checked is not None and not checked.get("passed"):
-        return Check(CheckName.GRADIENTS, FAILED, f"{label}: torch.autograd.gradcheck on float64 copies failed: {checked.get('error')}"
-                     "\nyour kernels must take float64 and compute in it (tl.float32 casts lose the precision gradcheck "
-                     "needs), and the backward must be the forward's exact derivative", {"code": Code.GRADCHECK_FAILED})
-    return Check(CheckName.GRADIENTS, PASSED, f"gradients of {', '.join(ref_grads)} matched the float64 reference"
-                 + (" and torch.autograd.gradcheck (float64)" if checked else ""))
+        return Check(
+            CheckName.GRADIENTS,
+            FAILED,
+            f"{label}: torch.autograd.gradcheck on float64 copies failed: {checked.get('error')}"
+            "\nyour kernels must take float64 and compute in it (tl.float32 casts lose the precision gradcheck "
+            "needs), and the backward must be the forward's exact derivative",
+            {"code": Code.GRADCHECK_FAILED},
+        )
+    return Check(
+        CheckName.GRADIENTS,
+        PASSED,
+        f"gradients of {', '.join(ref_grads)} matched the float64 reference"
+        + (" and torch.autograd.gradcheck (float64)" if checked else ""),
+    )
 
 
 def summed_tolerance(tol, grad, spec, case):
@@ -326,8 +440,10 @@ def summed_tolerance(tol, grad, spec, case):
 
     n = max(1.0, math.prod(shape_of(spec.outputs[0], case)) / max(1, grad.numel()))
     largest = float(grad.abs().max()) if grad.numel() else 0.0
-    return Tolerance(tol.atol * math.sqrt(n) + tol.rtol * largest,
-                     max(tol.rtol, 2 * math.sqrt(n) * UNIT_ROUNDOFF.get(case.dtype, 2.0**-24)))
+    return Tolerance(
+        tol.atol * math.sqrt(n) + tol.rtol * largest,
+        max(tol.rtol, 2 * math.sqrt(n) * UNIT_ROUNDOFF.get(case.dtype, 2.0**-24)),
+    )
 
 
 def _load(meta: dict | None, like):

@@ -33,7 +33,9 @@ def as_rows(kind: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
     return kind.reshape(-1, max(columns, 1))
 
 
-def shrink(grid: torch.Tensor, max_rows: int = MAX_ROWS, max_columns: int = MAX_COLUMNS) -> tuple[torch.Tensor, int, int]:
+def shrink(
+    grid: torch.Tensor, max_rows: int = MAX_ROWS, max_columns: int = MAX_COLUMNS
+) -> tuple[torch.Tensor, int, int]:
     """The grid in at most max_rows × max_columns cells, each the largest category of its block; with the block's
     height and width."""
     rows, columns = grid.shape

@@ -34,7 +34,9 @@ def expression_names(case: Case) -> dict[str, Any]:
     return {**case.params, "elem": element_size(case.dtype)}
 
 
-def work_and_ceiling(spec: ExerciseSpec, variant: Variant, case: Case, device: dict[str, Any]) -> tuple[float | None, float | None, str]:
+def work_and_ceiling(
+    spec: ExerciseSpec, variant: Variant, case: Case, device: dict[str, Any]
+) -> tuple[float | None, float | None, str]:
     """(work in the reported unit, this GPU's ceiling in that unit, unit) for one timed size."""
     flops, nbytes, compute_bound = work_model(spec, variant)
     names = expression_names(case)
@@ -92,8 +94,10 @@ def implausible_claim(measured: dict, wall_s: float) -> str | None:
         return f"your run reported {', '.join(instant)} taking no time at all (a median of {measured[instant[0]]['median_ms']} ms)"
     claimed_s = sum(float(m["median_ms"]) * int(m["runs"]) for m in measured.values()) / 1000
     if claimed_s > wall_s * WALL_SLACK + 0.05:
-        return (f"the timings your run reported add up to {claimed_s:.2f} s, but the timed phase took {wall_s:.2f} s "
-                "by the grader's clock")
+        return (
+            f"the timings your run reported add up to {claimed_s:.2f} s, but the timed phase took {wall_s:.2f} s "
+            "by the grader's clock"
+        )
     return None
 
 
@@ -118,15 +122,19 @@ def probe_disagrees(record: Timing, probe: dict[str, dict[str, float]]) -> str |
     per_run = {who: max(0.0, p["wall_s"] / max(1, p["runs"]) - base) for who, p in probe.items() if who != "baseline"}
     claimed_s = (record.learner_ms or 0) / 1000
     if claimed_s * PROBE_AGREEMENT + LAUNCH_SLACK_S < per_run["learner"]:
-        return (f"your run reported {1000 * claimed_s:.3g} ms per call, but the grader's own clock measured "
-                f"{1000 * per_run['learner']:.3g} ms")
+        return (
+            f"your run reported {1000 * claimed_s:.3g} ms per call, but the grader's own clock measured "
+            f"{1000 * per_run['learner']:.3g} ms"
+        )
     if record.ratio is None or "solution" not in per_run or record.solution_source != "live solution":
         return None
     probe_ratio = (per_run["solution"] + LAUNCH_SLACK_S) / max(per_run["learner"], 1e-9)
     if record.ratio > max(probe_ratio, 1.0) * PROBE_AGREEMENT:
-        return (f"your run reported {record.ratio:.2f}× the solution's speed, but the grader's own clock measured "
-                f"about {probe_ratio:.2f}× (you {1000 * per_run['learner']:.3g} ms, solution "
-                f"{1000 * per_run['solution']:.3g} ms per call)")
+        return (
+            f"your run reported {record.ratio:.2f}× the solution's speed, but the grader's own clock measured "
+            f"about {probe_ratio:.2f}× (you {1000 * per_run['learner']:.3g} ms, solution "
+            f"{1000 * per_run['solution']:.3g} ms per call)"
+        )
     return None
 
 
@@ -155,21 +163,44 @@ def verdict(spec, variant, record: Timing | None, calibration: dict | None, devi
     if record is None:
         return Check(CheckName.SPEED, SKIPPED, "this exercise has no timed sizes", {"code": Code.NO_TIMED_SIZES})
     if not record.learner_ms or record.learner_ms <= 0:  # the judge fails such a claim first (implausible_claim)
-        return Check(CheckName.SPEED, FAILED, f"your timed run reported taking {record.learner_ms} ms: no kernel runs in no time",
-                     {"code": Code.IMPLAUSIBLE_TIMING})
+        return Check(
+            CheckName.SPEED,
+            FAILED,
+            f"your timed run reported taking {record.learner_ms} ms: no kernel runs in no time",
+            {"code": Code.IMPLAUSIBLE_TIMING},
+        )
     if record.solution_ms is None and not apply_calibration(spec, variant, record, calibration or {}, device):
-        return Check(CheckName.SPEED, SKIPPED, f"no solution here to time against (you: {record.learner_ms:.4g} ms) and no "
-                     "calibration for this exercise: ask your instructor for calibration/calibration.json",
-                     {"code": Code.NO_SOLUTION})
+        return Check(
+            CheckName.SPEED,
+            SKIPPED,
+            f"no solution here to time against (you: {record.learner_ms:.4g} ms) and no "
+            "calibration for this exercise: ask your instructor for calibration/calibration.json",
+            {"code": Code.NO_SOLUTION},
+        )
     rate = f", {record.learner_rate:.4g} {record.unit}" if record.learner_rate else ""
     roof = f" ({record.roofline_pct:.0f}% of this GPU's measured roofline)" if record.roofline_pct else ""
     speedup = baseline_speedup(record)
-    own = (f" — {speedup:.2f}× the speed of your own code with {record.baseline_args} ({record.baseline_ms:.4g} ms)"
-           if speedup else "")
-    text = (f"{record.case}: {record.learner_ms:.4g} ms{rate}{roof}{own}; solution {record.solution_ms:.4g} ms "
-            f"[{record.solution_source}]; your speed is {record.ratio:.2f}× the solution's (needed: {threshold:.2f}×)")
+    own = (
+        f" — {speedup:.2f}× the speed of your own code with {record.baseline_args} ({record.baseline_ms:.4g} ms)"
+        if speedup
+        else ""
+    )
+    text = (
+        f"{record.case}: {record.learner_ms:.4g} ms{rate}{roof}{own}; solution {record.solution_ms:.4g} ms "
+        f"[{record.solution_source}]; your speed is {record.ratio:.2f}× the solution's (needed: {threshold:.2f}×)"
+    )
     status = PASSED if record.ratio >= threshold else FAILED
     hint = "" if status == PASSED else " — see the exercise README's ladder for the next step"
-    return Check(CheckName.SPEED, status, text + hint, {"ratio": record.ratio, "threshold": threshold, "bar": record.solution_source,
-                                                "roofline_pct": record.roofline_pct, "baseline_speedup": speedup,
-                                                "code": Code.OK if status == PASSED else Code.SLOW})
+    return Check(
+        CheckName.SPEED,
+        status,
+        text + hint,
+        {
+            "ratio": record.ratio,
+            "threshold": threshold,
+            "bar": record.solution_source,
+            "roofline_pct": record.roofline_pct,
+            "baseline_speedup": speedup,
+            "code": Code.OK if status == PASSED else Code.SLOW,
+        },
+    )

@@ -49,13 +49,34 @@ _RULE_PATH_BENEATH = 1
 _RESTRICT_SELF_TSYNC = 1 << 3  # ABI 8: every thread of the process, not only the caller
 EXECUTE, WRITE_FILE, READ_FILE, READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
 REMOVE_DIR, REMOVE_FILE, MAKE_CHAR, MAKE_DIR, MAKE_REG, MAKE_SOCK, MAKE_FIFO, MAKE_BLOCK, MAKE_SYM = (
-    1 << 4, 1 << 5, 1 << 6, 1 << 7, 1 << 8, 1 << 9, 1 << 10, 1 << 11, 1 << 12)
+    1 << 4,
+    1 << 5,
+    1 << 6,
+    1 << 7,
+    1 << 8,
+    1 << 9,
+    1 << 10,
+    1 << 11,
+    1 << 12,
+)
 REFER, TRUNCATE, IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15
 _FS_BY_ABI = {1: (1 << 13) - 1, 2: (1 << 14) - 1, 3: (1 << 15) - 1, 5: (1 << 16) - 1}
 _NET_TCP = 0b11  # bind and connect
 _SCOPES = 0b11  # abstract unix sockets, signals
 READ = EXECUTE | READ_FILE | READ_DIR
-WRITE = READ | WRITE_FILE | REMOVE_DIR | REMOVE_FILE | MAKE_DIR | MAKE_REG | MAKE_SYM | MAKE_FIFO | MAKE_SOCK | REFER | TRUNCATE
+WRITE = (
+    READ
+    | WRITE_FILE
+    | REMOVE_DIR
+    | REMOVE_FILE
+    | MAKE_DIR
+    | MAKE_REG
+    | MAKE_SYM
+    | MAKE_FIFO
+    | MAKE_SOCK
+    | REFER
+    | TRUNCATE
+)
 DEVICE = READ_FILE | WRITE_FILE | IOCTL_DEV | TRUNCATE
 _FILE_RIGHTS = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV  # what a rule on a file (not a folder) may carry
 
@@ -95,8 +116,10 @@ def available() -> tuple[bool, str]:
         return False, f"{platform.system()} has no Landlock: learner code runs with your user's rights"
     abi = landlock_abi()
     if abi == 0:
-        return False, (f"this kernel ({platform.release()}) has no Landlock (Linux 5.13 or later, with lsm=landlock): "
-                       "learner code runs with your user's rights")
+        return False, (
+            f"this kernel ({platform.release()}) has no Landlock (Linux 5.13 or later, with lsm=landlock): "
+            "learner code runs with your user's rights"
+        )
     if _libc.prctl(21, 0, 0, 0, 0) < 0:  # PR_GET_SECCOMP: -1 where the kernel has no seccomp
         return False, f"this kernel ({platform.release()}) has no seccomp: learner code runs with your user's rights"
     network = "TCP" if abi >= 4 else "no TCP rule (ABI < 4): sockets by seccomp only"
@@ -104,7 +127,9 @@ def available() -> tuple[bool, str]:
 
 
 # --- the policy ------------------------------------------------------------------------------------------------
-def policy(scratch: Path, learner: Path, course: Path, extra_read: list[Path] = (), extra_write: list[Path] = ()) -> Policy:
+def policy(
+    scratch: Path, learner: Path, course: Path, extra_read: list[Path] = (), extra_write: list[Path] = ()
+) -> Policy:
     """The box for a child whose scratch folder is `scratch`, grading the file `learner` of the kit at `course`."""
     read = [p for p in SYSTEM_READ if os.path.exists(p)]
     read += _python_dirs(course) + [str(course / name) for name in COURSE_READ]
@@ -267,20 +292,22 @@ def _bpf_program(arch: int, nr: dict[str, int]) -> bytes:
     def op(code: int, jt: int, jf: int, k: int) -> bytes:
         return struct.pack("HBBI", code, jt, jf, k)
 
-    return b"".join([
-        op(ld_w_abs, 0, 0, 4),  # arch
-        op(jeq, 1, 0, arch),
-        op(ret, 0, 0, _ERRNO | errno.EPERM),  # another ABI (x32, 32-bit): refused
-        op(ld_w_abs, 0, 0, 0),  # syscall number
-        op(jeq, 3, 0, nr["socket"]),
-        op(jeq, 2, 0, nr["socketpair"]),
-        op(jeq, 4, 0, nr["setsid"]),
-        op(ret, 0, 0, _ALLOW),
-        op(ld_w_abs, 0, 0, 16),  # args[0]: the socket's family (low 32 bits)
-        op(jeq, 0, 1, _AF_UNIX),
-        op(ret, 0, 0, _ALLOW),
-        op(ret, 0, 0, _ERRNO | errno.EACCES),
-    ])
+    return b"".join(
+        [
+            op(ld_w_abs, 0, 0, 4),  # arch
+            op(jeq, 1, 0, arch),
+            op(ret, 0, 0, _ERRNO | errno.EPERM),  # another ABI (x32, 32-bit): refused
+            op(ld_w_abs, 0, 0, 0),  # syscall number
+            op(jeq, 3, 0, nr["socket"]),
+            op(jeq, 2, 0, nr["socketpair"]),
+            op(jeq, 4, 0, nr["setsid"]),
+            op(ret, 0, 0, _ALLOW),
+            op(ld_w_abs, 0, 0, 16),  # args[0]: the socket's family (low 32 bits)
+            op(jeq, 0, 1, _AF_UNIX),
+            op(ret, 0, 0, _ALLOW),
+            op(ret, 0, 0, _ERRNO | errno.EACCES),
+        ]
+    )
 
 
 # --- the process count for root, which RLIMIT_NPROC does not bind ----------------------------------------------

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 BOXED = False  # set by the process once it is in the grading box (box.py)
-BOX_REFUSED = ("\n  the grading box refused this: learner code may read the Python and CUDA installation, the "
-               "kit's specs and references and its own files, and write only its working folder; it has no network, "
-               "and cannot read solutions/, your results or other learners' files. Compute the answer in your kernel")
-
-
+BOX_REFUSED = (
+    "\n  the grading box refused this: learner code may read the Python and CUDA installation, the "
+    "kit's specs and references and its own files, and write only its working folder; it has no network, "
+    "and cannot read solutions/, your results or other learners' files. Compute the answer in your kernel"
+)
 
 
 def learner_error(exc: BaseException, learner_file: Path) -> str:
@@ -42,6 +42,7 @@ _TRITON_WRAPPERS = ("InterpreterError", "CompilationError", "CompileTimeAssertio
 @dataclass
 class Spot:
     """A line of the learner's file an error passed through."""
+
     file: str
     line: int
     function: str
@@ -63,8 +64,11 @@ def triton_chain(exc: BaseException) -> list[BaseException]:
 
 def _learner_spots(exc: BaseException, learner_file: Path) -> list[Spot]:
     """The learner's lines in exc's own traceback, then (a compiler error) the kernel line it points at."""
-    spots = [Spot(Path(f.filename).name, f.lineno or 0, f.name, (f.line or "").strip(), *_columns(f))
-             for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename).name == learner_file.name]
+    spots = [
+        Spot(Path(f.filename).name, f.lineno or 0, f.name, (f.line or "").strip(), *_columns(f))
+        for f in traceback.extract_tb(exc.__traceback__)
+        if Path(f.filename).name == learner_file.name
+    ]
     compiled = _compiled_spot(exc, learner_file)
     return spots + ([compiled] if compiled else [])
 
@@ -72,8 +76,11 @@ def _learner_spots(exc: BaseException, learner_file: Path) -> list[Spot]:
 def _columns(frame: traceback.FrameSummary) -> tuple[int | None, int | None]:
     """Where on the stripped line the frame was (Python 3.11's frames know it), as (start, end)."""
     line = linecache.getline(frame.filename, frame.lineno or 0)  # frame.line is stripped
-    return _stripped_columns(line, getattr(frame, "colno", None), getattr(frame, "end_colno", None)) \
-        if getattr(frame, "lineno", None) == getattr(frame, "end_lineno", None) else (None, None)
+    return (
+        _stripped_columns(line, getattr(frame, "colno", None), getattr(frame, "end_colno", None))
+        if getattr(frame, "lineno", None) == getattr(frame, "end_lineno", None)
+        else (None, None)
+    )
 
 
 def _stripped_columns(line: str, start: int | None, end: int | None) -> tuple[int | None, int | None]:
@@ -103,8 +110,9 @@ def _compiled_spot(exc: BaseException, learner_file: Path) -> Spot | None:
     same_line = getattr(node, "end_lineno", None) == node.lineno
     end = node.end_col_offset + shift if same_line and getattr(node, "end_col_offset", None) is not None else None
     start_col = node.col_offset + shift if getattr(node, "col_offset", None) is not None else None
-    return Spot(learner_file.name, number, name[1] if name else "kernel", code.strip(),
-                *_stripped_columns(code, start_col, end))
+    return Spot(
+        learner_file.name, number, name[1] if name else "kernel", code.strip(), *_stripped_columns(code, start_col, end)
+    )
 
 
 def _dedupe(spots: list[Spot]) -> list[Spot]:
@@ -168,5 +176,3 @@ def _names_in_scope(exc: BaseException) -> list[str]:
         return dir(builtins)
     frame = tb.tb_frame
     return [*frame.f_locals, *frame.f_globals, *dir(builtins)]
-
-

@@ -64,8 +64,11 @@ class EmulatedCaller(Caller):
         self.device_memory = variant.kind == "cuda" or variant.host_memory == "pinned"
 
     def __call__(self, tensors: dict[str, torch.Tensor], params: dict[str, Any], **tunables: Any) -> Any:
-        storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
-                    for t in tensors.values() if self.device_memory and isinstance(t, torch.Tensor)}
+        storages = {
+            t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+            for t in tensors.values()
+            if self.device_memory and isinstance(t, torch.Tensor)
+        }
         for start, size in storages.items():
             self.register(start, size)
         try:
@@ -82,14 +85,19 @@ def argument_value(arg: Argument, tensors: dict[str, torch.Tensor], params: dict
     return tensors.get(arg.name, params.get(arg.name))
 
 
-def load(variant: Variant, source: Path, library: str | None, role: str, renamed: dict[str, str] | None = None) -> Caller:
+def load(
+    variant: Variant, source: Path, library: str | None, role: str, renamed: dict[str, str] | None = None
+) -> Caller:
     """`renamed`: text replaced in a Python source before it runs (op namespaces, so two files' operators coexist)."""
     if variant.kind == "triton":
         return Caller(variant, _load_python(variant, source, role, renamed))
     if variant.kind in NVCC_KINDS:
         lib, function = _load_shared_library(variant, source, library)
-        return EmulatedCaller(variant, function, lib) if hasattr(lib, "kcourse_cuda_cpu_register") \
+        return (
+            EmulatedCaller(variant, function, lib)
+            if hasattr(lib, "kcourse_cuda_cpu_register")
             else Caller(variant, function)
+        )
     if variant.kind == "torch_op":
         return Caller(variant, _load_torch_op(variant, source, role))
     raise EntryError(Code.BAD_SPEC, f"unknown kind {variant.kind}")
@@ -106,14 +114,20 @@ def _load_python(variant: Variant, source: Path, role: str, renamed: dict[str, s
         except Exception:  # a broken spec elsewhere must not hide this verdict
             owner = None
         if owner is None:
-            message = (f"{source.name} is not a Python file: this exercise's Triton version expects a .py file like "
-                       f"{variant.stub} (given with --file); a CUDA version, where the exercise has one, is picked with --lang cuda")
+            message = (
+                f"{source.name} is not a Python file: this exercise's Triton version expects a .py file like "
+                f"{variant.stub} (given with --file); a CUDA version, where the exercise has one, is picked with --lang cuda"
+            )
         elif any(v.lang == "cuda" for v in owner.variants.values()):
-            message = (f"{source.name} is not a Python file: the Triton version of {owner.id} expects a .py file like "
-                       f"{variant.stub}; to grade a .cu file, pick the CUDA version with --lang cuda")
+            message = (
+                f"{source.name} is not a Python file: the Triton version of {owner.id} expects a .py file like "
+                f"{variant.stub}; to grade a .cu file, pick the CUDA version with --lang cuda"
+            )
         else:
-            message = (f"{source.name} is not a Python file, and {owner.id} has no CUDA version: give a .py file like "
-                       f"{variant.stub} with --file")
+            message = (
+                f"{source.name} is not a Python file, and {owner.id} has no CUDA version: give a .py file like "
+                f"{variant.stub} with --file"
+            )
         raise EntryError(Code.WRONG_LANGUAGE, message)
     sys.path.insert(0, str(source.parent))  # the learner's helper modules next to the stub
     module = importlib.util.module_from_spec(spec)
@@ -124,10 +138,16 @@ def _load_python(variant: Variant, source: Path, role: str, renamed: dict[str, s
         else:
             spec.loader.exec_module(module)
     except SyntaxError as exc:
-        raise EntryError(Code.SYNTAX_ERROR, f"{Path(exc.filename or source).name}:{exc.lineno}: syntax error: {exc.msg}\n    {(exc.text or '').rstrip()}") from None
+        raise EntryError(
+            Code.SYNTAX_ERROR,
+            f"{Path(exc.filename or source).name}:{exc.lineno}: syntax error: {exc.msg}\n    {(exc.text or '').rstrip()}",
+        ) from None
     function = getattr(module, variant.entry, None)
     if not callable(function):
-        raise EntryError(Code.MISSING_ENTRY, f"{source.name} has no function `{variant.entry}`: keep the name and signature from the stub")
+        raise EntryError(
+            Code.MISSING_ENTRY,
+            f"{source.name} has no function `{variant.entry}`: keep the name and signature from the stub",
+        )
     expected = [a.name for a in variant.args]
     try:
         inspect.signature(function).bind(*expected)
@@ -158,7 +178,7 @@ def _load_shared_library(variant: Variant, source: Path, library: str | None) ->
     except AttributeError:
         raise EntryError(
             Code.MISSING_ENTRY,
-            f"{source.name} does not export `{variant.entry}`: keep `extern \"C\"` and the stub's function name",
+            f'{source.name} does not export `{variant.entry}`: keep `extern "C"` and the stub\'s function name',
         ) from None
     declared = c_parameter_count(source.read_text(errors="replace"), variant.entry)
     if declared is not None and declared != len(variant.args):
@@ -197,4 +217,3 @@ def _load_torch_op(variant: Variant, source: Path, role: str) -> Callable:
             f"{source.name} registers no operator `{variant.entry}`: define it in TORCH_LIBRARY(TORCH_EXTENSION_NAME, m) "
             f"and implement it in TORCH_LIBRARY_IMPL(TORCH_EXTENSION_NAME, CUDA, m)",
         ) from None
-

@@ -26,7 +26,9 @@ class Driver:
         self._ok(self.cuda.cuInit(0), "cuInit")
         self.device, self.context = ctypes.c_int(), ctypes.c_void_p()
         self._ok(self.cuda.cuDeviceGet(ctypes.byref(self.device), 0), "cuDeviceGet")
-        self._ok(self.cuda.cuDevicePrimaryCtxRetain(ctypes.byref(self.context), self.device), "cuDevicePrimaryCtxRetain")
+        self._ok(
+            self.cuda.cuDevicePrimaryCtxRetain(ctypes.byref(self.context), self.device), "cuDevicePrimaryCtxRetain"
+        )
         self._ok(self.cuda.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
 
     def _ok(self, status: int, call: str) -> None:

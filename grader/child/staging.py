@@ -34,11 +34,11 @@ class Stager:
         src, dst = mapped.reshape(-1).view(torch.uint8), out.reshape(-1).view(torch.uint8)
         with torch.cuda.stream(self.stream):
             for i, start in enumerate(range(0, src.numel(), CHUNK_BYTES)):
-                chunk = src[start:start + CHUNK_BYTES]
-                buffer, sent = self.buffers[i % 2][:chunk.numel()], self.sent[i % 2]
+                chunk = src[start : start + CHUNK_BYTES]
+                buffer, sent = self.buffers[i % 2][: chunk.numel()], self.sent[i % 2]
                 sent.synchronize()  # the buffer's previous chunk has reached the GPU
                 buffer.copy_(chunk)
-                dst[start:start + chunk.numel()].copy_(buffer, non_blocking=True)
+                dst[start : start + chunk.numel()].copy_(buffer, non_blocking=True)
                 sent.record(self.stream)
         self.stream.synchronize()
         return out

@@ -40,8 +40,9 @@ def _spread(samples: list[float]) -> float:
     return (q[2] - q[0]) / statistics.median(samples)
 
 
-def time_alternating(functions: dict[str, Callable[[], object]], flush: torch.Tensor | None = None,
-                     budget_s: float = BUDGET_S) -> dict[str, dict[str, float]]:
+def time_alternating(
+    functions: dict[str, Callable[[], object]], flush: torch.Tensor | None = None, budget_s: float = BUDGET_S
+) -> dict[str, dict[str, float]]:
     """Median milliseconds per function, each run bracketed by CUDA events after an L2 flush."""
     flush = flush if flush is not None else l2_flush_buffer()
     headstarts = {name: _warm_up_and_headstart(fn) for name, fn in functions.items()}
@@ -57,7 +58,9 @@ def time_alternating(functions: dict[str, Callable[[], object]], flush: torch.Te
             samples[name].append(ms)
         if r % 10 == 9 and time.perf_counter() - started >= settle_s and settled(samples):
             break
-    return {name: {"median_ms": statistics.median(s), "spread": _spread(s), "runs": len(s)} for name, s in samples.items()}
+    return {
+        name: {"median_ms": statistics.median(s), "spread": _spread(s), "runs": len(s)} for name, s in samples.items()
+    }
 
 
 def settled(samples: dict[str, list[float]]) -> bool:
@@ -93,8 +96,9 @@ def headstart_s(host_s: float) -> float:
     return min(max(HOST_HEADSTART_S, 2 * host_s), MAX_HEADSTART_S)
 
 
-def _one_round(functions: dict[str, Callable[[], object]], flush: torch.Tensor, reverse: bool,
-               spins: dict[str, int]) -> dict[str, float]:
+def _one_round(
+    functions: dict[str, Callable[[], object]], flush: torch.Tensor, reverse: bool, spins: dict[str, int]
+) -> dict[str, float]:
     names = list(functions)[::-1] if reverse else list(functions)
     events = {}
     for name in names:
@@ -135,7 +139,9 @@ def warm_up() -> None:
     torch.cuda.synchronize()
 
 
-def time_host_alternating(functions: dict[str, Callable[[], object]], budget_s: float = BUDGET_S) -> dict[str, dict[str, float]]:
+def time_host_alternating(
+    functions: dict[str, Callable[[], object]], budget_s: float = BUDGET_S
+) -> dict[str, dict[str, float]]:
     """For host-side entry points (they copy to the device and back themselves): wall clock."""
     for fn in functions.values():
         fn()
@@ -143,13 +149,15 @@ def time_host_alternating(functions: dict[str, Callable[[], object]], budget_s: 
     deadline = time.perf_counter() + budget_s
     r = 0
     while r < MIN_RUNS or (time.perf_counter() < deadline and r < MAX_RUNS):
-        for name in (list(functions)[::-1] if r % 2 else list(functions)):
+        for name in list(functions)[::-1] if r % 2 else list(functions):
             started = time.perf_counter()
             functions[name]()
             torch.cuda.synchronize()
             samples[name].append((time.perf_counter() - started) * 1000)
         r += 1
-    return {name: {"median_ms": statistics.median(s), "spread": _spread(s), "runs": len(s)} for name, s in samples.items()}
+    return {
+        name: {"median_ms": statistics.median(s), "spread": _spread(s), "runs": len(s)} for name, s in samples.items()
+    }
 
 
 def measure_copy_bandwidth(device: str = "cuda", nbytes: int = 2**30) -> float:
@@ -176,8 +184,11 @@ def measure_matmul_peak(device: str = "cuda", size: int = 8192, dtype: torch.dty
 # The ceilings a grade reports "% of roofline" against (grader/checks/speed.py reads these keys): copy
 # bandwidth for memory-bound work, and cuBLAS's rate for compute-bound work in the timed case's dtype:
 # float32 without TF32 for float32 work, the tensor cores' rate for float16 and bfloat16 inputs.
-MATMUL_CEILINGS = {"matmul_tflops": torch.float32, "matmul_tflops_float16": torch.float16,
-                   "matmul_tflops_bfloat16": torch.bfloat16}
+MATMUL_CEILINGS = {
+    "matmul_tflops": torch.float32,
+    "matmul_tflops_float16": torch.float16,
+    "matmul_tflops_bfloat16": torch.bfloat16,
+}
 CEILINGS = ("copy_gbps", *MATMUL_CEILINGS)
 
 
@@ -197,5 +208,9 @@ def memory_held_by_others() -> int:
 
 def measure_ceilings(names=CEILINGS) -> dict[str, float]:
     """The named ceilings of this GPU, measured now (about a second each)."""
-    return {name: round(measure_copy_bandwidth(), 1) if name == "copy_gbps"
-            else round(measure_matmul_peak(dtype=MATMUL_CEILINGS[name]), 2) for name in names}
+    return {
+        name: round(measure_copy_bandwidth(), 1)
+        if name == "copy_gbps"
+        else round(measure_matmul_peak(dtype=MATMUL_CEILINGS[name]), 2)
+        for name in names
+    }

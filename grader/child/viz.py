@@ -62,8 +62,13 @@ class Accesses:
         self.programs[e] = np.maximum(self.programs[e], self.count[e])
 
     def to_dict(self) -> dict[str, Any]:
-        return {"program": self.program.tolist(), "launch": self.launch.tolist(), "programs": self.programs.tolist(),
-                "masked_out": self.masked_out, "unmasked_out": self.unmasked_out}
+        return {
+            "program": self.program.tolist(),
+            "launch": self.launch.tolist(),
+            "programs": self.programs.tolist(),
+            "masked_out": self.masked_out,
+            "unmasked_out": self.unmasked_out,
+        }
 
 
 @dataclass
@@ -85,10 +90,14 @@ class Tracked:
         slots = tensor.untyped_storage().nbytes() // tensor.element_size()
         offsets = np.full(tuple(tensor.shape), tensor.storage_offset(), dtype=np.int64)
         for dim, (size, stride) in enumerate(zip(tensor.shape, tensor.stride())):
-            offsets += (np.arange(size, dtype=np.int64) * stride).reshape([-1 if d == dim else 1 for d in range(tensor.dim())])
+            offsets += (np.arange(size, dtype=np.int64) * stride).reshape(
+                [-1 if d == dim else 1 for d in range(tensor.dim())]
+            )
         index_of = np.full(max(slots, 1), -1, dtype=np.int64)
         index_of[offsets.ravel()] = np.arange(offsets.size)
-        return cls(name, role, list(tensor.shape), str(tensor.dtype).removeprefix("torch."), tensor.element_size(), index_of)
+        return cls(
+            name, role, list(tensor.shape), str(tensor.dtype).removeprefix("torch."), tensor.element_size(), index_of
+        )
 
     @classmethod
     def allocation(cls, name: str, tensor) -> "Tracked":
@@ -116,8 +125,13 @@ class Tracked:
         return self.kinds[kind]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "role": self.role, "shape": self.shape, "dtype": self.dtype,
-                "kinds": {kind: self.kinds[kind].to_dict() for kind in KINDS if kind in self.kinds}}
+        return {
+            "name": self.name,
+            "role": self.role,
+            "shape": self.shape,
+            "dtype": self.dtype,
+            "kinds": {kind: self.kinds[kind].to_dict() for kind in KINDS if kind in self.kinds},
+        }
 
 
 @dataclass
@@ -157,9 +171,13 @@ class Recorder:
 
         builder, executor = interpreter.interpreter_builder, interpreter.GridExecutor
         self.builder = builder
-        wrappers = {"create_masked_load": self._load, "create_masked_store": self._store,
-                    "create_atomic_rmw": self._atomic_rmw, "create_atomic_cas": self._atomic_cas,
-                    "set_grid_dim": self._grid}
+        wrappers = {
+            "create_masked_load": self._load,
+            "create_masked_store": self._store,
+            "create_atomic_rmw": self._atomic_rmw,
+            "create_atomic_cas": self._atomic_cas,
+            "set_grid_dim": self._grid,
+        }
         own = {name: builder.__dict__[name] for name in wrappers if name in builder.__dict__}  # patched by others
         to_host, back = executor._init_args_hst, executor._restore_args_dev
         for name, wrap in wrappers.items():
@@ -177,25 +195,31 @@ class Recorder:
     def _to_host(self, original):
         """The interpreter's host copies of a launch's arguments, each tensor moved onto a padded copy of
         its whole allocation on the device (made here, so its layout is the device's in any Triton version)."""
+
         def copy_to_host(executor, args_dev, kwargs, *rest):
             args_hst, kwargs_hst = original(executor, args_dev, kwargs, *rest)
             self.copies, self.arguments, self.host = {}, [], (args_hst, kwargs_hst)
             self.launches.append({"kernel": executor.fn.__name__, "grid": [1, 1, 1], "args": {}})
-            names = [*executor.arg_names[:len(args_dev)], *kwargs]
-            padded = [self._padded(n, d, h) for n, d, h in zip(names, [*args_dev, *kwargs.values()],
-                                                               [*args_hst, *kwargs_hst.values()])]
-            return padded[:len(args_dev)], dict(zip(kwargs, padded[len(args_dev):]))
+            names = [*executor.arg_names[: len(args_dev)], *kwargs]
+            padded = [
+                self._padded(n, d, h)
+                for n, d, h in zip(names, [*args_dev, *kwargs.values()], [*args_hst, *kwargs_hst.values()])
+            ]
+            return padded[: len(args_dev)], dict(zip(kwargs, padded[len(args_dev) :]))
+
         return copy_to_host
 
     def _back(self, original):
         """After the launch: the interpreter copies back what it copied (arguments in tuples too), then the
         padded copies' middles go back over the device allocations they came from."""
+
         def restore(executor, args_dev, _padded_args, kwargs, _padded_kwargs):
             host_args, host_kwargs = self.host
             result = original(executor, args_dev, host_args, kwargs, host_kwargs)
             for padded, device in self.copies.values():
                 device.copy_(padded)
             return result
+
         return restore
 
     def _padded(self, arg: str, device_arg, host_arg):
@@ -205,8 +229,11 @@ class Recorder:
         device = device_arg.base if isinstance(device_arg, TensorWrapper) else device_arg
         if not hasattr(device, "data_ptr"):
             base = getattr(device_arg, "base", None)  # a tensor descriptor (a dataclass): its base moves
-            return dataclasses.replace(host_arg, base=self._padded(arg, base, host_arg.base)) \
-                if hasattr(base, "data_ptr") else host_arg
+            return (
+                dataclasses.replace(host_arg, base=self._padded(arg, base, host_arg.base))
+                if hasattr(base, "data_ptr")
+                else host_arg
+            )
         key = device.untyped_storage().data_ptr()
         if key not in self.copies:
             self._copy(arg, device)
@@ -216,8 +243,9 @@ class Recorder:
         self.launches[-1]["args"][arg] = argument.tracked.name
         buffer = self.copies[key][0]
         offset = (argument.base - buffer.untyped_storage().data_ptr()) // device.element_size()  # the padding
-        moved = device.new_empty(0, device="cpu").set_(buffer.untyped_storage(), offset + device.storage_offset(),
-                                                       device.size(), device.stride())
+        moved = device.new_empty(0, device="cpu").set_(
+            buffer.untyped_storage(), offset + device.storage_offset(), device.size(), device.stride()
+        )
         return TensorWrapper(moved, device_arg.dtype) if isinstance(device_arg, TensorWrapper) else moved
 
     def _copy(self, arg: str, device) -> None:
@@ -229,15 +257,16 @@ class Recorder:
         pad = -(-(PADDING + nbytes) // 64) * 64  # a multiple of every element size
         buffer = torch.zeros(pad + nbytes + pad, dtype=torch.uint8)
         whole = torch.empty(0, dtype=torch.uint8, device=device.device).set_(storage)
-        buffer[pad:pad + nbytes].copy_(whole)
-        self.copies[storage.data_ptr()] = (buffer[pad:pad + nbytes], whole)
+        buffer[pad : pad + nbytes].copy_(whole)
+        self.copies[storage.data_ptr()] = (buffer[pad : pad + nbytes], whole)
         if storage.data_ptr() not in self.by_storage:  # scratch memory of the learner's own, named by the parameter
             taken = {t.name for t in self.by_storage.values()}
             name = arg if arg not in taken else f"{arg}_{len(taken)}"
             self.by_storage[storage.data_ptr()] = Tracked.allocation(name, device)
         low = buffer.data_ptr()
-        self.arguments.append(Argument(arg, self.by_storage[storage.data_ptr()], low + pad, nbytes, low,
-                                       low + buffer.numel()))
+        self.arguments.append(
+            Argument(arg, self.by_storage[storage.data_ptr()], low + pad, nbytes, low, low + buffer.numel())
+        )
 
     def _argument(self, device_storage: int) -> Argument:
         middle = self.copies[device_storage][0].data_ptr()
@@ -249,28 +278,33 @@ class Recorder:
             if self.launches:
                 self.launches[-1]["grid"] = [int(size) for size in grid]
             return original(*grid)
+
         return set_grid_dim
 
     # (the arguments after the mask differ between Triton versions: passed on as they come)
     def _load(self, original):
         def load(ptrs, mask, *rest, **kwargs):
             return original(ptrs, self._record("load", ptrs, mask), *rest, **kwargs)
+
         return load
 
     def _store(self, original):
         def store(ptrs, value, mask, *rest, **kwargs):
             return original(ptrs, value, self._record("store", ptrs, mask), *rest, **kwargs)
+
         return store
 
     def _atomic_rmw(self, original):
         def atomic_rmw(op, ptr, val, mask, *rest, **kwargs):
             return original(op, ptr, val, self._record("atomic", ptr, mask), *rest, **kwargs)
+
         return atomic_rmw
 
     def _atomic_cas(self, original):
         def atomic_cas(ptr, *rest, **kwargs):
             self._record("atomic", ptr, None)
             return original(ptr, *rest, **kwargs)
+
         return atomic_cas
 
     # --- the accesses --------------------------------------------------------------------------
@@ -286,8 +320,11 @@ class Recorder:
         from triton.runtime.interpreter import TensorHandle
 
         addresses = np.asarray(ptrs.data, dtype=np.uint64)
-        active = np.ones(addresses.shape, dtype=bool) if mask is None else \
-            np.broadcast_to(np.asarray(mask.data, dtype=bool), addresses.shape)
+        active = (
+            np.ones(addresses.shape, dtype=bool)
+            if mask is None
+            else np.broadcast_to(np.asarray(mask.data, dtype=bool), addresses.shape)
+        )
         anywhere = np.zeros(addresses.shape, dtype=bool)
         for argument in self.arguments:
             inside = (addresses >= np.uint64(argument.low)) & (addresses < np.uint64(argument.high))
@@ -324,8 +361,12 @@ class Recorder:
 
     def findings(self) -> dict[str, Any]:
         """What the parent draws: the launches, every tensor's accesses, the stray and switched-off lanes."""
-        return {"launches": self.launches, "tensors": [t.to_dict() for t in self.by_storage.values()],
-                "stray": self.stray, "switched_off": self.switched_off}
+        return {
+            "launches": self.launches,
+            "tensors": [t.to_dict() for t in self.by_storage.values()],
+            "stray": self.stray,
+            "switched_off": self.switched_off,
+        }
 
 
 def viz(worker, learner) -> dict[str, Any]:
@@ -337,8 +378,11 @@ def viz(worker, learner) -> dict[str, Any]:
     outputs = make_outputs(worker.spec, case, worker.tensor_device, inputs)
     tensors = worker.host_memory({**inputs, **outputs})
     returns = worker.variant.returns_outputs  # its outputs are what it returns, not the tensors made here
-    known = {name: (tensor, "output" if name in outputs else "input") for name, tensor in tensors.items()
-             if not (returns and name in outputs and name not in inputs)}
+    known = {
+        name: (tensor, "output" if name in outputs else "input")
+        for name, tensor in tensors.items()
+        if not (returns and name in outputs and name not in inputs)
+    }
     recorder = Recorder(known)
     worker.progress(f"recording your kernel's loads and stores at {case.label()}")
     with recorder.installed():

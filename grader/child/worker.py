@@ -41,9 +41,13 @@ from grader.core.records import FAILED, Check
 from grader.core.spec import Case, ExerciseSpec, load_spec
 from grader.core.vocabulary import CheckName, Code, Event
 
-CUDA_HINT = ("Find the faulting access with: compute-sanitizer python -m grader grade ... "
-             "(an index past the end of an array, or a host pointer used on the device?)")
+CUDA_HINT = (
+    "Find the faulting access with: compute-sanitizer python -m grader grade ... "
+    "(an index past the end of an array, or a host pointer used on the device?)"
+)
 PROBE_S = 0.05  # each contestant's wall-clock probe runs about this long
+
+
 class Stop(Exception):
     """Grading cannot go on (the learner's code failed in a way that ends this run)."""
 
@@ -57,7 +61,7 @@ class Events:
     def send(self, event: str, **data: Any) -> None:
         line = (json.dumps({"event": event, **data}, default=str) + "\n").encode()
         while line:
-            line = line[os.write(self.fd, line):]
+            line = line[os.write(self.fd, line) :]
 
 
 class Worker:
@@ -145,9 +149,16 @@ class Worker:
             box.enter(box.Policy(**self.job["box"]))
             learner_errors.BOXED = True
         except (box.BoxError, OSError) as exc:
-            self.events.send(Event.CHECK, check=Check(CheckName.GRADER, "error", f"the grading box could not be set up: {exc} — "
-                                                  "grade again; if it persists, report it to your instructor",
-                                                  {"code": Code.BOX_FAILED}).__dict__)
+            self.events.send(
+                Event.CHECK,
+                check=Check(
+                    CheckName.GRADER,
+                    "error",
+                    f"the grading box could not be set up: {exc} — "
+                    "grade again; if it persists, report it to your instructor",
+                    {"code": Code.BOX_FAILED},
+                ).__dict__,
+            )
             raise Stop from None
 
     def _load(self, path: Path, library: str | None, role: str) -> loading.Caller:
@@ -156,7 +167,12 @@ class Worker:
         except loading.EntryError as exc:
             self.add(CheckName.LOAD, FAILED, str(exc), code=exc.code)
         except Exception as exc:  # the learner's module raised at import time
-            self.add(CheckName.LOAD, FAILED, f"importing {path.name} failed: " + learner_error(exc, path), code=Code.EXCEPTION)
+            self.add(
+                CheckName.LOAD,
+                FAILED,
+                f"importing {path.name} failed: " + learner_error(exc, path),
+                code=Code.EXCEPTION,
+            )
         raise Stop from None
 
     def _renamed(self, role: str) -> dict[str, str] | None:
@@ -165,7 +181,10 @@ class Worker:
         if role != "solution" or self.spec.checks is None or self.spec.checks.schema is None:
             return None  # a plain autograd.Function registers no operator: nothing to rename
         namespace = self.spec.checks.namespace
-        return {f"{namespace}::": f"{namespace}_solution::", f"torch.ops.{namespace}.": f"torch.ops.{namespace}_solution."}
+        return {
+            f"{namespace}::": f"{namespace}_solution::",
+            f"torch.ops.{namespace}.": f"torch.ops.{namespace}_solution.",
+        }
 
     def call(self, caller: loading.Caller, tensors: dict[str, torch.Tensor], case: Case, what: str) -> Any:
         """Invoke the entry point and turn any failure into a verdict the learner can act on."""
@@ -174,14 +193,28 @@ class Worker:
             self.sync()
             return result
         except NotImplementedError as exc:
-            self.add(CheckName.NUMERICS, FAILED, f"not implemented yet: {exc or 'fill in the TODOs in ' + self.learner_path.name}",
-                     code=Code.NOT_IMPLEMENTED)
+            self.add(
+                CheckName.NUMERICS,
+                FAILED,
+                f"not implemented yet: {exc or 'fill in the TODOs in ' + self.learner_path.name}",
+                code=Code.NOT_IMPLEMENTED,
+            )
         except Exception as exc:
             text = f"{type(exc).__name__}: {exc}"
             if "CUDA error" in text or type(exc).__name__ == "AcceleratorError":
-                self.add(CheckName.NUMERICS, FAILED, f"{what}: CUDA error — {str(exc).splitlines()[0]}\n{CUDA_HINT}", code=Code.CUDA_ERROR)
+                self.add(
+                    CheckName.NUMERICS,
+                    FAILED,
+                    f"{what}: CUDA error — {str(exc).splitlines()[0]}\n{CUDA_HINT}",
+                    code=Code.CUDA_ERROR,
+                )
             else:
-                self.add(CheckName.NUMERICS, FAILED, f"{what}: your code raised " + learner_error(exc, self.learner_path), code=Code.EXCEPTION)
+                self.add(
+                    CheckName.NUMERICS,
+                    FAILED,
+                    f"{what}: your code raised " + learner_error(exc, self.learner_path),
+                    code=Code.EXCEPTION,
+                )
         raise Stop
 
     # --- numerics: run each trial the parent sends, hand the outputs back ---------------------------
@@ -222,11 +255,17 @@ class Worker:
         else:
             result = self.call(learner, tensors, case, label)
         got = self._outputs_from(result, outputs, label)
-        files = {spec_out.name: save_tensor(out, self._out_path(message["k"], spec_out.name))
-                 for spec_out, out in zip(self.spec.outputs, got)}
+        files = {
+            spec_out.name: save_tensor(out, self._out_path(message["k"], spec_out.name))
+            for spec_out, out in zip(self.spec.outputs, got)
+        }
         outside = [] if self.variant.returns_outputs else [n for n, t in outputs.items() if written_outside(t)]
-        report = {"outputs": files, "ops": sorted(ops), "modified": integrity.inputs_modified(originals, inputs),
-                  "outside": outside}
+        report = {
+            "outputs": files,
+            "ops": sorted(ops),
+            "modified": integrity.inputs_modified(originals, inputs),
+            "outside": outside,
+        }
         if message.get("op_checks"):
             report["op_checks"] = self._op_checks(learner, originals, case, message)
         return report
@@ -238,8 +277,9 @@ class Worker:
         self.progress(f"checking the operator on {message['label']} (opcheck, torch.compile)")
         grads = [load_tensor(meta).to(self.tensor_device) for meta in message["op_checks"]["grad_outputs"]]
         save = lambda name, t: save_tensor(t, self._out_path(message["k"], name))  # noqa: E731
-        return op_checks.gather(self.spec.checks, learner.function, learner.arguments(inputs, case.params), grads,
-                                save, self.compiled)
+        return op_checks.gather(
+            self.spec.checks, learner.function, learner.arguments(inputs, case.params), grads, save, self.compiled
+        )
 
     def _out_path(self, k: Any, name: str) -> Path:
         return Path(self.job["work_dir"]) / f"out-{k}-{name}.bin"
@@ -249,8 +289,13 @@ class Worker:
             return list(outputs.values())
         got = list(result) if isinstance(result, (tuple, list)) else [result]
         if len(got) != len(self.spec.outputs) or not all(isinstance(t, torch.Tensor) for t in got):
-            self.add(CheckName.NUMERICS, FAILED, f"{label}: `{self.variant.entry}` must return {len(self.spec.outputs)} tensor(s), "
-                     f"got {type(result).__name__}", code=Code.BAD_RETURN)
+            self.add(
+                CheckName.NUMERICS,
+                FAILED,
+                f"{label}: `{self.variant.entry}` must return {len(self.spec.outputs)} tensor(s), "
+                f"got {type(result).__name__}",
+                code=Code.BAD_RETURN,
+            )
             raise Stop
         return got
 
@@ -286,8 +331,11 @@ class Worker:
                 functions["torch"] = lambda: self.reference(*inputs.values(), **keywords)
             self.events.send(Event.TIMING_START, k=message["k"])
             host = self.variant.kind_of.host_side
-            measured = (timing.time_host_alternating(functions, budget_s=message["budget_s"]) if host
-                        else timing.time_alternating(functions, budget_s=message["budget_s"]))
+            measured = (
+                timing.time_host_alternating(functions, budget_s=message["budget_s"])
+                if host
+                else timing.time_alternating(functions, budget_s=message["budget_s"])
+            )
             self.sync()
             peaks = self._peak_memory(functions) if self.device == "cuda" and not host else {}
             if start:  # every timed run stepped the outputs again: the parent checks one step from the start
@@ -295,7 +343,9 @@ class Worker:
                 run_learner()
                 self.sync()
             got = self._outputs_from(last.get("result"), mine, case.label())
-            files = {s.name: save_tensor(out, self._out_path(message["k"], s.name)) for s, out in zip(self.spec.outputs, got)}
+            files = {
+                s.name: save_tensor(out, self._out_path(message["k"], s.name)) for s, out in zip(self.spec.outputs, got)
+            }
             self.events.send(Event.TIMED, k=message["k"], measured=measured, outputs=files, memory=peaks)
             if message.get("probe"):
                 self._probe_while_asked(functions, host)
@@ -305,7 +355,9 @@ class Worker:
         the timed ones (compiling and autotuning are done by then). The learner's run is the one whose
         outputs the parent checks next. Returned outputs (torch's, a torch operator's) are not scratch."""
         own = self.variant.returns_outputs
-        return {who: memory.peak_extra_bytes(fn, returns_outputs=own or who == "torch")[0] for who, fn in functions.items()}
+        return {
+            who: memory.peak_extra_bytes(fn, returns_outputs=own or who == "torch")[0] for who, fn in functions.items()
+        }
 
     def _baseline(self, learner: loading.Caller, inputs: dict[str, torch.Tensor], case: Case) -> dict:
         """The learner's own entry point with the spec's baseline_args (n_streams = 1: the same work done
@@ -350,7 +402,9 @@ class Worker:
                 enqueued = time.perf_counter()
                 self.sync()
                 # the child's own account, for KCOURSE_PROBE_TRACE only: the parent's clock decides
-                self.events.send(Event.PROBE_END, who=who, enqueue_s=enqueued - begun, sync_s=time.perf_counter() - enqueued)
+                self.events.send(
+                    Event.PROBE_END, who=who, enqueue_s=enqueued - begun, sync_s=time.perf_counter() - enqueued
+                )
 
     def _once(self, function: Callable) -> float:
         started = time.perf_counter()
@@ -381,11 +435,17 @@ def poison_free_memory(outputs: dict[str, torch.Tensor]) -> None:
 
 def describe_device(device: str) -> dict[str, Any]:
     if device != "cuda":
-        return {"type": "cpu", "name": "CPU (Triton interpreter)" if os.environ.get("TRITON_INTERPRET") == "1" else "CPU"}
+        return {
+            "type": "cpu",
+            "name": "CPU (Triton interpreter)" if os.environ.get("TRITON_INTERPRET") == "1" else "CPU",
+        }
     props = torch.cuda.get_device_properties(0)
     return {
-        "type": "cuda", "name": props.name, "capability": f"{props.major}.{props.minor}",
-        "memory_gb": round(props.total_memory / 1e9, 1), "multiprocessors": props.multi_processor_count,
+        "type": "cuda",
+        "name": props.name,
+        "capability": f"{props.major}.{props.minor}",
+        "memory_gb": round(props.total_memory / 1e9, 1),
+        "multiprocessors": props.multi_processor_count,
         "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),  # grade-batch gives each worker one GPU
         "uuid": str(props.uuid) if hasattr(props, "uuid") else None,  # which GPU, whatever the order (gpushare)
         **device_ceilings(props.name),
@@ -460,8 +520,15 @@ def main(event_fd: int) -> None:
     except Stop:
         pass
     except BaseException as exc:  # a grader bug: still hand back what we know
-        events.send(Event.CHECK, check=Check(CheckName.GRADER, "error", f"internal grader error: {type(exc).__name__}: {exc}",
-                                         {"traceback": traceback.format_exc()[-4000:]}).__dict__)
+        events.send(
+            Event.CHECK,
+            check=Check(
+                CheckName.GRADER,
+                "error",
+                f"internal grader error: {type(exc).__name__}: {exc}",
+                {"traceback": traceback.format_exc()[-4000:]},
+            ).__dict__,
+        )
     events.send(Event.DONE)
     sys.stdout.flush()
     sys.stderr.flush()

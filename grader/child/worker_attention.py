@@ -58,7 +58,11 @@ def attention_sweep(worker, learner) -> dict[str, Any]:
     for n in job["lengths"]:
         case = sweep_case(worker.spec, job["config"], n)
         if not accepts(worker.variant, case):
-            return {"points": [], "stopped": f"this version does not take {case.dtype} inputs", "device": worker.device_info}
+            return {
+                "points": [],
+                "stopped": f"this version does not take {case.dtype} inputs",
+                "device": worker.device_info,
+            }
         worker.progress(f"timing N={n}")
         try:
             points.append(_measure(worker, learner, case, job))
@@ -96,13 +100,23 @@ def _measure(worker, learner, case: Case, job: dict[str, Any]) -> dict[str, Any]
 
     functions = {"learner": run_learner, "sdpa": run_sdpa}
     measured = timing.time_alternating(functions, budget_s=job["budget_s"])
-    extra = {who: memory.peak_extra_bytes(fn, returns_outputs=who == "sdpa" or returns)[0] for who, fn in functions.items()}
+    extra = {
+        who: memory.peak_extra_bytes(fn, returns_outputs=who == "sdpa" or returns)[0] for who, fn in functions.items()
+    }
     out = _returned_out(worker.spec, got["result"]) if returns else outputs["out"]
     tol = worker.spec.tolerance_for(case.dtype)
     worst, ok = agreement(out, run_sdpa(), tol.atol, tol.rtol)
-    return {"N": case.params["N"], "ms": measured["learner"]["median_ms"], "sdpa_ms": measured["sdpa"]["median_ms"],
-            "runs": measured["learner"]["runs"], "extra_bytes": extra["learner"], "sdpa_extra_bytes": extra["sdpa"],
-            "max_abs_diff": worst, "agrees": ok, "error": ""}
+    return {
+        "N": case.params["N"],
+        "ms": measured["learner"]["median_ms"],
+        "sdpa_ms": measured["sdpa"]["median_ms"],
+        "runs": measured["learner"]["runs"],
+        "extra_bytes": extra["learner"],
+        "sdpa_extra_bytes": extra["sdpa"],
+        "max_abs_diff": worst,
+        "agrees": ok,
+        "error": "",
+    }
 
 
 def _returned_out(spec: ExerciseSpec, result: Any) -> torch.Tensor:

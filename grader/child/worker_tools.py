@@ -80,13 +80,23 @@ def profile(worker, learner) -> dict[str, Any]:
     prof.export_chrome_trace(str(trace))
     rows = []
     for event in prof.key_averages():
-        rows.append({"name": event.key[:90], "calls": int(event.count),
-                     "device_us": _event_time(event, "self_device_time_total", "self_cuda_time_total"),
-                     "cpu_us": _event_time(event, "self_cpu_time_total")})
+        rows.append(
+            {
+                "name": event.key[:90],
+                "calls": int(event.count),
+                "device_us": _event_time(event, "self_device_time_total", "self_cuda_time_total"),
+                "cpu_us": _event_time(event, "self_cpu_time_total"),
+            }
+        )
     key = "device_us" if worker.device == "cuda" else "cpu_us"
     rows.sort(key=lambda r: r[key], reverse=True)
-    return {"case": case.label(), "calls": PROFILE_CALLS, "trace": str(trace), "top": rows[:TOP_ROWS],
-            **device_concurrency(trace)}
+    return {
+        "case": case.label(),
+        "calls": PROFILE_CALLS,
+        "trace": str(trace),
+        "top": rows[:TOP_ROWS],
+        **device_concurrency(trace),
+    }
 
 
 def device_concurrency(trace: Path) -> dict[str, Any]:
@@ -97,8 +107,11 @@ def device_concurrency(trace: Path) -> dict[str, Any]:
         events = json.loads(trace.read_text()).get("traceEvents", [])
     except (OSError, ValueError, AttributeError):
         return {}
-    spans = [(float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)), (e.get("args") or {}).get("stream"))
-             for e in events if isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") in GPU_WORK]
+    spans = [
+        (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)), (e.get("args") or {}).get("stream"))
+        for e in events
+        if isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") in GPU_WORK
+    ]
     if not spans:
         return {}
     edges = sorted([(start, 1) for start, _, _ in spans] + [(end, -1) for _, end, _ in spans])  # ends first at a tie
@@ -110,8 +123,11 @@ def device_concurrency(trace: Path) -> dict[str, Any]:
         overlapped += (at - last) if active >= 2 else 0.0
         active, last = active + step, at
         most = max(most, active)
-    return {"streams": len({stream for _, _, stream in spans}), "most_at_once": most,
-            "overlap_pct": round(100 * overlapped / busy, 1) if busy else 0.0}
+    return {
+        "streams": len({stream for _, _, stream in spans}),
+        "most_at_once": most,
+        "overlap_pct": round(100 * overlapped / busy, 1) if busy else 0.0,
+    }
 
 
 def configurations(spec, lang: str) -> list[dict[str, Any]]:
@@ -129,7 +145,7 @@ def _config_runner(worker, learner):
     of the entry point; CUDA: each configuration is its own build (-D defines) made by the parent."""
     libraries = worker.job.get("tune_libraries")
     if libraries is None:
-        return lambda config: (lambda tensors, params: learner(tensors, params, **config))
+        return lambda config: lambda tensors, params: learner(tensors, params, **config)
 
     def for_config(config):
         label = config_label(config)
@@ -152,13 +168,24 @@ def tune(worker, learner) -> dict[str, Any]:
     for index, config in enumerate(configurations(worker.spec, worker.variant.lang)):
         label = config_label(config)
         worker.progress(f"tuning {label}")
-        row: dict[str, Any] = {"config": label, "ms": None, "rate": None, "roofline_pct": None, "correct": True, "error": ""}
+        row: dict[str, Any] = {
+            "config": label,
+            "ms": None,
+            "rate": None,
+            "roofline_pct": None,
+            "correct": True,
+            "error": "",
+        }
         call = runner(config)
-        row["error"] = call if isinstance(call, str) else _check_config(worker, call, check_case, worker.job["seed"] + index)
+        row["error"] = (
+            call if isinstance(call, str) else _check_config(worker, call, check_case, worker.job["seed"] + index)
+        )
         row["correct"] = not row["error"]
         if row["correct"] and worker.device == "cuda" and time_case is not None:
             inputs = make_inputs(worker.spec, time_case, worker.job["seed"], worker.tensor_device)
-            tensors = worker.host_memory({**inputs, **make_outputs(worker.spec, time_case, worker.tensor_device, inputs)})
+            tensors = worker.host_memory(
+                {**inputs, **make_outputs(worker.spec, time_case, worker.tensor_device, inputs)}
+            )
             measured = timing.time_alternating({"c": lambda: call(tensors, time_case.params)}, budget_s=1.0)
             row["ms"] = measured["c"]["median_ms"]
             if work:
@@ -167,8 +194,13 @@ def tune(worker, learner) -> dict[str, Any]:
         rows.append(row)
     timed = [r for r in rows if r["ms"]]
     best = min(timed, key=lambda r: r["ms"]) if timed else None
-    return {"case": time_case.label() if time_case else "", "unit": unit, "rows": rows, "best": best,
-            "speedup": max(r["ms"] for r in timed) / best["ms"] if best else None}
+    return {
+        "case": time_case.label() if time_case else "",
+        "unit": unit,
+        "rows": rows,
+        "best": best,
+        "speedup": max(r["ms"] for r in timed) / best["ms"] if best else None,
+    }
 
 
 def _check_config(worker, call, case: Case, seed: int) -> str:
@@ -183,8 +215,17 @@ def _check_config(worker, call, case: Case, seed: int) -> str:
     except Exception as exc:  # a configuration the kernel cannot take (too many registers, ...)
         return f"{type(exc).__name__}: {str(exc).splitlines()[0][:150] if str(exc) else ''}"
     for spec_out, ref in zip(worker.spec.outputs, refs):
-        result = judge_output(worker.spec, spec_out, outputs[spec_out.name], ref, worker.spec.tolerance_of(case, spec_out),
-                              case.label(), inputs=inputs, params=case.params, device=worker.device_info)
+        result = judge_output(
+            worker.spec,
+            spec_out,
+            outputs[spec_out.name],
+            ref,
+            worker.spec.tolerance_of(case, spec_out),
+            case.label(),
+            inputs=inputs,
+            params=case.params,
+            device=worker.device_info,
+        )
         if not result.ok:
             return result.message[:200]
     return ""

@@ -48,8 +48,9 @@ class Job:
 
 
 class Runner(Protocol):
-    def run(self, work: list[tuple[Job, Target]], seed: int | None, timeout_s: float | None,
-            progress: Progress) -> Iterator[tuple[Job, dict]]:
+    def run(
+        self, work: list[tuple[Job, Target]], seed: int | None, timeout_s: float | None, progress: Progress
+    ) -> Iterator[tuple[Job, dict]]:
         """Grade each job; yield (job, row) as each finishes, in any order."""
 
 
@@ -100,8 +101,15 @@ def visible_gpus() -> list[str]:
     return given[:count] if given else [str(i) for i in range(count)]
 
 
-def grade_row(target: Target, path: Path, seed: int | None, timeout_s: float | None, device: str | None,
-              children: WarmChildren | None = None, timed_sizes: str = "all") -> dict:
+def grade_row(
+    target: Target,
+    path: Path,
+    seed: int | None,
+    timeout_s: float | None,
+    device: str | None,
+    children: WarmChildren | None = None,
+    timed_sizes: str = "all",
+) -> dict:
     """Grade one file (in a child process, as `kcourse grade --file` does) into a gradebook row. `children`:
     where to take a child already started for this device (and start the next grade's); `timed_sizes` as
     grade.grade's."""
@@ -111,22 +119,52 @@ def grade_row(target: Target, path: Path, seed: int | None, timeout_s: float | N
     compile_only = device is None and target.variant.kind_of.gpu_to_run  # no child runs
     child = children.take(device) if children is not None and not compile_only else None
     settle = (lambda: children.settle(device)) if child is not None else None  # the next grade's spare, warming up
-    result = grade(target, submission=path, seed=seed, timeout_s=timeout_s, record=False, child_env=env,
-                   child=child, timed_sizes=timed_sizes, before_timing=settle)
+    result = grade(
+        target,
+        submission=path,
+        seed=seed,
+        timeout_s=timeout_s,
+        record=False,
+        child_env=env,
+        child=child,
+        timed_sizes=timed_sizes,
+        before_timing=settle,
+    )
     return result_row("", target, result, result.verdict.splitlines()[0] if result.verdict else result.status)
 
 
 def result_row(learner: str, target: Target, result: GradeResult | None, verdict: str, status: str = MISSING) -> dict:
-    row = {"learner": learner, "exercise": target.spec.id, "lang": target.variant.lang, "verdict": verdict,
-           "status": status, "score": 0.0, "max_score": sum(target.spec.scoring.values()), "learner_ms": None,
-           "ratio": None, "gpu": "", "bar": "", "attempts": 0, "file": "", "result": None}
+    row = {
+        "learner": learner,
+        "exercise": target.spec.id,
+        "lang": target.variant.lang,
+        "verdict": verdict,
+        "status": status,
+        "score": 0.0,
+        "max_score": sum(target.spec.scoring.values()),
+        "learner_ms": None,
+        "ratio": None,
+        "gpu": "",
+        "bar": "",
+        "attempts": 0,
+        "file": "",
+        "result": None,
+    }
     if result is not None:
         points = gradescope_json([result])
         timing = result.timings[-1] if result.timings else None
-        row.update(status=result.status, score=points["score"], max_score=points["max_score"], file=result.file,
-                   learner_ms=timing.learner_ms if timing else None, ratio=timing.ratio if timing else None,
-                   gpu=result.device.get("name", ""), bar=timing.solution_source if timing else "", attempts=1,
-                   result=result.to_dict())
+        row.update(
+            status=result.status,
+            score=points["score"],
+            max_score=points["max_score"],
+            file=result.file,
+            learner_ms=timing.learner_ms if timing else None,
+            ratio=timing.ratio if timing else None,
+            gpu=result.device.get("name", ""),
+            bar=timing.solution_source if timing else "",
+            attempts=1,
+            result=result.to_dict(),
+        )
     return row
 
 
@@ -166,9 +204,17 @@ class LocalRunner:
             children.close()
 
 
-def grade_batch(submissions: Path, targets: list[Target], workers: int | None = None, seed: int | None = None,
-                timeout_s: float | None = None, out_dir: Path | None = None, runner: Runner | None = None,
-                regrade: bool = False, progress: Progress | None = None) -> list[dict]:
+def grade_batch(
+    submissions: Path,
+    targets: list[Target],
+    workers: int | None = None,
+    seed: int | None = None,
+    timeout_s: float | None = None,
+    out_dir: Path | None = None,
+    runner: Runner | None = None,
+    regrade: bool = False,
+    progress: Progress | None = None,
+) -> list[dict]:
     """One row per learner × target, in learner order. With out_dir, rows already in its gradebook (same
     learner, exercise and file content) are reused and new ones appended as they finish; `regrade`
     grades everything again (the newest row of a key is the one shown)."""
@@ -180,8 +226,10 @@ def grade_batch(submissions: Path, targets: list[Target], workers: int | None = 
     for job in jobs:
         target = by_key[f"{job.exercise}:{job.lang}"]
         if job.path is None:
-            rows[job.key] = {**result_row(job.learner, target, None, f"no {target.variant.stub} in the submission"),
-                             "sha256": ""}
+            rows[job.key] = {
+                **result_row(job.learner, target, None, f"no {target.variant.stub} in the submission"),
+                "sha256": "",
+            }
         elif job.key in known:
             rows[job.key] = known[job.key]
     work = [(job, by_key[f"{job.exercise}:{job.lang}"]) for job in jobs if job.key not in rows]

@@ -18,8 +18,9 @@ BAD = ("failed", "error")
 
 
 class Progress:
-    def __init__(self, stream: TextIO | None = None, interval_s: float = 5.0,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self, stream: TextIO | None = None, interval_s: float = 5.0, clock: Callable[[], float] = time.monotonic
+    ):
         self.total = self.already = 0
         self.stream, self.interval_s, self.clock = stream, interval_s, clock
         self.done = self.failed = self.retried = 0
@@ -67,8 +68,10 @@ class Progress:
         `failed`: how the failures are written (the bar's markup colours them)."""
         remaining = self.total - self.done  # running or waiting: what the time left is for
         waiting = max(0, remaining - len(self.running))
-        text = (f"({failed.format(self.failed)}), {len(self.running)} running, {waiting} waiting; "
-                f"{self.per_minute():.1f}/min")
+        text = (
+            f"({failed.format(self.failed)}), {len(self.running)} running, {waiting} waiting; "
+            f"{self.per_minute():.1f}/min"
+        )
         if self.done and remaining:
             text += f", about {_duration(self.elapsed_s / self.done * remaining)} left"
         return text
@@ -111,9 +114,13 @@ class Progress:
     def summary(self, rows: list[dict]) -> str:
         """Counts by status over the whole class (this run's grades and those reused from the gradebook)."""
         counts = Counter(r["status"] for r in rows)
-        statuses = ", ".join(f"{counts[s]} {s}" for s in ("passed", "failed", "error", "skipped", "missing") if counts[s])
-        text = (f"{len(rows)} grades ({statuses or 'none'}): {self.done} graded now in {_duration(self.elapsed_s)} "
-                f"({self.per_minute():.1f}/min), {self.already} already in the gradebook")
+        statuses = ", ".join(
+            f"{counts[s]} {s}" for s in ("passed", "failed", "error", "skipped", "missing") if counts[s]
+        )
+        text = (
+            f"{len(rows)} grades ({statuses or 'none'}): {self.done} graded now in {_duration(self.elapsed_s)} "
+            f"({self.per_minute():.1f}/min), {self.already} already in the gradebook"
+        )
         if self.retried:
             text += f"; {self.retried} retried after their worker died (column attempts)"
         return text
@@ -127,13 +134,23 @@ def _new_bar(stream: TextIO):
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    bar = Progress(SpinnerColumn(), TextColumn("graded"), BarColumn(), MofNCompleteColumn(),
-                   TextColumn("{task.fields[counts]}"), TimeElapsedColumn(),
-                   console=Console(file=stream, highlight=False), redirect_stdout=at_terminal(sys.stdout))
+    bar = Progress(
+        SpinnerColumn(),
+        TextColumn("graded"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[counts]}"),
+        TimeElapsedColumn(),
+        console=Console(file=stream, highlight=False),
+        redirect_stdout=at_terminal(sys.stdout),
+    )
     return bar, bar.add_task("graded", counts="")
 
 
 def _duration(seconds: float) -> str:
     seconds = max(0, round(seconds))
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else (
-        f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s")
+    return (
+        f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+        if seconds >= 3600
+        else (f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s")
+    )

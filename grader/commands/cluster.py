@@ -39,13 +39,16 @@ def require_dask():
     try:
         import distributed
     except ImportError:
-        raise ClusterError(f"--scheduler and --cluster grade through Dask, which is not installed: {INSTALL} "
-                           "(or .venv/bin/pip install 'dask[distributed]' dask-jobqueue); without them grade-batch "
-                           "grades on this machine") from None
+        raise ClusterError(
+            f"--scheduler and --cluster grade through Dask, which is not installed: {INSTALL} "
+            "(or .venv/bin/pip install 'dask[distributed]' dask-jobqueue); without them grade-batch "
+            "grades on this machine"
+        ) from None
     return distributed
 
 
 # --- on the worker -------------------------------------------------------------------------------
+
 
 @contextmanager
 def gpu_slot(poll_s: float = 0.5) -> Iterator[str | None]:
@@ -90,7 +93,9 @@ def grade_task(task: dict) -> dict:
             path = Path(folder) / target.variant.stub
             path.write_bytes(task["content"])
             with gpu_slot() as gpu:
-                row = batch.grade_row(target, path, task["seed"], task["timeout_s"], gpu, warm_children.for_this_process())
+                row = batch.grade_row(
+                    target, path, task["seed"], task["timeout_s"], gpu, warm_children.for_this_process()
+                )
     finally:
         worker.log_event(TOPIC, {**event, "state": "stopped"})
     row["worker"] = name
@@ -98,6 +103,7 @@ def grade_task(task: dict) -> dict:
 
 
 # --- on the instructor's machine -----------------------------------------------------------------
+
 
 class DaskRunner:
     """batch.Runner on a Dask client: one task per job, results yielded as they finish."""
@@ -134,8 +140,9 @@ class DaskRunner:
         futures = {}
         for job, target in work:
             task = _task(job, target, seed, timeout_s, f"grade-{run_id}-{len(futures)}")
-            future = self.client.submit(grade_task, task, key=task["key"], pure=False, retries=RETRIES,
-                                        resources=resources)
+            future = self.client.submit(
+                grade_task, task, key=task["key"], pure=False, retries=RETRIES, resources=resources
+            )
             futures[future] = (job, target)
         try:
             for future in as_completed(futures):
@@ -153,8 +160,15 @@ class DaskRunner:
 
 
 def _task(job: batch.Job, target: Target, seed, timeout_s, key: str) -> dict:
-    return {"key": key, "name": job.name, "exercise": target.spec.id, "lang": target.variant.lang,
-            "content": job.path.read_bytes(), "seed": seed, "timeout_s": timeout_s}
+    return {
+        "key": key,
+        "name": job.name,
+        "exercise": target.spec.id,
+        "lang": target.variant.lang,
+        "content": job.path.read_bytes(),
+        "seed": seed,
+        "timeout_s": timeout_s,
+    }
 
 
 def _row_of(future, job: batch.Job, target: Target) -> dict:
@@ -164,8 +178,10 @@ def _row_of(future, job: batch.Job, target: Target) -> dict:
     except Exception as exc:  # a worker-side failure: KilledWorker, a kit without this exercise, ...
         name = type(exc).__name__
         if name == "KilledWorker":
-            why = ("every worker that took it died (killed, out of memory, node lost): run grade-batch again to "
-                   "retry it, and check the workers' logs")
+            why = (
+                "every worker that took it died (killed, out of memory, node lost): run grade-batch again to "
+                "retry it, and check the workers' logs"
+            )
         else:
             why = f"{name}: {exc} — check that the workers run this kit's version (`kcourse env-check` there)"
         return batch.result_row(job.learner, target, None, f"the cluster could not grade this: {why}", batch.ERROR)

@@ -40,27 +40,43 @@ class ClusterOptions:
         if self.scheduler and self.cluster:
             raise click.UsageError("give --scheduler (a running cluster) or --cluster (start one), not both")
         if self.dry_run and self.cluster not in BATCH_SYSTEMS:
-            raise click.UsageError("--dry-run prints a batch system's job script: use it with "
-                                   f"--cluster {'|'.join(BATCH_SYSTEMS)}")
+            raise click.UsageError(
+                f"--dry-run prints a batch system's job script: use it with --cluster {'|'.join(BATCH_SYSTEMS)}"
+            )
 
 
 def cluster_options(command):
     """grade-batch's options for grading on a Dask cluster."""
-    for option in reversed([
-        click.option("--scheduler", metavar="tcp://HOST:8786", help="Grade on this running Dask scheduler's "
-                     "workers (one per GPU, started with --resources GPU=1; see docs/grading-a-class.md)."),
-        click.option("--cluster", type=click.Choice(["local", *BATCH_SYSTEMS]), help="Start Dask workers: local (one "
-                     "per GPU here, or --workers CPU workers) or through a batch system (dask-jobqueue)."),
-        click.option("--jobs", type=click.IntRange(1), default=1, show_default=True, help="Batch jobs to submit."),
-        click.option("--gpus-per-job", type=click.IntRange(1), default=1, show_default=True,
-                     help="GPUs per batch job (one worker each)."),
-        click.option("--queue", help="Batch queue / partition (Slurm -p)."),
-        click.option("--account", help="Account / project to charge (Slurm -A)."),
-        click.option("--walltime", default="01:00:00", show_default=True, help="Each job's time limit, HH:MM:SS."),
-        click.option("--cores-per-gpu", type=click.IntRange(1), default=4, show_default=True),
-        click.option("--memory-per-gpu", default="32GB", show_default=True, help="Host memory per GPU."),
-        click.option("--dry-run", is_flag=True, help="Print the batch job script and submit nothing."),
-    ]):
+    for option in reversed(
+        [
+            click.option(
+                "--scheduler",
+                metavar="tcp://HOST:8786",
+                help="Grade on this running Dask scheduler's "
+                "workers (one per GPU, started with --resources GPU=1; see docs/grading-a-class.md).",
+            ),
+            click.option(
+                "--cluster",
+                type=click.Choice(["local", *BATCH_SYSTEMS]),
+                help="Start Dask workers: local (one "
+                "per GPU here, or --workers CPU workers) or through a batch system (dask-jobqueue).",
+            ),
+            click.option("--jobs", type=click.IntRange(1), default=1, show_default=True, help="Batch jobs to submit."),
+            click.option(
+                "--gpus-per-job",
+                type=click.IntRange(1),
+                default=1,
+                show_default=True,
+                help="GPUs per batch job (one worker each).",
+            ),
+            click.option("--queue", help="Batch queue / partition (Slurm -p)."),
+            click.option("--account", help="Account / project to charge (Slurm -A)."),
+            click.option("--walltime", default="01:00:00", show_default=True, help="Each job's time limit, HH:MM:SS."),
+            click.option("--cores-per-gpu", type=click.IntRange(1), default=4, show_default=True),
+            click.option("--memory-per-gpu", default="32GB", show_default=True, help="Host memory per GPU."),
+            click.option("--dry-run", is_flag=True, help="Print the batch job script and submit nothing."),
+        ]
+    ):
         command = option(command)
     return command
 
@@ -69,10 +85,17 @@ def jobqueue_kwargs(opts: ClusterOptions) -> dict:
     """dask-jobqueue's arguments for one job of opts.gpus_per_job GPUs, one worker (process) per GPU."""
     gpus = opts.gpus_per_job
     cores, memory = gpus * opts.cores_per_gpu, _times(opts.memory_per_gpu, gpus)
-    kwargs = {"queue": opts.queue, "walltime": opts.walltime, "cores": cores, "memory": memory,
-              "processes": gpus, "job_name": "kcourse-grader", "python": opts.python,
-              "worker_extra_args": ["--resources", "GPU=1"],
-              "job_script_prologue": [f"cd {_course_root()}"]}
+    kwargs = {
+        "queue": opts.queue,
+        "walltime": opts.walltime,
+        "cores": cores,
+        "memory": memory,
+        "processes": gpus,
+        "job_name": "kcourse-grader",
+        "python": opts.python,
+        "worker_extra_args": ["--resources", "GPU=1"],
+        "job_script_prologue": [f"cd {_course_root()}"],
+    }
     if opts.cluster == "slurm":
         kwargs.update(account=opts.account, job_extra_directives=[f"--gres=gpu:{gpus}"])
     elif opts.cluster == "pbs":
@@ -80,15 +103,18 @@ def jobqueue_kwargs(opts: ClusterOptions) -> dict:
     elif opts.cluster == "sge":
         kwargs.update(project=opts.account, resource_spec=f"gpu={gpus}")
     elif opts.cluster == "lsf":
-        kwargs.update(project=opts.account, walltime=":".join(opts.walltime.split(":")[:2]),
-                      job_extra_directives=[f'-gpu "num={gpus}"'])
+        kwargs.update(
+            project=opts.account,
+            walltime=":".join(opts.walltime.split(":")[:2]),
+            job_extra_directives=[f'-gpu "num={gpus}"'],
+        )
     return {k: v for k, v in kwargs.items() if v is not None}
 
 
 def _times(memory: str, n: int) -> str:
     digits = "".join(c for c in memory if c.isdigit() or c == ".")
     try:
-        return f"{float(digits) * n:g}{memory[len(digits):]}"
+        return f"{float(digits) * n:g}{memory[len(digits) :]}"
     except ValueError:
         raise click.BadParameter(f"{memory!r}: give an amount such as 32GB", param_hint="--memory-per-gpu") from None
 
@@ -130,12 +156,18 @@ def _local_cluster(distributed, workers: int | None):
 
     gpus = gpu_count()
     if gpus:
-        return distributed.LocalCluster(n_workers=gpus, threads_per_worker=1, processes=True,
-                                        resources={"GPU": 1}, dashboard_address=None,
-                                        silence_logs=logging.ERROR), gpus
+        return distributed.LocalCluster(
+            n_workers=gpus,
+            threads_per_worker=1,
+            processes=True,
+            resources={"GPU": 1},
+            dashboard_address=None,
+            silence_logs=logging.ERROR,
+        ), gpus
     count = workers or max(1, (os.cpu_count() or 2) // 2)
-    return distributed.LocalCluster(n_workers=count, threads_per_worker=1, processes=True, dashboard_address=None,
-                                    silence_logs=logging.ERROR), 0
+    return distributed.LocalCluster(
+        n_workers=count, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=logging.ERROR
+    ), 0
 
 
 def _jobqueue_cluster(opts: ClusterOptions):
@@ -144,8 +176,10 @@ def _jobqueue_cluster(opts: ClusterOptions):
     try:
         import dask_jobqueue
     except ImportError:
-        raise ClusterError(f"--cluster {opts.cluster} submits workers through dask-jobqueue, which is not "
-                           "installed: pip install \"kernel-course[cluster]\"") from None
+        raise ClusterError(
+            f"--cluster {opts.cluster} submits workers through dask-jobqueue, which is not "
+            'installed: pip install "kernel-course[cluster]"'
+        ) from None
     return getattr(dask_jobqueue, CLASSES[opts.cluster])(**jobqueue_kwargs(opts))
 
 
@@ -155,9 +189,11 @@ def _wait_for_workers(client, address: str) -> None:
     try:
         client.wait_for_workers(1, timeout=WAIT_FOR_WORKERS_S)
     except TimeoutError:
-        raise ClusterError(f"no worker joined the scheduler at {address} within {WAIT_FOR_WORKERS_S} s: start one per "
-                           f"GPU where the kit is installed, e.g. `CUDA_VISIBLE_DEVICES=0 dask worker {address} "
-                           "--nthreads 1 --resources GPU=1` (or check the batch queue)") from None
+        raise ClusterError(
+            f"no worker joined the scheduler at {address} within {WAIT_FOR_WORKERS_S} s: start one per "
+            f"GPU where the kit is installed, e.g. `CUDA_VISIBLE_DEVICES=0 dask worker {address} "
+            "--nthreads 1 --resources GPU=1` (or check the batch queue)"
+        ) from None
 
 
 def _workers(client) -> str:

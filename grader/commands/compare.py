@@ -35,8 +35,10 @@ class Entry:
 def entries_for_files(exercise_id: str, files: list[Path], lang: str | None = None) -> list[Entry]:
     """One exercise, one language, several files; the language from --lang or the files' suffix."""
     if len(files) < 1:
-        raise ResolveError(f"name the files to compare: kcourse compare {exercise_id} a.cu b.cu ... (or `kcourse compare "
-                           "attention` for every attention implementation you graded, over sequence lengths)")
+        raise ResolveError(
+            f"name the files to compare: kcourse compare {exercise_id} a.cu b.cu ... (or `kcourse compare "
+            "attention` for every attention implementation you graded, over sequence lengths)"
+        )
     paths = [Path(f).resolve() for f in files]
     if len(set(paths)) < len(paths):
         raise ResolveError("the same file is named twice: compare different files")
@@ -44,8 +46,10 @@ def entries_for_files(exercise_id: str, files: list[Path], lang: str | None = No
     allowed = target.variant.kind_of.suffixes
     wrong = [f.name for f in files if Path(f).suffix not in allowed]
     if wrong:
-        raise ResolveError(f"{exercise_id} ({target.variant.lang}) takes {' or '.join(allowed)} files, not "
-                           f"{', '.join(wrong)}: compare one language at a time")
+        raise ResolveError(
+            f"{exercise_id} ({target.variant.lang}) takes {' or '.join(allowed)} files, not "
+            f"{', '.join(wrong)}: compare one language at a time"
+        )
     return [Entry(label, target, path) for label, path in zip(labels(files), paths)]
 
 
@@ -61,8 +65,14 @@ def labels(files: list[Path]) -> list[str]:
     return [name if names.count(name) == 1 else str(f) for name, f in zip(names, files)]
 
 
-def compare(subject: str, entries: list[Entry], seed: int | None = None, timeout_s: float | None = None,
-            on_graded=lambda entry, result: None, sanitize_code: bool = True) -> tuple[dict[str, Any], list[GradeResult]]:
+def compare(
+    subject: str,
+    entries: list[Entry],
+    seed: int | None = None,
+    timeout_s: float | None = None,
+    on_graded=lambda entry, result: None,
+    sanitize_code: bool = True,
+) -> tuple[dict[str, Any], list[GradeResult]]:
     """Grade every entry on the same inputs (one seed), each recorded as a grade tagged with the run and its
     label, then record the table. `on_graded` hears of each file as it is done (grades take seconds)."""
     seed = seed if seed is not None else random.randrange(1, 2**31)
@@ -73,9 +83,16 @@ def compare(subject: str, entries: list[Entry], seed: int | None = None, timeout
         results.append(result)
         on_graded(entry, result)
     langs = sorted({e.target.variant.lang for e in entries})
-    record = {"kind": "compare", "exercise": subject, "lang": "+".join(langs), "run": run, "seed": seed,
-              "at": time.time(), "device": next((r.device["name"] for r in results if r.device.get("name")), NO_DEVICE),
-              "rows": [row(e, r) for e, r in zip(entries, results)]}
+    record = {
+        "kind": "compare",
+        "exercise": subject,
+        "lang": "+".join(langs),
+        "run": run,
+        "seed": seed,
+        "at": time.time(),
+        "device": next((r.device["name"] for r in results if r.device.get("name")), NO_DEVICE),
+        "rows": [row(e, r) for e, r in zip(entries, results)],
+    }
     timed = [r for r in record["rows"] if r["case"]]
     record["case"], record["unit"] = (timed[0]["case"], timed[0]["unit"]) if timed else ("", "")
     store.append(record)
@@ -85,8 +102,9 @@ def compare(subject: str, entries: list[Entry], seed: int | None = None, timeout
 def _grade(entry: Entry, seed: int, timeout_s: float | None, run: str, sanitize_code: bool) -> GradeResult:
     from grader.run.grade import grade  # the whole pipeline, once per file
 
-    result = grade(entry.target, submission=entry.path, seed=seed, timeout_s=timeout_s, record=False,
-                   sanitize_code=sanitize_code)
+    result = grade(
+        entry.target, submission=entry.path, seed=seed, timeout_s=timeout_s, record=False, sanitize_code=sanitize_code
+    )
     result.extra["compare"] = {"run": run, "label": entry.label}
     store.append(result.to_dict())
     return result
@@ -98,15 +116,24 @@ def row(entry: Entry, result: GradeResult) -> dict[str, Any]:
     timing = result.timings[-1] if result.timings else None
     speed = checks.get("speed")
     return {
-        "label": entry.label, "file": result.file, "exercise": result.exercise, "lang": result.lang,
-        "status": result.status, "verdict": result.verdict.splitlines()[0] if result.verdict else "",
+        "label": entry.label,
+        "file": result.file,
+        "exercise": result.exercise,
+        "lang": result.lang,
+        "status": result.status,
+        "verdict": result.verdict.splitlines()[0] if result.verdict else "",
         "numerics": checks["numerics"].status if "numerics" in checks else _not_run(result),
         "speed": speed.status if speed else "not run",
-        "case": timing.case if timing else "", "unit": timing.unit if timing else "",
-        "ms": timing.learner_ms if timing else None, "rate": timing.learner_rate if timing else None,
-        "roofline_pct": timing.roofline_pct if timing else None, "ratio": timing.ratio if timing else None,
-        "solution_ms": timing.solution_ms if timing else None, "solution_rate": timing.solution_rate if timing else None,
-        "torch_ms": timing.torch_ms if timing else None, "torch_rate": timing.torch_rate if timing else None,
+        "case": timing.case if timing else "",
+        "unit": timing.unit if timing else "",
+        "ms": timing.learner_ms if timing else None,
+        "rate": timing.learner_rate if timing else None,
+        "roofline_pct": timing.roofline_pct if timing else None,
+        "ratio": timing.ratio if timing else None,
+        "solution_ms": timing.solution_ms if timing else None,
+        "solution_rate": timing.solution_rate if timing else None,
+        "torch_ms": timing.torch_ms if timing else None,
+        "torch_rate": timing.torch_rate if timing else None,
         "extra_bytes": getattr(timing, "learner_extra_bytes", None),  # peak memory beyond inputs and outputs
     }
 
@@ -125,16 +152,30 @@ def speed_cell(row: dict[str, Any], key: str, fmt: str) -> str:
 
 
 def format_comparison(record: dict[str, Any]) -> str:
-    rows = [[r["label"], r["numerics"], speed_cell(r, "ms", "{:.4g}"), speed_cell(r, "rate", "{:.4g}"),
-             speed_cell(r, "roofline_pct", "{:.0f}%"), speed_cell(r, "ratio", "{:.2f}×"), r["speed"], r["verdict"][:70]]
-            for r in record["rows"]]
+    rows = [
+        [
+            r["label"],
+            r["numerics"],
+            speed_cell(r, "ms", "{:.4g}"),
+            speed_cell(r, "rate", "{:.4g}"),
+            speed_cell(r, "roofline_pct", "{:.0f}%"),
+            speed_cell(r, "ratio", "{:.2f}×"),
+            r["speed"],
+            r["verdict"][:70],
+        ]
+        for r in record["rows"]
+    ]
     where = f" on {record['device']}" if record["device"] else ""
     timed = f", timed at {record['case']}" if record["case"] else ""
     header = ["file", "numerics", "ms", record["unit"] or "rate", "% roofline", "vs solution", "speed", "verdict"]
-    return (f"{record['exercise']} ({record['lang']}): {len(rows)} versions{where}, seed {record['seed']}{timed}\n"
-            + table(rows, header)
-            + "\neach version is recorded as a grade; `kcourse report " + _report_key(record) + "` shows this table "
-            "and a bar chart")
+    return (
+        f"{record['exercise']} ({record['lang']}): {len(rows)} versions{where}, seed {record['seed']}{timed}\n"
+        + table(rows, header)
+        + "\neach version is recorded as a grade; `kcourse report "
+        + _report_key(record)
+        + "` shows this table "
+        "and a bar chart"
+    )
 
 
 def _report_key(record: dict[str, Any]) -> str:

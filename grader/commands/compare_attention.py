@@ -50,6 +50,7 @@ class Contestant:
 
 # --- which implementations ------------------------------------------------------------------------
 
+
 def is_attention(spec) -> bool:
     """Inputs q, k, v of shape (B, H, N, d) and an output `out` of that shape: the sweep can call it."""
     shape = ["B", "H", "N", "d"]
@@ -101,11 +102,13 @@ def latest_grade_of(target: Target, path: Path) -> dict[str, Any] | None:
 
 def passed_numerics(record: dict[str, Any]) -> bool:
     checks = [c for c in record.get("checks") or [] if isinstance(c, dict)]
-    return record.get("status") == "passed" or any(c.get("name") == "numerics" and c.get("status") == "passed" for c in checks)
+    return record.get("status") == "passed" or any(
+        c.get("name") == "numerics" and c.get("status") == "passed" for c in checks
+    )
 
 
 def why_not(target: Target, path: Path, source: str) -> str:
-    """"" when the implementation takes part, else the reason (and what to do)."""
+    """ "" when the implementation takes part, else the reason (and what to do)."""
     from grader.run.grade import learner_file
 
     if not path.exists():
@@ -116,14 +119,24 @@ def why_not(target: Target, path: Path, source: str) -> str:
     record = latest_grade_of(target, path)
     if record is None:
         other = store.latest_grades().get(target.key)
-        also = (f" (your latest grade was of {Path(str(other.get('file') or other.get('source'))).name}; the sweep runs "
-                f"the exercise's own file {_relative(learner_file(target, source, None))})") if other else ""
-        return (f"not graded yet{also}: run `{grade_command(target)}` first; only a file whose latest grade passed "
-                "numerics is compared")
+        also = (
+            (
+                f" (your latest grade was of {Path(str(other.get('file') or other.get('source'))).name}; the sweep runs "
+                f"the exercise's own file {_relative(learner_file(target, source, None))})"
+            )
+            if other
+            else ""
+        )
+        return (
+            f"not graded yet{also}: run `{grade_command(target)}` first; only a file whose latest grade passed "
+            "numerics is compared"
+        )
     if not passed_numerics(record):
         verdict = str(record.get("verdict") or record.get("status") or "no verdict").splitlines()[0][:120]
-        return (f"its latest grade did not pass numerics ({record.get('status', '?')}: {verdict}): fix it and run "
-                f"`{grade_command(target)}` again")
+        return (
+            f"its latest grade did not pass numerics ({record.get('status', '?')}: {verdict}): fix it and run "
+            f"`{grade_command(target)}` again"
+        )
     return ""
 
 
@@ -149,6 +162,7 @@ def contestants(source: str = "learner", dtype: str = CONFIG["dtype"]) -> list[C
 
 # --- running the sweep --------------------------------------------------------------------------------
 
+
 def flops(config: dict[str, Any], n: int) -> float:
     """Q K^T and P V, 2 FLOPs per multiply-add, no causal mask: the usual attention figure."""
     return 4.0 * config["B"] * config["H"] * n * n * config["d"]
@@ -167,12 +181,18 @@ def require_gpu(source: str, dtype: str = CONFIG["dtype"]) -> None:
             "kcourse compare attention times each implementation on an NVIDIA GPU, and none was found here "
             "(or KCOURSE_DEVICE=cpu is set): run it on a GPU machine. Nothing was timed or recorded. Here, "
             "`kcourse grade <exercise>` checks numerics (Triton under the interpreter, CUDA compiled only).\n"
-            "On a GPU it would compare:\n" + roster(contestants(source, dtype)))
+            "On a GPU it would compare:\n" + roster(contestants(source, dtype))
+        )
 
 
-def sweep(source: str = "learner", config: dict[str, Any] | None = None, lengths: tuple[int, ...] = LENGTHS,
-          seed: int | None = None, timeout_s: float | None = None,
-          on_done: Callable[[dict[str, Any]], None] = lambda row: None) -> dict[str, Any]:
+def sweep(
+    source: str = "learner",
+    config: dict[str, Any] | None = None,
+    lengths: tuple[int, ...] = LENGTHS,
+    seed: int | None = None,
+    timeout_s: float | None = None,
+    on_done: Callable[[dict[str, Any]], None] = lambda row: None,
+) -> dict[str, Any]:
     """Run every implementation that takes part; record and return the comparison. `on_done` hears of each
     implementation as it finishes (a sweep takes minutes)."""
     config = {**CONFIG, **(config or {})}
@@ -184,29 +204,57 @@ def sweep(source: str = "learner", config: dict[str, Any] | None = None, lengths
     job = {"config": config, "lengths": list(lengths), "budget_s": BUDGET_S}
     rows, device = [], {}
     for contestant in everyone:
-        row, found = _run(contestant, source, seed, job, timeout_s) if not contestant.reason else (_skipped(contestant), {})
+        row, found = (
+            _run(contestant, source, seed, job, timeout_s) if not contestant.reason else (_skipped(contestant), {})
+        )
         device = device or found
         rows.append(row)
         on_done(row)
-    record = {"kind": KIND, "at": time.time(), "seed": seed, "source": source, "lengths": list(lengths), **config,
-              "causal": False, "device": device.get("name", ""), "implementations": rows,
-              "matmul_tflops": device.get(f"matmul_tflops_{config['dtype']}"), "sdpa": sdpa_points(rows, config, lengths)}
+    record = {
+        "kind": KIND,
+        "at": time.time(),
+        "seed": seed,
+        "source": source,
+        "lengths": list(lengths),
+        **config,
+        "causal": False,
+        "device": device.get("name", ""),
+        "implementations": rows,
+        "matmul_tflops": device.get(f"matmul_tflops_{config['dtype']}"),
+        "sdpa": sdpa_points(rows, config, lengths),
+    }
     store.append(record)
     return record
 
 
 def _skipped(contestant: Contestant) -> dict[str, Any]:
-    return {"label": contestant.label, "exercise": contestant.target.spec.id, "lang": contestant.target.variant.lang,
-            "file": _relative(contestant.path), "status": "skipped", "reason": contestant.reason, "points": []}
+    return {
+        "label": contestant.label,
+        "exercise": contestant.target.spec.id,
+        "lang": contestant.target.variant.lang,
+        "file": _relative(contestant.path),
+        "status": "skipped",
+        "reason": contestant.reason,
+        "points": [],
+    }
 
 
-def _run(contestant: Contestant, source: str, seed: int, job: dict[str, Any],
-         timeout_s: float | None) -> tuple[dict[str, Any], dict[str, Any]]:
+def _run(
+    contestant: Contestant, source: str, seed: int, job: dict[str, Any], timeout_s: float | None
+) -> tuple[dict[str, Any], dict[str, Any]]:
     from grader.run.grade import grade
 
     target = contestant.target
-    result = grade(target, source=source, seed=seed, mode="attention_sweep", record=False, job_extra={"sweep": job},
-                   timeout_s=timeout_s or target.variant.timeout_s * TIMEOUT_FACTOR, sanitize_code=False)
+    result = grade(
+        target,
+        source=source,
+        seed=seed,
+        mode="attention_sweep",
+        record=False,
+        job_extra={"sweep": job},
+        timeout_s=timeout_s or target.variant.timeout_s * TIMEOUT_FACTOR,
+        sanitize_code=False,
+    )
     row = _skipped(contestant)
     found = result.extra.get("attention_sweep")
     if not isinstance(found, dict):  # the build, the load or the child failed: the grade's first complaint
@@ -217,8 +265,11 @@ def _run(contestant: Contestant, source: str, seed: int, job: dict[str, Any],
     points = [_point(p, job["config"]) for p in raw]
     broken = [p for p in points if (p["error"] and p["error"] != OOM) or p["agrees"] is False]
     timed = [p for p in points if p["ms"] is not None]
-    row.update(points=points, reason=str(found.get("stopped") or ""),
-               status="failed" if broken else "timed" if timed else "skipped")
+    row.update(
+        points=points,
+        reason=str(found.get("stopped") or ""),
+        status="failed" if broken else "timed" if timed else "skipped",
+    )
     if not timed and not row["reason"]:
         row["reason"] = "no length was timed"
     return row, found.get("device") if isinstance(found.get("device"), dict) else {}
@@ -231,10 +282,19 @@ def _figure(value: Any) -> float | None:
 
 def _point(raw: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
     n, ms, sdpa_ms = raw["N"], _figure(raw.get("ms")), _figure(raw.get("sdpa_ms"))
-    rate = (lambda t: flops(config, n) / (t / 1000) / 1e12 if t else None)
-    return {"N": n, "ms": ms, "tflops": rate(ms), "extra_bytes": _figure(raw.get("extra_bytes")), "sdpa_ms": sdpa_ms,
-            "sdpa_extra_bytes": _figure(raw.get("sdpa_extra_bytes")), "vs_sdpa": sdpa_ms / ms if ms and sdpa_ms else None,
-            "max_abs_diff": _figure(raw.get("max_abs_diff")), "agrees": raw.get("agrees"), "error": str(raw.get("error") or "")}
+    rate = lambda t: flops(config, n) / (t / 1000) / 1e12 if t else None
+    return {
+        "N": n,
+        "ms": ms,
+        "tflops": rate(ms),
+        "extra_bytes": _figure(raw.get("extra_bytes")),
+        "sdpa_ms": sdpa_ms,
+        "sdpa_extra_bytes": _figure(raw.get("sdpa_extra_bytes")),
+        "vs_sdpa": sdpa_ms / ms if ms and sdpa_ms else None,
+        "max_abs_diff": _figure(raw.get("max_abs_diff")),
+        "agrees": raw.get("agrees"),
+        "error": str(raw.get("error") or ""),
+    }
 
 
 def sdpa_points(rows: list[dict[str, Any]], config: dict[str, Any], lengths) -> list[dict[str, Any]]:
@@ -244,8 +304,15 @@ def sdpa_points(rows: list[dict[str, Any]], config: dict[str, Any], lengths) -> 
         beside = [p for r in rows for p in r["points"] if p["N"] == n and p.get("sdpa_ms")]
         if beside:
             ms = statistics.median(p["sdpa_ms"] for p in beside)
-            points.append({"N": n, "ms": ms, "tflops": flops(config, n) / (ms / 1000) / 1e12,
-                           "extra_bytes": beside[0]["sdpa_extra_bytes"], "error": ""})
+            points.append(
+                {
+                    "N": n,
+                    "ms": ms,
+                    "tflops": flops(config, n) / (ms / 1000) / 1e12,
+                    "extra_bytes": beside[0]["sdpa_extra_bytes"],
+                    "error": "",
+                }
+            )
     return points
 
 
@@ -255,6 +322,7 @@ def exit_status(record: dict[str, Any]) -> int:
 
 
 # --- what the terminal and the reports show ------------------------------------------------------------
+
 
 def size_text(nbytes: float) -> str:
     """Bytes as people write them (memory.size_text's units, without importing torch into `kcourse report`)."""
@@ -294,8 +362,10 @@ def grid(record: dict[str, Any], key: str) -> list[list[str]]:
 
 def markdown_table(record: dict[str, Any], key: str) -> str:
     """One metric's table for the reports (the same grid the terminal prints)."""
-    lines = ["| implementation | " + " | ".join(f"N={n}" for n in record["lengths"]) + " |",
-             "|---|" + "---|" * len(record["lengths"])]
+    lines = [
+        "| implementation | " + " | ".join(f"N={n}" for n in record["lengths"]) + " |",
+        "|---|" + "---|" * len(record["lengths"]),
+    ]
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in grid(record, key)])
 
 
@@ -312,17 +382,21 @@ def notes(record: dict[str, Any]) -> list[str]:
         if far:
             known = [p["max_abs_diff"] for p in far if p.get("max_abs_diff") is not None]
             worst = f"max |you − SDPA| {max(known):.3g}" if len(known) == len(far) else "NaN or unwritten outputs"
-            lines.append(f"{r['label']}: * answer far from SDPA's at N={', '.join(str(p['N']) for p in far)} ({worst}): "
-                         "its grade's sizes did not show this; look at what grows with N (int32 offsets, the number "
-                         "of key blocks, sums kept in float16)")
+            lines.append(
+                f"{r['label']}: * answer far from SDPA's at N={', '.join(str(p['N']) for p in far)} ({worst}): "
+                "its grade's sizes did not show this; look at what grows with N (int32 offsets, the number "
+                "of key blocks, sums kept in float16)"
+            )
     return lines
 
 
 def format_attention(record: dict[str, Any]) -> str:
     header = ["implementation"] + [f"N={n}" for n in record["lengths"]]
-    lines = [f"attention on {record['device'] or 'the GPU'}: B={record['B']} H={record['H']} d={record['d']} "
-             f"{record['dtype']}, no causal mask; seed {record['seed']}; every implementation beside torch's "
-             "scaled_dot_product_attention on the same inputs"]
+    lines = [
+        f"attention on {record['device'] or 'the GPU'}: B={record['B']} H={record['H']} d={record['d']} "
+        f"{record['dtype']}, no causal mask; seed {record['seed']}; every implementation beside torch's "
+        "scaled_dot_product_attention on the same inputs"
+    ]
     for key, (title, _) in METRICS.items():
         lines += ["", title, table(grid(record, key), header)]
     lines += [""] + notes(record)

@@ -37,7 +37,9 @@ def _version(package: str) -> str | None:
 def triton_interpreter_works() -> tuple[bool, str]:
     env = dict(os.environ, TRITON_INTERPRET="1")
     try:
-        proc = subprocess.run([sys.executable, "-c", _INTERPRETER_PROBE], env=env, capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            [sys.executable, "-c", _INTERPRETER_PROBE], env=env, capture_output=True, text=True, timeout=120
+        )
     except subprocess.TimeoutExpired:
         return False, "timed out"
     return proc.returncode == 0, (proc.stderr.strip().splitlines() or [""])[-1]
@@ -66,8 +68,12 @@ def gpu_facts() -> dict[str, Any]:
     known[props.name] = measured
     write_result(str(ceilings), known)
     return {
-        "name": props.name, "capability": f"{props.major}.{props.minor}", "memory_gb": round(props.total_memory / 1e9, 1),
-        "multiprocessors": props.multi_processor_count, "copy_gbps": copy_gbps, "matmul_fp32_tflops": matmul,
+        "name": props.name,
+        "capability": f"{props.major}.{props.minor}",
+        "memory_gb": round(props.total_memory / 1e9, 1),
+        "multiprocessors": props.multi_processor_count,
+        "copy_gbps": copy_gbps,
+        "matmul_fp32_tflops": matmul,
     }
 
 
@@ -80,11 +86,18 @@ def check_environment(training: bool = True) -> dict[str, Any]:
     interpreter_ok, interpreter_note = triton_interpreter_works()
     gpu = cuda_available() and torch.cuda.is_available()
     record: dict[str, Any] = {
-        "kind": "env", "checked_at": time.time(), "python": platform.python_version(), "platform": platform.platform(),
-        "torch": torch.__version__, "torch_cuda": torch.version.cuda, "triton": _version("triton"),
+        "kind": "env",
+        "checked_at": time.time(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "triton": _version("triton"),
         "ninja": shutil.which("ninja") is not None or _version("ninja") is not None,
-        "nvcc": build.nvcc_version(nvcc) if nvcc else None, "nvcc_path": nvcc,
-        "driver": driver_version(), "triton_interpreter": interpreter_ok,
+        "nvcc": build.nvcc_version(nvcc) if nvcc else None,
+        "nvcc_path": nvcc,
+        "driver": driver_version(),
+        "triton_interpreter": interpreter_ok,
         "triton_interpreter_note": "" if interpreter_ok else interpreter_note,
         "gpu": gpu_facts() if gpu else None,
     }
@@ -100,7 +113,11 @@ def what_can_run(record: dict[str, Any]) -> list[str]:
     if record["gpu"]:
         can = ["Triton and CUDA exercises: build, numerics and timing on the GPU"]
     else:
-        can = ["Triton exercises: numerics under the Triton interpreter (no timing)"] if record["triton_interpreter"] else []
+        can = (
+            ["Triton exercises: numerics under the Triton interpreter (no timing)"]
+            if record["triton_interpreter"]
+            else []
+        )
         can.append(_cuda_without_gpu(record))
     return can + _thunderkittens_can_run(record)
 
@@ -109,10 +126,15 @@ def _cuda_without_gpu(record: dict[str, Any]) -> str:
     emulation = record.get("cuda_cpu") or {}
     compiled = "nvcc's compile check and resource report, then " if record["nvcc"] else "no nvcc compile check, "
     if emulation.get("runs"):
-        return (f"CUDA exercises: {compiled}numerics on the CPU emulator ({emulation['how']}; no race check); "
-                "files using tensor cores, cuBLAS or ThunderKittens: compile check only")
-    return ("CUDA exercises: compile check with nvcc's resource report (not run): " + emulation.get("how", "")
-            if record["nvcc"] else "CUDA exercises: nothing — " + build.NVCC_HINT)
+        return (
+            f"CUDA exercises: {compiled}numerics on the CPU emulator ({emulation['how']}; no race check); "
+            "files using tensor cores, cuBLAS or ThunderKittens: compile check only"
+        )
+    return (
+        "CUDA exercises: compile check with nvcc's resource report (not run): " + emulation.get("how", "")
+        if record["nvcc"]
+        else "CUDA exercises: nothing — " + build.NVCC_HINT
+    )
 
 
 def _thunderkittens_can_run(record: dict[str, Any]) -> list[str]:
@@ -123,8 +145,11 @@ def _thunderkittens_can_run(record: dict[str, Any]) -> list[str]:
         return ["ThunderKittens exercises: build, numerics and timing on the GPU"]
     if record["gpu"]:
         return ["ThunderKittens exercises: skipped (" + tk["note"].split(";")[0] + ")"]
-    return ["ThunderKittens exercises: compile check for sm_90a (not run)" if record["nvcc"]
-            else "ThunderKittens exercises: nothing — " + build.NVCC_HINT]
+    return [
+        "ThunderKittens exercises: compile check for sm_90a (not run)"
+        if record["nvcc"]
+        else "ThunderKittens exercises: nothing — " + build.NVCC_HINT
+    ]
 
 
 def format_environment(record: dict[str, Any]) -> str:
@@ -132,16 +157,24 @@ def format_environment(record: dict[str, Any]) -> str:
         f"python   {record['python']}  ({record['platform']})",
         f"torch    {record['torch']}" + (f" (CUDA {record['torch_cuda']})" if record["torch_cuda"] else " (CPU build)"),
         f"triton   {record['triton'] or 'missing: pip install triton'}"
-        + (" — interpreter usable" if record["triton_interpreter"] else f" — interpreter failed: {record['triton_interpreter_note']}"),
+        + (
+            " — interpreter usable"
+            if record["triton_interpreter"]
+            else f" — interpreter failed: {record['triton_interpreter_note']}"
+        ),
         f"nvcc     {record['nvcc'] or 'missing — ' + build.NVCC_HINT}",
         f"ninja    {'yes' if record['ninja'] else 'missing: pip install ninja'}",
         f"driver   {record['driver'] or 'no NVIDIA driver found'}",
     ]
     gpu = record["gpu"]
     if gpu:
-        lines.append(f"GPU      {gpu['name']} (compute capability {gpu['capability']}, {gpu['memory_gb']} GB, "
-                     f"{gpu['multiprocessors']} SMs)")
-        lines.append(f"         measured copy bandwidth {gpu['copy_gbps']:.0f} GB/s, float32 matmul {gpu['matmul_fp32_tflops']:.1f} TFLOP/s")
+        lines.append(
+            f"GPU      {gpu['name']} (compute capability {gpu['capability']}, {gpu['memory_gb']} GB, "
+            f"{gpu['multiprocessors']} SMs)"
+        )
+        lines.append(
+            f"         measured copy bandwidth {gpu['copy_gbps']:.0f} GB/s, float32 matmul {gpu['matmul_fp32_tflops']:.1f} TFLOP/s"
+        )
     else:
         lines.append("GPU      none found")
     if record.get("training"):
@@ -162,8 +195,14 @@ def format_environment(record: dict[str, Any]) -> str:
 SAMPLES, BATCH, EPOCHS, WARMUP_STEPS, BUDGET_S = 2048, 256, 5, 2, 2.0
 
 
-def time_training(device: str, epochs: int = EPOCHS, samples: int = SAMPLES, batch: int = BATCH,
-                  budget_s: float | None = None, steps: int | None = None) -> dict[str, Any]:
+def time_training(
+    device: str,
+    epochs: int = EPOCHS,
+    samples: int = SAMPLES,
+    batch: int = BATCH,
+    budget_s: float | None = None,
+    steps: int | None = None,
+) -> dict[str, Any]:
     """A small MLP on synthetic data made here (no downloads), for a CPU-vs-GPU comparison: `epochs` epochs
     after a few warm-up steps, stopped early (after one timed step at least) once `budget_s` is spent since the
     call began; `steps`: exactly this many timed steps."""
@@ -183,7 +222,7 @@ def time_training(device: str, epochs: int = EPOCHS, samples: int = SAMPLES, bat
 
     def step(index: int):
         start = (index % per_epoch) * batch
-        loss = nn.functional.cross_entropy(model(features[start:start + batch]), labels[start:start + batch])
+        loss = nn.functional.cross_entropy(model(features[start : start + batch]), labels[start : start + batch])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -203,8 +242,14 @@ def time_training(device: str, epochs: int = EPOCHS, samples: int = SAMPLES, bat
             break
     sync()
     seconds = time.perf_counter() - started
-    return {"device": device, "seconds": seconds, "per_epoch_s": seconds / done * per_epoch, "final_loss": float(loss),
-            "steps": done, "epochs": round(done / per_epoch, 2)}
+    return {
+        "device": device,
+        "seconds": seconds,
+        "per_epoch_s": seconds / done * per_epoch,
+        "final_loss": float(loss),
+        "steps": done,
+        "epochs": round(done / per_epoch, 2),
+    }
 
 
 def training_comparison(gpu: bool, epochs: int = EPOCHS, budget_s: float | None = BUDGET_S) -> dict[str, Any]:
@@ -215,8 +260,8 @@ def training_comparison(gpu: bool, epochs: int = EPOCHS, budget_s: float | None 
     stopped = f" (the CPU's run stopped at its {budget_s:g}-s budget)" if done < epochs else ""
     return {
         "description": f"A 3-layer MLP (256-512-512-10, AdamW) on {SAMPLES:,} synthetic samples, batch {BATCH}: "
-                       f"{done} epochs after {WARMUP_STEPS} warm-up steps{stopped}"
-                       + (", the same steps on the GPU." if gpu else "."),
-        "epochs": done, "runs": runs,
+        f"{done} epochs after {WARMUP_STEPS} warm-up steps{stopped}" + (", the same steps on the GPU." if gpu else "."),
+        "epochs": done,
+        "runs": runs,
         "speedup": runs[0]["seconds"] / runs[1]["seconds"] if len(runs) == 2 else None,
     }

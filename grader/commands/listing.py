@@ -23,9 +23,13 @@ def format_plan(plan: Plan, statuses: dict[str, str], exercises: dict) -> str:
         for item in unit.exercises:
             known = "" if item.id in exercises else "  (missing exercise folder!)"
             extra = " (extra)" if item.extra else ""
-            lines.append(f"          - {item.id} [{item.lang or 'any'}]{extra}: {status_of(statuses, item.id, item.lang)}{known}")
+            lines.append(
+                f"          - {item.id} [{item.lang or 'any'}]{extra}: {status_of(statuses, item.id, item.lang)}{known}"
+            )
         for requirement in unit.requirements:  # records, not grades: `kcourse progress` says whether they exist
-            lines.append(f"          + {requirement_name(requirement)}: `{requirement_command(requirement, plan, unit)}`")
+            lines.append(
+                f"          + {requirement_name(requirement)}: `{requirement_command(requirement, plan, unit)}`"
+            )
         for topic in unit.planned:
             lines.append(f"          · {topic} (planned)")
     return "\n".join(lines)
@@ -36,8 +40,10 @@ def other_plans_line(plans: dict[str, Plan], shown: Plan) -> str:
     others = [f"{p.id} ({p.title})" for p in plans.values() if p.id != shown.id]
     if not others:
         return ""
-    return (f"\n\nOther plans: {'; '.join(others)}.\n"
-            "Show one with `kcourse list --plan PLAN`, or all with `kcourse list --all`.")
+    return (
+        f"\n\nOther plans: {'; '.join(others)}.\n"
+        "Show one with `kcourse list --plan PLAN`, or all with `kcourse list --all`."
+    )
 
 
 def format_plans(plan_id: str | None = None, show_all: bool = False) -> str:

@@ -46,13 +46,17 @@ def _git(root: Path, *args: str) -> list[str]:
     try:
         proc = subprocess.run(["git", *args, "-z"], cwd=root, capture_output=True, text=True)
     except OSError:
-        raise ReleaseError("git was not found: a release ships the files your course repository tracks, "
-                           "so install git and run it from your clone (nothing was written)") from None
+        raise ReleaseError(
+            "git was not found: a release ships the files your course repository tracks, "
+            "so install git and run it from your clone (nothing was written)"
+        ) from None
     if proc.returncode != 0:
         why = (proc.stderr.strip().splitlines() or ["git failed"])[-1]
-        raise ReleaseError(f"{root} is not a git checkout ({why}): a release ships only the files git tracks, so "
-                           "run it from your clone of the course repository, or `git init && git add` the course's "
-                           "files there first (nothing was written)")
+        raise ReleaseError(
+            f"{root} is not a git checkout ({why}): a release ships only the files git tracks, so "
+            "run it from your clone of the course repository, or `git init && git add` the course's "
+            "files there first (nothing was written)"
+        )
     return [name for name in proc.stdout.split("\0") if name]  # -z: names verbatim, whatever they hold
 
 
@@ -60,8 +64,9 @@ def tracked_files(root: Path) -> list[Path]:
     """The files git tracks under root, as they are in the working tree (a deleted one is left out)."""
     files = [Path(p) for p in _git(root, "ls-files", "--cached") if (root / p).is_file()]
     if not files:
-        raise ReleaseError(f"git tracks no files under {root}: `git add` the course's files, then release again "
-                           "(nothing was written)")
+        raise ReleaseError(
+            f"git tracks no files under {root}: `git add` the course's files, then release again (nothing was written)"
+        )
     return files
 
 
@@ -79,8 +84,11 @@ def instructor_only(relative: Path) -> bool:
 def learner_overlay(root: Path) -> dict[Path, Path]:
     """learner/'s files by the path they take in the kit (learner/README.md -> README.md)."""
     folder = root / LEARNER_OVERLAY
-    return {p.relative_to(folder): p for p in sorted(folder.rglob("*"))
-            if p.is_file() and "__pycache__" not in p.parts} if folder.is_dir() else {}
+    return (
+        {p.relative_to(folder): p for p in sorted(folder.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
+        if folder.is_dir()
+        else {}
+    )
 
 
 def planned_files(root: Path) -> dict[Path, Path]:
@@ -143,8 +151,10 @@ def find_leaks(kit: Path, solutions: dict[Path, set[str]]) -> list[str]:
         for solution, telling in solutions.items():
             common = telling & lines
             if telling and len(common) >= min(LEAK_LINES, math.ceil(0.6 * len(telling))):
-                leaks.append(f"{path.relative_to(kit)} contains {len(common)} lines of {solution.name}'s solution, "
-                             f"e.g. {sorted(common)[0]!r}")
+                leaks.append(
+                    f"{path.relative_to(kit)} contains {len(common)} lines of {solution.name}'s solution, "
+                    f"e.g. {sorted(common)[0]!r}"
+                )
     return leaks
 
 
@@ -164,7 +174,9 @@ def release(target: Path, root: Path | None = None) -> Release:
             shutil.copy2(source, destination)
         leaks = find_leaks(staging, solutions)
         if leaks:
-            raise ReleaseError("solution text would leak into the learner's kit (nothing was written):\n  " + "\n  ".join(leaks))
+            raise ReleaseError(
+                "solution text would leak into the learner's kit (nothing was written):\n  " + "\n  ".join(leaks)
+            )
         write_manifest(staging)  # the digests a grade checks the kit's grader, specs and references against
         staging.rename(target)
     finally:

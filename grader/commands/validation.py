@@ -22,8 +22,9 @@ def expected(source: str, status: str) -> str:
     return "ok" if status in ("failed", "error") else "unexpected"
 
 
-def select(only: set[str] | None = None, lang: str | None = None, plan_id: str | None = None,
-           unit: str | None = None) -> list[Target]:
+def select(
+    only: set[str] | None = None, lang: str | None = None, plan_id: str | None = None, unit: str | None = None
+) -> list[Target]:
     """The exercises to validate: all, or filtered by id, language, plan and week/day."""
     targets = all_targets()
     if plan_id or unit:
@@ -37,12 +38,21 @@ def select(only: set[str] | None = None, lang: str | None = None, plan_id: str |
     for exercise_id in only or ():
         if exercise_id not in known:
             raise ResolveError(f"unknown exercise {exercise_id!r}." + suggest(exercise_id, sorted(known)))
-    return [t for t in targets if (not only or t.spec.id in only)
-            and (not lang or lang in (t.variant.lang, t.variant.language))]  # add2 --lang cuda: jit, setup, cmake
+    return [
+        t
+        for t in targets
+        if (not only or t.spec.id in only) and (not lang or lang in (t.variant.lang, t.variant.language))
+    ]  # add2 --lang cuda: jit, setup, cmake
 
 
-def validate(targets: list[Target], source: str = "solutions", seed: int | None = None, repeat: int = 1,
-             workers: int | None = None, progress: bool = False) -> tuple[dict, list[GradeResult]]:
+def validate(
+    targets: list[Target],
+    source: str = "solutions",
+    seed: int | None = None,
+    repeat: int = 1,
+    workers: int | None = None,
+    progress: bool = False,
+) -> tuple[dict, list[GradeResult]]:
     """Grade each target `repeat` times (fresh random inputs each time unless `seed`); a row per target,
     "ok" only if every run met the expectation. `workers`: grades at once (default: one per GPU)."""
     from grader.commands.batch import Job, LocalRunner
@@ -52,9 +62,21 @@ def validate(targets: list[Target], source: str = "solutions", seed: int | None 
     # The first run of each target times every size (and PyTorch beside it); the repeats time the size the
     # speed verdict is taken at, as `kcourse watch` does: the verdict is the same, and the other sizes'
     # inputs, references and runs (~2 s a grade) are what a 10-run validate of 69 variants can least afford.
-    work = [(Job(f"run {i + 1}", t.spec.id, t.variant.lang, learner_file(t, source, None), "",
-                 "all" if i == 0 else "verdict"), t)
-            for t in targets for i in range(repeat)]
+    work = [
+        (
+            Job(
+                f"run {i + 1}",
+                t.spec.id,
+                t.variant.lang,
+                learner_file(t, source, None),
+                "",
+                "all" if i == 0 else "verdict",
+            ),
+            t,
+        )
+        for t in targets
+        for i in range(repeat)
+    ]
     shown = Progress(stream=sys.stderr if progress else None)
     shown.begin(len(work), already=0)
     by_target: dict[str, list[GradeResult]] = {t.key: [] for t in targets}
@@ -63,8 +85,12 @@ def validate(targets: list[Target], source: str = "solutions", seed: int | None 
         shown.finished(job.name, row)
     shown.close()
     rows = [_row(t, by_target[t.key], source) for t in targets]
-    summary = {"source": source, "repeat": repeat, "rows": rows,
-               "figures": [f for t, row in zip(targets, rows) if (f := _figures(row, by_target[t.key], source))]}
+    summary = {
+        "source": source,
+        "repeat": repeat,
+        "rows": rows,
+        "figures": [f for t, row in zip(targets, rows) if (f := _figures(row, by_target[t.key], source))],
+    }
     return summary, [r for t in targets for r in by_target[t.key]]
 
 
@@ -80,8 +106,14 @@ def _row(target: Target, results: list[GradeResult], source: str) -> dict:
         outcome = "skipped" if "skipped" in outcomes else "ok"
     runs = f"{ok}/{len(results)}" + (f", {skipped} skipped" if skipped else "")
     verdict = shown.verdict.splitlines()[0][:110] if shown.verdict else ""
-    return {"exercise": target.spec.id, "lang": target.variant.lang, "status": shown.status, "outcome": outcome,
-            "runs": runs, "verdict": verdict}
+    return {
+        "exercise": target.spec.id,
+        "lang": target.variant.lang,
+        "status": shown.status,
+        "outcome": outcome,
+        "runs": runs,
+        "verdict": verdict,
+    }
 
 
 def _figures(row: dict, results: list[GradeResult], source: str) -> dict | None:
@@ -94,21 +126,42 @@ def _figures(row: dict, results: list[GradeResult], source: str) -> dict | None:
         return None
     # a host-side exercise's anchor is its own serial run (spec performance.baseline_args), not PyTorch
     serial = timed.baseline_ms / timed.learner_ms if timed.baseline_ms and timed.learner_ms else None
-    return {"exercise": row["exercise"], "lang": row["lang"], "case": timed.case, "unit": timed.unit,
-            "solution": timed.solution_rate, "roofline_pct": timed.solution_roofline_pct, "torch": timed.torch_rate,
-            "vs_serial": serial, "serial_args": timed.baseline_args}
+    return {
+        "exercise": row["exercise"],
+        "lang": row["lang"],
+        "case": timed.case,
+        "unit": timed.unit,
+        "solution": timed.solution_rate,
+        "roofline_pct": timed.solution_roofline_pct,
+        "torch": timed.torch_rate,
+        "vs_serial": serial,
+        "serial_args": timed.baseline_args,
+    }
 
 
 def format_figures(figures: list[dict]) -> str:
-    rows = [[f["exercise"], f["lang"], f["case"], f"{f['solution']:,.0f} {f['unit']}",
-             f"{f['roofline_pct']:.0f}%" if f["roofline_pct"] is not None else "",
-             f"{f['torch']:,.0f}" if f["torch"] else "", f"{f['solution'] / f['torch']:.2f}x" if f["torch"] else ""]
-            for f in figures]
-    serial = [f"{f['exercise']} ({f['lang']}): {f['vs_serial']:.2f}x its own run with {f['serial_args']}"
-              for f in figures if f.get("vs_serial")]
-    return ("the solutions at the verdict size (first run), PyTorch timed beside them:\n"
-            + table(rows, ["exercise", "lang", "size", "solution", "of roofline", "torch", "vs torch"])
-            + "".join("\n" + line for line in serial))
+    rows = [
+        [
+            f["exercise"],
+            f["lang"],
+            f["case"],
+            f"{f['solution']:,.0f} {f['unit']}",
+            f"{f['roofline_pct']:.0f}%" if f["roofline_pct"] is not None else "",
+            f"{f['torch']:,.0f}" if f["torch"] else "",
+            f"{f['solution'] / f['torch']:.2f}x" if f["torch"] else "",
+        ]
+        for f in figures
+    ]
+    serial = [
+        f"{f['exercise']} ({f['lang']}): {f['vs_serial']:.2f}x its own run with {f['serial_args']}"
+        for f in figures
+        if f.get("vs_serial")
+    ]
+    return (
+        "the solutions at the verdict size (first run), PyTorch timed beside them:\n"
+        + table(rows, ["exercise", "lang", "size", "solution", "of roofline", "torch", "vs torch"])
+        + "".join("\n" + line for line in serial)
+    )
 
 
 def calibration_entries(summary: dict, results: list[GradeResult]) -> dict:
@@ -136,5 +189,9 @@ def format_summary(summary: dict) -> str:
     title = f"validate --source {summary['source']}{times} (each must {want}{' every time' if times else ''}):\n"
     head = ["as expected" if c == "runs" else c for c in columns]
     figures = f"\n\n{format_figures(summary['figures'])}" if summary.get("figures") else ""
-    return (title + table(rows, head)
-            + f"\n{counts['ok']} ok, {counts['unexpected']} unexpected, {counts['skipped']} skipped" + figures)
+    return (
+        title
+        + table(rows, head)
+        + f"\n{counts['ok']} ok, {counts['unexpected']} unexpected, {counts['skipped']} skipped"
+        + figures
+    )

@@ -23,15 +23,22 @@ PANELS = {"load": "loaded by", "store": "stored by", "atomic": "updated atomical
 OUTSIDE = {  # what an access outside its tensor does on a GPU, and the fix
     "load": "pass mask= (e.g. offsets < n) to tl.load; on a GPU it reads memory that is not this tensor's, or crashes",
     "store": "pass mask= (e.g. offsets < n) to tl.store; on a GPU it overwrites memory that is not this tensor's, or crashes",
-    "atomic": "pass mask= to the tl.atomic_* call; on a GPU it changes memory that is not this tensor's, or crashes"}
+    "atomic": "pass mask= to the tl.atomic_* call; on a GPU it changes memory that is not this tensor's, or crashes",
+}
 RACE = (0.85, 0.0, 0.0, 1.0)  # an element stored by two programs or more
 NO_ELEMENT = (0.8, 0.8, 0.8, 1.0)  # the end of a wrapped row, past the last element
 SHARED = 0.55  # an element loaded by two programs or more: its colour this much darker
 LEGEND_PROGRAMS = 12  # programs named in a legend; beyond that the colours repeat unnamed
 
 
-def run_viz(target: Target, out_dir: Path, submission: Path | None = None, source: str = "learner",
-            case_index: int | None = None, timeout_s: float | None = None) -> dict[str, Any]:
+def run_viz(
+    target: Target,
+    out_dir: Path,
+    submission: Path | None = None,
+    source: str = "learner",
+    case_index: int | None = None,
+    timeout_s: float | None = None,
+) -> dict[str, Any]:
     """Record the learner's kernel in the child, then summarise and draw what it touched. `timeout_s`: the
     child's time limit (default: the interpreter's, as profile and tune allow)."""
     from grader.run.grade import INTERPRETER_TIMEOUT_FACTOR, grade
@@ -39,21 +46,39 @@ def run_viz(target: Target, out_dir: Path, submission: Path | None = None, sourc
     if target.variant.language != "triton":
         raise ToolError(cuda_message(target))
     index = choose_case(target.spec, target.variant, case_index)
-    result = grade(target, source=source, submission=submission, mode="viz", record=False,
-                   job_extra={"viz_case": index}, child_env={"TRITON_INTERPRET": "1"},
-                   timeout_s=timeout_s or target.variant.timeout_s * INTERPRETER_TIMEOUT_FACTOR)
+    result = grade(
+        target,
+        source=source,
+        submission=submission,
+        mode="viz",
+        record=False,
+        job_extra={"viz_case": index},
+        child_env={"TRITON_INTERPRET": "1"},
+        timeout_s=timeout_s or target.variant.timeout_s * INTERPRETER_TIMEOUT_FACTOR,
+    )
     if "viz" not in result.extra:
         raise ToolError(failure_message(result))
     findings = result.extra["viz"]
     if not findings["launches"]:
-        raise ToolError(f"your {target.variant.entry}() launched no Triton kernel at {findings['case']}: there is "
-                        "nothing to draw. Launch your kernel with kernel[grid](...) from the entry point")
+        raise ToolError(
+            f"your {target.variant.entry}() launched no Triton kernel at {findings['case']}: there is "
+            "nothing to draw. Launch your kernel with kernel[grid](...) from the entry point"
+        )
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = f"viz_{target.spec.id}_{target.variant.lang}"
-    return {"exercise": target.spec.id, "lang": target.variant.lang, "source": str(submission or source),
-            "case": findings["case"], "case_index": index, "device": result.device.get("name", "CPU"),
-            "launches": findings["launches"], "tensors": summarise(findings), "stray": findings["stray"],
-            "switched_off": findings["switched_off"], "pictures": [str(p) for p in draw_all(findings, out_dir, stem)]}
+    return {
+        "exercise": target.spec.id,
+        "lang": target.variant.lang,
+        "source": str(submission or source),
+        "case": findings["case"],
+        "case_index": index,
+        "device": result.device.get("name", "CPU"),
+        "launches": findings["launches"],
+        "tensors": summarise(findings),
+        "stray": findings["stray"],
+        "switched_off": findings["switched_off"],
+        "pictures": [str(p) for p in draw_all(findings, out_dir, stem)],
+    }
 
 
 def cuda_message(target: Target) -> str:
@@ -61,9 +86,11 @@ def cuda_message(target: Target) -> str:
     spec, lang = target.spec, target.variant.lang
     triton = [v.lang for v in spec.variants.values() if v.language == "triton"]
     other = f" `kcourse viz {spec.id} --lang {triton[0]}` draws its Triton version." if triton else ""
-    return (f"kcourse viz draws Triton kernels only for now, and {spec.id} ({lang}) is CUDA code.{other} For your "
-            f"CUDA kernel, `kcourse grade {spec.id} --lang {lang}` prints a map of the output's wrong and never-written "
-            "elements, and on a GPU its compute-sanitizer run finds out-of-range accesses and races")
+    return (
+        f"kcourse viz draws Triton kernels only for now, and {spec.id} ({lang}) is CUDA code.{other} For your "
+        f"CUDA kernel, `kcourse grade {spec.id} --lang {lang}` prints a map of the output's wrong and never-written "
+        "elements, and on a GPU its compute-sanitizer run finds out-of-range accesses and races"
+    )
 
 
 # --- the case ----------------------------------------------------------------------------------------
@@ -78,10 +105,16 @@ def choose_case(spec: ExerciseSpec, variant: Variant, index: int | None = None) 
     runnable = [i for i, c in enumerate(spec.cases) if not c.gpu_only and variant.accepts(c)]
     choices = ", ".join(f"{i} ({spec.cases[i].label()})" for i in runnable)
     if index is not None and not 0 <= index < len(spec.cases):
-        raise CaseError(f"--case {index}: {spec.id} has cases 0 to {len(spec.cases) - 1} (its spec.toml's [[cases]], "
-                        f"in order); pick one of: {choices}")
+        raise CaseError(
+            f"--case {index}: {spec.id} has cases 0 to {len(spec.cases) - 1} (its spec.toml's [[cases]], "
+            f"in order); pick one of: {choices}"
+        )
     if index is not None and index not in runnable:
-        why = "GPU-only: too large for the interpreter" if spec.cases[index].gpu_only else "of a dtype this version does not take"
+        why = (
+            "GPU-only: too large for the interpreter"
+            if spec.cases[index].gpu_only
+            else "of a dtype this version does not take"
+        )
         raise CaseError(f"--case {index} ({spec.cases[index].label()}) is {why}; pick one of: {choices}")
     if index is not None:
         return index
@@ -109,8 +142,16 @@ def summarise(findings: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for tensor in findings["tensors"]:
         n = math.prod(tensor["shape"])
-        row = {"name": tensor["name"], "role": tensor["role"], "shape": tensor["shape"], "dtype": tensor["dtype"],
-               "elements": n, "touched": {}, "shared": {}, "out_of_range": {}}
+        row = {
+            "name": tensor["name"],
+            "role": tensor["role"],
+            "shape": tensor["shape"],
+            "dtype": tensor["dtype"],
+            "elements": n,
+            "touched": {},
+            "shared": {},
+            "out_of_range": {},
+        }
         for kind, accesses in tensor["kinds"].items():
             row["touched"][kind] = int((np.asarray(accesses["program"]) >= 0).sum())
             row["shared"][kind] = int((np.asarray(accesses["programs"]) > 1).sum())
@@ -139,22 +180,30 @@ def problems(record: dict[str, Any]) -> list[str]:
         name, n = row["name"], row["elements"]
         count, first = row["never_written"]
         if count and "atomic" not in row["touched"]:  # atomics add into a tensor the wrapper set: some may stay
-            found.append(f"{name}: {count} of {n} elements never written (first at {first}) — launch enough programs "
-                         "to cover every element (triton.cdiv(n, BLOCK)) and check each program's offsets")
+            found.append(
+                f"{name}: {count} of {n} elements never written (first at {first}) — launch enough programs "
+                "to cover every element (triton.cdiv(n, BLOCK)) and check each program's offsets"
+            )
         count, first = row["written_twice"]
         if count:
-            found.append(f"{name}: {count} elements stored by two programs or more (first at {first}) — a race: on a GPU "
-                         "they write in no fixed order; give each program its own elements (pid * BLOCK + tl.arange(0, BLOCK))")
+            found.append(
+                f"{name}: {count} elements stored by two programs or more (first at {first}) — a race: on a GPU "
+                "they write in no fixed order; give each program its own elements (pid * BLOCK + tl.arange(0, BLOCK))"
+            )
         for kind, (_, unmasked) in row["out_of_range"].items():
             if unmasked:
                 found.append(f"{name}: {unmasked} {kind}s fell outside its elements without a mask — " + OUTSIDE[kind])
         if row["role"] == "input" and row["touched"].get("store"):
-            found.append(f"{name}: {row['touched']['store']} elements of this input were stored to — a grade fails a "
-                         "kernel that changes its inputs: write only into the outputs")
+            found.append(
+                f"{name}: {row['touched']['store']} elements of this input were stored to — a grade fails a "
+                "kernel that changes its inputs: write only into the outputs"
+            )
     for kind, lanes in record["stray"].items():
         if lanes:
-            found.append(f"{lanes} {kind}s were nowhere near any tensor argument (kcourse viz switched them off so the "
-                         "run could finish) — check the pointer arithmetic: a wrong stride, or a row index past the end?")
+            found.append(
+                f"{lanes} {kind}s were nowhere near any tensor argument (kcourse viz switched them off so the "
+                "run could finish) — check the pointer arithmetic: a wrong stride, or a row index past the end?"
+            )
     return found
 
 
@@ -169,14 +218,22 @@ def _launch_line(launch: dict[str, Any]) -> str:
 
 def _tensor_line(row: dict[str, Any], width: int) -> str:
     shared = row["shared"].get("load")
-    parts = [f"{row['touched']['load']} loaded" + (f" ({shared} by 2+ programs)" if shared else "")] \
-        if "load" in row["touched"] else []
+    parts = (
+        [f"{row['touched']['load']} loaded" + (f" ({shared} by 2+ programs)" if shared else "")]
+        if "load" in row["touched"]
+        else []
+    )
     parts += [f"{row['touched']['store']} stored"] if "store" in row["touched"] else []
     parts += [f"{row['touched']['atomic']} updated atomically"] if "atomic" in row["touched"] else []
     if row["role"] == "output":
         never = row["never_written"][0]
-        parts.append("every element written" if not never else f"{never} never updated (they keep the value they "
-                     "started with)" if "atomic" in row["touched"] else f"{never} NEVER WRITTEN")
+        parts.append(
+            "every element written"
+            if not never
+            else f"{never} never updated (they keep the value they started with)"
+            if "atomic" in row["touched"]
+            else f"{never} NEVER WRITTEN"
+        )
     if row["written_twice"][0]:
         parts.append(f"{row['written_twice'][0]} STORED BY 2+ PROGRAMS")
     elif row["touched"].get("store"):
@@ -185,7 +242,11 @@ def _tensor_line(row: dict[str, Any], width: int) -> str:
     unmasked = sum(u for _, u in row["out_of_range"].values())
     lanes = f"; out of range: {_count(masked, 'lane')} masked off, {unmasked} NOT masked" if masked or unmasked else ""
     shape = "×".join(map(str, row["shape"])) or "scalar"
-    return f"  {row['name']:<{width}} {row['role']:<7} {shape} {row['dtype']}: " + ", ".join(parts or ["not touched"]) + lanes
+    return (
+        f"  {row['name']:<{width}} {row['role']:<7} {shape} {row['dtype']}: "
+        + ", ".join(parts or ["not touched"])
+        + lanes
+    )
 
 
 def _count(number: int, noun: str) -> str:
@@ -197,18 +258,24 @@ def format_viz(record: dict[str, Any]) -> str:
     programs = sum(math.prod(launch["grid"]) for launch in record["launches"])
     beside = "" if record["device"].startswith("CPU") else f" on the CPU ({record['device']} idle)"
     launches = len(record["launches"])
-    lines = [f"{record['exercise']} ({record['lang']}), {record['source']}, at {record['case']}: run once under the "
-             f"Triton interpreter{beside}, {_count(programs, 'program')} in {launches} launch{'es' * (launches != 1)}"]
+    lines = [
+        f"{record['exercise']} ({record['lang']}), {record['source']}, at {record['case']}: run once under the "
+        f"Triton interpreter{beside}, {_count(programs, 'program')} in {launches} launch{'es' * (launches != 1)}"
+    ]
     lines += [f"  launch {i}: {_launch_line(launch)}" for i, launch in enumerate(record["launches"])]
     width = max(len(row["name"]) for row in record["tensors"]) if record["tensors"] else 0
     lines += [_tensor_line(row, width) for row in record["tensors"]]
     found = problems(record)
     lines += ["problems:"] + [f"  - {p}" for p in found] if found else ["no problem seen in these accesses"]
     if record["switched_off"]:
-        lines.append(f"({record['switched_off']} lanes pointed outside every tensor argument: kcourse viz switched them "
-                     "off so the run could finish)")
-    lines.append("pictures (colour: the program that touched an element last; hatched: never stored; red: stored by "
-                 "two programs or more):")
+        lines.append(
+            f"({record['switched_off']} lanes pointed outside every tensor argument: kcourse viz switched them "
+            "off so the run could finish)"
+        )
+    lines.append(
+        "pictures (colour: the program that touched an element last; hatched: never stored; red: stored by "
+        "two programs or more):"
+    )
     return "\n".join(lines + [f"  {path}" for path in record["pictures"]])
 
 
@@ -254,9 +321,16 @@ def _panel(ax, tensor: dict, kind: str, rows: int, cols: int) -> None:
     empty = np.full(math.prod(tensor["shape"]), -1)
     program, programs = _array(tensor, kind, "program"), _array(tensor, kind, "programs")
     program, programs = (empty, empty) if program is None else (program, programs)
-    ax.add_patch(Rectangle((-0.5, -0.5), cols, rows, facecolor="white", edgecolor="#b0b0b0", hatch="///", lw=0, zorder=0))
-    ax.imshow(picture(program, programs, rows, cols, kind == "store"), interpolation="nearest", aspect="auto", zorder=1,
-              extent=(-0.5, cols - 0.5, rows - 0.5, -0.5))
+    ax.add_patch(
+        Rectangle((-0.5, -0.5), cols, rows, facecolor="white", edgecolor="#b0b0b0", hatch="///", lw=0, zorder=0)
+    )
+    ax.imshow(
+        picture(program, programs, rows, cols, kind == "store"),
+        interpolation="nearest",
+        aspect="auto",
+        zorder=1,
+        extent=(-0.5, cols - 0.5, rows - 0.5, -0.5),
+    )
     if rows <= 64 and cols <= 64:  # cells large enough to see: outline each element
         ax.vlines(np.arange(0.5, cols - 1), -0.5, rows - 0.5, colors="white", lw=0.4, zorder=2)
         ax.hlines(np.arange(0.5, rows - 1), -0.5, cols - 0.5, colors="white", lw=0.4, zorder=2)
@@ -280,8 +354,11 @@ def _legend(fig, tensor: dict, kinds: list[str], launches: list[dict], padded: b
     handles = [Patch(facecolor="white", edgecolor="#b0b0b0", hatch="///", label=f"never {never}")]
     several = {k for k in kinds if k in tensor["kinds"] and (_array(tensor, k, "programs") > 1).any()}  # as they show
     handles += [Patch(color=RACE, label="stored by 2+ programs (a race)")] if "store" in several else []
-    handles += [Patch(color=(SHARED * 0.12, SHARED * 0.47, SHARED * 0.71), label="darker: loaded by 2+ programs")
-                ] if "load" in several else []
+    handles += (
+        [Patch(color=(SHARED * 0.12, SHARED * 0.47, SHARED * 0.71), label="darker: loaded by 2+ programs")]
+        if "load" in several
+        else []
+    )
     shown = {p for kind in tensor["kinds"] for p in _array(tensor, kind, "program").tolist() if p >= 0}
     grid = launches[-1]["grid"] if len(launches) == 1 else None
     if grid and len(shown) <= LEGEND_PROGRAMS:
@@ -320,5 +397,8 @@ def draw_all(findings: dict[str, Any], out_dir: Path, stem: str) -> list[Path]:
     """A PNG per tensor the kernels touched (and per output, touched or not), written into `out_dir`."""
     import re
 
-    return [draw(t, findings["launches"], out_dir / f"{stem}_{re.sub(r'[^A-Za-z0-9_.-]', '_', t['name'])}.png")
-            for t in findings["tensors"] if t["kinds"] or t["role"] == "output"]
+    return [
+        draw(t, findings["launches"], out_dir / f"{stem}_{re.sub(r'[^A-Za-z0-9_.-]', '_', t['name'])}.png")
+        for t in findings["tensors"]
+        if t["kinds"] or t["role"] == "output"
+    ]

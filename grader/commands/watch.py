@@ -52,8 +52,16 @@ def _stamp(path: Path) -> tuple[float, int] | None:
     return stat.st_mtime, stat.st_size
 
 
-def watch(target: Target, source: str, submission: Path | None, show: Callable, quick: bool = False,
-          max_grades: int | None = None, sanitize_code: bool = True, show_later: Callable | None = None) -> None:
+def watch(
+    target: Target,
+    source: str,
+    submission: Path | None,
+    show: Callable,
+    quick: bool = False,
+    max_grades: int | None = None,
+    sanitize_code: bool = True,
+    show_later: Callable | None = None,
+) -> None:
     """Grade now and after every save of the learner's file, until Ctrl-C (or `max_grades`, for tests).
     The verdict is shown without waiting for compute-sanitizer, which runs after timing; its verdict
     is passed to `show_later` when it comes, and the grade is recorded then (with it)."""
@@ -70,9 +78,18 @@ def watch(target: Target, source: str, submission: Path | None, show: Callable, 
             time.sleep(SETTLE_S)  # let an editor finish writing the file
             seen = _stamp(path)
             with grading_status(child):  # a live line at a terminal, until the verdict
-                result = grade(target, source=source, submission=submission, quick=quick, child=child, seed=seed,
-                               sanitize_code=BACKGROUND if sanitize_code else False, record=False,
-                               timed_sizes="verdict", ahead=ahead)
+                result = grade(
+                    target,
+                    source=source,
+                    submission=submission,
+                    quick=quick,
+                    child=child,
+                    seed=seed,
+                    sanitize_code=BACKGROUND if sanitize_code else False,
+                    record=False,
+                    timed_sizes="verdict",
+                    ahead=ahead,
+                )
             if ahead is not None:
                 ahead.close()  # the grade closed it if it used it: closing again is safe
             child = _fresh_child(target)  # warms up while the learner reads the verdict

@@ -41,8 +41,10 @@ def load(path: Path | None = None) -> dict[str, Any]:
                 for entry in gpus.values():
                     float(entry["solution_ms"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise CalibrationError(f"{path} is corrupt ({type(exc).__name__}: {exc}): restore it from git or run "
-                               "`kcourse calibrate` on a GPU to write it again") from None
+        raise CalibrationError(
+            f"{path} is corrupt ({type(exc).__name__}: {exc}): restore it from git or run "
+            "`kcourse calibrate` on a GPU to write it again"
+        ) from None
     return entries
 
 
@@ -62,9 +64,12 @@ def merge(new_entries: dict[str, Any], path: Path | None = None) -> Path:
 
 def entry_from_timing(timing: Any, device: dict[str, Any]) -> dict[str, Any]:
     return {
-        "solution_ms": timing.solution_ms, "unit": timing.unit, "rate": timing.solution_rate,
+        "solution_ms": timing.solution_ms,
+        "unit": timing.unit,
+        "rate": timing.solution_rate,
         "roofline_fraction": (timing.solution_roofline_pct or 0) / 100 or None,
-        "copy_gbps": device.get("copy_gbps"), "matmul_tflops": device.get("matmul_tflops"),
+        "copy_gbps": device.get("copy_gbps"),
+        "matmul_tflops": device.get("matmul_tflops"),
         "measured_at": time.strftime("%Y-%m-%d"),
     }
 
@@ -75,13 +80,17 @@ def entries_from_result(key: str, result: Any) -> dict[str, Any]:
     name = (result.device or {}).get("name")
     if result.status != "passed" or not name:
         return {}
-    cases = {timing.case: {name: entry_from_timing(timing, result.device)} for timing in result.timings
-             if timing.solution_source == "live solution" and timing.solution_ms}
+    cases = {
+        timing.case: {name: entry_from_timing(timing, result.device)}
+        for timing in result.timings
+        if timing.solution_source == "live solution" and timing.solution_ms
+    }
     return {key: cases} if cases else {}
 
 
 def lacking(targets: list, entries: dict[str, Any], gpu: str | None) -> list:
     """The targets with a timed size that has no figure for this GPU (`kcourse calibrate --missing`)."""
+
     def covered(target) -> bool:
         cases = entries.get(target.key, {})
         return all(gpu in cases.get(case.label(), {}) for case in target.spec.performance.cases)
@@ -89,8 +98,9 @@ def lacking(targets: list, entries: dict[str, Any], gpu: str | None) -> list:
     return [t for t in targets if t.spec.performance.cases and not covered(t)]
 
 
-def solution_bar(calibration: dict[str, Any], case: str, gpu: str, work: float | None,
-                 ceiling: float | None) -> tuple[float, str] | None:
+def solution_bar(
+    calibration: dict[str, Any], case: str, gpu: str, work: float | None, ceiling: float | None
+) -> tuple[float, str] | None:
     """(solution milliseconds to compare against, where that figure came from) or None."""
     by_gpu = calibration.get(case, {})
     if gpu in by_gpu:
@@ -99,8 +109,10 @@ def solution_bar(calibration: dict[str, Any], case: str, gpu: str, work: float |
     if fractions and work and ceiling:
         source_gpu, fraction = fractions[0]
         rate = fraction * ceiling
-        return work / rate * 1000, (f"ESTIMATE: the solution's {100 * fraction:.0f}% of roofline on {source_gpu} "
-                                   f"applied to this GPU's measured ceiling ({ceiling:.4g})")
+        return work / rate * 1000, (
+            f"ESTIMATE: the solution's {100 * fraction:.0f}% of roofline on {source_gpu} "
+            f"applied to this GPU's measured ceiling ({ceiling:.4g})"
+        )
     return None
 
 
@@ -110,8 +122,14 @@ def calibrate(targets: list, grade_fn) -> tuple[dict[str, Any], list[dict[str, A
     rows = []
     for target in targets:
         result = grade_fn(target)
-        row = {"exercise": target.spec.id, "lang": target.variant.lang, "status": result.status, "case": "", "ms": None,
-               "roofline_pct": None}
+        row = {
+            "exercise": target.spec.id,
+            "lang": target.variant.lang,
+            "status": result.status,
+            "case": "",
+            "ms": None,
+            "roofline_pct": None,
+        }
         for case, gpus in entries_from_result(target.key, result).get(target.key, {}).items():
             entries.setdefault(target.key, {}).setdefault(case, {}).update(gpus)
         if result.status == "passed" and result.timings:

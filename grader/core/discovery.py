@@ -78,7 +78,9 @@ def resolve(words: tuple[str, ...], lang: str | None = None, plan_id: str | None
     if len(words) == 1:
         return _by_id(exercises, words[0], lang)
     if len(words) != 2:
-        raise ResolveError("give an exercise id (kcourse grade reduction) or a week/day and an id (kcourse grade week2 reduction)")
+        raise ResolveError(
+            "give an exercise id (kcourse grade reduction) or a week/day and an id (kcourse grade week2 reduction)"
+        )
     unit_key, exercise_id = words
     plan = _plan_of(unit_key, exercise_id, lang, plan_id)
     unit = plan.unit(unit_key)
@@ -86,16 +88,22 @@ def resolve(words: tuple[str, ...], lang: str | None = None, plan_id: str | None
         raise ResolveError(f"plan {plan.id!r} has no {unit_key!r}." + suggest(unit_key, [u.key for u in plan.units]))
     listed = _listed(unit, exercise_id, lang)
     if not listed and not unit.exercises and not unit.planned:
-        raise ResolveError(f"{unit_key} of {plan.id!r} ({unit.title}) has no exercise to grade: "
-                           f"`kcourse progress --plan {plan.id}` says what counts for it")
+        raise ResolveError(
+            f"{unit_key} of {plan.id!r} ({unit.title}) has no exercise to grade: "
+            f"`kcourse progress --plan {plan.id}` says what counts for it"
+        )
     if not listed:
         names = [e.id for e in unit.exercises]
         planned = f" ({unit_key} also plans: {', '.join(unit.planned)}, not written yet)" if unit.planned else ""
-        raise ResolveError(f"{unit_key} of {plan.id!r} has no exercise {exercise_id!r}{planned}." + suggest(exercise_id, names))
+        raise ResolveError(
+            f"{unit_key} of {plan.id!r} has no exercise {exercise_id!r}{planned}." + suggest(exercise_id, names)
+        )
     langs = {e.lang for e in listed}
     if len(langs) > 1 and lang is None:
-        raise ResolveError(f"{unit_key} has {exercise_id} in {' and '.join(sorted(map(str, langs)))}: add --lang "
-                           + "|".join(sorted(map(str, langs))))
+        raise ResolveError(
+            f"{unit_key} has {exercise_id} in {' and '.join(sorted(map(str, langs)))}: add --lang "
+            + "|".join(sorted(map(str, langs)))
+        )
     target = _by_id(exercises, exercise_id, lang or listed[0].lang)
     target.unit, target.plan = unit_key, plan.id
     if lang is None and listed[0].lang and len(target.spec.variants) > 1:
@@ -119,12 +127,15 @@ def _plan_of(unit_key: str, exercise_id: str, lang: str | None, plan_id: str | N
     listing = [p for p in having if _listed(p.unit(unit_key), exercise_id, lang)]
     if len(listing) > 1:
         commands = " or ".join(f"--plan {p.id}" for p in listing)
-        raise ResolveError(f"{unit_key} {exercise_id} is in several plans ({', '.join(p.id for p in listing)}): "
-                           f"add {commands}")
+        raise ResolveError(
+            f"{unit_key} {exercise_id} is in several plans ({', '.join(p.id for p in listing)}): add {commands}"
+        )
     if not listing and len(having) > 1:
         offers = "; ".join(f"{p.id}'s: {', '.join(e.id for e in p.unit(unit_key).exercises) or 'none'}" for p in having)
-        raise ResolveError(f"no plan's {unit_key} has the exercise {exercise_id!r} ({offers}). "
-                           f"`kcourse list --plan PLAN` shows a plan's exercises")
+        raise ResolveError(
+            f"no plan's {unit_key} has the exercise {exercise_id!r} ({offers}). "
+            f"`kcourse list --plan PLAN` shows a plan's exercises"
+        )
     return (listing or having or [picked])[0]
 
 
@@ -141,8 +152,9 @@ def _by_id(exercises: dict[str, ExerciseSpec], exercise_id: str, lang: str | Non
         target = Target(spec=spec, variant=spec.variant(lang))
     except SpecError as exc:
         unnamed = lang is None and len(spec.variants) > 1 and spec.default_lang is None
-        raise ResolveError(str(exc) + (" (its spec.toml names no default_lang, the version picked without --lang)"
-                                       if unnamed else "")) from exc
+        raise ResolveError(
+            str(exc) + (" (its spec.toml names no default_lang, the version picked without --lang)" if unnamed else "")
+        ) from exc
     if lang is None and len(spec.variants) > 1:
         target.lang_choice = f"picked by its spec's default_lang; --lang {others(target)} for the other"
     return target

@@ -24,7 +24,7 @@ def nvidia_smi_ids(visible_devices: str | None, uuid: str | None = None) -> list
 
 
 def other_gpu_processes(*devices: str) -> list[str]:
-    """"pid name" of each process nvidia-smi lists on the GPU (the first of `devices`, nvidia_smi_ids' answer,
+    """ "pid name" of each process nvidia-smi lists on the GPU (the first of `devices`, nvidia_smi_ids' answer,
     that nvidia-smi knows; the first GPU when none is given) that this process did not start. Empty where
     nvidia-smi is missing or sees none (a container often cannot see other containers' processes) and off Linux."""
     smi = shutil.which("nvidia-smi")
@@ -32,8 +32,12 @@ def other_gpu_processes(*devices: str) -> list[str]:
         return []
     for device in devices or ("0",):
         try:
-            out = subprocess.run([smi, "--query-compute-apps=pid,process_name", "--format=csv,noheader",
-                                  "-i", device], capture_output=True, text=True, timeout=10)
+            out = subprocess.run(
+                [smi, "--query-compute-apps=pid,process_name", "--format=csv,noheader", "-i", device],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            )
         except (OSError, subprocess.TimeoutExpired):
             return []
         if out.returncode == 0:
@@ -43,7 +47,9 @@ def other_gpu_processes(*devices: str) -> list[str]:
     own = {os.getpid(), *descendants(os.getpid())}
     # a pid this machine's /proc does not show is another PID namespace's (a container's view of the host's
     # pids): whose it is cannot be told, so it is not counted, and the probe's verdict stands
-    return [f"{pid} {name}" for pid, name in parse_apps(out.stdout) if pid not in own and os.path.exists(f"/proc/{pid}")]
+    return [
+        f"{pid} {name}" for pid, name in parse_apps(out.stdout) if pid not in own and os.path.exists(f"/proc/{pid}")
+    ]
 
 
 def parse_apps(text: str) -> list[tuple[int, str]]:

@@ -60,18 +60,26 @@ def own_thread_times() -> tuple[float, float] | None:
     return _schedstat("/proc/thread-self/schedstat")
 
 
-def burst_trace(who: str, runs: int, wall_s: float, child_before, child_after, parent_before, parent_after,
-                end: dict) -> dict:
+def burst_trace(
+    who: str, runs: int, wall_s: float, child_before, child_after, parent_before, parent_after, end: dict
+) -> dict:
     """One probe burst as the host accounted it, for KCOURSE_PROBE_TRACE: where its wall clock went."""
+
     def delta(after, before, index):
         return None if after is None or before is None else round(after[index] - before[index], 6)
 
-    return {"who": who, "runs": runs, "wall_s": round(wall_s, 6),
-            "child_cpu_s": delta(child_after, child_before, 0), "child_wait_s": delta(child_after, child_before, 1),
-            "parent_wait_s": delta(parent_after, parent_before, 1),
-            # the child's own figures: what it says, kept apart from what the kernel accounted
-            "child_enqueue_s": end.get("enqueue_s"), "child_sync_s": end.get("sync_s"),
-            "loadavg": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}
+    return {
+        "who": who,
+        "runs": runs,
+        "wall_s": round(wall_s, 6),
+        "child_cpu_s": delta(child_after, child_before, 0),
+        "child_wait_s": delta(child_after, child_before, 1),
+        "parent_wait_s": delta(parent_after, parent_before, 1),
+        # the child's own figures: what it says, kept apart from what the kernel accounted
+        "child_enqueue_s": end.get("enqueue_s"),
+        "child_sync_s": end.get("sync_s"),
+        "loadavg": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+    }
 
 
 def write_trace(path: str, entry: dict) -> None:

@@ -23,16 +23,48 @@ class Kind:
     returns_outputs: bool = False  # the entry point returns its outputs rather than filling given ones
 
 
-TRITON = Kind("triton", "triton", "a Python function taking torch tensors (Triton kernels inside)", (".py", ".ipynb"),
-              nvcc=False, gpu_to_run=False, sanitizer_tools=("memcheck",), prewarm="triton", watch_ops=True)
-CUDA = Kind("cuda", "cuda", "an extern \"C\" host function taking device pointers, called through ctypes", (".cu",),
-            nvcc=True, gpu_to_run=True, sanitizer_tools=("racecheck", "synccheck", "memcheck", "initcheck"))
-CUDA_HOST = Kind("cuda_host", "cuda", "an extern \"C\" function taking host pointers; it allocates, copies and launches "
-                 "itself", (".cu",), nvcc=True, gpu_to_run=True,
-                 sanitizer_tools=("racecheck", "synccheck", "memcheck", "initcheck"), host_side=True)
-TORCH_OP = Kind("torch_op", "cuda", "a PyTorch operator registered with TORCH_LIBRARY, built with torch's extension "
-                "builder", (".cu",), nvcc=False, gpu_to_run=True, sanitizer_tools=("racecheck", "synccheck", "memcheck"),
-                prewarm="profiler", watch_ops=True, returns_outputs=True)
+TRITON = Kind(
+    "triton",
+    "triton",
+    "a Python function taking torch tensors (Triton kernels inside)",
+    (".py", ".ipynb"),
+    nvcc=False,
+    gpu_to_run=False,
+    sanitizer_tools=("memcheck",),
+    prewarm="triton",
+    watch_ops=True,
+)
+CUDA = Kind(
+    "cuda",
+    "cuda",
+    'an extern "C" host function taking device pointers, called through ctypes',
+    (".cu",),
+    nvcc=True,
+    gpu_to_run=True,
+    sanitizer_tools=("racecheck", "synccheck", "memcheck", "initcheck"),
+)
+CUDA_HOST = Kind(
+    "cuda_host",
+    "cuda",
+    'an extern "C" function taking host pointers; it allocates, copies and launches itself',
+    (".cu",),
+    nvcc=True,
+    gpu_to_run=True,
+    sanitizer_tools=("racecheck", "synccheck", "memcheck", "initcheck"),
+    host_side=True,
+)
+TORCH_OP = Kind(
+    "torch_op",
+    "cuda",
+    "a PyTorch operator registered with TORCH_LIBRARY, built with torch's extension builder",
+    (".cu",),
+    nvcc=False,
+    gpu_to_run=True,
+    sanitizer_tools=("racecheck", "synccheck", "memcheck"),
+    prewarm="profiler",
+    watch_ops=True,
+    returns_outputs=True,
+)
 
 KINDS: dict[str, Kind] = {k.name: k for k in (TRITON, CUDA, CUDA_HOST, TORCH_OP)}
 NVCC_KINDS = tuple(k.name for k in KINDS.values() if k.nvcc)

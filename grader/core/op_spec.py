@@ -17,7 +17,9 @@ GRADCHECK_ELEMENTS = 256  # gradcheck calls forward twice per input element: onl
 
 @dataclass
 class OpChecks:
-    schema: str | None  # "kcourse::name(Tensor x, ...) -> Tensor": what torch.ops.kcourse.name.default._schema must print;
+    schema: (
+        str | None
+    )  # "kcourse::name(Tensor x, ...) -> Tensor": what torch.ops.kcourse.name.default._schema must print;
     # None for a plain torch.autograd.Function (autograd_function = true): no operator to check
     autograd: bool = False  # the backward is registered too (register_autograd): gradients are checked
     gradcheck: bool = False  # torch.autograd.gradcheck in float64 on the small marked cases (the kernels take float64)
@@ -49,13 +51,22 @@ def parse(raw: dict[str, Any] | None, where: str) -> OpChecks | None:
         return None
     unknown = sorted(set(raw) - {"custom_op", "autograd", "autograd_function", "gradcheck", "kernel_backward"})
     if raw.get("autograd_function") is True and "custom_op" not in raw and not unknown:
-        return OpChecks(schema=None, autograd=True, gradcheck=bool(raw.get("gradcheck", False)),
-                        kernel_backward=bool(raw.get("kernel_backward", True)))
+        return OpChecks(
+            schema=None,
+            autograd=True,
+            gradcheck=bool(raw.get("gradcheck", False)),
+            kernel_backward=bool(raw.get("kernel_backward", True)),
+        )
     if unknown or not isinstance(raw.get("custom_op"), str) or not _SCHEMA.match(raw["custom_op"]):
-        raise SpecError(f"{where}: [checks] takes custom_op = \"namespace::name(Tensor x, ...) -> Tensor\" (the schema "
-                         f"torch prints for the operator) and autograd = true|false, or autograd_function = true for a "
-                         f"plain torch.autograd.Function; either with gradcheck = true|false and "
-                         f"kernel_backward = true|false"
-                         + (f"; unknown: {', '.join(unknown)}" if unknown else ""))
-    return OpChecks(schema=raw["custom_op"], autograd=bool(raw.get("autograd", False)),
-                    gradcheck=bool(raw.get("gradcheck", False)), kernel_backward=bool(raw.get("kernel_backward", False)))
+        raise SpecError(
+            f'{where}: [checks] takes custom_op = "namespace::name(Tensor x, ...) -> Tensor" (the schema '
+            f"torch prints for the operator) and autograd = true|false, or autograd_function = true for a "
+            f"plain torch.autograd.Function; either with gradcheck = true|false and "
+            f"kernel_backward = true|false" + (f"; unknown: {', '.join(unknown)}" if unknown else "")
+        )
+    return OpChecks(
+        schema=raw["custom_op"],
+        autograd=bool(raw.get("autograd", False)),
+        gradcheck=bool(raw.get("gradcheck", False)),
+        kernel_backward=bool(raw.get("kernel_backward", False)),
+    )

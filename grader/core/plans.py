@@ -23,7 +23,13 @@ from grader.core.spec import tomllib
 # What env-check, profile, tune, compare and `compare attention` record (store kinds).
 RECORD_KINDS = ("env", "profile", "tune", "compare", "compare_attention", "capstone", "block")
 REQUIREMENT_KINDS = RECORD_KINDS + ("report", "portfolio")
-UNQUALIFIED_KINDS = ("env", "compare_attention", "report", "capstone", "block")  # records of no one exercise: nothing to narrow
+UNQUALIFIED_KINDS = (
+    "env",
+    "compare_attention",
+    "report",
+    "capstone",
+    "block",
+)  # records of no one exercise: nothing to narrow
 # The notes sections of `kcourse report portfolio` (grader/reports/portfolio.py asks each one's question): a plan
 # requires them all ("portfolio") or one ("portfolio:projects").
 PORTFOLIO_SECTIONS = ("learned", "hard", "projects", "sharing")
@@ -37,6 +43,7 @@ class PlanError(KcourseError, ValueError):
 class Requirement:
     """One `requires` entry: a kind of record, of any exercise or of one (and one language), the report, or
     the portfolio's notes (all, or one `section`)."""
+
     kind: str
     exercise: str | None = None
     lang: str | None = None
@@ -48,19 +55,30 @@ class Requirement:
         if parts[0] == "portfolio":
             return cls._portfolio(text, parts[1:])
         kind, exercise, lang = (parts + [None, None])[:3]
-        if kind not in REQUIREMENT_KINDS or len(parts) > 3 or "" in parts or (kind in UNQUALIFIED_KINDS and len(parts) > 1):
-            raise PlanError(f"requirement {text!r}: write one of {', '.join(REQUIREMENT_KINDS)}, or KIND:EXERCISE[:LANG] "
-                            "for profile, tune or compare (e.g. \"profile:transpose\", \"compare:softmax:cuda\")")
+        if (
+            kind not in REQUIREMENT_KINDS
+            or len(parts) > 3
+            or "" in parts
+            or (kind in UNQUALIFIED_KINDS and len(parts) > 1)
+        ):
+            raise PlanError(
+                f"requirement {text!r}: write one of {', '.join(REQUIREMENT_KINDS)}, or KIND:EXERCISE[:LANG] "
+                'for profile, tune or compare (e.g. "profile:transpose", "compare:softmax:cuda")'
+            )
         if lang is not None and not lang.isidentifier():
-            raise PlanError(f"requirement {text!r}: the last part names a version of the exercise (cuda, triton, "
-                            "or the exercise's own version name, e.g. add2's setup)")
+            raise PlanError(
+                f"requirement {text!r}: the last part names a version of the exercise (cuda, triton, "
+                "or the exercise's own version name, e.g. add2's setup)"
+            )
         return cls(kind, exercise, lang)
 
     @classmethod
     def _portfolio(cls, text: str, sections: list[str]) -> Requirement:
         if len(sections) > 1 or (sections and sections[0] not in PORTFOLIO_SECTIONS):
-            raise PlanError(f"requirement {text!r}: write portfolio (every notes section of `kcourse report portfolio`) "
-                            f"or portfolio:SECTION, SECTION one of {', '.join(PORTFOLIO_SECTIONS)}")
+            raise PlanError(
+                f"requirement {text!r}: write portfolio (every notes section of `kcourse report portfolio`) "
+                f"or portfolio:SECTION, SECTION one of {', '.join(PORTFOLIO_SECTIONS)}"
+            )
         return cls("portfolio", section=sections[0] if sections else None)
 
 
@@ -127,7 +145,9 @@ def load_plans(folder: Path | None = None) -> dict[str, Plan]:
             Unit(
                 key=u["key"],
                 title=u.get("title", ""),
-                exercises=[PlanExercise(e["id"], e.get("lang"), bool(e.get("extra", False))) for e in u.get("exercises", [])],
+                exercises=[
+                    PlanExercise(e["id"], e.get("lang"), bool(e.get("extra", False))) for e in u.get("exercises", [])
+                ],
                 planned=list(u.get("planned", [])),
                 deliverable=u.get("deliverable", ""),
                 requires=list(u.get("requires", [])),

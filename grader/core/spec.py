@@ -142,8 +142,10 @@ class Case:
 
     def label(self) -> str:
         text = " ".join(f"{k}={v}" for k, v in self.params.items())
-        notes = [f"{name} " + " ".join(f"{k}={v}" for k, v in options.items())
-                 for name, options in {**self.inputs, **self.outputs}.items()]
+        notes = [
+            f"{name} " + " ".join(f"{k}={v}" for k, v in options.items())
+            for name, options in {**self.inputs, **self.outputs}.items()
+        ]
         return text + (f" ({'; '.join(notes)})" if notes else "")
 
 
@@ -280,8 +282,9 @@ class ExerciseSpec:
         if len(same) == 1:
             return same[0]
         if same:  # several versions in the language (activations' gelu_erf, gelu_tanh, ...): name them
-            raise SpecError(f"{self.id} has {len(same)} {language} versions: add --lang "
-                            + "|".join(sorted(v.lang for v in same)))
+            raise SpecError(
+                f"{self.id} has {len(same)} {language} versions: add --lang " + "|".join(sorted(v.lang for v in same))
+            )
         raise SpecError(f"{self.id} has no {language} version; it has: {', '.join(sorted(self.variants))}")
 
     def tolerance_for(self, dtype: str) -> Tolerance:
@@ -328,8 +331,10 @@ def _parse(data: dict[str, Any], folder: Path) -> ExerciseSpec:
     for lang, raw in data["variants"].items():
         kind = raw.get("kind", lang)
         if kind not in KINDS:
-            raise SpecError(f"{path}: variants.{lang}.kind = {kind!r}; known kinds: "
-                            + "; ".join(f"{k.name} ({k.entry})" for k in KINDS.values()))
+            raise SpecError(
+                f"{path}: variants.{lang}.kind = {kind!r}; known kinds: "
+                + "; ".join(f"{k.name} ({k.entry})" for k in KINDS.values())
+            )
         variants[lang] = Variant(
             lang=_variant_name(lang, kind, path),
             kind=kind,
@@ -360,7 +365,9 @@ def _parse(data: dict[str, Any], folder: Path) -> ExerciseSpec:
         inputs=inputs,
         outputs=outputs,
         cases=[_case(c) for c in data["cases"]],
-        tolerance={k: Tolerance(float(v["atol"]), float(v["rtol"]), v.get("accumulate")) for k, v in data["tolerance"].items()},
+        tolerance={
+            k: Tolerance(float(v["atol"]), float(v["rtol"]), v.get("accumulate")) for k, v in data["tolerance"].items()
+        },
         performance=Performance(
             cases=[_case(c) for c in perf.get("cases", [])],
             threshold=float(perf.get("threshold", 0.5)),
@@ -387,8 +394,9 @@ def _parse(data: dict[str, Any], folder: Path) -> ExerciseSpec:
 def _mistakes(entries: Any, path: Path) -> list[Mistake]:
     """`[[mistakes]]`: each a name, a hint (optional) and at least one matcher besides check and lang (see Mistake)."""
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
-        raise SpecError(f"{path}: mistakes must be an array of tables: write each as [[mistakes]] with name, hint "
-                        "and matchers")
+        raise SpecError(
+            f"{path}: mistakes must be an array of tables: write each as [[mistakes]] with name, hint and matchers"
+        )
     mistakes: list[Mistake] = []
     for number, raw in enumerate(entries, 1):
         where = f"{path}: [[mistakes]] #{number}" + (f" ({raw['name']})" if isinstance(raw.get("name"), str) else "")
@@ -397,12 +405,16 @@ def _mistakes(entries: Any, path: Path) -> list[Mistake]:
             raise SpecError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(MISTAKE_KEYS)}")
         name, hint = raw.get("name"), raw.get("hint")
         if not isinstance(name, str) or not re.fullmatch(r"[a-z0-9][a-z0-9_]*", name):
-            raise SpecError(f"{where}: name = {name!r}: name the mistake in lower case letters, digits and _ (n_minus_1)")
+            raise SpecError(
+                f"{where}: name = {name!r}: name the mistake in lower case letters, digits and _ (n_minus_1)"
+            )
         if any(m.name == name for m in mistakes):
             raise SpecError(f"{where}: a second mistake named {name!r}: names are unique")
         if hint is not None and (not isinstance(hint, str) or not hint.strip()):
-            raise SpecError(f"{where}: hint = {hint!r}: give the text the learner reads under the failing check (or "
-                            "leave hint out where the grader's generic hint says it)")
+            raise SpecError(
+                f"{where}: hint = {hint!r}: give the text the learner reads under the failing check (or "
+                "leave hint out where the grader's generic hint says it)"
+            )
         for key in ("check", "message", "lang", "fixture"):
             if key in raw and (not isinstance(raw[key], str) or not raw[key].strip()):
                 raise SpecError(f"{where}: {key} = {raw[key]!r}: give a non-empty string")
@@ -416,13 +428,24 @@ def _mistakes(entries: Any, path: Path) -> list[Mistake]:
             except re.error as exc:
                 raise SpecError(f"{where}: message = {raw['message']!r} is not a regular expression: {exc}") from None
         tiers, gpu_code = _tiers(raw, where)
-        mistake = Mistake(name=name, hint=hint.strip() if hint else None, check=raw.get("check"),
-                          code=_strings(raw, "code", where), first_case=_strings(raw, "first_case", where), nan=raw.get("nan"),
-                          message=raw.get("message"), lang=raw.get("lang"), fixture=raw.get("fixture"), tiers=tiers,
-                          gpu_code=gpu_code)
+        mistake = Mistake(
+            name=name,
+            hint=hint.strip() if hint else None,
+            check=raw.get("check"),
+            code=_strings(raw, "code", where),
+            first_case=_strings(raw, "first_case", where),
+            nan=raw.get("nan"),
+            message=raw.get("message"),
+            lang=raw.get("lang"),
+            fixture=raw.get("fixture"),
+            tiers=tiers,
+            gpu_code=gpu_code,
+        )
         if not (mistake.code or mistake.first_case or mistake.nan is not None or mistake.message):
-            raise SpecError(f"{where}: give at least one of code, first_case, nan, message: a mistake matched by its "
-                            "check alone would take the hint of every failure")
+            raise SpecError(
+                f"{where}: give at least one of code, first_case, nan, message: a mistake matched by its "
+                "check alone would take the hint of every failure"
+            )
         mistakes.append(mistake)
     return mistakes
 
@@ -431,19 +454,27 @@ def _tiers(raw: dict[str, Any], where: str) -> tuple[list[str], list[str]]:
     """`tiers` and `gpu_code`: where the mistake's fixture is graded (tests only), and a GPU's code where it differs."""
     tiers = _strings(raw, "tiers", where) if "tiers" in raw else ["cpu"]
     if not tiers or set(tiers) - set(TIERS) or len(set(tiers)) < len(tiers):
-        raise SpecError(f"{where}: tiers = {raw['tiers']!r}: give [\"cpu\"] (the Triton interpreter or the CUDA "
-                        "emulator), [\"gpu\"] (a mistake only a GPU shows), or both, each once")
+        raise SpecError(
+            f'{where}: tiers = {raw["tiers"]!r}: give ["cpu"] (the Triton interpreter or the CUDA '
+            'emulator), ["gpu"] (a mistake only a GPU shows), or both, each once'
+        )
     if ("tiers" in raw or "gpu_code" in raw) and "fixture" not in raw:
-        raise SpecError(f"{where}: tiers and gpu_code say where and how its fixture fails: give fixture = \"<its file "
-                        "in tests/fixtures/submissions/>\"")
+        raise SpecError(
+            f'{where}: tiers and gpu_code say where and how its fixture fails: give fixture = "<its file '
+            'in tests/fixtures/submissions/>"'
+        )
     _known(raw, "gpu_code", Code, where)
     gpu_code = _strings(raw, "gpu_code", where)
     if gpu_code and "gpu" not in tiers:
-        raise SpecError(f"{where}: gpu_code = {raw['gpu_code']!r}, but tiers = {tiers!r} has no \"gpu\": add \"gpu\" "
-                        "to tiers, or leave gpu_code out")
+        raise SpecError(
+            f'{where}: gpu_code = {raw["gpu_code"]!r}, but tiers = {tiers!r} has no "gpu": add "gpu" '
+            "to tiers, or leave gpu_code out"
+        )
     if "gpu" in tiers and not (gpu_code or raw.get("code")):
-        raise SpecError(f"{where}: tiers has \"gpu\", where the grade is checked by its code: give code (or "
-                        "gpu_code, where a GPU's differs)")
+        raise SpecError(
+            f'{where}: tiers has "gpu", where the grade is checked by its code: give code (or '
+            "gpu_code, where a GPU's differs)"
+        )
     return tiers, gpu_code
 
 
@@ -455,8 +486,10 @@ def _known(raw: dict[str, Any], key: str, vocabulary: type[Vocab], where: str) -
         if isinstance(value, str) and value not in vocabulary.values():
             close = difflib.get_close_matches(value, vocabulary.values(), n=1)
             also = f"did you mean {close[0]!r}? " if close else ""
-            raise SpecError(f"{where}: {key} = {value!r} is not a {key} the grader gives: {also}the list is "
-                            f"grader/core/vocabulary.py's {vocabulary.__name__}")
+            raise SpecError(
+                f"{where}: {key} = {value!r} is not a {key} the grader gives: {also}the list is "
+                f"grader/core/vocabulary.py's {vocabulary.__name__}"
+            )
 
 
 def _strings(raw: dict[str, Any], key: str, where: str) -> list[str]:
@@ -476,8 +509,10 @@ def _validate_mistakes(spec: ExerciseSpec, path: Path) -> None:
         where = f"{path}: [[mistakes]] {mistake.name}"
         for text in mistake.first_case:
             if not any(case_word(text).search(label) for label in labels):
-                raise SpecError(f"{where}: first_case = {text!r} is in no case's label (whole words, as "
-                                f"\"M=1 N=1\" or \"x offset=1000.0\"); the labels: {'; '.join(labels)}")
+                raise SpecError(
+                    f"{where}: first_case = {text!r} is in no case's label (whole words, as "
+                    f'"M=1 N=1" or "x offset=1000.0"); the labels: {"; ".join(labels)}'
+                )
         if mistake.lang is not None and mistake.lang not in languages:
             raise SpecError(f"{where}: lang = {mistake.lang!r}; this exercise has: {', '.join(sorted(languages))}")
 
@@ -488,14 +523,18 @@ _LIBRARY_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_+.-]*$")  # as -l takes it:
 def _libraries(names: Any, kind: str, where: str) -> list[str]:
     """`link = ["cublas"]`: names as `-l` takes them (no `lib` prefix, no `.so`), for nvcc-built kinds."""
     if not isinstance(names, list) or not all(isinstance(n, str) and _LIBRARY_NAME.match(n) for n in names):
-        raise SpecError(f"{where} = {names!r}: give a list of library names as -l takes them, e.g. [\"cublas\"]")
+        raise SpecError(f'{where} = {names!r}: give a list of library names as -l takes them, e.g. ["cublas"]')
     if names and kind not in NVCC_KINDS:
-        raise SpecError(f"{where}: only kinds \"cuda\" and \"cuda_host\" link libraries (a torch_op is built by "
-                        "torch's extension builder, which links torch's own): remove it")
+        raise SpecError(
+            f'{where}: only kinds "cuda" and "cuda_host" link libraries (a torch_op is built by '
+            "torch's extension builder, which links torch's own): remove it"
+        )
     return list(names)
 
 
-REQUIREMENTS = ("thunderkittens",)  # what `requires` may name: libraries found through a setting (build.requirement_options)
+REQUIREMENTS = (
+    "thunderkittens",
+)  # what `requires` may name: libraries found through a setting (build.requirement_options)
 
 
 def _requirements(names: Any, kind: str, where: str) -> list[str]:
@@ -503,8 +542,10 @@ def _requirements(names: Any, kind: str, where: str) -> list[str]:
     if not isinstance(names, list) or any(n not in REQUIREMENTS for n in names):
         raise SpecError(f"{where} = {names!r}: give a list of {', '.join(REQUIREMENTS)}")
     if names and kind not in NVCC_KINDS:
-        raise SpecError(f"{where}: only kinds \"cuda\" and \"cuda_host\" take requires (the kit builds them with nvcc): "
-                        "remove it, or make the variant one of those kinds")
+        raise SpecError(
+            f'{where}: only kinds "cuda" and "cuda_host" take requires (the kit builds them with nvcc): '
+            "remove it, or make the variant one of those kinds"
+        )
     return list(names)
 
 
@@ -513,10 +554,12 @@ SANITIZER_TOOLS = ("racecheck", "synccheck", "memcheck", "initcheck")
 
 def _sanitizer_skip(table: Any, where: str) -> dict[str, str]:
     """`sanitizer_skip = { synccheck = "why" }`: known tools, each with a reason the grade shows."""
-    if not isinstance(table, dict) or any(t not in SANITIZER_TOOLS or not isinstance(why, str) or not why.strip()
-                                          for t, why in table.items()):
-        raise SpecError(f"{where} = {table!r}: give {{ TOOL = \"why it is not run\" }} with TOOL one of "
-                        f"{', '.join(SANITIZER_TOOLS)}")
+    if not isinstance(table, dict) or any(
+        t not in SANITIZER_TOOLS or not isinstance(why, str) or not why.strip() for t, why in table.items()
+    ):
+        raise SpecError(
+            f'{where} = {table!r}: give {{ TOOL = "why it is not run" }} with TOOL one of {", ".join(SANITIZER_TOOLS)}'
+        )
     return dict(table)
 
 
@@ -531,18 +574,23 @@ def _reference_name(name: Any, folder: Path, where: str) -> str:
     if name != "reference" and source.is_file():
         defined = {n.name for n in ast.parse(source.read_text()).body if isinstance(n, ast.FunctionDef)}
         if name not in defined:
-            raise SpecError(f"{where} = {name!r} is not a function of {source}: define `def {name}(...)` there, "
-                            "or fix the name")
+            raise SpecError(
+                f"{where} = {name!r} is not a function of {source}: define `def {name}(...)` there, or fix the name"
+            )
     return name
 
 
 def _variant_name(name: str, kind: str, path: Path) -> str:
     """A version's key names it; a key that is a language must be that version's language."""
     if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
-        raise SpecError(f"{path}: [variants.{name}]: name a version in lower case letters, digits and _ (cuda, triton, jit)")
+        raise SpecError(
+            f"{path}: [variants.{name}]: name a version in lower case letters, digits and _ (cuda, triton, jit)"
+        )
     if name in LANG_OF_KIND.values() and name != LANG_OF_KIND[kind]:
-        raise SpecError(f"{path}: [variants.{name}] has kind {kind!r}, a {LANG_OF_KIND[kind]} kind: name it "
-                        f"{LANG_OF_KIND[kind]}, or give it a name that is not a language")
+        raise SpecError(
+            f"{path}: [variants.{name}] has kind {kind!r}, a {LANG_OF_KIND[kind]} kind: name it "
+            f"{LANG_OF_KIND[kind]}, or give it a name that is not a language"
+        )
     return name
 
 
@@ -558,8 +606,15 @@ def _argument(text: str) -> Argument:
 
 
 def _tensor(name: str, raw: dict[str, Any], path: Path, output: bool = False) -> TensorSpec:
-    tensor = TensorSpec(name=name, shape=list(raw["shape"]), dtype=raw.get("dtype"), init=raw.get("init", "normal"),
-                        transform=raw.get("transform"), check=raw.get("check"), tolerance=raw.get("tolerance"))
+    tensor = TensorSpec(
+        name=name,
+        shape=list(raw["shape"]),
+        dtype=raw.get("dtype"),
+        init=raw.get("init", "normal"),
+        transform=raw.get("transform"),
+        check=raw.get("check"),
+        tolerance=raw.get("tolerance"),
+    )
     if tensor.tolerance is not None and not output:
         raise SpecError(f"{path}: inputs.{name}.tolerance: only outputs are judged; remove it")
     if tensor.dtype is not None and tensor.dtype not in DTYPES:
@@ -569,12 +624,22 @@ def _tensor(name: str, raw: dict[str, Any], path: Path, output: bool = False) ->
     if tensor.transform is not None and not str(tensor.transform).isidentifier():
         raise SpecError(f"{path}: {name}.transform = {tensor.transform!r}: name a function defined in reference.py")
     if tensor.check is not None and not (output and str(tensor.check).isidentifier()):
-        raise SpecError(f"{path}: {name}.check = {tensor.check!r}: an output's check names a function defined in "
-                        "reference.py" + ("" if output else "; inputs have no check: remove it"))
+        raise SpecError(
+            f"{path}: {name}.check = {tensor.check!r}: an output's check names a function defined in "
+            "reference.py" + ("" if output else "; inputs have no check: remove it")
+        )
     return tensor
 
 
-CASE_KEYS = ("gpu_only", "inputs", "outputs", "trials", "sanitize", "op_checks", "tolerance")  # the rest of a [[cases]] entry are parameters
+CASE_KEYS = (
+    "gpu_only",
+    "inputs",
+    "outputs",
+    "trials",
+    "sanitize",
+    "op_checks",
+    "tolerance",
+)  # the rest of a [[cases]] entry are parameters
 LAYOUTS = ("contiguous", "row_slice", "transposed", "interleaved")
 SPECIALS = ("neg_inf_entries", "neg_inf_rows", "large")
 
@@ -582,10 +647,16 @@ SPECIALS = ("neg_inf_entries", "neg_inf_rows", "large")
 def _case(raw: dict[str, Any]) -> Case:
     params = {k: v for k, v in raw.items() if k not in CASE_KEYS}
     trials = raw.get("trials")
-    return Case(params=params, gpu_only=bool(raw.get("gpu_only", False)), inputs=dict(raw.get("inputs", {})),
-                outputs=dict(raw.get("outputs", {})), trials=int(trials) if trials is not None else None,
-                sanitize=bool(raw.get("sanitize", False)), op_checks=bool(raw.get("op_checks", False)),
-                tolerance=raw.get("tolerance"))
+    return Case(
+        params=params,
+        gpu_only=bool(raw.get("gpu_only", False)),
+        inputs=dict(raw.get("inputs", {})),
+        outputs=dict(raw.get("outputs", {})),
+        trials=int(trials) if trials is not None else None,
+        sanitize=bool(raw.get("sanitize", False)),
+        op_checks=bool(raw.get("op_checks", False)),
+        tolerance=raw.get("tolerance"),
+    )
 
 
 def _validate_case_tensors(spec: "ExerciseSpec", case: Case, path: Path) -> None:
@@ -598,15 +669,19 @@ def _validate_case_tensors(spec: "ExerciseSpec", case: Case, path: Path) -> None
                 raise SpecError(f"{path}: {kind}.{name}.layout = {options['layout']!r}; known: {', '.join(LAYOUTS)}")
             tensor = next(t for t in (spec.inputs if kind == "inputs" else spec.outputs) if t.name == name)
             if options.get("layout") == "interleaved" and len(tensor.shape) < 3:
-                raise SpecError(f"{path}: {kind}.{name}.layout = 'interleaved' swaps dimensions 1 and 2 in memory: "
-                                f"{name} has {len(tensor.shape)}; use row_slice or transposed")
+                raise SpecError(
+                    f"{path}: {kind}.{name}.layout = 'interleaved' swaps dimensions 1 and 2 in memory: "
+                    f"{name} has {len(tensor.shape)}; use row_slice or transposed"
+                )
             if options.get("special") and options["special"] not in SPECIALS:
                 raise SpecError(f"{path}: {kind}.{name}.special = {options['special']!r}; known: {', '.join(SPECIALS)}")
             if options.get("init") and options["init"] not in INITS:
                 raise SpecError(f"{path}: {kind}.{name}.init = {options['init']!r}; known: {', '.join(INITS)}")
             if "transform" in options and not (kind == "inputs" and str(options["transform"]).isidentifier()):
-                raise SpecError(f"{path}: {kind}.{name}.transform = {options['transform']!r}: an input's transform names a "
-                                "function defined in reference.py" + ("" if kind == "inputs" else "; outputs have none"))
+                raise SpecError(
+                    f"{path}: {kind}.{name}.transform = {options['transform']!r}: an input's transform names a "
+                    "function defined in reference.py" + ("" if kind == "inputs" else "; outputs have none")
+                )
 
 
 def _validate(spec: ExerciseSpec, path: Path) -> None:
@@ -622,23 +697,33 @@ def _validate(spec: ExerciseSpec, path: Path) -> None:
                 continue
             is_param = all(arg.name in c.params for c in spec.cases)
             if arg.name not in tensors and not is_param:
-                raise SpecError(f"{path}: argument {arg.name!r} of {variant.lang} is neither a tensor nor a case parameter")
+                raise SpecError(
+                    f"{path}: argument {arg.name!r} of {variant.lang} is neither a tensor nor a case parameter"
+                )
         _validate_variant_dtypes(spec, variant, path)
     if spec.reference_device not in ("cpu", "cuda"):
-        raise SpecError(f"{path}: reference_device = {spec.reference_device!r}: use \"cpu\" (the default) or \"cuda\" "
-                        "(float64 references on the GPU where one is, for references too slow on the CPU)")
+        raise SpecError(
+            f'{path}: reference_device = {spec.reference_device!r}: use "cpu" (the default) or "cuda" '
+            "(float64 references on the GPU where one is, for references too slow on the CPU)"
+        )
     if spec.default_lang is not None and spec.default_lang not in spec.variants:
-        raise SpecError(f"{path}: default_lang = {spec.default_lang!r} is not one of its variants "
-                        f"({', '.join(sorted(spec.variants))}): name one of them, or remove default_lang")
+        raise SpecError(
+            f"{path}: default_lang = {spec.default_lang!r} is not one of its variants "
+            f"({', '.join(sorted(spec.variants))}): name one of them, or remove default_lang"
+        )
     for out in spec.outputs:
         if out.tolerance is not None and out.tolerance not in spec.tolerance:
-            raise SpecError(f"{path}: outputs.{out.name}.tolerance = {out.tolerance!r} names no table: add "
-                            f"[tolerance.{out.tolerance}] with atol and rtol, or remove the key")
+            raise SpecError(
+                f"{path}: outputs.{out.name}.tolerance = {out.tolerance!r} names no table: add "
+                f"[tolerance.{out.tolerance}] with atol and rtol, or remove the key"
+            )
     for case in spec.cases + spec.performance.cases:
         spec.tolerance_for(case.dtype)
         if case.tolerance is not None and case.tolerance not in spec.tolerance:
-            raise SpecError(f"{path}: case {case.label()}: tolerance = {case.tolerance!r} names no table: add "
-                            f"[tolerance.{case.tolerance}] with atol and rtol, or remove the key")
+            raise SpecError(
+                f"{path}: case {case.label()}: tolerance = {case.tolerance!r} names no table: add "
+                f"[tolerance.{case.tolerance}] with atol and rtol, or remove the key"
+            )
         _validate_case_tensors(spec, case, path)
     _validate_memory_limit(spec, path)
     _validate_work_models(spec, path)
@@ -653,10 +738,14 @@ def _validate(spec: ExerciseSpec, path: Path) -> None:
 def _validate_stride_argument(arg: Argument, tensors: dict[str, TensorSpec], variant: Variant, path: Path) -> None:
     tensor = tensors.get(arg.stride_of)
     if tensor is None:
-        raise SpecError(f"{path}: argument {arg.name!r} of {variant.lang}: {arg.stride_of!r} is not a tensor of the spec")
+        raise SpecError(
+            f"{path}: argument {arg.name!r} of {variant.lang}: {arg.stride_of!r} is not a tensor of the spec"
+        )
     if not -len(tensor.shape) <= arg.stride_dim < len(tensor.shape):
-        raise SpecError(f"{path}: argument {arg.name!r} of {variant.lang}: {arg.stride_of} has {len(tensor.shape)} "
-                        f"dimension(s); give a dimension from 0 to {len(tensor.shape) - 1}")
+        raise SpecError(
+            f"{path}: argument {arg.name!r} of {variant.lang}: {arg.stride_of} has {len(tensor.shape)} "
+            f"dimension(s); give a dimension from 0 to {len(tensor.shape) - 1}"
+        )
 
 
 def _validate_variant_dtypes(spec: ExerciseSpec, variant: Variant, path: Path) -> None:
@@ -667,12 +756,16 @@ def _validate_variant_dtypes(spec: ExerciseSpec, variant: Variant, path: Path) -
     if unknown:
         raise SpecError(f"{path}: variants.{variant.lang}.dtypes has {', '.join(unknown)}; known: {', '.join(DTYPES)}")
     if not any(variant.accepts(c) for c in spec.cases):
-        raise SpecError(f"{path}: variants.{variant.lang}.dtypes = {variant.dtypes} leaves it no [[cases]] entry: "
-                        "add a case in one of those dtypes")
+        raise SpecError(
+            f"{path}: variants.{variant.lang}.dtypes = {variant.dtypes} leaves it no [[cases]] entry: "
+            "add a case in one of those dtypes"
+        )
     untimed = [c.label() for c in spec.performance.cases if not variant.accepts(c)]
     if untimed:
-        raise SpecError(f"{path}: variants.{variant.lang}.dtypes = {variant.dtypes} excludes the timed size(s) "
-                        f"{', '.join(untimed)}: every version is timed at every [[performance.cases]] entry")
+        raise SpecError(
+            f"{path}: variants.{variant.lang}.dtypes = {variant.dtypes} excludes the timed size(s) "
+            f"{', '.join(untimed)}: every version is timed at every [[performance.cases]] entry"
+        )
 
 
 def _validate_memory_limit(spec: ExerciseSpec, path: Path) -> None:
@@ -683,7 +776,9 @@ def _validate_memory_limit(spec: ExerciseSpec, path: Path) -> None:
     from grader.core import exprs
 
     if not spec.performance.cases:
-        raise SpecError(f"{path}: performance.max_extra_bytes needs [[performance.cases]]: memory is measured at the timed sizes")
+        raise SpecError(
+            f"{path}: performance.max_extra_bytes needs [[performance.cases]]: memory is measured at the timed sizes"
+        )
     for case in spec.performance.cases:
         try:
             exprs.evaluate(limit, {**case.params, "elem": 1})
@@ -709,14 +804,20 @@ def _validate_host_options(spec: ExerciseSpec, path: Path) -> None:
     """host_memory and baseline_args: wrong ones would only show when a GPU grades the exercise."""
     for variant in spec.variants.values():
         if variant.host_memory not in HOST_MEMORY:
-            raise SpecError(f"{path}: variants.{variant.lang}.host_memory = {variant.host_memory!r}; known: {', '.join(HOST_MEMORY)}")
+            raise SpecError(
+                f"{path}: variants.{variant.lang}.host_memory = {variant.host_memory!r}; known: {', '.join(HOST_MEMORY)}"
+            )
         if variant.host_memory != "pageable" and not variant.kind_of.host_side:
-            raise SpecError(f"{path}: variants.{variant.lang}.host_memory applies to kind \"cuda_host\" only (the other "
-                            "kinds get device arrays): remove it from this variant")
+            raise SpecError(
+                f'{path}: variants.{variant.lang}.host_memory applies to kind "cuda_host" only (the other '
+                "kinds get device arrays): remove it from this variant"
+            )
     unknown = [k for k in spec.performance.baseline_args if any(k not in c.params for c in spec.performance.cases)]
     if unknown:
-        raise SpecError(f"{path}: performance.baseline_args names {', '.join(unknown)}, which is not a parameter of every "
-                        "[[performance.cases]] entry: add it to each, or remove it from baseline_args")
+        raise SpecError(
+            f"{path}: performance.baseline_args names {', '.join(unknown)}, which is not a parameter of every "
+            "[[performance.cases]] entry: add it to each, or remove it from baseline_args"
+        )
 
 
 BUILDS = {"jit": None, "setup": "setup.py", "cmake": "CMakeLists.txt"}  # how a torch_op is built, the file it needs
@@ -728,10 +829,14 @@ def _validate_build_options(variant: Variant, path: Path) -> None:
     if variant.build not in BUILDS:
         raise SpecError(f"{where}.build = {variant.build!r}; known: {', '.join(BUILDS)}")
     if (variant.build != "jit" or variant.files) and variant.kind != "torch_op":
-        raise SpecError(f"{where}: build and files apply to kind \"torch_op\" (a raw CUDA file is built alone): remove them")
+        raise SpecError(
+            f'{where}: build and files apply to kind "torch_op" (a raw CUDA file is built alone): remove them'
+        )
     missing = [f.name for f in variant.files if not f.is_file()]
     if missing:
-        raise SpecError(f"{where}.files: {', '.join(missing)} not found in {path.parent}: add the file(s) or fix the names")
+        raise SpecError(
+            f"{where}.files: {', '.join(missing)} not found in {path.parent}: add the file(s) or fix the names"
+        )
     if any(f.name == variant.stub for f in variant.files):
         raise SpecError(f"{where}.files lists the stub {variant.stub}: files are the given ones beside it; remove it")
     needed = BUILDS[variant.build]
@@ -746,32 +851,43 @@ def _validate_in_place(spec: ExerciseSpec, path: Path) -> None:
     for out in spec.outputs:
         source = inputs.get(out.name)
         if source is not None and (source.shape != out.shape or source.dtype != out.dtype):
-            raise SpecError(f"{path}: outputs.{out.name} has the name of an input, so it is that input updated in "
-                            f"place, but its shape/dtype ({out.shape}, {out.dtype or 'the case dtype'}) differ from "
-                            f"inputs.{out.name}'s ({source.shape}, {source.dtype or 'the case dtype'}): make them the "
-                            "same, or rename the output")
+            raise SpecError(
+                f"{path}: outputs.{out.name} has the name of an input, so it is that input updated in "
+                f"place, but its shape/dtype ({out.shape}, {out.dtype or 'the case dtype'}) differ from "
+                f"inputs.{out.name}'s ({source.shape}, {source.dtype or 'the case dtype'}): make them the "
+                "same, or rename the output"
+            )
 
 
 # --- [checks]: the operator's checks (op_spec.py parses the table; op_checks.py runs them) ----------
+
 
 def _validate_op_checks(spec, path) -> None:
     """[checks] and the cases' op_checks marks go together, on Python entry points that return their outputs."""
     marked = [c for c in spec.cases if c.op_checks]
     if spec.checks is None:
         if marked:
-            raise SpecError(f"{path}: case {marked[0].label()} has op_checks = true but the spec has no [checks] "
-                            "custom_op: add one, or remove the mark")
+            raise SpecError(
+                f"{path}: case {marked[0].label()} has op_checks = true but the spec has no [checks] "
+                "custom_op: add one, or remove the mark"
+            )
         return
     if not [c for c in marked if not c.gpu_only]:
-        raise SpecError(f"{path}: [checks] runs on the cases marked op_checks = true: mark at least one case that "
-                        "also runs on the CPU (not gpu_only)")
+        raise SpecError(
+            f"{path}: [checks] runs on the cases marked op_checks = true: mark at least one case that "
+            "also runs on the CPU (not gpu_only)"
+        )
     for variant in spec.variants.values():
         if variant.kind != "triton" or not variant.returns:
-            raise SpecError(f"{path}: variants.{variant.lang}: [checks] needs kind = \"triton\" with returns = "
-                            "true (a Python entry point returning the operator's output)")
+            raise SpecError(
+                f'{path}: variants.{variant.lang}: [checks] needs kind = "triton" with returns = '
+                "true (a Python entry point returning the operator's output)"
+            )
     if spec.checks.gradcheck and not any(gradcheck_small(spec, c) for c in marked if not c.gpu_only):
-        raise SpecError(f"{path}: [checks] gradcheck = true runs on marked cases of at most {op_spec.GRADCHECK_ELEMENTS} input "
-                        "elements: mark a tiny case op_checks = true (e.g. M = 3, N = 5)")
+        raise SpecError(
+            f"{path}: [checks] gradcheck = true runs on marked cases of at most {op_spec.GRADCHECK_ELEMENTS} input "
+            "elements: mark a tiny case op_checks = true (e.g. M = 3, N = 5)"
+        )
 
 
 def gradcheck_small(spec, case) -> bool:

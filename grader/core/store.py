@@ -71,7 +71,7 @@ STATUS_ORDER = ("passed", "skipped", "failed", "error")
 
 
 def exercise_key(record: dict[str, Any]) -> str | None:
-    """"reduction:cuda" for a record of one exercise; None for one that names no exercise (an old or
+    """ "reduction:cuda" for a record of one exercise; None for one that names no exercise (an old or
     damaged record), which per-exercise views skip rather than crash on."""
     exercise = record.get("exercise")
     if not isinstance(exercise, str) or not exercise:

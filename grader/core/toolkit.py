@@ -13,10 +13,15 @@ from pathlib import Path
 def cuda_library_dirs(nvcc: str) -> list[Path]:
     """Folders that may hold a CUDA library: the toolkit's (beside nvcc, CUDA_HOME, /usr/local/cuda), then
     NVIDIA's pip wheels on sys.path (nvidia/cu13/lib, nvidia/cublas/lib: the cuBLAS a CUDA torch installs)."""
-    roots = [Path(nvcc).resolve().parent.parent] + [Path(os.environ[e]) for e in ("CUDA_HOME", "CUDA_PATH")
-                                                    if os.environ.get(e)] + [Path("/usr/local/cuda")]
+    roots = (
+        [Path(nvcc).resolve().parent.parent]
+        + [Path(os.environ[e]) for e in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(e)]
+        + [Path("/usr/local/cuda")]
+    )
     dirs = [d for root in roots for d in (root / "lib64", root / "lib", *sorted(root.glob("targets/*/lib")))]
-    dirs += [d for entry in sys.path if entry and Path(entry).is_dir() for d in sorted(Path(entry).glob("nvidia/*/lib"))]
+    dirs += [
+        d for entry in sys.path if entry and Path(entry).is_dir() for d in sorted(Path(entry).glob("nvidia/*/lib"))
+    ]
     return list(dict.fromkeys(d for d in dirs if d.is_dir()))
 
 

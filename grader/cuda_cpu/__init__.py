@@ -32,15 +32,23 @@ UNSUPPORTED = [
     (r"\bkittens::|#\s*include\s*[<\"]kittens", "ThunderKittens"),
     (r"#\s*include\s*<cuda_fp8\.h>|\b__nv_fp8\w*", "8-bit floats (__nv_fp8)"),
     (r"#\s*include\s*<cooperative_groups|\bcooperative_groups::", "cooperative groups"),
-    (r"#\s*include\s*<cuda/(pipeline|barrier)>|\bcuda::(pipeline|memcpy_async|barrier)\b", "libcu++ pipelines and barriers"),
-    (r"\bcudaLaunch(Cooperative)?Kernel\w*\s*\(|\bcudaGraph\w*", "launch APIs other than <<<...>>> (cudaLaunchKernel, graphs)"),
+    (
+        r"#\s*include\s*<cuda/(pipeline|barrier)>|\bcuda::(pipeline|memcpy_async|barrier)\b",
+        "libcu++ pipelines and barriers",
+    ),
+    (
+        r"\bcudaLaunch(Cooperative)?Kernel\w*\s*\(|\bcudaGraph\w*",
+        "launch APIs other than <<<...>>> (cudaLaunchKernel, graphs)",
+    ),
     (r"#\s*include\s*<(torch|ATen|c10)/", "a PyTorch extension"),
 ]
 # The device an emulated grade names, as the header's cudaGetDeviceProperties describes it (an H100's 132 SMs, %smid
 # drawn among them per block): property checks that read the SM count (sm_id's) judge against it.
 DEVICE = {"type": "cpu", "name": "CPU (kcourse's CUDA emulator)", "multiprocessors": 132, "emulated": True}
-ASAN_OPTIONS = ("detect_leaks=0:halt_on_error=1:abort_on_error=0:allow_user_segv_handler=0:handle_segv=1:"
-                "handle_sigfpe=1:handle_abort=1:symbolize=1:print_summary=0:detect_odr_violation=0:exitcode=86")
+ASAN_OPTIONS = (
+    "detect_leaks=0:halt_on_error=1:abort_on_error=0:allow_user_segv_handler=0:handle_segv=1:"
+    "handle_sigfpe=1:handle_abort=1:symbolize=1:print_summary=0:detect_odr_violation=0:exitcode=86"
+)
 
 
 def enabled() -> bool:
@@ -64,8 +72,9 @@ def asan_runtime() -> str | None:
         return None
     for name in ("libasan.so", "libclang_rt.asan-x86_64.so", "libclang_rt.asan-aarch64.so"):
         try:
-            found = subprocess.run([compiler, f"-print-file-name={name}"], capture_output=True, text=True,
-                                   timeout=30).stdout.strip()
+            found = subprocess.run(
+                [compiler, f"-print-file-name={name}"], capture_output=True, text=True, timeout=30
+            ).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             return None
         if found and os.path.isabs(found) and Path(found).exists():
@@ -79,18 +88,23 @@ def mode() -> tuple[bool, str]:
         return False, f"compile only ({MODE_ENV}=off)"
     if host_compiler() is None:
         return False, "compile only: no host C++ compiler (g++ or clang++) to build the CPU emulation; install one"
-    checked = "out-of-bounds accesses checked (AddressSanitizer)" if asan_runtime() else \
-        "no AddressSanitizer runtime: out-of-bounds accesses unchecked"
+    checked = (
+        "out-of-bounds accesses checked (AddressSanitizer)"
+        if asan_runtime()
+        else "no AddressSanitizer runtime: out-of-bounds accesses unchecked"
+    )
     return True, f"CPU emulation with {Path(host_compiler()).name}: numerics, no timing; {checked}"
 
 
 def strip_comments(text: str) -> str:
     """The source without comments and string literals (an #include's file name kept), every newline kept (so
     positions keep their line)."""
+
     def blank(match: re.Match) -> str:
         if match.group(1):
             return match.group(0)
         return re.sub(r"[^\n]", " ", match.group(0))
+
     return re.sub(r'(#[ \t]*include[ \t]*"[^"\n]*")|//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"', blank, text, flags=re.S)
 
 
@@ -103,8 +117,10 @@ def unsupported(text: str) -> str | None:
             return f"{what} at line {_line(code, found.start())}"
     for start, end in _asm_statements(code):
         if _translate_asm(text[start:end]) is None:
-            return f"inline PTX the emulator does not translate at line {_line(code, start)} (it translates: " \
-                   f"{', '.join(dict.fromkeys(name for _, _, name in PTX))})"
+            return (
+                f"inline PTX the emulator does not translate at line {_line(code, start)} (it translates: "
+                f"{', '.join(dict.fromkeys(name for _, _, name in PTX))})"
+            )
     return None
 
 
@@ -120,10 +136,16 @@ PTX = [
     (r"mov\.u32 %0, %%warpid", "{0} = kcuda_linear_thread() / 32u;", "mov %warpid"),
     (r"mov\.u32 %0, %%laneid", "{0} = kcuda_linear_thread() % 32u;", "mov %laneid"),
     (r"ex2\.approx(?:\.ftz)?\.f32 %0, %1", "{0} = exp2f({1});", "ex2.approx.f32"),
-    (r"cp\.async\.c[ag]\.shared\.global(?:\.L2::\d+B)? \[%0\], \[%1\], (\d+), %2",
-     "kcuda_cp_async({0}, {1}, \\1, {2});", "cp.async"),
-    (r"cp\.async\.c[ag]\.shared\.global(?:\.L2::\d+B)? \[%0\], \[%1\], (\d+)",
-     "kcuda_cp_async({0}, {1}, \\1, \\1);", "cp.async"),
+    (
+        r"cp\.async\.c[ag]\.shared\.global(?:\.L2::\d+B)? \[%0\], \[%1\], (\d+), %2",
+        "kcuda_cp_async({0}, {1}, \\1, {2});",
+        "cp.async",
+    ),
+    (
+        r"cp\.async\.c[ag]\.shared\.global(?:\.L2::\d+B)? \[%0\], \[%1\], (\d+)",
+        "kcuda_cp_async({0}, {1}, \\1, \\1);",
+        "cp.async",
+    ),
     (r"cp\.async\.commit_group", ";", "cp.async.commit_group"),
     (r"cp\.async\.wait_(?:group %?\d+|all)", ";", "cp.async.wait_group"),
 ]
@@ -146,13 +168,13 @@ def _asm_statements(code: str) -> list[tuple[int, int]]:
 
 def _translate_asm(statement: str) -> str | None:
     """The C++ for one asm statement, or None where it is not one the emulator knows."""
-    inner = statement[statement.index("(") + 1:statement.rindex(")")]
+    inner = statement[statement.index("(") + 1 : statement.rindex(")")]
     literals = re.match(r'\s*((?:"(?:\\.|[^"\\])*"\s*)+)', inner)
     if not literals:
         return None
     template = "".join(re.findall(r'"((?:\\.|[^"\\])*)"', literals.group(1)))
     template = re.sub(r"\\[nt]|\s+", " ", template).strip().rstrip(";").strip()
-    operands = [o for part in _split_top(inner[literals.end():], ":")[1:3] for o in _split_top(part, ",") if o.strip()]
+    operands = [o for part in _split_top(inner[literals.end() :], ":")[1:3] for o in _split_top(part, ",") if o.strip()]
     exprs = [re.sub(r'^\s*"[^"]*"\s*', "", o).strip() for o in operands]
     for pattern, cpp, _ in PTX:
         match = re.fullmatch(pattern, template)
@@ -179,8 +201,10 @@ def _split_top(text: str, separator: str) -> list[str]:
     return parts + [text[start:]]
 
 
-_SHARED = re.compile(r"extern\s+(volatile\s+)?__shared__\s+(volatile\s+)?((?:__align__|alignas)\s*\((?:[^()]|\([^()]*\))*\)\s*)?"
-                     r"([A-Za-z_][\w:<>,\s]*?)\s+(\w+)\s*\[\s*\]\s*;")
+_SHARED = re.compile(
+    r"extern\s+(volatile\s+)?__shared__\s+(volatile\s+)?((?:__align__|alignas)\s*\((?:[^()]|\([^()]*\))*\)\s*)?"
+    r"([A-Za-z_][\w:<>,\s]*?)\s+(\w+)\s*\[\s*\]\s*;"
+)
 
 
 def rewrite(text: str) -> str:
@@ -191,7 +215,7 @@ def rewrite(text: str) -> str:
     for match in re.finditer(r"<<<|>>>", code):
         if (match.group(0) == "<<<") == open_launch:  # a `>>>` closing nested templates, not a launch
             continue
-        out.append(text[last:match.start()])
+        out.append(text[last : match.start()])
         out.append(" | ::kcuda::Config(" if not open_launch else ")")
         open_launch = not open_launch
         last = match.end()
@@ -220,11 +244,33 @@ def flags(asan: bool) -> list[str]:
     # every access a call (the header's preemption hooks); misaligned vector loads stop as a GPU's do. Not checked:
     # a local array used after its scope ended (compute-sanitizer does not check it either): checking it puts a call
     # on every access to a local array at a constant index, which otherwise needs none (docs/measurements.md)
-    sanitize = ["-fsanitize=address,alignment", "-fno-sanitize-recover=alignment", "-fno-omit-frame-pointer",
-                "--param=asan-instrumentation-with-call-threshold=0", "-fno-sanitize-address-use-after-scope"] \
-        if asan else []
-    return ["-x", "c++", "-std=c++17", "-O2", *_cpu_flags(), "-g", "-fPIC", "-shared", "-U_FORTIFY_SOURCE",
-            "-fno-strict-aliasing", *sanitize, f"-I{INCLUDE}", "-include", "kcourse_cuda_cpu.h"]
+    sanitize = (
+        [
+            "-fsanitize=address,alignment",
+            "-fno-sanitize-recover=alignment",
+            "-fno-omit-frame-pointer",
+            "--param=asan-instrumentation-with-call-threshold=0",
+            "-fno-sanitize-address-use-after-scope",
+        ]
+        if asan
+        else []
+    )
+    return [
+        "-x",
+        "c++",
+        "-std=c++17",
+        "-O2",
+        *_cpu_flags(),
+        "-g",
+        "-fPIC",
+        "-shared",
+        "-U_FORTIFY_SOURCE",
+        "-fno-strict-aliasing",
+        *sanitize,
+        f"-I{INCLUDE}",
+        "-include",
+        "kcourse_cuda_cpu.h",
+    ]
 
 
 @lru_cache(maxsize=1)
@@ -247,8 +293,14 @@ def build(source: Path, defines: dict[str, object] | None = None):
 
     started, compiler = time.perf_counter(), host_compiler()
     if compiler is None:
-        return BuildResult(ok=False, seconds=0.0, arch="cpu-emulation", skipped=True, skip_code=Code.NO_HOST_COMPILER,
-                           log="no host C++ compiler (g++ or clang++): install one to run CUDA kernels on the CPU")
+        return BuildResult(
+            ok=False,
+            seconds=0.0,
+            arch="cpu-emulation",
+            skipped=True,
+            skip_code=Code.NO_HOST_COMPILER,
+            log="no host C++ compiler (g++ or clang++): install one to run CUDA kernels on the CPU",
+        )
     options = flags(asan_runtime() is not None) + [f"-D{k}={v}" for k, v in sorted((defines or {}).items())]
     out_dir = build_cache_dir() / ("cpu-" + _key(source, options, compiler))
     library = out_dir / "lib.so"
@@ -267,8 +319,13 @@ def build(source: Path, defines: dict[str, object] | None = None):
 def _key(source: Path, options: list[str], compiler: str) -> str:
     text = source.read_text(errors="replace")
     # the rewritten text too: a change to rewrite() (the launch syntax, the PTX table) builds anew
-    digest = hashlib.sha256(source.read_bytes() + rewrite(text).encode() + " ".join(options).encode()
-                            + compiler.encode() + str(source.resolve()).encode())  # `#line` puts the path in messages
+    digest = hashlib.sha256(
+        source.read_bytes()
+        + rewrite(text).encode()
+        + " ".join(options).encode()
+        + compiler.encode()
+        + str(source.resolve()).encode()
+    )  # `#line` puts the path in messages
     ours = sorted(p for p in INCLUDE.rglob("*") if p.is_file())
     for header in ours + sorted(source.parent.glob("*.cuh")) + sorted(source.parent.glob("*.h")):
         digest.update(header.name.encode() + header.read_bytes())
@@ -304,7 +361,7 @@ _ASAN_KINDS = {
     "double-free": "freed the same memory twice",
     "attempting free on address which was not malloc()-ed": "freed memory that cudaMalloc did not give",
     "SEGV on unknown address": "touched an address that is no memory of yours (a null or wild pointer, or a "
-                               "device pointer read on the host)",
+    "device pointer read on the host)",
     "stack-overflow": "overflowed a thread's stack (unbounded recursion, or a huge local array)",
     "FPE": "divided an integer by zero",
 }
@@ -312,34 +369,45 @@ _ASAN_KINDS = {
 
 def explain(output: str) -> tuple[str, str] | None:
     """(code, message) for a child stopped by the emulator, AddressSanitizer or UBSan, from its output; None otherwise."""
-    lines = [line[len("kcourse-emu: "):] for line in output.splitlines() if line.startswith("kcourse-emu: ")]
+    lines = [line[len("kcourse-emu: ") :] for line in output.splitlines() if line.startswith("kcourse-emu: ")]
     where = next((line for line in lines if line.startswith("in kernel")), "")
     said = [line for line in lines if not line.startswith("in kernel")]
     if said:  # the emulator's own words come first: they say what CUDA would have done
-        return Code.EMULATED_FAULT, "your kernel stopped on the CPU emulator: " + "; ".join(said + ([where] if where else []))
-    misaligned = re.search(r"(\S+?):(\d+):\d+: runtime error: .*?misaligned address \S+ for type '([^']+)', "
-                           r"which requires (\d+) byte alignment", output)
+        return Code.EMULATED_FAULT, "your kernel stopped on the CPU emulator: " + "; ".join(
+            said + ([where] if where else [])
+        )
+    misaligned = re.search(
+        r"(\S+?):(\d+):\d+: runtime error: .*?misaligned address \S+ for type '([^']+)', "
+        r"which requires (\d+) byte alignment",
+        output,
+    )
     if misaligned:
         kind = misaligned.group(3).replace("const ", "").replace("struct ", "")
-        return Code.MISALIGNED, (f"your code reads or writes a {kind} at an address that is not a multiple of "
-                              f"{misaligned.group(4)} bytes, at {Path(misaligned.group(1)).name}:{misaligned.group(2)}"
-                              f"{'; ' + where if where else ''}: on a GPU that is a 'misaligned address' error. Use the "
-                              "vector type only where the row's start (pointer and stride) and length allow it")
+        return Code.MISALIGNED, (
+            f"your code reads or writes a {kind} at an address that is not a multiple of "
+            f"{misaligned.group(4)} bytes, at {Path(misaligned.group(1)).name}:{misaligned.group(2)}"
+            f"{'; ' + where if where else ''}: on a GPU that is a 'misaligned address' error. Use the "
+            "vector type only where the row's start (pointer and stride) and length allow it"
+        )
     failed = re.search(r"(\S+?\.(?:cu|cuh|h|cpp)):(\d+): .*?Assertion `(.+?)' failed", output)
     if failed:
-        return Code.EMULATED_FAULT, (f"an assert() failed at {Path(failed.group(1)).name}:{failed.group(2)}: "
-                                  f"`{failed.group(3)}`" + (f"; {where}" if where else ""))
+        return Code.EMULATED_FAULT, (
+            f"an assert() failed at {Path(failed.group(1)).name}:{failed.group(2)}: "
+            f"`{failed.group(3)}`" + (f"; {where}" if where else "")
+        )
     if "ERROR: AddressSanitizer" in output:
         return Code.MEMORY_ERROR, _asan_message(output, where)
     return None
 
 
 def _asan_message(output: str, where: str) -> str:
-    report = output[output.index("ERROR: AddressSanitizer"):]
+    report = output[output.index("ERROR: AddressSanitizer") :]
     what = next((text for key, text in _ASAN_KINDS.items() if key in report.split("\n", 1)[0]), None)
     access = re.search(r"\b(READ|WRITE) of size (\d+)", report) or re.search(r"caused by a (READ|WRITE)( )?", report)
     frames = re.findall(r"#\d+ 0x[0-9a-f]+ in (.+?) (/\S+?\.(?:cu|cuh|h|cpp)):(\d+)", report)
-    line = next((f for f in frames if "/cuda_cpu/include/" not in f[1]), None)  # the learner's frame, not the emulator's
+    line = next(
+        (f for f in frames if "/cuda_cpu/include/" not in f[1]), None
+    )  # the learner's frame, not the emulator's
     parts = [f"your code {what or 'made an invalid memory access'}"]
     if access and access.group(2).strip():
         parts.append(f"({access.group(1).lower()} of {access.group(2)} bytes)")
@@ -348,5 +416,7 @@ def _asan_message(output: str, where: str) -> str:
     if line:
         parts.append(f"at {Path(line[1]).name}:{line[2]} in {line[0].split('(')[0]}")
     text = " ".join(parts) + (f"; {where}" if where else "")
-    return (text + ". AddressSanitizer checked it on the CPU emulator, as compute-sanitizer's memcheck does on a GPU: "
-            "check the index against the array's length (and the bounds check of the last block)")
+    return (
+        text + ". AddressSanitizer checked it on the CPU emulator, as compute-sanitizer's memcheck does on a GPU: "
+        "check the index against the array's length (and the bounds check of the last block)"
+    )

@@ -47,8 +47,10 @@ def header_lines(result: GradeResult) -> list[str]:
         lines.append(f"isolation: {result.isolation}")
     if result.kit_changes:
         shown = ", ".join(result.kit_changes[:3]) + (", ..." if len(result.kit_changes) > 3 else "")
-        lines.append(f"kit: {len(result.kit_changes)} file(s) differ from git ({shown}): this grade judged with them; "
-                     "`git diff` shows them, `git checkout -- FILE` restores one")
+        lines.append(
+            f"kit: {len(result.kit_changes)} file(s) differ from git ({shown}): this grade judged with them; "
+            "`git diff` shows them, `git checkout -- FILE` restores one"
+        )
     return lines
 
 
@@ -135,8 +137,10 @@ def table(rows: list[list[str]], header: list[str], width: int | None = None, wr
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     lines = [fmt.format(*header).rstrip(), fmt.format(*("-" * w for w in widths))]
     for row in cells:
-        parts = [textwrap.wrap(c, w, break_long_words=False, break_on_hyphens=False) or [""] if i in wrap else [c]
-                 for i, (c, w) in enumerate(zip(row, widths))]
+        parts = [
+            textwrap.wrap(c, w, break_long_words=False, break_on_hyphens=False) or [""] if i in wrap else [c]
+            for i, (c, w) in enumerate(zip(row, widths))
+        ]
         lines += [fmt.format(*line).rstrip() for line in itertools.zip_longest(*parts, fillvalue="")]
     return "\n".join(lines)
 
@@ -182,11 +186,15 @@ def format_phases(result: GradeResult, total_s: float | None = None, warm: bool 
             continue
         seconds = result.phases[name]
         if warm:
-            line += (f"; {name}: the grading child was launched {seconds:.2f} s before this grade used it (watch "
-                     "starts it ahead, while you edit): not part of the total, where any wait for it is in other")
+            line += (
+                f"; {name}: the grading child was launched {seconds:.2f} s before this grade used it (watch "
+                "starts it ahead, while you edit): not part of the total, where any wait for it is in other"
+            )
         else:
-            line += (f"; alongside them: {name} {seconds:.2f} s (the grading child's start-up, from its launch until "
-                     "the grade used it: it overlaps the phases above, and is not added to the total)")
+            line += (
+                f"; alongside them: {name} {seconds:.2f} s (the grading child's start-up, from its launch until "
+                "the grade used it: it overlaps the phases above, and is not added to the total)"
+            )
     return line
 
 
@@ -267,8 +275,10 @@ def render_grade(result: GradeResult):
     if output_lines(result):  # their lines as they wrote them: the terminal wraps a long one, as it does theirs
         parts.append(learner_text("\n".join(output_lines(result)), style="dim", no_wrap=True, overflow="ignore"))
     parts.append(render_verdict(result))
-    parts += [Text(line, style="dim", no_wrap=True, overflow="ignore")  # a command to copy: one line, unbroken
-              for line in closing_lines(result)[1:]]
+    parts += [
+        Text(line, style="dim", no_wrap=True, overflow="ignore")  # a command to copy: one line, unbroken
+        for line in closing_lines(result)[1:]
+    ]
     return Group(*parts)
 
 
@@ -285,8 +295,9 @@ def checks_table(checks):
     from rich.table import Table
     from rich.text import Text
 
-    table = Table("status", "check", "message", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
-                  header_style="bold")
+    table = Table(
+        "status", "check", "message", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold"
+    )
     for check in checks:
         mark = Text(MARKS.get(check.status, check.status), style=f"bold {STATUS_STYLES.get(check.status, '')}")
         table.add_row(mark, Text(check.name), message_text(check.message))
@@ -369,6 +380,7 @@ def learner_text(text: str, style: str = "", **options):
 
 # --- at a terminal: the live status line while a grade runs -----------------------------------------------------
 
+
 class GradingStatus:
     """What the live line says: the step the grade is at and the seconds it has run, of its limit once the judge
     reports them (waiting.report); until then the step the grading child last announced (`child.last_step`) and the
@@ -421,8 +433,13 @@ def grading_status(child=None, enabled: bool = True) -> Iterator[GradingStatus |
 
     # Prints during the block go above the line; stdout's only where it is this terminal too (not a pipe). Four
     # refreshes a second (rich's default): each render holds the GIL, in the process whose clock the probe reads.
-    with Live(console=Console(stderr=True, highlight=False), get_renderable=current, transient=True,
-              refresh_per_second=4, redirect_stdout=at_terminal(sys.stdout)) as live:
+    with Live(
+        console=Console(stderr=True, highlight=False),
+        get_renderable=current,
+        transient=True,
+        refresh_per_second=4,
+        redirect_stdout=at_terminal(sys.stdout),
+    ) as live:
         status.live = live
         waiting.attach(status)
         try:

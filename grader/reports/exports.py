@@ -19,8 +19,13 @@ def junit_xml(results: list[GradeResult]) -> str:
     for result in results:
         total_time += result.duration_s
         for check in result.checks:
-            case = ET.SubElement(suite, "testcase", classname=f"{result.exercise}.{result.lang}", name=check.name,
-                                 time=f"{result.duration_s / max(1, len(result.checks)):.3f}")
+            case = ET.SubElement(
+                suite,
+                "testcase",
+                classname=f"{result.exercise}.{result.lang}",
+                name=check.name,
+                time=f"{result.duration_s / max(1, len(result.checks)):.3f}",
+            )
             counts["tests"] += 1
             tag = {FAILED: "failure", ERROR: "error", SKIPPED: "skipped"}.get(check.status)
             if tag:
@@ -58,8 +63,11 @@ def _points(result: GradeResult) -> list[tuple[str, float, float, str]]:
 def gradescope_json(results: list[GradeResult]) -> dict:
     from grader.reports.leaderboard import gradescope_entries
 
-    tests = [{"name": name, "score": score, "max_score": max_score, "output": output, "visibility": "visible"}
-             for result in results for name, score, max_score, output in _points(result)]
+    tests = [
+        {"name": name, "score": score, "max_score": max_score, "output": output, "visibility": "visible"}
+        for result in results
+        for name, score, max_score, output in _points(result)
+    ]
     data = {
         "score": sum(t["score"] for t in tests),
         "max_score": sum(t["max_score"] for t in tests),

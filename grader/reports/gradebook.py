@@ -15,8 +15,22 @@ from typing import Iterable
 from grader.core import store
 
 LEDGER = "gradebook.jsonl"
-COLUMNS = ["learner", "exercise", "lang", "status", "score", "max_score", "verdict", "learner_ms", "ratio", "gpu",
-           "bar", "attempts", "file", "sha256"]
+COLUMNS = [
+    "learner",
+    "exercise",
+    "lang",
+    "status",
+    "score",
+    "max_score",
+    "verdict",
+    "learner_ms",
+    "ratio",
+    "gpu",
+    "bar",
+    "attempts",
+    "file",
+    "sha256",
+]
 
 
 def file_digest(path: Path | None) -> str:

@@ -47,9 +47,16 @@ def pseudonyms(submissions: Path, learners: list[str], salt: str) -> dict[str, s
     """learner folder -> name shown. A pseudonym several learners chose gets each one's id beside it."""
     chosen = {learner: chosen_pseudonym(submissions / learner) for learner in learners}
     taken = Counter(name for name in chosen.values() if name)
-    return {learner: (name if name and taken[name] == 1 else
-                      f"{name} ({anonymous_id(learner, salt)})" if name else anonymous_id(learner, salt))
-            for learner, name in chosen.items()}
+    return {
+        learner: (
+            name
+            if name and taken[name] == 1
+            else f"{name} ({anonymous_id(learner, salt)})"
+            if name
+            else anonymous_id(learner, salt)
+        )
+        for learner, name in chosen.items()
+    }
 
 
 def boards(rows: list[dict], names: dict[str, str]) -> list[dict]:
@@ -61,24 +68,47 @@ def boards(rows: list[dict], names: dict[str, str]) -> list[dict]:
     result = []
     for (exercise, lang, gpu), entries in sorted(grouped.items()):
         entries.sort(key=lambda r: (-r["ratio"], names.get(r["learner"], r["learner"])))
-        result.append({"exercise": exercise, "lang": lang, "gpu": gpu, "entries": [
-            {"rank": rank, "name": names.get(r["learner"], r["learner"]), "ratio": round(r["ratio"], 3),
-             "learner_ms": r.get("learner_ms"), "bar": r.get("bar") or ""}
-            for rank, r in enumerate(entries, 1)]})
+        result.append(
+            {
+                "exercise": exercise,
+                "lang": lang,
+                "gpu": gpu,
+                "entries": [
+                    {
+                        "rank": rank,
+                        "name": names.get(r["learner"], r["learner"]),
+                        "ratio": round(r["ratio"], 3),
+                        "learner_ms": r.get("learner_ms"),
+                        "bar": r.get("bar") or "",
+                    }
+                    for rank, r in enumerate(entries, 1)
+                ],
+            }
+        )
     return result
 
 
 def markdown(tables: list[dict]) -> str:
-    lines = ["# Class leaderboard", "",
-             "Passing submissions, fastest first: speed relative to the instructor's solution on the same GPU model "
-             "(1.00 = as fast). Names are pseudonyms.", ""]
+    lines = [
+        "# Class leaderboard",
+        "",
+        "Passing submissions, fastest first: speed relative to the instructor's solution on the same GPU model "
+        "(1.00 = as fast). Names are pseudonyms.",
+        "",
+    ]
     if not tables:
         lines.append("No timed passing submission yet (speed is measured on a GPU only).")
     for table in tables:
-        lines += [f"## {table['exercise']} ({table['lang']}) on {_md(table['gpu'])}", "",
-                  "| rank | learner | × solution | ms | speed bar |", "|---:|---|---:|---:|---|"]
-        lines += [f"| {e['rank']} | {_md(e['name'])} | {e['ratio']:.2f} | {_ms(e['learner_ms'])} | {_md(e['bar'])} |"
-                  for e in table["entries"]]
+        lines += [
+            f"## {table['exercise']} ({table['lang']}) on {_md(table['gpu'])}",
+            "",
+            "| rank | learner | × solution | ms | speed bar |",
+            "|---:|---|---:|---:|---|",
+        ]
+        lines += [
+            f"| {e['rank']} | {_md(e['name'])} | {e['ratio']:.2f} | {_ms(e['learner_ms'])} | {_md(e['bar'])} |"
+            for e in table["entries"]
+        ]
         lines.append("")
     return "\n".join(lines)
 
@@ -129,6 +159,11 @@ def gradescope_entries(results) -> list[dict]:
     for result in results:
         timing = result.timings[-1] if result.timings else None
         if result.status == "passed" and timing is not None and timing.ratio is not None:
-            entries.append({"name": f"{result.exercise} ({result.lang}) × solution speed",
-                            "value": round(timing.ratio, 3), "order": "desc"})
+            entries.append(
+                {
+                    "name": f"{result.exercise} ({result.lang}) × solution speed",
+                    "value": round(timing.ratio, 3),
+                    "order": "desc",
+                }
+            )
     return entries

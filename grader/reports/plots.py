@@ -38,12 +38,22 @@ def roofline_chart(grades: list, env: dict | None, path: Path) -> Path | None:
     low = min(min(t.intensity for _, t in points) / 4, 0.05)
     high = max(max(t.intensity for _, t in points) * 4, peak * 1e3 / bandwidth * 4)
     xs = [low * (high / low) ** (i / 200) for i in range(201)]
-    ax.plot(xs, [min(peak, bandwidth * x / 1e3) for x in xs], color=COLORS["roof"], lw=2,
-            label=f"roofline: {bandwidth:.0f} GB/s, {peak:.1f} TFLOP/s (measured)")
+    ax.plot(
+        xs,
+        [min(peak, bandwidth * x / 1e3) for x in xs],
+        color=COLORS["roof"],
+        lw=2,
+        label=f"roofline: {bandwidth:.0f} GB/s, {peak:.1f} TFLOP/s (measured)",
+    )
     for g, t in points:
         ax.scatter([t.intensity], [t.learner_tflops], s=60, color=COLORS["learner"], zorder=3)
-        ax.annotate(f"{g.exercise} ({g.lang})", (t.intensity, t.learner_tflops), textcoords="offset points",
-                    xytext=(6, 4), fontsize=8)
+        ax.annotate(
+            f"{g.exercise} ({g.lang})",
+            (t.intensity, t.learner_tflops),
+            textcoords="offset points",
+            xytext=(6, 4),
+            fontsize=8,
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP / byte)")
@@ -66,8 +76,13 @@ def speed_vs_size(grade: Any, path: Path) -> Path | None:
     for who in ("learner", "solution", "torch"):
         values = [getattr(t, f"{who}_rate") for t in timings]
         if any(v for v in values):
-            ax.plot(labels, [v or float("nan") for v in values], marker="o", color=COLORS[who],
-                    label="you" if who == "learner" else who)
+            ax.plot(
+                labels,
+                [v or float("nan") for v in values],
+                marker="o",
+                color=COLORS[who],
+                label="you" if who == "learner" else who,
+            )
     ax.set_xlabel("size")
     ax.set_ylabel(timings[0].unit)
     ax.set_title(f"{grade.exercise} ({grade.lang}): speed vs size")
@@ -114,8 +129,11 @@ def comparison_chart(comparison: dict, path: Path) -> Path | None:
             ax.axvline(value, color=COLORS[who], ls="--", lw=1.5, label=f"{who}: {value:.4g}")
     ax.invert_yaxis()  # the versions top to bottom in the order compared
     ax.set_xlabel((comparison["unit"] or rows[0]["unit"] or "rate") if key == "rate" else "time (ms), lower is better")
-    ax.set_title(f"{comparison['exercise']} ({comparison['lang']}): versions compared"
-                 + (f" at {comparison['case']}" if comparison["case"] else ""), fontsize=10)
+    ax.set_title(
+        f"{comparison['exercise']} ({comparison['lang']}): versions compared"
+        + (f" at {comparison['case']}" if comparison["case"] else ""),
+        fontsize=10,
+    )
     ax.grid(True, axis="x", alpha=0.3)
     if ax.get_legend_handles_labels()[0]:  # beside the bars, never over them
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
@@ -152,8 +170,16 @@ def _attention_lines(sweep: dict, key: str) -> list[tuple[str, list, list, list,
         if not drawn:
             continue
         color = COLORS["torch"] if sdpa else IMPLEMENTATION_COLORS[index % len(IMPLEMENTATION_COLORS)]
-        lines.append((label, [p["N"] for p in drawn], [p[key] * scale for p in drawn],
-                      [p.get("agrees") is False for p in drawn], color, "--" if sdpa else "-"))
+        lines.append(
+            (
+                label,
+                [p["N"] for p in drawn],
+                [p[key] * scale for p in drawn],
+                [p.get("agrees") is False for p in drawn],
+                color,
+                "--" if sdpa else "-",
+            )
+        )
     return lines
 
 
@@ -213,13 +239,19 @@ def output_map_chart(lines: list[str], title: str, path: Path) -> Path | None:
     if not rows or not rows[0] or len({len(r) for r in rows}) != 1:
         return None
     fig, ax = plt.subplots(figsize=(min(10.0, 1.5 + 0.18 * len(rows[0])), 1.2 + 0.3 * len(rows)))
-    ax.imshow(rows, cmap=ListedColormap(MAP_COLORS), vmin=0, vmax=len(MAP_COLORS) - 1, aspect="auto",
-              interpolation="nearest")
+    ax.imshow(
+        rows, cmap=ListedColormap(MAP_COLORS), vmin=0, vmax=len(MAP_COLORS) - 1, aspect="auto", interpolation="nearest"
+    )
     ax.set_xticks([])
     ax.set_yticks([])
     ax.set_title(title, fontsize=9)
-    ax.legend(handles=[Patch(color=c, label=label) for c, label in zip(MAP_COLORS, MAP_LABELS)], fontsize=7,
-              loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    ax.legend(
+        handles=[Patch(color=c, label=label) for c, label in zip(MAP_COLORS, MAP_LABELS)],
+        fontsize=7,
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        frameon=False,
+    )
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
     return path

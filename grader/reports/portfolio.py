@@ -38,30 +38,24 @@ TEMPLATE = "portfolio_report.md.j2"
 LOSS_PLOT = "portfolio_capstone_loss.png"  # not capstone_loss.png: that one is the latest run's, whoever's
 # Each notes section (plans.PORTFOLIO_SECTIONS): (heading, question). In the file as <!-- notes:portfolio-ID -->.
 SECTIONS = {
-    "learned": ("What you learned, and your key results",
-                "What you learned, and your main achievements with their figures (the tables below have them)"),
-    "hard": ("What was hard, and how you solved it",
-             "The hardest problems you met, and how you solved each"),
-    "projects": ("Your projects",
-                 "Which projects this portfolio holds, how they are organised, what each shows, and where their code "
-                 "and documentation are"),
-    "sharing": ("Sharing it, and what comes next",
-                "Where and how you will share this work, and what you will do next"),
+    "learned": (
+        "What you learned, and your key results",
+        "What you learned, and your main achievements with their figures (the tables below have them)",
+    ),
+    "hard": ("What was hard, and how you solved it", "The hardest problems you met, and how you solved each"),
+    "projects": (
+        "Your projects",
+        "Which projects this portfolio holds, how they are organised, what each shows, and where their code "
+        "and documentation are",
+    ),
+    "sharing": ("Sharing it, and what comes next", "Where and how you will share this work, and what you will do next"),
 }
 # A record the capstone's report functions cannot read (another version of the kit's): said, never a crash.
 UNREADABLE = (KeyError, TypeError, AttributeError, ValueError, IndexError)
 
 
-
-
-
-
-
-
-
-
-
 # --- The learner's runs of the block and the capstone ----------------------------------------------------
+
 
 def best_run(kind: str) -> dict[str, Any] | None:
     """The learner's own best run of `kind` (store.STATUS_ORDER; the newest among equals): a pass is not
@@ -76,15 +70,24 @@ def best_run(kind: str) -> dict[str, Any] | None:
 
 
 def _checks(record: dict[str, Any]) -> list[dict[str, str]]:
-    return [{key: str(c.get(key, "?")) for key in ("name", "status", "message")}
-            for c in record.get("checks") or [] if isinstance(c, dict)]
+    return [
+        {key: str(c.get(key, "?")) for key in ("name", "status", "message")}
+        for c in record.get("checks") or []
+        if isinstance(c, dict)
+    ]
 
 
-def _run_view(record: dict[str, Any] | None, build: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any] | None:
+def _run_view(
+    record: dict[str, Any] | None, build: Callable[[dict[str, Any]], dict[str, Any]]
+) -> dict[str, Any] | None:
     """A run's tables for the template; {"unreadable": True} for a record the report functions cannot read."""
     if record is None:
         return None
-    base = {"status": str(record.get("status") or "unknown"), "verdict": str(record.get("verdict") or ""), "unreadable": False}
+    base = {
+        "status": str(record.get("status") or "unknown"),
+        "verdict": str(record.get("verdict") or ""),
+        "unreadable": False,
+    }
     try:
         return {**base, **build(record), "checks": _checks(record)}
     except UNREADABLE:
@@ -94,10 +97,14 @@ def _run_view(record: dict[str, Any] | None, build: Callable[[dict[str, Any]], d
 def capstone_view(out_dir: Path) -> dict[str, Any] | None:
     def build(record: dict[str, Any]) -> dict[str, Any]:
         plot = capstone_report.loss_plot(record, out_dir / LOSS_PLOT)
-        return {"summary": capstone_report.format_capstone(record).splitlines()[0],
-                "run_header": capstone_report.RUN_HEADER, "runs": capstone_report.run_rows(record),
-                "operation_header": capstone_report.OPERATION_HEADER,
-                "operations": capstone_report.operation_rows(record["choices"]), "plot": plot.name if plot else ""}
+        return {
+            "summary": capstone_report.format_capstone(record).splitlines()[0],
+            "run_header": capstone_report.RUN_HEADER,
+            "runs": capstone_report.run_rows(record),
+            "operation_header": capstone_report.OPERATION_HEADER,
+            "operations": capstone_report.operation_rows(record["choices"]),
+            "plot": plot.name if plot else "",
+        }
 
     return _run_view(best_run(CAPSTONE), build)
 
@@ -105,13 +112,19 @@ def capstone_view(out_dir: Path) -> dict[str, Any] | None:
 def block_view() -> dict[str, Any] | None:
     def build(record: dict[str, Any]) -> dict[str, Any]:
         result = record.get("result") or {}
-        return {"summary": capstone_report.format_block(record).splitlines()[0], "header": capstone_report.BLOCK_HEADER,
-                "rows": capstone_report.block_rows(record), "ms": result.get("ms"), "torch_ms": result.get("torch_ms")}
+        return {
+            "summary": capstone_report.format_block(record).splitlines()[0],
+            "header": capstone_report.BLOCK_HEADER,
+            "rows": capstone_report.block_rows(record),
+            "ms": result.get("ms"),
+            "torch_ms": result.get("torch_ms"),
+        }
 
     return _run_view(best_run(BLOCK), build)
 
 
 # --- The notes of the learner's other reports --------------------------------------------------------------
+
 
 def _natural(name: str) -> list:
     """day2 before day10 (even and odd places of the split are always text and numbers: comparable)."""
@@ -131,13 +144,18 @@ def quoted(text: str) -> str:
 def answered_notes(path: Path) -> list[dict[str, str]]:
     """[{heading, text}] of every notes section the learner answered in one report."""
     text = path.read_text(errors="replace")
-    return [{"heading": _heading_before(text, m.start()), "text": quoted(answer(m["body"]))}
-            for m in NOTES.finditer(text) if answer(m["body"])]
+    return [
+        {"heading": _heading_before(text, m.start()), "text": quoted(answer(m["body"]))}
+        for m in NOTES.finditer(text)
+        if answer(m["body"])
+    ]
 
 
 def collected_notes(folders: list[Path]) -> list[dict[str, Any]]:
     """[{report, sections}] for each other report in the folders with a notes section answered."""
-    paths = {p.resolve(): p for folder in folders if folder.is_dir() for p in folder.glob("*.md") if p.name != FILE_NAME}
+    paths = {
+        p.resolve(): p for folder in folders if folder.is_dir() for p in folder.glob("*.md") if p.name != FILE_NAME
+    }
     found = []
     for path in sorted(paths.values(), key=lambda p: _natural(p.name)):
         sections = answered_notes(path)
@@ -148,15 +166,18 @@ def collected_notes(folders: list[Path]) -> list[dict[str, Any]]:
 
 # --- Assembly ----------------------------------------------------------------------------------------------
 
+
 def highlights(passed: list) -> dict[str, Any]:
     """At a glance: how many exercises passed per language, the one closest to its roofline and the one
     fastest against the solution (each at its largest timed size, as the table shows them)."""
     timed = [(g, g.timings[-1]) for g in passed if g.timings]
     by_roofline = [(g, t) for g, t in timed if t.roofline_pct is not None]
     by_ratio = [(g, t) for g, t in timed if t.ratio is not None]
-    return {"languages": sorted(Counter(g.lang for g in passed).items()),
-            "top_roofline": max(by_roofline, key=lambda gt: gt[1].roofline_pct, default=None),
-            "top_ratio": max(by_ratio, key=lambda gt: gt[1].ratio, default=None)}
+    return {
+        "languages": sorted(Counter(g.lang for g in passed).items()),
+        "top_roofline": max(by_roofline, key=lambda gt: gt[1].roofline_pct, default=None),
+        "top_ratio": max(by_ratio, key=lambda gt: gt[1].ratio, default=None),
+    }
 
 
 def add_charts(data: dict[str, Any], out_dir: Path) -> None:
@@ -176,9 +197,13 @@ def portfolio_context(out_dir: Path) -> dict[str, Any]:
     data["unpassed"] = [g for g in data["grades"] if honest_status(g) != "passed"]
     data["unchecked"] = [g for g in data["grades"] if speed_not_checked(g)]
     add_charts(data, out_dir)
-    data.update(highlights=highlights(data["passed"]), capstone=capstone_view(out_dir), block=block_view(),
-                other_notes=collected_notes([out_dir, reports_dir()]),
-                sections={key: (section_id(key), *SECTIONS[key]) for key in PORTFOLIO_SECTIONS})
+    data.update(
+        highlights=highlights(data["passed"]),
+        capstone=capstone_view(out_dir),
+        block=block_view(),
+        other_notes=collected_notes([out_dir, reports_dir()]),
+        sections={key: (section_id(key), *SECTIONS[key]) for key in PORTFOLIO_SECTIONS},
+    )
     return data
 
 

@@ -60,8 +60,11 @@ def speed_not_checked(grade: Any) -> str | None:
         return None
     for check in _field(grade, "checks") or []:
         details = _field(check, "details") or {}
-        if (_field(check, "name") == "speed" and _field(check, "status") == "skipped"
-                and details.get("code") != NOTHING_TO_TIME):
+        if (
+            _field(check, "name") == "speed"
+            and _field(check, "status") == "skipped"
+            and details.get("code") != NOTHING_TO_TIME
+        ):
             message = str(_field(check, "message") or "")
             return UNCHECKED_WHY.get(details.get("code")) or message.split(":")[0].split(";")[0][:60] or "skipped"
     return None
@@ -90,8 +93,12 @@ def best_grades(keep=lambda record: True, learner_only: bool = True) -> dict[str
     found: dict[str, dict[str, Any]] = {}
     for record in store.read_all():
         key = store.exercise_key(record)
-        if (key is None or record.get("kind") != "grade" or not keep(record)
-                or (learner_only and record.get("source") in store.INSTRUCTOR_SOURCES)):
+        if (
+            key is None
+            or record.get("kind") != "grade"
+            or not keep(record)
+            or (learner_only and record.get("source") in store.INSTRUCTOR_SOURCES)
+        ):
             continue
         if key not in found or honest_rank(record) <= honest_rank(found[key]):
             found[key] = record
@@ -121,6 +128,7 @@ def grade_statuses() -> dict[str, str]:
 
 # --- A unit's requirements besides exercises ----------------------------------------------------------
 
+
 def record_matches(requirement: Requirement, record: dict[str, Any]) -> bool:
     """A record of the required kind, of the named exercise and language where the plan names them (a
     comparison's lang is "cuda" or "cuda+triton": one of its languages is enough)."""
@@ -135,17 +143,38 @@ def record_matches(requirement: Requirement, record: dict[str, Any]) -> bool:
 
 # Rows of torch.profiler's table that are not the learner's kernel: torch's operators and kernels, the CUDA
 # runtime's calls, copies and fills (a CPU profile has only such rows: the interpreter runs no kernel of its own).
-LIBRARY_ROWS = ("aten::", "at::", "void at::", "cuda", "Memcpy", "Memset", "cub::", "void cub::", "ProfilerStep",
-                "Activity Buffer", "Lazy Function Loading", "Command Buffer", "std::", "<built-in")
+LIBRARY_ROWS = (
+    "aten::",
+    "at::",
+    "void at::",
+    "cuda",
+    "Memcpy",
+    "Memset",
+    "cub::",
+    "void cub::",
+    "ProfilerStep",
+    "Activity Buffer",
+    "Lazy Function Loading",
+    "Command Buffer",
+    "std::",
+    "<built-in",
+)
 
 
 def profile_kernels(record: dict[str, Any]) -> list[str]:
     """The learner's kernels a profile shows: rows with GPU time that are not torch's or the runtime's, and the
     kernels Nsight Compute measured."""
-    names = [str(row.get("name") or "") for row in record.get("top") or [] if isinstance(row, dict)
-             and (row.get("device_us") or 0) > 0 and not str(row.get("name") or "").startswith(LIBRARY_ROWS)
-             and "at::native" not in str(row.get("name") or "")]
-    names += [str(row.get("kernel") or "") for row in record.get("ncu") or [] if isinstance(row, dict) and row.get("kernel")]
+    names = [
+        str(row.get("name") or "")
+        for row in record.get("top") or []
+        if isinstance(row, dict)
+        and (row.get("device_us") or 0) > 0
+        and not str(row.get("name") or "").startswith(LIBRARY_ROWS)
+        and "at::native" not in str(row.get("name") or "")
+    ]
+    names += [
+        str(row.get("kernel") or "") for row in record.get("ncu") or [] if isinstance(row, dict) and row.get("kernel")
+    ]
     return list(dict.fromkeys(n for n in names if n))
 
 
@@ -166,20 +195,19 @@ def tune_timed(record: dict[str, Any]) -> bool:
 
 
 # What a record of each kind must show to meet a requirement, and what the learner is told where it does not.
-RECORD_SHOWS = {"profile": (profile_shows_kernel, "recorded, but it does not show your kernel (only torch's operators: "
-                            "on a CPU the interpreter runs it) — profile on a GPU"),
-                "tune": (tune_timed, "recorded, but nothing was timed (no GPU: configurations checked only) — tune on a GPU")}
+RECORD_SHOWS = {
+    "profile": (
+        profile_shows_kernel,
+        "recorded, but it does not show your kernel (only torch's operators: "
+        "on a CPU the interpreter runs it) — profile on a GPU",
+    ),
+    "tune": (tune_timed, "recorded, but nothing was timed (no GPU: configurations checked only) — tune on a GPU"),
+}
 
 
 def report_command(plan: Plan, unit: Unit) -> str:
     where = "" if plan.id in documented_plans(load_plans()) else f" --plan {plan.id}"
     return f"kcourse report {unit.key}{where}"
-
-
-
-
-
-
 
 
 def report_notes(plan: Plan, unit: Unit) -> tuple[int, int]:
@@ -196,7 +224,7 @@ def requirement_notes(requirement: Requirement, plan: Plan, unit: Unit) -> tuple
 
 
 def requirement_state(requirement: Requirement, records: list[dict[str, Any]], plan: Plan, unit: Unit) -> str | None:
-    """"met"; "started" for a report (or portfolio) with some of its notes written; None."""
+    """ "met"; "started" for a report (or portfolio) with some of its notes written; None."""
     if requirement.kind in NOTES_KINDS:
         written, sections = requirement_notes(requirement, plan, unit)
         return "met" if sections and written == sections else "started" if written else None
@@ -206,13 +234,15 @@ def requirement_state(requirement: Requirement, records: list[dict[str, Any]], p
 
 
 def requirement_name(requirement: Requirement) -> str:
-    """"env check", "profile of transpose (cuda)", "comparison (any exercise)", "your notes in the report"."""
+    """ "env check", "profile of transpose (cuda)", "comparison (any exercise)", "your notes in the report"."""
     if requirement.kind == "env":
         return "env check"
     if requirement.kind == "report":
         return "your notes in the report"
     if requirement.kind == "portfolio":
-        return f"your portfolio's {requirement.section!r} notes" if requirement.section else "your notes in the portfolio"
+        return (
+            f"your portfolio's {requirement.section!r} notes" if requirement.section else "your notes in the portfolio"
+        )
     if requirement.kind == "compare_attention":
         return "attention comparison"
     if requirement.kind in JUDGED_KINDS:
@@ -244,7 +274,7 @@ def requirement_command(requirement: Requirement, plan: Plan, unit: Unit) -> str
 
 
 def requirement_text(requirement: Requirement, state: str | None, plan: Plan, unit: Unit) -> str:
-    """"profile of transpose (cuda): recorded", or what is missing and the command that records it."""
+    """ "profile of transpose (cuda): recorded", or what is missing and the command that records it."""
     name = requirement_name(requirement)
     if requirement.kind in NOTES_KINDS:
         written, sections = requirement_notes(requirement, plan, unit)
@@ -260,11 +290,13 @@ def requirement_text(requirement: Requirement, state: str | None, plan: Plan, un
 
 # --- The checklist ------------------------------------------------------------------------------------
 
+
 def unit_status(unit: Unit, grades: dict, states: list[str | None]) -> str:
     """done: every exercise passed (extras aside) with its speed checked, and every requirement is met
     (`states`, one per unit.requirements: requirement_state); planned: nothing in the kit counts for the unit yet."""
-    statuses = [honest_status(grades[key]) if (key := f"{e.id}:{e.lang}") in grades else None
-                for e in unit.required_exercises]
+    statuses = [
+        honest_status(grades[key]) if (key := f"{e.id}:{e.lang}") in grades else None for e in unit.required_exercises
+    ]
     statuses += ["passed" if state == "met" else state for state in states]
     if not statuses:
         return "planned"
@@ -276,8 +308,10 @@ def unit_status(unit: Unit, grades: dict, states: list[str | None]) -> str:
 def what_counts(unit: Unit, labels: dict[str, str], texts: list[str]) -> str:
     """The exercises with their status, then the other requirements; the planned topics first where nothing
     counts yet (a planned unit may still offer an extra exercise)."""
-    exercises = [f"{e.id} ({e.lang}{', extra' if e.extra else ''}): {labels.get(f'{e.id}:{e.lang}', 'not graded')}"
-                 for e in unit.exercises]
+    exercises = [
+        f"{e.id} ({e.lang}{', extra' if e.extra else ''}): {labels.get(f'{e.id}:{e.lang}', 'not graded')}"
+        for e in unit.exercises
+    ]
     listed = ", ".join(exercises + texts)
     if unit.planned and not unit.required_exercises and not texts:
         return "; ".join(unit.planned) + (f" (gradable meanwhile: {listed})" if listed else "")
@@ -301,8 +335,19 @@ def format_progress(plan_id: str | None = None, width: int | None = None) -> str
     """`width`: a terminal's, to wrap the topic and what counts in (a unit's line was up to 250 characters)."""
     title, rows = progress_rows(plan_id)
     done = sum(r[3] == "done" for r in rows)
-    unchecked = sorted(key.replace(":", " (") + ")" for key, record in best_grades().items() if speed_not_checked(record))
-    note = (f"{len(unchecked)} exercise(s) passed numerics, speed not checked ({', '.join(unchecked[:4])}"
-            f"{', ...' if len(unchecked) > 4 else ''}): grade them on a GPU to finish them\n") if unchecked else ""
-    return f"{title}: {done} of {len(rows)} done\n" + note + table(rows, ["", "unit", "topic", "status", "what counts"],
-                                                            width=width, wrap=(2, 4))
+    unchecked = sorted(
+        key.replace(":", " (") + ")" for key, record in best_grades().items() if speed_not_checked(record)
+    )
+    note = (
+        (
+            f"{len(unchecked)} exercise(s) passed numerics, speed not checked ({', '.join(unchecked[:4])}"
+            f"{', ...' if len(unchecked) > 4 else ''}): grade them on a GPU to finish them\n"
+        )
+        if unchecked
+        else ""
+    )
+    return (
+        f"{title}: {done} of {len(rows)} done\n"
+        + note
+        + table(rows, ["", "unit", "topic", "status", "what counts"], width=width, wrap=(2, 4))
+    )

@@ -57,12 +57,7 @@ class ReportError(KcourseError, ValueError):
     pass
 
 
-
-
-
 # --- Which plan a report key means -----------------------------------------------------------------
-
-
 
 
 def find_unit(key: str, plan_id: str | None) -> tuple[Plan, Unit]:
@@ -90,24 +85,24 @@ def find_unit(key: str, plan_id: str | None) -> tuple[Plan, Unit]:
 
 
 def resolution_note(which: str, plan_id: str | None) -> str | None:
-    """"day9 → plan challenge-100-day (...)": which plan a unit key went to, and how to get another's."""
+    """ "day9 → plan challenge-100-day (...)": which plan a unit key went to, and how to get another's."""
     if which in ("final", PORTFOLIO):
         return None
     plan, _ = find_unit(which, plan_id)
     note = f"{which} → plan {plan.id} ({plan.title})"
     others = [p.id for p in load_plans().values() if p.id != plan.id and p.unit(which)]
     if others and not plan_id:
-        note += "; for another plan's " + which + ": " + " or ".join(f"`kcourse report {which} --plan {o}`" for o in others)
+        note += (
+            "; for another plan's " + which + ": " + " or ".join(f"`kcourse report {which} --plan {o}`" for o in others)
+        )
     return note
-
-
-
 
 
 # --- Records as the templates expect them ----------------------------------------------------------
 # Old records lack fields, hold {} for a device, strings where numbers belong, statuses this version
 # does not know and keys it never wrote. Each record is shaped here into every field its template
 # reads, with a value of the type it expects; unknown keys ride along unused.
+
 
 def _text(value: Any) -> str:
     return "" if value is None else str(value)
@@ -149,7 +144,9 @@ def _shaped(value: Any, schema: dict[str, Callable[[Any], Any]]) -> dict[str, An
 
 
 def _rows(schema: dict[str, Callable[[Any], Any]]) -> Callable[[Any], list[dict[str, Any]]]:
-    return lambda value: [_shaped(row, schema) for row in value if isinstance(row, dict)] if isinstance(value, list) else []
+    return lambda value: (
+        [_shaped(row, schema) for row in value if isinstance(row, dict)] if isinstance(value, list) else []
+    )
 
 
 def _optional(schema: dict[str, Callable[[Any], Any]]) -> Callable[[Any], dict[str, Any] | None]:
@@ -162,44 +159,140 @@ def _device_name(value: Any) -> str:
     return _text(name) or "unknown device"
 
 
-GPU = {"name": _text_or("unknown GPU"), "capability": _text_or("?"), "memory_gb": _text_or("?"),
-       "multiprocessors": _text_or("?"), "copy_gbps": _number, "matmul_fp32_tflops": _number}
+GPU = {
+    "name": _text_or("unknown GPU"),
+    "capability": _text_or("?"),
+    "memory_gb": _text_or("?"),
+    "multiprocessors": _text_or("?"),
+    "copy_gbps": _number,
+    "matmul_fp32_tflops": _number,
+}
 TRAINING_RUN = {"device": _text_or("?"), "seconds": _number, "per_epoch_s": _number, "final_loss": _number}
 TRAINING = {"description": _text, "epochs": _text_or("?"), "runs": _rows(TRAINING_RUN), "speedup": _number}
-ENV = {"python": _text_or("unknown"), "platform": _text_or("unknown"), "torch": _text_or("unknown"),
-       "torch_cuda": _optional_text, "triton": _optional_text, "triton_interpreter": bool, "nvcc": _optional_text,
-       "ninja": bool, "driver": _optional_text, "gpu": _optional(GPU), "ready": bool,
-       "can_do": lambda v: [_text(line) for line in v] if isinstance(v, list) else [], "training": _optional(TRAINING)}
-TUNE_ROW = {"config": _text_or("?"), "ms": _number, "rate": _number, "roofline_pct": _number,
-            "correct": _optional_flag, "error": _text, "resources": _text}
-TUNE = {"exercise": _text_or("?"), "lang": _text_or("?"), "device": _device_name, "case": _text, "unit": _text,
-        "rows": _rows(TUNE_ROW), "best": _optional({"config": _text_or("?"), "ms": _number}), "speedup": _number}
+ENV = {
+    "python": _text_or("unknown"),
+    "platform": _text_or("unknown"),
+    "torch": _text_or("unknown"),
+    "torch_cuda": _optional_text,
+    "triton": _optional_text,
+    "triton_interpreter": bool,
+    "nvcc": _optional_text,
+    "ninja": bool,
+    "driver": _optional_text,
+    "gpu": _optional(GPU),
+    "ready": bool,
+    "can_do": lambda v: [_text(line) for line in v] if isinstance(v, list) else [],
+    "training": _optional(TRAINING),
+}
+TUNE_ROW = {
+    "config": _text_or("?"),
+    "ms": _number,
+    "rate": _number,
+    "roofline_pct": _number,
+    "correct": _optional_flag,
+    "error": _text,
+    "resources": _text,
+}
+TUNE = {
+    "exercise": _text_or("?"),
+    "lang": _text_or("?"),
+    "device": _device_name,
+    "case": _text,
+    "unit": _text,
+    "rows": _rows(TUNE_ROW),
+    "best": _optional({"config": _text_or("?"), "ms": _number}),
+    "speedup": _number,
+}
 PROFILE_ROW = {"name": _text_or("?"), "calls": _text, "device_us": _number, "cpu_us": _number}
 NCU_ROW = {"kernel": _text, "metric": _text, "value": _text, "unit": _text}
-PROFILE = {"exercise": _text_or("?"), "lang": _text_or("?"), "device": _device_name, "case": _text, "calls": _text,
-           "trace": _text_or("(no trace recorded)"), "top": _rows(PROFILE_ROW), "ncu": _rows(NCU_ROW),
-           "ncu_note": _text}
-COMPARE_ROW = {"label": _text_or("?"), "file": _text, "exercise": _text, "lang": _text, "status": _text_or("unknown"),
-               "verdict": _text, "numerics": _text_or("?"), "speed": _text_or("not run"), "case": _text, "unit": _text,
-               "ms": _number, "rate": _number, "roofline_pct": _number, "ratio": _number, "solution_ms": _number,
-               "solution_rate": _number, "torch_ms": _number, "torch_rate": _number, "extra_bytes": _number}
-COMPARE = {"exercise": _text_or("?"), "lang": _text_or("?"), "device": _device_name, "seed": _text_or("?"), "case": _text,
-           "unit": _text, "rows": _rows(COMPARE_ROW), "at": lambda v: _when(_number(v)), "plot": _text}
-ATTENTION_POINT = {"N": _integer, "ms": _number, "tflops": _number, "extra_bytes": _number, "vs_sdpa": _number,
-                   "max_abs_diff": _number, "agrees": _optional_flag, "error": _text}
-ATTENTION_ROW = {"label": _text_or("?"), "exercise": _text, "lang": _text, "file": _text, "status": _text_or("unknown"),
-                 "reason": _text, "points": _rows(ATTENTION_POINT)}
-ATTENTION = {"device": _device_name, "seed": _text_or("?"), "source": _text, "B": _text_or("?"), "H": _text_or("?"),
-             "d": _text_or("?"), "dtype": _text_or("?"), "matmul_tflops": _number, "at": lambda v: _when(_number(v)),
-             "lengths": lambda v: [_integer(n) for n in v] if isinstance(v, list) else [],
-             "implementations": _rows(ATTENTION_ROW), "sdpa": _rows(ATTENTION_POINT),
-             "plots": lambda v: [_shaped(p, {"title": _text, "file": _text}) for p in v] if isinstance(v, list) else []}
+PROFILE = {
+    "exercise": _text_or("?"),
+    "lang": _text_or("?"),
+    "device": _device_name,
+    "case": _text,
+    "calls": _text,
+    "trace": _text_or("(no trace recorded)"),
+    "top": _rows(PROFILE_ROW),
+    "ncu": _rows(NCU_ROW),
+    "ncu_note": _text,
+}
+COMPARE_ROW = {
+    "label": _text_or("?"),
+    "file": _text,
+    "exercise": _text,
+    "lang": _text,
+    "status": _text_or("unknown"),
+    "verdict": _text,
+    "numerics": _text_or("?"),
+    "speed": _text_or("not run"),
+    "case": _text,
+    "unit": _text,
+    "ms": _number,
+    "rate": _number,
+    "roofline_pct": _number,
+    "ratio": _number,
+    "solution_ms": _number,
+    "solution_rate": _number,
+    "torch_ms": _number,
+    "torch_rate": _number,
+    "extra_bytes": _number,
+}
+COMPARE = {
+    "exercise": _text_or("?"),
+    "lang": _text_or("?"),
+    "device": _device_name,
+    "seed": _text_or("?"),
+    "case": _text,
+    "unit": _text,
+    "rows": _rows(COMPARE_ROW),
+    "at": lambda v: _when(_number(v)),
+    "plot": _text,
+}
+ATTENTION_POINT = {
+    "N": _integer,
+    "ms": _number,
+    "tflops": _number,
+    "extra_bytes": _number,
+    "vs_sdpa": _number,
+    "max_abs_diff": _number,
+    "agrees": _optional_flag,
+    "error": _text,
+}
+ATTENTION_ROW = {
+    "label": _text_or("?"),
+    "exercise": _text,
+    "lang": _text,
+    "file": _text,
+    "status": _text_or("unknown"),
+    "reason": _text,
+    "points": _rows(ATTENTION_POINT),
+}
+ATTENTION = {
+    "device": _device_name,
+    "seed": _text_or("?"),
+    "source": _text,
+    "B": _text_or("?"),
+    "H": _text_or("?"),
+    "d": _text_or("?"),
+    "dtype": _text_or("?"),
+    "matmul_tflops": _number,
+    "at": lambda v: _when(_number(v)),
+    "lengths": lambda v: [_integer(n) for n in v] if isinstance(v, list) else [],
+    "implementations": _rows(ATTENTION_ROW),
+    "sdpa": _rows(ATTENTION_POINT),
+    "plots": lambda v: [_shaped(p, {"title": _text, "file": _text}) for p in v] if isinstance(v, list) else [],
+}
 
 # Grade records are dataclasses (records.py): coerce each field by its annotation, so a field added
 # there later is shaped without a change here.
 BY_ANNOTATION: dict[str, Callable[[Any], Any]] = {
-    "str": _text, "str | None": _optional_text, "int": _integer, "float": lambda v: _number(v) or 0.0,
-    "float | None": _number, "dict[str, Any]": _mapping, "dict[str, float]": _mapping,
+    "str": _text,
+    "str | None": _optional_text,
+    "int": _integer,
+    "float": lambda v: _number(v) or 0.0,
+    "float | None": _number,
+    "dict[str, Any]": _mapping,
+    "dict[str, float]": _mapping,
     "list[Check]": lambda v: [_dataclass(Check, c) for c in v if isinstance(c, dict)] if isinstance(v, list) else [],
     "list[Timing]": lambda v: [_dataclass(Timing, t) for t in v if isinstance(t, dict)] if isinstance(v, list) else [],
     "list[str]": lambda v: [_text(item) for item in v] if isinstance(v, list) else [],  # kit_changes
@@ -259,6 +352,7 @@ def attention_record(record: dict[str, Any] | None) -> dict[str, Any] | None:
 
 # --- Rendering ---------------------------------------------------------------------------------------
 
+
 def context(unit: Unit | None = None, plan: Plan | None = None) -> dict[str, Any]:
     """Grades are the learner's best per exercise (progress.best_grades: a pass is not hidden by a later
     failed try, nor a timed pass by a later untimed one); `statuses` adds the latest attempt where it differs,
@@ -267,8 +361,13 @@ def context(unit: Unit | None = None, plan: Plan | None = None) -> dict[str, Any
     grades = sorted((grade_record(r) for r in best.values()), key=lambda g: (g.exercise, g.lang))
     notebooks = best_grades(keep=lambda r: str(r.get("source", "")).endswith(".ipynb"), learner_only=False)
     data: dict[str, Any] = {
-        "env": env_record(store.latest("env")), "grades": grades, "generated": dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
-        "unit": unit, "plan": plan, "default_plan": default_plan(load_plans()).id, "plots": [],
+        "env": env_record(store.latest("env")),
+        "grades": grades,
+        "generated": dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
+        "unit": unit,
+        "plan": plan,
+        "default_plan": default_plan(load_plans()).id,
+        "plots": [],
         "statuses": {key: status_text(record, latest.get(key)) for key, record in best.items()},
         "tunes": [tune_view(r) for r in _sorted_values(store.latest_per_exercise("tune"))],
         "profiles": [profile_view(r) for r in _sorted_values(store.latest_per_exercise("profile"))],
@@ -293,8 +392,11 @@ def tune_view(record: dict[str, Any]) -> dict[str, Any]:
 
 def profile_view(record: dict[str, Any]) -> dict[str, Any]:
     """A profile, shaped, with `shows_kernel` and the learner's kernels it shows (none on a CPU)."""
-    return {**_shaped(record, PROFILE), "shows_kernel": profile_shows_kernel(record),
-            "learner_kernels": record.get("learner_kernels") or profile_kernels(record)}
+    return {
+        **_shaped(record, PROFILE),
+        "shows_kernel": profile_shows_kernel(record),
+        "learner_kernels": record.get("learner_kernels") or profile_kernels(record),
+    }
 
 
 def comparisons(unit: Unit | None) -> list[dict[str, Any]]:
@@ -329,7 +431,9 @@ def _sorted_values(by_key: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 def keep_notes(new_text: str, old_text: str) -> str:
     """Put the learner's notes from the previous rendering into the new one."""
     old = {m["id"]: m["body"] for m in NOTES.finditer(old_text)}
-    return NOTES.sub(lambda m: f"<!-- notes:{m['id']} -->\n{old.get(m['id'], m['body'])}<!-- /notes:{m['id']} -->", new_text)
+    return NOTES.sub(
+        lambda m: f"<!-- notes:{m['id']} -->\n{old.get(m['id'], m['body'])}<!-- /notes:{m['id']} -->", new_text
+    )
 
 
 def number_text(value: Any, fmt: str = "{:.3g}") -> str:
@@ -345,8 +449,13 @@ def number_text(value: Any, fmt: str = "{:.3g}") -> str:
 def environment() -> jinja2.Environment:
     # StrictUndefined stays: a template reading a field the normalisation above does not provide is a
     # bug to catch in the tests, not a blank to ship to the learner.
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(templates_dir()), undefined=jinja2.StrictUndefined,
-                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(templates_dir()),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
     env.filters["num"] = number_text
     env.filters["speed_cell"] = speed_cell  # a comparison's figure, or "skipped" where timing could not run
     env.filters["attention_table"] = markdown_table  # one metric of `kcourse compare attention` over the lengths

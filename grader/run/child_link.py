@@ -23,8 +23,14 @@ class Finished(Exception):
 
 
 class ChildLink:
-    def __init__(self, child: Child, result: GradeResult, timeout_s: float, load_limit_s: float,
-                 on_fail: Callable[[], None] = lambda: None):
+    def __init__(
+        self,
+        child: Child,
+        result: GradeResult,
+        timeout_s: float,
+        load_limit_s: float,
+        on_fail: Callable[[], None] = lambda: None,
+    ):
         self.child, self.result = child, result
         self.timeout_s, self.load_limit_s = timeout_s, load_limit_s
         self.on_fail = on_fail  # the judge's threads stop before the child is killed
@@ -60,8 +66,12 @@ class ChildLink:
             if event["event"] == Event.DONE:
                 raise ChildGone
             if event["event"] == Event.GARBLED:
-                self.fail(CheckName.INTEGRITY, f"the grading process sent an unreadable message ({event['text']!r}): "
-                          "does your code write to file descriptors it did not open?", code=Code.GARBLED)
+                self.fail(
+                    CheckName.INTEGRITY,
+                    f"the grading process sent an unreadable message ({event['text']!r}): "
+                    "does your code write to file descriptors it did not open?",
+                    code=Code.GARBLED,
+                )
 
     def next_event(self) -> dict[str, Any]:
         """The child's next event; at a terminal, while the grade goes on, a "still running" line every
@@ -73,8 +83,13 @@ class ChildLink:
         while True:
             now = time.monotonic()
             if now >= self.line_due:
-                print(waiting.still_running(now - self.waited_from, self.deadline - self.waited_from,
-                                            self.child.last_step), file=sys.stderr, flush=True)
+                print(
+                    waiting.still_running(
+                        now - self.waited_from, self.deadline - self.waited_from, self.child.last_step
+                    ),
+                    file=sys.stderr,
+                    flush=True,
+                )
                 self.line_due = now + waiting.STILL_RUNNING_S
             try:
                 return self.child.event(min(self.deadline, self.line_due))
@@ -89,9 +104,12 @@ class ChildLink:
         except TypeError:  # not a check's fields (or no check at all): a forgery too
             reported = Check(CheckName.INTEGRITY, PASSED, "")
         if reported.status not in (FAILED, ERROR):
-            self.fail(CheckName.INTEGRITY, f"the grading process reported its own verdict ({reported.name}: "
-                      f"{reported.status}): verdicts are the grader's — does your code write to the grader's pipe?",
-                      code=Code.FORGED_VERDICT)
+            self.fail(
+                CheckName.INTEGRITY,
+                f"the grading process reported its own verdict ({reported.name}: "
+                f"{reported.status}): verdicts are the grader's — does your code write to the grader's pipe?",
+                code=Code.FORGED_VERDICT,
+            )
         self.result.add(reported)
         self.child.kill()
         raise Finished
@@ -113,12 +131,20 @@ class ChildLink:
         kind, message = death_message(Death(timed_out, code, self.child.last_step), self.timeout_s)
         explained = None if timed_out else cuda_cpu.explain(self.child.output())
         if explained is not None:  # the CPU emulator stopped a kernel: the verdict a GPU's CUDA error gets
-            self.result.add(Check(CheckName.NUMERICS, FAILED, f"{explained[1]} (while {self.child.last_step})",
-                                  {"code": Code.CUDA_ERROR, "emulator": explained[0]}))
+            self.result.add(
+                Check(
+                    CheckName.NUMERICS,
+                    FAILED,
+                    f"{explained[1]} (while {self.child.last_step})",
+                    {"code": Code.CUDA_ERROR, "emulator": explained[0]},
+                )
+            )
             return
         self.result.add(Check(CheckName.RUN, FAILED, message, {"code": kind}))
 
     def _load_timeout_message(self) -> str:
-        return (f"importing {Path(self.learner).name} ran past the {self.load_limit_s:g} s limit and was stopped: "
-                "its module-level code runs when the grader loads it — a loop there that never ends, or a test call "
-                "left at the top level? Put test code under `if __name__ == \"__main__\":` and grade again")
+        return (
+            f"importing {Path(self.learner).name} ran past the {self.load_limit_s:g} s limit and was stopped: "
+            "its module-level code runs when the grader loads it — a loop there that never ends, or a test call "
+            'left at the top level? Put test code under `if __name__ == "__main__":` and grade again'
+        )

@@ -32,8 +32,14 @@ def enable() -> None:
 
 
 def wanted(device: str, wrapper: list[str] | None, module: str) -> bool:
-    return (os.environ.get(ENV) == "1" and device == "cpu" and not wrapper and module == "grader.child.worker"
-            and hasattr(socket, "send_fds") and sys.platform.startswith("linux"))
+    return (
+        os.environ.get(ENV) == "1"
+        and device == "cpu"
+        and not wrapper
+        and module == "grader.child.worker"
+        and hasattr(socket, "send_fds")
+        and sys.platform.startswith("linux")
+    )
 
 
 class ForkedChild:
@@ -69,9 +75,14 @@ class Server:
 
     def __init__(self, env: dict[str, str]):
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.proc = subprocess.Popen([sys.executable, "-m", "grader.child.zygote", str(theirs.fileno())],
-                                     stdin=subprocess.DEVNULL, env=env, pass_fds=(theirs.fileno(),), cwd="/",
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "grader.child.zygote", str(theirs.fileno())],
+            stdin=subprocess.DEVNULL,
+            env=env,
+            pass_fds=(theirs.fileno(),),
+            cwd="/",
+            start_new_session=True,
+        )
         theirs.close()
         self.control, self.lock, self.changed = mine, threading.Lock(), threading.Condition()
         self.forked: dict[int, int] = {}  # request id -> pid, until the request that asked takes it

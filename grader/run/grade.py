@@ -41,11 +41,23 @@ def cuda_available() -> bool:
     return torch.version.cuda is not None and build.gpu_arch() is not None
 
 
-def grade(target: Target, source: str = "learner", submission: Path | None = None, seed: int | None = None,
-          timeout_s: float | None = None, record: bool = True, child_env: dict[str, str] | None = None,
-          mode: str = "grade", job_extra: dict | None = None, quick: bool = False,
-          child: sandbox.Child | None = None, sanitize_code: bool = True, timed_sizes: str = "all",
-          ahead: Judge | None = None, before_timing: Callable[[], None] | None = None) -> GradeResult:
+def grade(
+    target: Target,
+    source: str = "learner",
+    submission: Path | None = None,
+    seed: int | None = None,
+    timeout_s: float | None = None,
+    record: bool = True,
+    child_env: dict[str, str] | None = None,
+    mode: str = "grade",
+    job_extra: dict | None = None,
+    quick: bool = False,
+    child: sandbox.Child | None = None,
+    sanitize_code: bool = True,
+    timed_sizes: str = "all",
+    ahead: Judge | None = None,
+    before_timing: Callable[[], None] | None = None,
+) -> GradeResult:
     """Grade one exercise (mode "grade"), or run the learner's code for "profile" / "tune" in the same
     sandbox. `quick`: numerics and integrity only. `child`: a worker already started (kcourse watch).
     `sanitize_code`: run compute-sanitizer on a small case (sanitize.py). `timed_sizes`: "all" the
@@ -56,21 +68,41 @@ def grade(target: Target, source: str = "learner", submission: Path | None = Non
     `before_timing`: called before the timed runs, to end what the caller has going on this GPU (grade-batch:
     the next grade's child warming up); the grade's own compute-sanitizer run always ends first."""
     seed = seed if seed is not None else random.randrange(1, 2**31)
-    result = GradeResult(exercise=target.spec.id, lang=target.variant.lang, source=str(submission or source),
-                         seed=seed, unit=target.unit, plan=target.plan, threshold=target.spec.performance.threshold)
+    result = GradeResult(
+        exercise=target.spec.id,
+        lang=target.variant.lang,
+        source=str(submission or source),
+        seed=seed,
+        unit=target.unit,
+        plan=target.plan,
+        threshold=target.spec.performance.threshold,
+    )
     path = learner_file(target, source, submission)
     result.scoring = dict(target.spec.scoring)
     result.file = _relative(path)
     tampered = kit.differs_from_shipped()
     result.kit_changes = kit.differs_from_git() or []
     if tampered:
-        result.add(Check(CheckName.KIT, ERROR, f"these files of the kit differ from the kit as shipped: {', '.join(tampered[:5])}. "
-                         "Restore them (git checkout -- FILE, or download the kit again): a grade made with a changed "
-                         "grader, spec or reference is not valid", {"code": Code.KIT_MODIFIED, "files": tampered}))
+        result.add(
+            Check(
+                CheckName.KIT,
+                ERROR,
+                f"these files of the kit differ from the kit as shipped: {', '.join(tampered[:5])}. "
+                "Restore them (git checkout -- FILE, or download the kit again): a grade made with a changed "
+                "grader, spec or reference is not valid",
+                {"code": Code.KIT_MODIFIED, "files": tampered},
+            )
+        )
     elif not path.exists():
         hint = " (solutions/ is absent from a learner's kit)" if source == "solutions" else ""
-        result.add(Check(CheckName.LOAD, ERROR, f"{path} does not exist{hint}: check the path, or run `kcourse list` "
-                         "for the exercises and their files", {"code": Code.MISSING_FILE}))
+        result.add(
+            Check(
+                CheckName.LOAD,
+                ERROR,
+                f"{path} does not exist{hint}: check the path, or run `kcourse list` for the exercises and their files",
+                {"code": Code.MISSING_FILE},
+            )
+        )
     else:
         job = {"mode": mode, "sanitize": sanitize_code, "timed_sizes": timed_sizes, **(job_extra or {})}
         _grade_file(target, path, result, seed, timeout_s, child_env or {}, job, quick, child, ahead, before_timing)
@@ -109,9 +141,19 @@ def _extract_notebook(target: Target, path: Path, result: GradeResult) -> Path |
         return None
 
 
-def _grade_file(target: Target, path: Path, result: GradeResult, seed: int, timeout_s: float | None,
-                child_env: dict[str, str], job: dict, quick: bool, child: sandbox.Child | None,
-                ahead: Judge | None = None, before_timing: Callable[[], None] | None = None) -> None:
+def _grade_file(
+    target: Target,
+    path: Path,
+    result: GradeResult,
+    seed: int,
+    timeout_s: float | None,
+    child_env: dict[str, str],
+    job: dict,
+    quick: bool,
+    child: sandbox.Child | None,
+    ahead: Judge | None = None,
+    before_timing: Callable[[], None] | None = None,
+) -> None:
     path = _extract_notebook(target, path, result)
     if path is None:
         return
@@ -147,21 +189,36 @@ def _emulated(variant, path: Path, result: GradeResult) -> bool:
     return able and reason is None
 
 
-def _build_and_run(target, path, result, seed, timeout_s, job, quick, gpu, child, ahead=None, before_timing=None) -> None:
+def _build_and_run(
+    target, path, result, seed, timeout_s, job, quick, gpu, child, ahead=None, before_timing=None
+) -> None:
     variant = target.variant
     solution = solution_file(target.spec, variant)
     grading = job["mode"] == "grade"
     timing = gpu and grading and not quick
-    job.update({"spec_folder": str(target.spec.folder), "lang": variant.lang, "learner": str(path), "seed": seed,
-                "solutions_root": str(solutions_dir()), "mode": job["mode"],
-                "solution": str(solution) if timing and solution.exists() else None})
+    job.update(
+        {
+            "spec_folder": str(target.spec.folder),
+            "lang": variant.lang,
+            "learner": str(path),
+            "seed": seed,
+            "solutions_root": str(solutions_dir()),
+            "mode": job["mode"],
+            "solution": str(solution) if timing and solution.exists() else None,
+        }
+    )
     timeout = _timeout(variant, timeout_s, gpu)
     calibration_data, calibration_error = None, None
     if timing and job["solution"] is None:
         calibration_data, calibration_error = _calibration(target)
     judge = None
     if grading and child is not None:  # its large inputs are drawn while nvcc builds (or were, ahead)
-        if ahead is not None and (ahead.child, ahead.seed, ahead.timing, ahead.timeout_s) == (child, seed, timing, timeout):
+        if ahead is not None and (ahead.child, ahead.seed, ahead.timing, ahead.timeout_s) == (
+            child,
+            seed,
+            timing,
+            timeout,
+        ):
             judge, judge.result = ahead, result
         else:
             if ahead is not None:  # made for another grade: its files in this child's folder would clash with ours
@@ -183,7 +240,9 @@ def _build_and_run(target, path, result, seed, timeout_s, job, quick, gpu, child
             judge.close()
 
 
-def _box_the_child(target: Target, path: Path, job: dict, child: sandbox.Child, result: GradeResult) -> dict[Path, Path]:
+def _box_the_child(
+    target: Target, path: Path, job: dict, child: sandbox.Child, result: GradeResult
+) -> dict[Path, Path]:
     """The child's box (box.py), sent with the job; the solution moves to the child's scratch folder, where
     the judge copies it just before timing ({instructor's file: its place there}): until then the learner's
     code cannot read it, and the box never lets it read solutions/."""
@@ -252,7 +311,9 @@ def _judge(target, path, job, result, gpu, quick, judge, calibration_error, befo
     before = None if job.get("box") else (kit.contents(), kit.append_only_state(store.results_path()))
     memory_safety = _MemorySafety(target, path, job, gpu, result, judge.child.visible_devices)
     background = job.get("sanitize") == BACKGROUND
-    if variant.kind != "torch_op" and not background:  # raw CUDA and Triton: the tools overlap the child's start and numerics
+    if (
+        variant.kind != "torch_op" and not background
+    ):  # raw CUDA and Triton: the tools overlap the child's start and numerics
         memory_safety.start()
 
     def quiet_gpu() -> None:  # nothing else of ours on the GPU while the child times
@@ -283,8 +344,9 @@ class _MemorySafety:
     """When the sanitizer runs within a grade: started once, its check added once, before timing; on the
     grading child's GPU (`visible_devices`), never on another grade's."""
 
-    def __init__(self, target: Target, path: Path, job: dict, gpu: bool, result: GradeResult,
-                 visible_devices: str | None = None):
+    def __init__(
+        self, target: Target, path: Path, job: dict, gpu: bool, result: GradeResult, visible_devices: str | None = None
+    ):
         self.target, self.path, self.job, self.gpu, self.result = target, path, job, gpu, result
         self.visible_devices = visible_devices
         self.running: sanitize.Sanitizer | Check | None = None
@@ -294,27 +356,52 @@ class _MemorySafety:
         if self.running is not None or self.done:
             return
         if not self.job.get("sanitize", True):
-            self.running = Check(CheckName.SANITIZER, SKIPPED, "--no-sanitize: memory safety not checked; grade without it "
-                                 "before you hand in", {"code": Code.NO_SANITIZE})
+            self.running = Check(
+                CheckName.SANITIZER,
+                SKIPPED,
+                "--no-sanitize: memory safety not checked; grade without it before you hand in",
+                {"code": Code.NO_SANITIZE},
+            )
         elif not self.gpu and self.job.get("emulated"):
-            self.running = Check(CheckName.SANITIZER, SKIPPED, "no GPU found: your kernels ran on the CPU emulator, where "
-                                 "AddressSanitizer checked every access; races are not checked (a clean CPU run is no "
-                                 "race check): compute-sanitizer's racecheck needs a GPU", {"code": Code.NO_GPU})
+            self.running = Check(
+                CheckName.SANITIZER,
+                SKIPPED,
+                "no GPU found: your kernels ran on the CPU emulator, where "
+                "AddressSanitizer checked every access; races are not checked (a clean CPU run is no "
+                "race check): compute-sanitizer's racecheck needs a GPU",
+                {"code": Code.NO_GPU},
+            )
         elif not self.gpu:
-            self.running = Check(CheckName.SANITIZER, SKIPPED, "no GPU found: compute-sanitizer needs one; run `kcourse grade` "
-                                 "on a machine with an NVIDIA GPU to check races and out-of-bounds accesses",
-                                 {"code": Code.NO_GPU})
+            self.running = Check(
+                CheckName.SANITIZER,
+                SKIPPED,
+                "no GPU found: compute-sanitizer needs one; run `kcourse grade` "
+                "on a machine with an NVIDIA GPU to check races and out-of-bounds accesses",
+                {"code": Code.NO_GPU},
+            )
         else:
-            self.running = sanitize.start(self.target.spec, self.target.variant, self.path,
-                                          self.job.get("learner_library"), self.visible_devices,
-                                          boxed=self.job.get("box") is not None, box_home=self.job.get("box_home"))
+            self.running = sanitize.start(
+                self.target.spec,
+                self.target.variant,
+                self.path,
+                self.job.get("learner_library"),
+                self.visible_devices,
+                boxed=self.job.get("box") is not None,
+                box_home=self.job.get("box_home"),
+            )
 
     def leave_running(self) -> None:
         """The verdict goes out now; the tools' verdict follows (settle_sanitizer), unless it is already known."""
         if isinstance(self.running, sanitize.Sanitizer):
             self.done = True
-            self.result.add(Check(CheckName.SANITIZER, SKIPPED, "compute-sanitizer is still running: its verdict follows",
-                                  {"code": PENDING}))
+            self.result.add(
+                Check(
+                    CheckName.SANITIZER,
+                    SKIPPED,
+                    "compute-sanitizer is still running: its verdict follows",
+                    {"code": PENDING},
+                )
+            )
             self.result.pending_sanitizer = self.running
         else:
             self.finish()
@@ -342,8 +429,15 @@ def settle_sanitizer(result: GradeResult, spec, superseded: Callable[[], bool]) 
     while not pending.finished():
         if superseded():
             pending.stop()
-            _replace_pending(result, Check(CheckName.SANITIZER, SKIPPED, "stopped: you saved again before compute-sanitizer "
-                                           "finished; the next grade checks the new file", {"code": Code.SANITIZER_SUPERSEDED}))
+            _replace_pending(
+                result,
+                Check(
+                    CheckName.SANITIZER,
+                    SKIPPED,
+                    "stopped: you saved again before compute-sanitizer finished; the next grade checks the new file",
+                    {"code": Code.SANITIZER_SUPERSEDED},
+                ),
+            )
             return True
         time.sleep(0.1)
     _replace_pending(result, pending.collect())
@@ -361,14 +455,32 @@ def _add_skipped_speed(result: GradeResult, gpu: bool, quick: bool, variant, emu
     if any(c.name == "speed" for c in result.checks) or any(c.status in (FAILED, ERROR) for c in result.checks):
         return
     if quick:
-        result.add(Check(CheckName.SPEED, SKIPPED, "--quick: numerics and integrity only; grade without --quick for the "
-                         "speed verdict", {"code": Code.QUICK}))
+        result.add(
+            Check(
+                CheckName.SPEED,
+                SKIPPED,
+                "--quick: numerics and integrity only; grade without --quick for the speed verdict",
+                {"code": Code.QUICK},
+            )
+        )
     elif not gpu and variant.kind == "triton":
-        result.add(Check(CheckName.SPEED, SKIPPED, "no GPU found: timing skipped; numerics ran under the Triton interpreter",
-                         {"code": Code.NO_GPU}))
+        result.add(
+            Check(
+                CheckName.SPEED,
+                SKIPPED,
+                "no GPU found: timing skipped; numerics ran under the Triton interpreter",
+                {"code": Code.NO_GPU},
+            )
+        )
     elif not gpu and emulated:
-        result.add(Check(CheckName.SPEED, SKIPPED, "no GPU found: timing skipped; numerics ran on the CPU emulator (CUDA's "
-                         "semantics, not its speed)", {"code": Code.NO_GPU}))
+        result.add(
+            Check(
+                CheckName.SPEED,
+                SKIPPED,
+                "no GPU found: timing skipped; numerics ran on the CPU emulator (CUDA's semantics, not its speed)",
+                {"code": Code.NO_GPU},
+            )
+        )
 
 
 def _check_kit_untouched(before: tuple[dict[str, bytes], tuple[int, str]], result: GradeResult) -> None:
@@ -378,10 +490,16 @@ def _check_kit_untouched(before: tuple[dict[str, bytes], tuple[int, str]], resul
     if kit.rewritten(store.results_path(), before[1]):
         touched.append(str(store.results_path()))
     if touched:
-        result.add(Check(CheckName.INTEGRITY, FAILED, f"your code changed files of the kit while it ran: {', '.join(touched[:5])} "
-                         "(the kit's files were put back as they were). A kernel must not touch the grader, the specs, "
-                         "the references or your results: remove that code and grade again",
-                         {"code": Code.KIT_MODIFIED, "files": touched}))
+        result.add(
+            Check(
+                CheckName.INTEGRITY,
+                FAILED,
+                f"your code changed files of the kit while it ran: {', '.join(touched[:5])} "
+                "(the kit's files were put back as they were). A kernel must not touch the grader, the specs, "
+                "the references or your results: remove that code and grade again",
+                {"code": Code.KIT_MODIFIED, "files": touched},
+            )
+        )
 
 
 def _lint_for_the_gpu(path: Path, result: GradeResult) -> None:
@@ -407,8 +525,16 @@ def _run_tool(child: sandbox.Child, job: dict, timeout: float, result: GradeResu
                 return
             if event["event"] == Event.CHECK:
                 check = Check(**event["check"])
-                result.add(check if check.status in (FAILED, ERROR) else Check(CheckName.RUN, FAILED, "the tool run reported "
-                                                                             "a verdict of its own", {"code": Code.FORGED_VERDICT}))
+                result.add(
+                    check
+                    if check.status in (FAILED, ERROR)
+                    else Check(
+                        CheckName.RUN,
+                        FAILED,
+                        "the tool run reported a verdict of its own",
+                        {"code": Code.FORGED_VERDICT},
+                    )
+                )
                 return
             if event["event"] == Event.DONE:
                 raise sandbox.ChildGone
@@ -429,9 +555,12 @@ def judge_ahead(target: Target, child: sandbox.Child | None, seed: int, quick: b
     timing = gpu and not quick
     solution_here = solution_file(target.spec, target.variant).exists()
     calibration_data = _calibration(target)[0] if timing and not solution_here else None
-    result = GradeResult(exercise=target.spec.id, lang=target.variant.lang, source="", seed=seed)  # the grade's own replaces it
-    judge = Judge(target.spec, target.variant, child, result, seed, _timeout(target.variant, None, gpu), timing,
-                  calibration_data)
+    result = GradeResult(
+        exercise=target.spec.id, lang=target.variant.lang, source="", seed=seed
+    )  # the grade's own replaces it
+    judge = Judge(
+        target.spec, target.variant, child, result, seed, _timeout(target.variant, None, gpu), timing, calibration_data
+    )
     judge.prefetch({"timed_sizes": timed_sizes})
     return judge
 
@@ -452,24 +581,46 @@ def _build_raw_cuda(path: Path, solution: Path | None, job: dict, result: GradeR
     arch = build.gpu_arch() if gpu else None
     built = build.build_variant(path, variant, arch)
     result.build = built.to_dict()
-    if built.skipped:  # the machine lacks a library the spec links or requires (cuBLAS, ThunderKittens): not the learner's
+    if (
+        built.skipped
+    ):  # the machine lacks a library the spec links or requires (cuBLAS, ThunderKittens): not the learner's
         result.add(Check(CheckName.BUILD, SKIPPED, built.log, {"code": built.skip_code}))
-        result.add(Check(CheckName.NUMERICS, SKIPPED, "not built: " + built.log.split(":")[0], {"code": built.skip_code}))
+        result.add(
+            Check(CheckName.NUMERICS, SKIPPED, "not built: " + built.log.split(":")[0], {"code": built.skip_code})
+        )
         return False
     if not built.ok and built.log == build.NVCC_HINT and not gpu and job.get("emulated"):
-        result.add(Check(CheckName.BUILD, SKIPPED, "no nvcc here: your file was not compiled for a GPU (nvcc's errors and its "
-                         f"resource report need it: {build.NVCC_HINT}); its kernels still run on the CPU emulator",
-                         {"code": Code.NO_NVCC}))
+        result.add(
+            Check(
+                CheckName.BUILD,
+                SKIPPED,
+                "no nvcc here: your file was not compiled for a GPU (nvcc's errors and its "
+                f"resource report need it: {build.NVCC_HINT}); its kernels still run on the CPU emulator",
+                {"code": Code.NO_NVCC},
+            )
+        )
         return _build_emulated(path, job, result, nvcc_checked=False)
     if not built.ok:
         code = Code.NO_NVCC if built.log == build.NVCC_HINT else Code.BUILD_ERROR
-        result.add(Check(CheckName.BUILD, ERROR if code == "no_nvcc" else FAILED,
-                         build.failure_message(path, built.log) if code == "build_error" else built.log, {"code": code}))
+        result.add(
+            Check(
+                CheckName.BUILD,
+                ERROR if code == "no_nvcc" else FAILED,
+                build.failure_message(path, built.log) if code == "build_error" else built.log,
+                {"code": code},
+            )
+        )
         return False
     timing = "cached" if built.cached else f"{built.seconds:.2f} s"
     report, occupied = _resource_report(built, path, variant, gpu)
-    result.add(Check(CheckName.BUILD, PASSED, f"compiled for {built.arch} ({timing})\n{report}",
-                     {"resources": built.resources, "occupancy": occupied}))
+    result.add(
+        Check(
+            CheckName.BUILD,
+            PASSED,
+            f"compiled for {built.arch} ({timing})\n{report}",
+            {"resources": built.resources, "occupancy": occupied},
+        )
+    )
     entry_problem = build.check_entry_point(Path(built.library), path, variant.entry, len(variant.args))
     if entry_problem:
         code, message = entry_problem
@@ -491,24 +642,44 @@ def _build_emulated(path: Path, job: dict, result: GradeResult, nvcc_checked: bo
     skipped, saying why (the file uses what the emulator lacks, or the emulator's own build failed)."""
     if not job.get("emulated"):
         why = getattr(result, "emulation", "") or "the CPU emulation is not available here"
-        result.add(Check(CheckName.NUMERICS, SKIPPED, f"no GPU found and {why}: compiled and checked the resource report "
-                         "only; run `kcourse grade` on a machine with an NVIDIA GPU to check numerics",
-                         {"code": Code.NO_GPU}))
+        result.add(
+            Check(
+                CheckName.NUMERICS,
+                SKIPPED,
+                f"no GPU found and {why}: compiled and checked the resource report "
+                "only; run `kcourse grade` on a machine with an NVIDIA GPU to check numerics",
+                {"code": Code.NO_GPU},
+            )
+        )
         result.add(Check(CheckName.SPEED, SKIPPED, "no GPU found: timing skipped", {"code": Code.NO_GPU}))
         return False
     started = time.monotonic()
     built = cuda_cpu.build(path)
     result.phases["emulator_build"] = round(time.monotonic() - started, 3)
-    if not built.ok and not nvcc_checked:  # the host compiler is the only one that read the file: its errors are the learner's
+    if (
+        not built.ok and not nvcc_checked
+    ):  # the host compiler is the only one that read the file: its errors are the learner's
         result.checks = [c for c in result.checks if c.name != "build"]  # the skipped nvcc check it replaces
-        result.add(Check(CheckName.BUILD, FAILED, "the CPU emulator's build (no nvcc here) failed:\n" + built.log.strip()[-3000:],
-                         {"code": Code.BUILD_ERROR}))
+        result.add(
+            Check(
+                CheckName.BUILD,
+                FAILED,
+                "the CPU emulator's build (no nvcc here) failed:\n" + built.log.strip()[-3000:],
+                {"code": Code.BUILD_ERROR},
+            )
+        )
         return False
     if not built.ok:  # nvcc accepted the file: what the emulator's header lacks, not the learner's mistake
-        result.add(Check(CheckName.NUMERICS, SKIPPED, "the CPU emulator could not build your file (nvcc could): "
-                         f"{_first_error(built.log)} — "
-                         "numerics need a GPU for this file; tell your instructor, it is the emulator's gap",
-                         {"code": Code.EMULATOR_BUILD_ERROR, "log": built.log[-4000:]}))
+        result.add(
+            Check(
+                CheckName.NUMERICS,
+                SKIPPED,
+                "the CPU emulator could not build your file (nvcc could): "
+                f"{_first_error(built.log)} — "
+                "numerics need a GPU for this file; tell your instructor, it is the emulator's gap",
+                {"code": Code.EMULATOR_BUILD_ERROR, "log": built.log[-4000:]},
+            )
+        )
         return False
     job["learner_library"] = built.library
     return True
@@ -532,11 +703,23 @@ def _compile_check_torch_op(path: Path, result: GradeResult, variant=None) -> No
     if not built.ok:
         result.add(Check(CheckName.BUILD, FAILED, build.failure_message(path, built.log), {"code": Code.BUILD_ERROR}))
         return
-    later = f"; {BUILDS[variant.build]} builds the operator on a GPU" if variant is not None and variant.build != "jit" else ""
+    later = (
+        f"; {BUILDS[variant.build]} builds the operator on a GPU"
+        if variant is not None and variant.build != "jit"
+        else ""
+    )
     report, occupied = _resource_report(built, path, variant, False)
-    result.add(Check(CheckName.BUILD, PASSED, f"compiled against torch's headers for {built.arch} (compile only{later})\n"
-                     + report, {"resources": built.resources, "occupancy": occupied}))
-    result.add(Check(CheckName.NUMERICS, SKIPPED, "no GPU found: the operator was compiled, not run", {"code": Code.NO_GPU}))
+    result.add(
+        Check(
+            CheckName.BUILD,
+            PASSED,
+            f"compiled against torch's headers for {built.arch} (compile only{later})\n" + report,
+            {"resources": built.resources, "occupancy": occupied},
+        )
+    )
+    result.add(
+        Check(CheckName.NUMERICS, SKIPPED, "no GPU found: the operator was compiled, not run", {"code": Code.NO_GPU})
+    )
     result.add(Check(CheckName.SPEED, SKIPPED, "no GPU found: timing skipped", {"code": Code.NO_GPU}))
 
 

@@ -38,8 +38,13 @@ class GpuCompute:
     (grade-batch and validate grade on several GPUs from one process; on another GPU they would share it
     with a grade being timed there)."""
 
-    def __init__(self, spec: ExerciseSpec, reference: str = "reference", visible_devices: str | None = None,
-                 gate: threading.Event | None = None):
+    def __init__(
+        self,
+        spec: ExerciseSpec,
+        reference: str = "reference",
+        visible_devices: str | None = None,
+        gate: threading.Event | None = None,
+    ):
         """`gate`: set once the grading child is ready. Until then it may be measuring this GPU's copy and
         matmul ceilings (worker.device_ceilings), which work of ours beside it would make read low."""
         import torch.multiprocessing  # noqa: F401  (registers the reductions that pass tensors through shared memory)
@@ -87,8 +92,9 @@ def _early_key(spec: ExerciseSpec, reference: str, visible_devices: str | None) 
 def _start(spec: ExerciseSpec, reference: str, visible_devices: str | None) -> tuple[ProcessPoolExecutor, Future]:
     """The pool and its warm-up, submitted at once: spawning, importing torch and opening a CUDA context take
     seconds, which then pass while the child starts and nvcc builds (or, in watch, while the learner edits)."""
-    executor = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=_see_only, initargs=(visible_devices,))
+    executor = ProcessPoolExecutor(
+        1, mp_context=multiprocessing.get_context("spawn"), initializer=_see_only, initargs=(visible_devices,)
+    )
     return executor, executor.submit(_warm_up, spec, reference)
 
 
@@ -161,8 +167,9 @@ def _generate(spec: ExerciseSpec, case: Case, seed: int, trial: int) -> dict[str
     return generate(spec, case, seed, trial, device="cuda")
 
 
-def _reference(spec: ExerciseSpec, inputs: dict[str, torch.Tensor], params: dict[str, Any],
-               function: str = "reference") -> list[torch.Tensor]:
+def _reference(
+    spec: ExerciseSpec, inputs: dict[str, torch.Tensor], params: dict[str, Any], function: str = "reference"
+) -> list[torch.Tensor]:
     import torch
 
     from grader.checks.checking import reference_outputs

@@ -40,8 +40,11 @@ class InputFeed:
         self.child_ready = threading.Event()  # the GPU process's work waits for it (heavy.GpuCompute's gate)
         if child.ready is not None:
             self.child_ready.set()
-        self.gpu = heavy.GpuCompute(spec, variant.reference, child.visible_devices, self.child_ready) \
-            if heavy.wanted(spec) else None
+        self.gpu = (
+            heavy.GpuCompute(spec, variant.reference, child.visible_devices, self.child_ready)
+            if heavy.wanted(spec)
+            else None
+        )
         self.stop = threading.Event()
         self.slots = threading.Semaphore(AHEAD)
         self.refs: dict[Any, Future] = {}  # trial k or "t{index}" -> its reference's outputs
@@ -78,8 +81,16 @@ class InputFeed:
             if self.stop.is_set():
                 return
             metas, inputs = self.take(k, case, trial_seed, trial)
-            self.child.send({"case": index, "k": k, "label": label(case, trial), "inputs": metas,
-                             "watch_ops": trial == 0, **self._op_checks_request(k, case, trial, trial_seed, inputs)})
+            self.child.send(
+                {
+                    "case": index,
+                    "k": k,
+                    "label": label(case, trial),
+                    "inputs": metas,
+                    "watch_ops": trial == 0,
+                    **self._op_checks_request(k, case, trial, trial_seed, inputs),
+                }
+            )
         self.child.send({"end_trials": True})
 
     # --- drawing -------------------------------------------------------------------------------------
@@ -87,8 +98,11 @@ class InputFeed:
         """Start drawing, before the build: the trials of PREFETCH_BYTES or more and those whose reference
         is the GPU process's (a GFLOP or more: the one wait numerics would otherwise have), then the timed
         sizes (key, case, seed), as far as PREFETCH_BUDGET goes."""
-        wanted = [(k, case, seed, trial) for k, (_, case, trial, seed) in enumerate(trials)
-                  if input_bytes(self.spec, case) >= PREFETCH_BYTES or self.on_gpu(case)]
+        wanted = [
+            (k, case, seed, trial)
+            for k, (_, case, trial, seed) in enumerate(trials)
+            if input_bytes(self.spec, case) >= PREFETCH_BYTES or self.on_gpu(case)
+        ]
         wanted += [(key, case, seed, 0) for key, case, seed in timed]
         budget = PREFETCH_BUDGET
         for k, case, seed, trial in wanted:
@@ -114,8 +128,11 @@ class InputFeed:
         if not ahead:
             self.refs[k] = self._reference_of(inputs, case)
             return metas, inputs
-        self.refs[k] = self._reference_of(inputs, case) if self.on_gpu(case) else \
-            _done(lambda: reference_outputs(self.reference, self.spec, inputs, case.params))
+        self.refs[k] = (
+            self._reference_of(inputs, case)
+            if self.on_gpu(case)
+            else _done(lambda: reference_outputs(self.reference, self.spec, inputs, case.params))
+        )
         needed = self.keep_inputs or op_checks.wanted(self.spec, case, trial)  # else not held while it waits
         return metas, inputs if needed else {}
 
@@ -124,10 +141,14 @@ class InputFeed:
         if not op_checks.wanted(self.spec, case, trial):
             return {}
         grads = op_checks.draw_grad_outputs(self.spec, case, seed)
-        self.op_refs[k] = self.pool.submit(op_checks.reference_gradients, self.reference, self.spec, inputs, grads,
-                                           case.params)
-        return {"op_checks": {"grad_outputs": [save_tensor(g, self.child.dir / f"in-{k}-grad{i}.bin")
-                                               for i, g in enumerate(grads)]}}
+        self.op_refs[k] = self.pool.submit(
+            op_checks.reference_gradients, self.reference, self.spec, inputs, grads, case.params
+        )
+        return {
+            "op_checks": {
+                "grad_outputs": [save_tensor(g, self.child.dir / f"in-{k}-grad{i}.bin") for i, g in enumerate(grads)]
+            }
+        }
 
     def on_gpu(self, case: Case) -> bool:
         """A heavy case of an exercise whose spec asks for references on the GPU (heavy.py); the small

@@ -35,8 +35,17 @@ __all__ = ["Finished", "Judge"]
 class Judge:
     """One grade's verdicts: the child's load, every numerics trial, the timed sizes and the probe, in order."""
 
-    def __init__(self, spec: ExerciseSpec, variant: Variant, child: Child, result: GradeResult, seed: int,
-                 timeout_s: float, timing: bool, calibration: dict | None):
+    def __init__(
+        self,
+        spec: ExerciseSpec,
+        variant: Variant,
+        child: Child,
+        result: GradeResult,
+        seed: int,
+        timeout_s: float,
+        timing: bool,
+        calibration: dict | None,
+    ):
         self.spec, self.variant, self.child = spec, variant, child
         self.seed, self.timeout_s, self.timing, self.calibration = seed, timeout_s, timing, calibration
         hostload.limit_threads()  # references and draws in one GPU's share of the CPUs
@@ -86,8 +95,11 @@ class Judge:
 
     def prefetch(self, job: dict[str, Any]) -> None:
         """Start drawing the large trials and the timed sizes, before the build (input_feed.InputFeed.prefetch)."""
-        timed = [(f"t{index}", case, self._timed_seed(index)) for index, case in self._timed_cases(job)] \
-            if self.timing else []
+        timed = (
+            [(f"t{index}", case, self._timed_seed(index)) for index, case in self._timed_cases(job)]
+            if self.timing
+            else []
+        )
         self.feed.prefetch(self._trials(), timed)
 
     def close(self, wait_for_draws: bool = False) -> None:
@@ -110,8 +122,15 @@ class Judge:
         return now
 
     def _grader_error(self, exc: BaseException, trace: str) -> None:
-        self.result.add(Check(CheckName.GRADER, ERROR, f"internal grader error: {type(exc).__name__}: {exc} — please "
-                              "report it to your instructor with this output", {"traceback": trace[-4000:]}))
+        self.result.add(
+            Check(
+                CheckName.GRADER,
+                ERROR,
+                f"internal grader error: {type(exc).__name__}: {exc} — please "
+                "report it to your instructor with this output",
+                {"traceback": trace[-4000:]},
+            )
+        )
 
     def _add_if(self, check: Check | None) -> None:
         if check is not None:
@@ -121,10 +140,12 @@ class Judge:
     def _trials(self) -> list[Trial]:
         """(case index, case, trial, trial seed) for every trial this machine runs."""
         gpu = self.child.device == "cuda"
-        return [(index, case, trial, self.seed + 1000 * index + trial)
-                for index, case in enumerate(self.spec.cases)
-                if (gpu or not case.gpu_only) and self.variant.accepts(case)
-                for trial in range(self.spec.trials_for(case))]
+        return [
+            (index, case, trial, self.seed + 1000 * index + trial)
+            for index, case in enumerate(self.spec.cases)
+            if (gpu or not case.gpu_only) and self.variant.accepts(case)
+            for trial in range(self.spec.trials_for(case))
+        ]
 
     def _numerics(self) -> bool:
         started = time.monotonic()
@@ -137,11 +158,16 @@ class Judge:
         event = self.link.expect(Event.TRIALS_DONE)
         self._mark("numerics", started)
         if event.get("borrowed"):
-            self.link.fail(CheckName.INTEGRITY, "your code loaded the instructor's solution "
-                           f"({', '.join(event['borrowed'])}): the kernel must be your own", code=Code.SOLUTION_LOADED)
+            self.link.fail(
+                CheckName.INTEGRITY,
+                "your code loaded the instructor's solution "
+                f"({', '.join(event['borrowed'])}): the kernel must be your own",
+                code=Code.SOLUTION_LOADED,
+            )
         self.result.add(self._numerics_passed(trials))
-        self.result.add(Check(CheckName.INTEGRITY, PASSED,
-                              "no torch compute operators called, inputs untouched, no cached results"))
+        self.result.add(
+            Check(CheckName.INTEGRITY, PASSED, "no torch compute operators called, inputs untouched, no cached results")
+        )
         return self._add_op_checks()
 
     def _numerics_passed(self, trials: list[Trial]) -> Check:
@@ -150,8 +176,12 @@ class Judge:
         note = f"; {skipped} GPU-only case(s) skipped (no GPU)" if skipped else ""
         note += _other_dtypes_note(self.spec, self.variant)
         ran = len({index for index, *_ in trials})
-        return Check(CheckName.NUMERICS, PASSED, f"{ran} case(s), {len(trials)} trials matched the float64 reference"
-                     f"{note}", {"cases": ran, "trials": len(trials), "skipped_cases": skipped})
+        return Check(
+            CheckName.NUMERICS,
+            PASSED,
+            f"{ran} case(s), {len(trials)} trials matched the float64 reference{note}",
+            {"cases": ran, "trials": len(trials), "skipped_cases": skipped},
+        )
 
     def _add_op_checks(self) -> bool:
         """The registered operator's checks ([checks] in spec.toml), once numerics passed; False if one failed."""
@@ -175,44 +205,73 @@ class Judge:
             try:
                 tensor = load_tensor(meta, expected_numel=math.prod(shape_of(spec_out, case)))
             except (TypeError, KeyError, ValueError, OSError) as exc:
-                self.link.fail(CheckName.NUMERICS, f"{case.label()}: output {spec_out.name} did not come back from "
-                               f"your run ({exc})", code=Code.BAD_RETURN)
+                self.link.fail(
+                    CheckName.NUMERICS,
+                    f"{case.label()}: output {spec_out.name} did not come back from your run ({exc})",
+                    code=Code.BAD_RETURN,
+                )
             got.append(tensor.reshape(shape_of(spec_out, case)) if self.variant.returns_outputs else tensor)
             Path(meta["path"]).unlink(missing_ok=True)
         return got
 
     def _judge_output(self, spec_out, out, ref, tol, label: str, k: Any, case: Case):
         """compare(), or the exercise's property check for an output whose answer is not unique."""
-        return judge_output(self.spec, spec_out, out, ref, tol, label, inputs=self.feed.inputs_of(k),
-                            params=case.params, device=self.result.device)
+        return judge_output(
+            self.spec,
+            spec_out,
+            out,
+            ref,
+            tol,
+            label,
+            inputs=self.feed.inputs_of(k),
+            params=case.params,
+            device=self.result.device,
+        )
 
     @staticmethod
     def _outside_message(label: str, case: Case, names: list[str]) -> str:
         """A store outside an output: past its end, or (an output that is a row slice) into the gaps between rows."""
         sliced = [n for n in names if case.outputs.get(n, {}).get("layout") == "row_slice"]
         if sliced:  # the classic cause there is a row stride taken to be the row's width
-            return (f"{label}: your code wrote outside {', '.join(names)}: {', '.join(sliced)} is a row slice of a "
-                    "wider matrix here, and a store landed past its end or in the gap after one of its rows — step "
-                    "from row to row by the row stride (leading dimension) you are given, not by the number of "
-                    "columns, and check the index before every store")
-        return (f"{label}: your code wrote past the end of {', '.join(names)} (into the poisoned guard after it): "
-                "threads past the last element stored anyway — check the index before every store (if (i < n); in "
-                "2-D if (row < rows && col < cols); in Triton mask= on tl.store)")
+            return (
+                f"{label}: your code wrote outside {', '.join(names)}: {', '.join(sliced)} is a row slice of a "
+                "wider matrix here, and a store landed past its end or in the gap after one of its rows — step "
+                "from row to row by the row stride (leading dimension) you are given, not by the number of "
+                "columns, and check the index before every store"
+            )
+        return (
+            f"{label}: your code wrote past the end of {', '.join(names)} (into the poisoned guard after it): "
+            "threads past the last element stored anyway — check the index before every store (if (i < n); in "
+            "2-D if (row < rows && col < cols); in Triton mask= on tl.store)"
+        )
 
     def _judge_evidence(self, event: dict, case: Case, trial: int, label: str) -> None:
         """The child's integrity evidence of one trial: torch computing, inputs changed, stores outside."""
         bad_ops = integrity.forbidden_ops(set(event.get("ops", [])))
         if bad_ops:
-            self.link.fail(CheckName.INTEGRITY, f"{label}: your code called torch's {', '.join(bad_ops[:5])}: the result "
-                           "must come from your own kernel, not from PyTorch (allowed: allocation, views, copies)",
-                           code=Code.TORCH_COMPUTE, ops=bad_ops)
+            self.link.fail(
+                CheckName.INTEGRITY,
+                f"{label}: your code called torch's {', '.join(bad_ops[:5])}: the result "
+                "must come from your own kernel, not from PyTorch (allowed: allocation, views, copies)",
+                code=Code.TORCH_COMPUTE,
+                ops=bad_ops,
+            )
         if event.get("modified"):
-            self.link.fail(CheckName.INTEGRITY, f"{label}: your code modified its input "
-                           f"{', '.join(event['modified'])} in place; inputs are read-only — write only to the outputs",
-                           code=Code.INPUT_MODIFIED)
+            self.link.fail(
+                CheckName.INTEGRITY,
+                f"{label}: your code modified its input "
+                f"{', '.join(event['modified'])} in place; inputs are read-only — write only to the outputs",
+                code=Code.INPUT_MODIFIED,
+            )
         if event.get("outside"):
-            self.link.fail(CheckName.NUMERICS, self._outside_message(label, case, event["outside"]),
-                           code=Code.OUT_OF_BOUNDS, case=case.params, trial=trial + 1, outputs=event["outside"])
+            self.link.fail(
+                CheckName.NUMERICS,
+                self._outside_message(label, case, event["outside"]),
+                code=Code.OUT_OF_BOUNDS,
+                case=case.params,
+                trial=trial + 1,
+                outputs=event["outside"],
+            )
 
     def _judge_trial(self, event: dict, case: Case, trial: int, k: int) -> None:
         label = self._label(case, trial)
@@ -226,14 +285,34 @@ class Judge:
             if comparison.ok:
                 continue
             if previous is not None and spec_out.check is None and looks_cached(out, previous[i], ref, tol):
-                self.link.fail(CheckName.INTEGRITY, f"{label}: {spec_out.name} equals the answer for the previous "
-                               "trial's inputs — is your code caching results between calls?", code=Code.CACHED_RESULT)
-            self.link.fail(CheckName.NUMERICS, comparison.message, code=comparison.code, case=case.params,
-                           trial=trial + 1, **comparison.details)
+                self.link.fail(
+                    CheckName.INTEGRITY,
+                    f"{label}: {spec_out.name} equals the answer for the previous "
+                    "trial's inputs — is your code caching results between calls?",
+                    code=Code.CACHED_RESULT,
+                )
+            self.link.fail(
+                CheckName.NUMERICS,
+                comparison.message,
+                code=comparison.code,
+                case=case.params,
+                trial=trial + 1,
+                **comparison.details,
+            )
         self.feed.forget(k)
         if k in self.feed.op_refs:
-            self.op_judged.append(op_checks.judge_trial(self.spec, self.variant, case, label, event, refs,
-                                                        self.feed.op_refs.pop(k).result(), self.spec.tolerance_of(case)))
+            self.op_judged.append(
+                op_checks.judge_trial(
+                    self.spec,
+                    self.variant,
+                    case,
+                    label,
+                    event,
+                    refs,
+                    self.feed.op_refs.pop(k).result(),
+                    self.spec.tolerance_of(case),
+                )
+            )
 
     # --- timing -------------------------------------------------------------------------------------
     def _timed_cases(self, job: dict[str, Any]) -> list[tuple[int, Case]]:
@@ -256,8 +335,9 @@ class Judge:
         self.child.send({"time": messages})
         records = [self._one_timed_case(index, case) for index, case in timed]
         self.result.timings = records
-        check = speed.verdict(self.spec, self.variant, records[-1] if records else None, self.calibration,
-                              self.result.device)
+        check = speed.verdict(
+            self.spec, self.variant, records[-1] if records else None, self.calibration, self.result.device
+        )
         if records and messages[-1]["probe"]:
             check = self._cross_check_probe(records[-1]) or check
         self.result.add(check)
@@ -279,11 +359,18 @@ class Judge:
         for index, case in timed:
             metas, _ = self.feed.take(f"t{index}", case, self._timed_seed(index), 0)
             last = index == len(self.spec.performance.cases) - 1
-            messages.append({"case": index, "k": f"t{index}", "inputs": metas, "probe": last,
-                             "budget_s": BUDGET_S if last else BUDGET_S / 3,  # the verdict size gets most runs
-                             # kcourse watch: PyTorch is not timed beside you (the verdict does not use it):
-                             # two contestants take two thirds of three's time; a one-shot grade asks for it
-                             "anchor": job.get("torch_anchor", job.get("timed_sizes") != "verdict")})
+            messages.append(
+                {
+                    "case": index,
+                    "k": f"t{index}",
+                    "inputs": metas,
+                    "probe": last,
+                    "budget_s": BUDGET_S if last else BUDGET_S / 3,  # the verdict size gets most runs
+                    # kcourse watch: PyTorch is not timed beside you (the verdict does not use it):
+                    # two contestants take two thirds of three's time; a one-shot grade asks for it
+                    "anchor": job.get("torch_anchor", job.get("timed_sizes") != "verdict"),
+                }
+            )
         return messages
 
     def _one_timed_case(self, index: int, case: Case):
@@ -294,8 +381,11 @@ class Judge:
         wall = time.monotonic() - begun
         measured = event.get("measured", {})
         if "learner" not in measured:
-            self.link.fail(CheckName.INTEGRITY, "the timing of your run came back without your kernel's figures",
-                           code=Code.TIMING_FORGED)
+            self.link.fail(
+                CheckName.INTEGRITY,
+                "the timing of your run came back without your kernel's figures",
+                code=Code.TIMING_FORGED,
+            )
         claim = speed.implausible_claim(measured, wall)
         if claim:
             self.link.fail(CheckName.INTEGRITY, claim + ": was the timer patched?", code=Code.TIMING_FORGED)
@@ -304,8 +394,11 @@ class Judge:
             tol = self.spec.tolerance_of(case, spec_out)
             comparison = self._judge_output(spec_out, out, ref, tol, f"timed size {case.label()}", f"t{index}", case)
             if not comparison.ok:
-                self.link.fail(CheckName.NUMERICS, comparison.message + " (the output of your last timed run)",
-                               code=comparison.code)
+                self.link.fail(
+                    CheckName.NUMERICS,
+                    comparison.message + " (the output of your last timed run)",
+                    code=comparison.code,
+                )
         self.feed.forget(f"t{index}")
         record = speed.timing_record(self.spec, self.variant, case, measured, self.result.device)
         return memory.annotate(record, self.spec, case, event.get("memory"), element_size(case.dtype))
@@ -317,4 +410,6 @@ def _other_dtypes_note(spec: ExerciseSpec, variant: Variant) -> str:
     if not others:
         return ""
     count = sum(1 for c in spec.cases if not variant.accepts(c))
-    return f"; {count} {'/'.join(others)} case(s) are for the other version(s), this one takes {'/'.join(variant.dtypes)}"
+    return (
+        f"; {count} {'/'.join(others)} case(s) are for the other version(s), this one takes {'/'.join(variant.dtypes)}"
+    )

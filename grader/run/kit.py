@@ -17,8 +17,17 @@ from grader.core.paths import course_root
 
 MANIFEST = "kit-manifest.json"
 # Path.glob patterns; git reads the same ones as `:(glob)` pathspecs, where `*` stops at a slash as here.
-TRUSTED = ("grader/**/*.py", "grader/capstone/*.toml", "grader/cuda_cpu/include/**/*", "exercises/*/spec.toml",
-           "exercises/*/reference.py", "calibration/*.json", "plans/*.toml", "templates/*.j2", "pyproject.toml")
+TRUSTED = (
+    "grader/**/*.py",
+    "grader/capstone/*.toml",
+    "grader/cuda_cpu/include/**/*",
+    "exercises/*/spec.toml",
+    "exercises/*/reference.py",
+    "calibration/*.json",
+    "plans/*.toml",
+    "templates/*.j2",
+    "pyproject.toml",
+)
 
 
 def _digest(path: Path) -> str:
@@ -54,7 +63,10 @@ def restore(before: dict[str, bytes], root: Path | None = None) -> list[str]:
     touched = sorted(name for name in set(before) | set(now) if before.get(name) != now.get(name))
     shipped = _shipped_ids(root)
     for name in touched:
-        if name in before and shipped.get(name) in (_blob_id_of(before[name]), hashlib.sha256(before[name]).hexdigest()):
+        if name in before and shipped.get(name) in (
+            _blob_id_of(before[name]),
+            hashlib.sha256(before[name]).hexdigest(),
+        ):
             (root / name).write_bytes(before[name])
     return touched
 
@@ -112,8 +124,13 @@ def _git_index(root: Path) -> dict[str, str] | None:
     import subprocess
 
     try:
-        listed = subprocess.run(["git", "ls-files", "-s", "--", *(f":(glob){p}" for p in TRUSTED)], cwd=root, capture_output=True, text=True,
-                                timeout=10)
+        listed = subprocess.run(
+            ["git", "ls-files", "-s", "--", *(f":(glob){p}" for p in TRUSTED)],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     if listed.returncode != 0:

@@ -17,8 +17,9 @@ from grader.run import waiting
 from grader.run.child_link import ChildLink
 
 
-def cross_check(link: ChildLink, spec: ExerciseSpec, variant: Variant, result: GradeResult,
-                record: Timing) -> Check | None:
+def cross_check(
+    link: ChildLink, spec: ExerciseSpec, variant: Variant, result: GradeResult, record: Timing
+) -> Check | None:
     """Fails the grade where the grader's own clock disagrees with the child's timing; where another
     program shares the GPU, returns the speed check that says so instead (gpushare.py).
 
@@ -38,15 +39,25 @@ def cross_check(link: ChildLink, spec: ExerciseSpec, variant: Variant, result: G
     if not disagreement:
         child.send({"probe_again": False})  # the child ends as after any grade
         return None
-    sharers = gpushare.other_gpu_processes(*gpushare.nvidia_smi_ids(child.visible_devices,
-                                                                    (result.device or {}).get("uuid")))
+    sharers = gpushare.other_gpu_processes(
+        *gpushare.nvidia_smi_ids(child.visible_devices, (result.device or {}).get("uuid"))
+    )
     if sharers:
-        return Check(CheckName.SPEED, ERROR, f"not judged: another program used this GPU while your kernel was timed "
-                     f"({', '.join(sharers[:3])}), and the grader's clock and your timing disagree ({disagreement}); "
-                     "grade again when `nvidia-smi` shows the GPU free", {"code": Code.GPU_SHARED})
-    link.fail(CheckName.INTEGRITY, disagreement + ": was the timer patched? If not, your Python code spends that long "
-              "on the host each call while the GPU waits (a device-properties query, an allocation, a compile or "
-              "a .item() in every call): do such work once and keep it", code=Code.TIMING_FORGED)
+        return Check(
+            CheckName.SPEED,
+            ERROR,
+            f"not judged: another program used this GPU while your kernel was timed "
+            f"({', '.join(sharers[:3])}), and the grader's clock and your timing disagree ({disagreement}); "
+            "grade again when `nvidia-smi` shows the GPU free",
+            {"code": Code.GPU_SHARED},
+        )
+    link.fail(
+        CheckName.INTEGRITY,
+        disagreement + ": was the timer patched? If not, your Python code spends that long "
+        "on the host each call while the GPU waits (a device-properties query, an allocation, a compile or "
+        "a .item() in every call): do such work once and keep it",
+        code=Code.TIMING_FORGED,
+    )
     return None
 
 
@@ -68,12 +79,30 @@ def _round(link: ChildLink, spec: ExerciseSpec, variant: Variant, record: Timing
         who, runs = str(start.get("who")), int(start.get("runs", 1))
         bursts.append((who, wall, runs))
         if trace:
-            traced.append(hostload.burst_trace(who, runs, wall, before[0], hostload.main_thread_times(pid),
-                                               before[1], hostload.own_thread_times(), end))
+            traced.append(
+                hostload.burst_trace(
+                    who,
+                    runs,
+                    wall,
+                    before[0],
+                    hostload.main_thread_times(pid),
+                    before[1],
+                    hostload.own_thread_times(),
+                    end,
+                )
+            )
     disagreement = speed.probe_disagrees(record, speed.fastest_bursts(bursts))
     if trace:
-        hostload.write_trace(trace, {"exercise": spec.id, "lang": variant.lang, "claimed_ms": record.learner_ms,
-                                     "verdict": disagreement or "agrees", "bursts": traced})
+        hostload.write_trace(
+            trace,
+            {
+                "exercise": spec.id,
+                "lang": variant.lang,
+                "claimed_ms": record.learner_ms,
+                "verdict": disagreement or "agrees",
+                "bursts": traced,
+            },
+        )
     return disagreement
 
 

@@ -98,8 +98,13 @@ class Child:
         child inherits it); the sanitizer, the references and gpushare look at that GPU, not the first."""
         return (extra_env or {}).get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
 
-    def __init__(self, device: str, extra_env: dict[str, str] | None = None, wrapper: list[str] | None = None,
-                 module: str = "grader.child.worker"):
+    def __init__(
+        self,
+        device: str,
+        extra_env: dict[str, str] | None = None,
+        wrapper: list[str] | None = None,
+        module: str = "grader.child.worker",
+    ):
         """`module`: the child's program, speaking the worker protocol (grader.capstone.child does too)."""
         self.device = device
         self.preload = {k: v for k, v in (extra_env or {}).items() if k in ("LD_PRELOAD", "ASAN_OPTIONS")}
@@ -113,12 +118,20 @@ class Child:
         self._output = open(self.dir / "output.txt", "wb")
         env = child_env(device, extra_env, self.dir)
         self.proc = forkserver.wanted(device, wrapper, module) and forkserver.spawn(
-            env, str(self.dir), self._output.fileno(), write_fd)
+            env, str(self.dir), self._output.fileno(), write_fd
+        )
         if not self.proc:  # a process of its own (the fork server's is for many grades without a GPU)
             command = [*(wrapper or []), sys.executable, "-m", module, str(write_fd)]
-            self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=self._output,
-                                         stderr=subprocess.STDOUT, env=env, cwd=self.dir, pass_fds=(write_fd,),
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                command,
+                stdin=subprocess.PIPE,
+                stdout=self._output,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=self.dir,
+                pass_fds=(write_fd,),
+                start_new_session=True,
+            )
         os.close(write_fd)
         self._events = read_fd
         self._buffer = b""
@@ -243,17 +256,23 @@ def death_message(death: Death, timeout_s: float) -> tuple[str, str]:
     """(code, message) for a child that stopped answering."""
     where = f" while {death.last_step}"
     if death.timed_out:
-        return Code.TIMEOUT, (f"your code ran past the {timeout_s:g} s limit{where} and was stopped — a loop that never "
-                           "ends? (a loop bound that never changes, a barrier not every thread reaches, a spin-wait)")
+        return Code.TIMEOUT, (
+            f"your code ran past the {timeout_s:g} s limit{where} and was stopped — a loop that never "
+            "ends? (a loop bound that never changes, a barrier not every thread reaches, a spin-wait)"
+        )
     code = death.returncode or 0
     if code < 0:
         name = _signal_name(-code)
-        hint = {"SIGSEGV": " — a bad pointer: a device pointer used on the host, or an index past an array?",
-                "SIGABRT": " — an assertion or a C++ exception in your code?",
-                "SIGFPE": " — an integer division by zero?"}.get(name, "")
+        hint = {
+            "SIGSEGV": " — a bad pointer: a device pointer used on the host, or an index past an array?",
+            "SIGABRT": " — an assertion or a C++ exception in your code?",
+            "SIGFPE": " — an integer division by zero?",
+        }.get(name, "")
         return Code.CRASH, f"your code crashed with {name}{where}{hint}"
-    return Code.CRASH, (f"the grading process ended unexpectedly (exit status {code}){where} — does your code call "
-                     "exit() or close file descriptors? Look at your program's output below")
+    return Code.CRASH, (
+        f"the grading process ended unexpectedly (exit status {code}){where} — does your code call "
+        "exit() or close file descriptors? Look at your program's output below"
+    )
 
 
 def _signal_name(number: int) -> str:

@@ -105,7 +105,9 @@ class Sanitizer:
             if code == HAZARD_EXIT:
                 findings.append((tool, log))
             elif code != 0:
-                unfinished.append(f"{tool} could not run the kernel (exit {code}): {_last_line(self.folder / f'{tool}.out')}")
+                unfinished.append(
+                    f"{tool} could not run the kernel (exit {code}): {_last_line(self.folder / f'{tool}.out')}"
+                )
         check = self._verdict(findings, unfinished)
         if check.status in (PASSED, FAILED):
             _store(self.key, check)
@@ -121,30 +123,58 @@ class Sanitizer:
             lines = [r["message"].strip() for r in reports]
             code = Code.LEAK if lines[0].startswith(f"{tool}: Leaked") else CODES[tool]
             message = "\n".join([f"{lines[0]} (compute-sanitizer on {where})", *lines[1:]])
-            return Check(CheckName.SANITIZER, FAILED, message,
-                         {"code": code, "tools": [t for t, _ in findings], "reports": reports, "seconds": seconds})
+            return Check(
+                CheckName.SANITIZER,
+                FAILED,
+                message,
+                {"code": code, "tools": [t for t, _ in findings], "reports": reports, "seconds": seconds},
+            )
         if unfinished:
-            return Check(CheckName.SANITIZER, SKIPPED, f"compute-sanitizer did not finish on {where}: {'; '.join(unfinished)}. "
-                         "Numerics still judge this run; `--no-sanitize` skips this check",
-                         {"code": Code.SANITIZER_INCOMPLETE, "seconds": seconds})
+            return Check(
+                CheckName.SANITIZER,
+                SKIPPED,
+                f"compute-sanitizer did not finish on {where}: {'; '.join(unfinished)}. "
+                "Numerics still judge this run; `--no-sanitize` skips this check",
+                {"code": Code.SANITIZER_INCOMPLETE, "seconds": seconds},
+            )
         not_run = "".join(f"; {tool} not run: {why}" for tool, why in self.skipped.items())
-        return Check(CheckName.SANITIZER, PASSED, f"{', '.join(self.tools)}: no hazards on {where} ({seconds:.1f} s){not_run}",
-                     {"tools": self.tools, "seconds": seconds, "not_run": list(self.skipped)})
+        return Check(
+            CheckName.SANITIZER,
+            PASSED,
+            f"{', '.join(self.tools)}: no hazards on {where} ({seconds:.1f} s){not_run}",
+            {"tools": self.tools, "seconds": seconds, "not_run": list(self.skipped)},
+        )
 
 
-def start(spec: ExerciseSpec, variant: Variant, source: Path, library: str | None,
-          visible_devices: str | None = None, boxed: bool = False, box_home: str | None = None) -> Sanitizer | Check:
+def start(
+    spec: ExerciseSpec,
+    variant: Variant,
+    source: Path,
+    library: str | None,
+    visible_devices: str | None = None,
+    boxed: bool = False,
+    box_home: str | None = None,
+) -> Sanitizer | Check:
     """Starts the tools on the learner's code, or returns the check at once (cached, or skipped and why).
     `visible_devices`: the grading child's CUDA_VISIBLE_DEVICES, where a batch gave it one GPU. `boxed`: the
     learner's code runs in the grade's box (box.py) here too, with `box_home` for its caches."""
     tool_path = executable()
     case = small_case(spec, variant)
     if tool_path is None:
-        return Check(CheckName.SANITIZER, SKIPPED, "compute-sanitizer not found (it comes with the CUDA toolkit: put its bin/ "
-                     "on PATH or set CUDA_HOME); memory safety was not checked", {"code": Code.NO_SANITIZER})
+        return Check(
+            CheckName.SANITIZER,
+            SKIPPED,
+            "compute-sanitizer not found (it comes with the CUDA toolkit: put its bin/ "
+            "on PATH or set CUDA_HOME); memory safety was not checked",
+            {"code": Code.NO_SANITIZER},
+        )
     if case is None:
-        return Check(CheckName.SANITIZER, SKIPPED, f"{spec.id} has no case small enough to sanitize: mark one "
-                     "`sanitize = true` in spec.toml", {"code": Code.NO_SMALL_CASE})
+        return Check(
+            CheckName.SANITIZER,
+            SKIPPED,
+            f"{spec.id} has no case small enough to sanitize: mark one `sanitize = true` in spec.toml",
+            {"code": Code.NO_SMALL_CASE},
+        )
     tools = [t for t in variant.kind_of.sanitizer_tools if t not in variant.sanitizer_skip]
     key = _cache_key(spec, variant, source, library, case, tools)
     cached = _load(key)
@@ -159,10 +189,22 @@ def start(spec: ExerciseSpec, variant: Variant, source: Path, library: str | Non
     return sanitizer
 
 
-def _launch(tool_path: str, tool: str, kind: str, job: Path, folder: Path,
-            visible_devices: str | None = None) -> subprocess.Popen:
-    command = [tool_path, "--tool", tool, "--error-exitcode", str(HAZARD_EXIT), "--print-limit", "10",
-               "--show-backtrace", "no", "--log-file", str(folder / f"{tool}.log")]
+def _launch(
+    tool_path: str, tool: str, kind: str, job: Path, folder: Path, visible_devices: str | None = None
+) -> subprocess.Popen:
+    command = [
+        tool_path,
+        "--tool",
+        tool,
+        "--error-exitcode",
+        str(HAZARD_EXIT),
+        "--print-limit",
+        "10",
+        "--show-backtrace",
+        "no",
+        "--log-file",
+        str(folder / f"{tool}.log"),
+    ]
     if tool == "memcheck" and kind_named(kind).host_side:
         command += ["--leak-check", "full"]
     if tool == "racecheck":
@@ -173,8 +215,15 @@ def _launch(tool_path: str, tool: str, kind: str, job: Path, folder: Path,
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(course_root()), env.get("PYTHONPATH")]))
     out = open(folder / f"{tool}.out", "wb")
     command += [_python(), "-m", "grader.child.sanitize_run", str(job)]
-    return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                            cwd=folder, start_new_session=True)
+    return subprocess.Popen(
+        command,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        cwd=folder,
+        start_new_session=True,
+    )
 
 
 def _python() -> str:
@@ -194,15 +243,26 @@ def _box(variant: Variant, source: Path, library: str | None, folder: Path, box_
     return box.policy(folder, source, course_root(), reads, writes).to_dict()
 
 
-def _write_job(spec, variant, source, library, case, folder, box_policy: dict | None = None,
-               box_home: str | None = None) -> Path:
+def _write_job(
+    spec, variant, source, library, case, folder, box_policy: dict | None = None, box_home: str | None = None
+) -> Path:
     values = generate(spec, case, SEED)
     tensors = {}
     for name, tensor in values.items():
         tensors[name] = save_tensor(tensor, folder / f"{name}.in")
-    job = {"kind": variant.kind, "entry": variant.entry, "library": library, "source": str(source),
-           "spec_folder": str(spec.folder), "lang": variant.lang, "params": case.params, "inputs": tensors,
-           "args": _raw_arguments(spec, variant, case, tensors, folder), "box": box_policy, "box_home": box_home}
+    job = {
+        "kind": variant.kind,
+        "entry": variant.entry,
+        "library": library,
+        "source": str(source),
+        "spec_folder": str(spec.folder),
+        "lang": variant.lang,
+        "params": case.params,
+        "inputs": tensors,
+        "args": _raw_arguments(spec, variant, case, tensors, folder),
+        "box": box_policy,
+        "box_home": box_home,
+    }
     path = folder / "job.json"
     path.write_text(json.dumps(job))
     return path
@@ -219,7 +279,9 @@ def _raw_arguments(spec, variant, case, tensors, folder) -> list[dict]:
     for arg in variant.args:
         if arg.stride_of is not None:  # the sanitized case is contiguous: the stride follows from the shape
             shape = shape_of(next(t for t in spec.inputs + spec.outputs if t.name == arg.stride_of), case)
-            args.append({"kind": "scalar", "ctype": arg.ctype or "int32", "value": math.prod(shape[arg.stride_dim:][1:])})
+            args.append(
+                {"kind": "scalar", "ctype": arg.ctype or "int32", "value": math.prod(shape[arg.stride_dim :][1:])}
+            )
         elif arg.name in tensors:
             args.append({"kind": "tensor", "path": tensors[arg.name]["path"]})
         elif arg.name in outputs:
@@ -264,8 +326,14 @@ def summarize(tool: str, log: str) -> dict:
         what += " " + _AT.sub("", first[1])
     where = (f" in kernel `{kernel.group(1)}`" if kernel else "") + (f" at {' and '.join(places)}" if places else "")
     more = f" ({count} reports in all)" if count > 1 else ""
-    return {"tool": tool, "kernel": kernel.group(1) if kernel else None, "places": places, "count": count,
-            "message": f"  {tool}: {what}{where}{more}", "excerpt": "\n".join(first[:6])}
+    return {
+        "tool": tool,
+        "kernel": kernel.group(1) if kernel else None,
+        "places": places,
+        "count": count,
+        "message": f"  {tool}: {what}{where}{more}",
+        "excerpt": "\n".join(first[:6]),
+    }
 
 
 # --- the cache -----------------------------------------------------------------------------------
@@ -297,8 +365,9 @@ def _load(key: str) -> Check | None:
 def _store(key: str, check: Check) -> None:
     path = _cache_file(key)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"name": check.name, "status": check.status, "message": check.message,
-                                "details": check.details}))
+    path.write_text(
+        json.dumps({"name": check.name, "status": check.status, "message": check.message, "details": check.details})
+    )
 
 
 def _kill(process: subprocess.Popen) -> None:

@@ -48,7 +48,7 @@ def hold(on: bool) -> None:
 
 
 def waiting_lines_wanted(stream=None) -> bool:
-    """"still running" lines are for a person at a terminal: stderr a TTY, and the grade in the main thread
+    """ "still running" lines are for a person at a terminal: stderr a TTY, and the grade in the main thread
     (grade-batch's threads have their own progress line; a pipe or a file gets plain output, --json only JSON),
     and no live status line drawn there (it shows the step itself)."""
     import sys

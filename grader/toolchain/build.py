@@ -73,7 +73,9 @@ def _first_gpu(field: str) -> str:
     if not smi:
         return ""
     try:
-        out = subprocess.run([smi, f"--query-gpu={field}", "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
+        out = subprocess.run(
+            [smi, f"--query-gpu={field}", "--format=csv,noheader"], capture_output=True, text=True, timeout=20
+        )
     except (OSError, subprocess.TimeoutExpired):
         return ""
     return out.stdout.strip().splitlines()[0].strip() if out.returncode == 0 and out.stdout.strip() else ""
@@ -101,9 +103,14 @@ def _source_key(sources: list[Path], flags: list[str], compiler: str) -> str:
     return digest.hexdigest()[:20]
 
 
-def build_shared_library(source: Path, arch: str | None = None, nvcc: str | None = None,
-                         defines: dict[str, object] | None = None, link: list[str] | None = None,
-                         requires: list[str] | None = None) -> BuildResult:
+def build_shared_library(
+    source: Path,
+    arch: str | None = None,
+    nvcc: str | None = None,
+    defines: dict[str, object] | None = None,
+    link: list[str] | None = None,
+    requires: list[str] | None = None,
+) -> BuildResult:
     """Compile one .cu file to a shared library for `arch` (default: sm_90), reusing a cached build.
     `defines` become -DNAME=VALUE (how `kcourse tune` tries a CUDA exercise's compile-time block sizes);
     `link` names CUDA libraries to link (a spec's `link = ["cublas"]`, see link_flags); `requires` names
@@ -115,21 +122,35 @@ def build_shared_library(source: Path, arch: str | None = None, nvcc: str | None
     extra, arch, unmet, fingerprint = requirement_options(requires or [], arch, nvcc)
     arch = arch or DEFAULT_ARCH
     if unmet:
-        return BuildResult(ok=False, seconds=0.0, arch=arch, skipped=True, skip_code=Code.REQUIREMENT_MISSING, log=unmet)
+        return BuildResult(
+            ok=False, seconds=0.0, arch=arch, skipped=True, skip_code=Code.REQUIREMENT_MISSING, log=unmet
+        )
     flags = ["-O3", "-std=c++17", *arch_flags(arch), "-lineinfo", "-Xptxas", "-v", "-shared", "-Xcompiler", "-fPIC"]
     if extra:  # the library's own language standard replaces the kit's
         flags = [f for f in flags if not f.startswith("-std=")] + extra
     flags += [f"-D{name}={value}" for name, value in sorted((defines or {}).items())]
     library_flags, missing = link_flags(link or [], nvcc)
     if missing:
-        return BuildResult(ok=False, seconds=0.0, arch=arch, skipped=True, skip_code=Code.LIBRARY_MISSING,
-                           log=missing_library_message(missing))
+        return BuildResult(
+            ok=False,
+            seconds=0.0,
+            arch=arch,
+            skipped=True,
+            skip_code=Code.LIBRARY_MISSING,
+            log=missing_library_message(missing),
+        )
     flags += library_flags
     out_dir = build_cache_dir() / _source_key([source], flags, nvcc_version(nvcc) + nvcc + fingerprint)
     library, report = out_dir / "lib.so", out_dir / "ptxas.txt"
     if library.exists():
-        return BuildResult(ok=True, seconds=time.perf_counter() - started, cached=True, library=str(library),
-                           arch=arch, resources=parse_resources(report.read_text() if report.exists() else ""))
+        return BuildResult(
+            ok=True,
+            seconds=time.perf_counter() - started,
+            cached=True,
+            library=str(library),
+            arch=arch,
+            resources=parse_resources(report.read_text() if report.exists() else ""),
+        )
     out_dir.mkdir(parents=True, exist_ok=True)
     with _locked(out_dir):  # several graders (grade-batch) may build the same source at once
         if library.exists():
@@ -142,8 +163,9 @@ def build_shared_library(source: Path, arch: str | None = None, nvcc: str | None
             result.library = str(library)
         else:
             by_hand = [nvcc, *flags, "-o", f"/tmp/{source.stem}.so", str(source.resolve())]
-            result.log = (format_compiler_errors(log, source, fallback=False, full_log=_keep_log(out_dir, log))
-                          or silent_compiler_hint(by_hand))
+            result.log = format_compiler_errors(
+                log, source, fallback=False, full_log=_keep_log(out_dir, log)
+            ) or silent_compiler_hint(by_hand)
     return result
 
 
@@ -187,25 +209,38 @@ def link_flags(names: list[str], nvcc: str) -> tuple[list[str], list[str]]:
     the versioned file (libcublas.so.13): that one is linked by its file name."""
     flags, missing = [], []
     for name in names:
-        found = next(((d, f) for d in cuda_library_dirs(nvcc)
-                      for f in [d / f"lib{name}.so", *sorted(d.glob(f"lib{name}.so.*"))] if f.exists()), None)
+        found = next(
+            (
+                (d, f)
+                for d in cuda_library_dirs(nvcc)
+                for f in [d / f"lib{name}.so", *sorted(d.glob(f"lib{name}.so.*"))]
+                if f.exists()
+            ),
+            None,
+        )
         if found is None:
             missing.append(name)
             continue
         folder, file = found
         include = folder.parent / "include"
         flags += [f"-I{include}"] if include.is_dir() else []
-        flags += [f"-L{folder}", "-Xlinker", f"-rpath={folder}",
-                  f"-l{name}" if file.name == f"lib{name}.so" else f"-l:{file.name}"]
+        flags += [
+            f"-L{folder}",
+            "-Xlinker",
+            f"-rpath={folder}",
+            f"-l{name}" if file.name == f"lib{name}.so" else f"-l:{file.name}",
+        ]
     return flags, missing
 
 
 def missing_library_message(names: list[str]) -> str:
     """The machine, not the learner, lacks a library the exercise links: say what to install."""
     listed = ", ".join(f"lib{n}" for n in names)
-    return (f"this machine has no {listed} (the exercise's spec links it): the CUDA Toolkit here lacks it. Install the "
-            f"full CUDA Toolkit, or NVIDIA's wheel (`pip install nvidia-{names[0]}` for CUDA 13, nvidia-{names[0]}-cu12 for "
-            "CUDA 12), then grade again")
+    return (
+        f"this machine has no {listed} (the exercise's spec links it): the CUDA Toolkit here lacks it. Install the "
+        f"full CUDA Toolkit, or NVIDIA's wheel (`pip install nvidia-{names[0]}` for CUDA 13, nvidia-{names[0]}-cu12 for "
+        "CUDA 12), then grade again"
+    )
 
 
 @contextlib.contextmanager
@@ -251,8 +286,10 @@ def format_compiler_errors(log: str, source: Path, fallback: bool = True, full_l
         return condensed
     text = _NVCC_LOCATION.sub(lambda m: f"{Path(m['path']).name}:{m['line']}: ", log)
     keep = [
-        line for line in text.splitlines()
-        if line.strip() and not line.startswith(("ninja:", "[", "FAILED:", "ptxas info", "    0 bytes stack"))
+        line
+        for line in text.splitlines()
+        if line.strip()
+        and not line.startswith(("ninja:", "[", "FAILED:", "ptxas info", "    0 bytes stack"))
         and _NVCC_COMMAND_MARKER not in line
     ]
     more = [f"... {len(keep) - 60} more lines" + (f"; the whole compiler output: {full_log}" if full_log else "")]
@@ -262,8 +299,10 @@ def format_compiler_errors(log: str, source: Path, fallback: bool = True, full_l
 
 def silent_compiler_hint(command: list[str]) -> str:
     """What to do when nvcc failed without a word (killed for memory, say): run it by hand."""
-    return ("nvcc stopped without printing an error (killed for lack of memory, or a broken toolkit?): "
-            f"run it by hand to see why: {shlex.join(command)}")
+    return (
+        "nvcc stopped without printing an error (killed for lack of memory, or a broken toolkit?): "
+        f"run it by hand to see why: {shlex.join(command)}"
+    )
 
 
 def first_error(log: str) -> str:
@@ -276,6 +315,7 @@ def failure_message(source: Path, log: str) -> str:
     """`x.cu did not compile: <first error>` then the whole log: the verdict's one line names the error."""
     head = first_error(log) or "the compiler printed nothing; compile it by hand to see why"
     return f"{source.name} did not compile: {head}\n{log}".rstrip()
+
 
 _ENTRY = re.compile(r"Compiling entry function '(?P<name>[^']+)' for '(?P<arch>\w+)'")
 _STACK = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
@@ -295,8 +335,17 @@ def parse_resources(ptxas_log: str) -> list[dict]:
     kernels: list[dict] = []
     for line in ptxas_log.splitlines():
         if m := _ENTRY.search(line):
-            kernels.append({"kernel": demangle(m["name"]), "arch": m["arch"], "registers": 0,
-                            "smem_bytes": 0, "stack_bytes": 0, "spill_stores": 0, "spill_loads": 0})
+            kernels.append(
+                {
+                    "kernel": demangle(m["name"]),
+                    "arch": m["arch"],
+                    "registers": 0,
+                    "smem_bytes": 0,
+                    "stack_bytes": 0,
+                    "spill_stores": 0,
+                    "spill_loads": 0,
+                }
+            )
         elif kernels and (m := _STACK.search(line)):
             kernels[-1].update(stack_bytes=int(m[1]), spill_stores=int(m[2]), spill_loads=int(m[3]))
         elif kernels and (m := _USED.search(line)):
@@ -348,29 +397,42 @@ def compile_check_torch_op(source: Path, arch: str | None = None) -> BuildResult
     out_dir = build_cache_dir() / ("check-" + _source_key([source], flags, nvcc))
     report = out_dir / "ptxas.txt"
     if report.exists():
-        return BuildResult(ok=True, seconds=time.perf_counter() - started, cached=True, arch=arch,
-                           resources=parse_resources(report.read_text()))
+        return BuildResult(
+            ok=True,
+            seconds=time.perf_counter() - started,
+            cached=True,
+            arch=arch,
+            resources=parse_resources(report.read_text()),
+        )
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
-        proc = subprocess.run([nvcc, *flags, "-o", str(out_dir / "op.o"), str(source.resolve())],
-                              capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+        proc = subprocess.run(
+            [nvcc, *flags, "-o", str(out_dir / "op.o"), str(source.resolve())],
+            capture_output=True,
+            text=True,
+            timeout=BUILD_TIMEOUT_S,
+        )
     except subprocess.TimeoutExpired:
         return BuildResult(ok=False, seconds=BUILD_TIMEOUT_S, arch=arch, log="the compiler ran past its time limit")
     log = proc.stdout + proc.stderr
-    result = BuildResult(ok=proc.returncode == 0, seconds=time.perf_counter() - started, arch=arch,
-                         resources=parse_resources(log))
+    result = BuildResult(
+        ok=proc.returncode == 0, seconds=time.perf_counter() - started, arch=arch, resources=parse_resources(log)
+    )
     missing = missing_toolkit_header(log, source)
     if missing:
-        result.log = (f"this machine's CUDA toolkit lacks {missing}, which torch's CUDA headers include: "
-                      "the operator cannot be compile-checked here (install the full CUDA Toolkit)")
+        result.log = (
+            f"this machine's CUDA toolkit lacks {missing}, which torch's CUDA headers include: "
+            "the operator cannot be compile-checked here (install the full CUDA Toolkit)"
+        )
         result.skipped = True
         return result
     if result.ok:
         report.write_text(log)
     else:
         by_hand = [nvcc, *flags, "-o", f"/tmp/{source.stem}.o", str(source.resolve())]
-        result.log = (format_compiler_errors(log, source, fallback=False, full_log=_keep_log(out_dir, log))
-                      or silent_compiler_hint(by_hand))
+        result.log = format_compiler_errors(
+            log, source, fallback=False, full_log=_keep_log(out_dir, log)
+        ) or silent_compiler_hint(by_hand)
     return result
 
 
@@ -393,11 +455,15 @@ def check_entry_point(library: Path, source: Path, entry: str, n_args: int) -> t
     symbols = exported_symbols(library)
     if symbols is not None and entry not in symbols:
         mangled = sorted(s for s in symbols if entry in s)
-        note = f" (found {mangled[0]}: a C++ name — is `extern \"C\"` missing?)" if mangled else ""
-        return Code.MISSING_ENTRY, (f"{source.name} does not export `{entry}`{note}: keep `extern \"C\"` and the "
-                                 "stub's function name and signature")
+        note = f' (found {mangled[0]}: a C++ name — is `extern "C"` missing?)' if mangled else ""
+        return Code.MISSING_ENTRY, (
+            f'{source.name} does not export `{entry}`{note}: keep `extern "C"` and the '
+            "stub's function name and signature"
+        )
     declared = c_parameter_count(source.read_text(errors="replace"), entry)
     if declared is not None and declared != n_args:
-        return Code.BAD_SIGNATURE, (f"{source.name}: `{entry}` takes {declared} parameters; the grader passes {n_args}: "
-                                 "keep the stub's signature")
+        return Code.BAD_SIGNATURE, (
+            f"{source.name}: `{entry}` takes {declared} parameters; the grader passes {n_args}: "
+            "keep the stub's signature"
+        )
     return None

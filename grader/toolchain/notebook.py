@@ -36,17 +36,21 @@ def replace_op_notebook(target: Target, name: str = "replace_op.ipynb") -> nbfor
     call = f"{variant.entry}({', '.join(a.name for a in variant.args)})"
     nb = new_notebook()
     nb.cells = [
-        new_markdown_cell(f"# Day 4 — replace a PyTorch operator with Triton: `{spec.id}`\n\n"
-                          f"{spec.title}. Write your kernel in the cell tagged `{TAG}` (keep the tag: the grader reads only "
-                          f"tagged cells), run the check and the profiler, then grade from a terminal:\n\n"
-                          f"    kcourse grade {spec.id} --lang {variant.lang} --file {name}\n\n"
-                          "Without a GPU the notebook runs your kernel under the Triton interpreter on the CPU, as the "
-                          "grader does: the check is real, the timings are skipped."),
+        new_markdown_cell(
+            f"# Day 4 — replace a PyTorch operator with Triton: `{spec.id}`\n\n"
+            f"{spec.title}. Write your kernel in the cell tagged `{TAG}` (keep the tag: the grader reads only "
+            f"tagged cells), run the check and the profiler, then grade from a terminal:\n\n"
+            f"    kcourse grade {spec.id} --lang {variant.lang} --file {name}\n\n"
+            "Without a GPU the notebook runs your kernel under the Triton interpreter on the CPU, as the "
+            "grader does: the check is real, the timings are skipped."
+        ),
         new_code_cell(_setup_source(spec)),
         new_code_cell((spec.folder / variant.stub).read_text(), metadata={"tags": [TAG]}),
         new_code_cell(_check_source(spec, call)),
         new_code_cell(_profile_source(spec, call)),
-        new_markdown_cell("## Notes\n\nWhat did the profiler show? Then `kcourse profile " + spec.id + "` and `kcourse report day4`."),
+        new_markdown_cell(
+            "## Notes\n\nWhat did the profiler show? Then `kcourse profile " + spec.id + "` and `kcourse report day4`."
+        ),
     ]
     return nb
 
@@ -54,8 +58,10 @@ def replace_op_notebook(target: Target, name: str = "replace_op.ipynb") -> nbfor
 def _setup_source(spec: ExerciseSpec) -> str:
     """Device, the interpreter switch, inputs and the PyTorch baseline."""
     inputs = ", ".join(t.name for t in spec.inputs)
-    sizes = {device: {t.name: _shape(t, case) for t in [*spec.inputs, *spec.outputs]}
-             for device, case in (("cuda", _gpu_case(spec)), ("cpu", _cpu_case(spec)))}
+    sizes = {
+        device: {t.name: _shape(t, case) for t in [*spec.inputs, *spec.outputs]}
+        for device, case in (("cuda", _gpu_case(spec)), ("cpu", _cpu_case(spec)))
+    }
     make = "\n".join(f"{t.name} = torch.randn(sizes[{t.name!r}], device=device)" for t in spec.inputs)
     return (
         "import importlib.util\nimport os\nimport pathlib\n\nimport torch\n\n"
@@ -90,23 +96,27 @@ def _setup_source(spec: ExerciseSpec) -> str:
 def _check_source(spec: ExerciseSpec, call: str) -> str:
     outs = "\n".join(f"{t.name} = torch.empty(sizes[{t.name!r}], device=device)" for t in spec.outputs)
     out_names = ", ".join(t.name for t in spec.outputs)
-    return (f"{outs}\n{call}\n"
-            f"torch.testing.assert_close({out_names}, expected.to({out_names}.dtype))\nprint('matches the baseline')\n"
-            "if device == 'cuda':\n"
-            f"    print('yours: %.4f ms' % triton.testing.do_bench(lambda: {call}))\n"
-            f"else:\n    print({NO_GPU_TIMING!r})\n")
+    return (
+        f"{outs}\n{call}\n"
+        f"torch.testing.assert_close({out_names}, expected.to({out_names}.dtype))\nprint('matches the baseline')\n"
+        "if device == 'cuda':\n"
+        f"    print('yours: %.4f ms' % triton.testing.do_bench(lambda: {call}))\n"
+        f"else:\n    print({NO_GPU_TIMING!r})\n"
+    )
 
 
 def _profile_source(spec: ExerciseSpec, call: str) -> str:
     # labelled ranges: under the interpreter a kernel runs no torch operator, so it has no row of its own
     inputs = ", ".join(t.name for t in spec.inputs)
-    return ("from torch.profiler import ProfilerActivity, profile, record_function\n\n"
-            "activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == 'cuda' else [])\n"
-            "with profile(activities=activities) as prof:\n    for _ in range(5):\n"
-            f"        with record_function('yours'):\n            {call}\n"
-            f"        with record_function('torch baseline'):\n            reference.reference({inputs})\n"
-            "print(prof.key_averages().table(sort_by='self_cuda_time_total' if device == 'cuda' else 'cpu_time_total', "
-            "row_limit=12))\nprof.export_chrome_trace('replace_op_trace.json')\n")
+    return (
+        "from torch.profiler import ProfilerActivity, profile, record_function\n\n"
+        "activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == 'cuda' else [])\n"
+        "with profile(activities=activities) as prof:\n    for _ in range(5):\n"
+        f"        with record_function('yours'):\n            {call}\n"
+        f"        with record_function('torch baseline'):\n            reference.reference({inputs})\n"
+        "print(prof.key_averages().table(sort_by='self_cuda_time_total' if device == 'cuda' else 'cpu_time_total', "
+        "row_limit=12))\nprof.export_chrome_trace('replace_op_trace.json')\n"
+    )
 
 
 def _gpu_case(spec: ExerciseSpec) -> Case:
@@ -125,7 +135,9 @@ def _shape(tensor: TensorSpec, case: Case) -> tuple[int, ...]:
 
 def write_notebook(target: Target, path: Path, force: bool = False) -> Path:
     if target.variant.kind != "triton":
-        raise NotebookError(f"{target.spec.id} ({target.variant.lang}) is not a Triton exercise: notebooks hold Triton code")
+        raise NotebookError(
+            f"{target.spec.id} ({target.variant.lang}) is not a Triton exercise: notebooks hold Triton code"
+        )
     if path.exists() and not force:
         raise NotebookError(f"{path} exists (your work?): pass --force to overwrite it, or --out another file")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -142,7 +154,9 @@ def extract_submission(notebook: Path, target: Target) -> Path:
         nb = nbformat.read(str(notebook), as_version=4)
     except Exception as exc:  # nbformat raises several kinds for a broken file
         raise NotebookError(f"{notebook.name} is not a readable notebook: {exc}") from None
-    cells = [(i, c) for i, c in enumerate(nb.cells) if c.cell_type == "code" and TAG in c.get("metadata", {}).get("tags", [])]
+    cells = [
+        (i, c) for i, c in enumerate(nb.cells) if c.cell_type == "code" and TAG in c.get("metadata", {}).get("tags", [])
+    ]
     if not cells:
         raise NotebookError(f"{notebook.name} has no code cell tagged `{TAG}`: tag the cell that holds your kernel")
     code = "\n\n".join(f"# --- {notebook.name}, cell {i + 1} ---\n{c.source}" for i, c in cells)

@@ -12,8 +12,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-_START = re.compile(r"^(?P<path>[^\s:()]+\.(?:cu|cuh|h|hpp|hxx|cpp|inl))\((?P<line>\d+)\): "
-                    r"(?P<kind>error|catastrophic error|warning|remark)(?:\s*#\S+)?: (?P<message>.*)$")
+_START = re.compile(
+    r"^(?P<path>[^\s:()]+\.(?:cu|cuh|h|hpp|hxx|cpp|inl))\((?P<line>\d+)\): "
+    r"(?P<kind>error|catastrophic error|warning|remark)(?:\s*#\S+)?: (?P<message>.*)$"
+)
 _FRAME = re.compile(r'instantiation of "(?P<what>.*)"\s+at line (?P<line>\d+)(?: of (?P<path>\S+?))?\s*$')
 _NAME = re.compile(r"(?P<name>[\w:~]+(?:<[^()]*?>)?(?:::[\w~]+)*)\s*\(")
 
@@ -41,12 +43,19 @@ def parse(log: str) -> list[Error]:
     for raw in log.splitlines():
         line = raw.rstrip()
         if start := _START.match(line):
-            current = Error(start["path"], int(start["line"]), start["message"].strip()) if "error" in start["kind"] else None
+            current = (
+                Error(start["path"], int(start["line"]), start["message"].strip()) if "error" in start["kind"] else None
+            )
             if current is not None:
                 errors.append(current)
         elif current is not None and (frame := _FRAME.search(line)):
             current.frames.append(Frame(frame["what"], frame["path"] or current.file, int(frame["line"])))
-        elif current is not None and not current.code and not current.frames and line.strip() not in ("", "^", "detected during:"):
+        elif (
+            current is not None
+            and not current.code
+            and not current.frames
+            and line.strip() not in ("", "^", "detected during:")
+        ):
             current.code = line.strip()  # the first line under the error: the source line nvcc quotes
     return errors
 
@@ -67,7 +76,9 @@ def condense(log: str, source: Path, full_log: Path | None) -> str | None:
         lines.append(f"    in {Path(error.file).name}:{error.line}{quoted}")
     if error.frames:
         lines.append("    instantiated from:")
-        lines += [f"      {_frame_text(f)}" for f in error.frames[:4]] + (["      ..."] if len(error.frames) > 4 else [])
+        lines += [f"      {_frame_text(f)}" for f in error.frames[:4]] + (
+            ["      ..."] if len(error.frames) > 4 else []
+        )
     others = sorted({str(n) for _, n in located[1:] if n != line}, key=int)
     more = f"; other lines of {source.name} with errors: {', '.join(others[:8])}" if others else ""
     where = f"; the whole compiler output: {full_log}" if full_log else ""
@@ -95,7 +106,7 @@ def _frame_text(frame: Frame) -> str:
 
 
 def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[:width - 3] + "..."
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 # --- a missing token that nvcc reports on the line after it -------------------------------------------
@@ -113,12 +124,14 @@ def mark_line_before(text: str, source: Path) -> str:
         return text
     for i, line in enumerate(lines):
         match = _EXPECTED.match(line)
-        if not match or Path(match["file"]).name != source.name or not _caret_at_start(lines[i + 1:i + 3]):
+        if not match or Path(match["file"]).name != source.name or not _caret_at_start(lines[i + 1 : i + 3]):
             continue
         before = _code_line_before(code, int(match["line"]), match["token"])
         if before is not None:
-            lines[i] = (f"{line} (reported at the start of line {match['line']}: likely missing at the end of line "
-                        f"{before[0]}: `{_clip(before[1], 70)}`)")
+            lines[i] = (
+                f"{line} (reported at the start of line {match['line']}: likely missing at the end of line "
+                f"{before[0]}: `{_clip(before[1], 70)}`)"
+            )
     return "\n".join(lines)
 
 

@@ -89,15 +89,26 @@ def of_kernel(resource: dict, threads: int, arch: str) -> Occupancy:
     whose, limits = limits_for(arch)
     blocks, limited_by = theoretical(resource["registers"], resource["smem_bytes"], threads, limits)
     warps = blocks * math.ceil(threads / WARP)
-    return Occupancy(kernel=resource["kernel"], threads=threads, blocks=blocks, warps=warps,
-                     max_warps=limits.max_warps, percent=round(100 * warps / limits.max_warps, 1),
-                     limited_by=limited_by, arch=whose)
+    return Occupancy(
+        kernel=resource["kernel"],
+        threads=threads,
+        blocks=blocks,
+        warps=warps,
+        max_warps=limits.max_warps,
+        percent=round(100 * warps / limits.max_warps, 1),
+        limited_by=limited_by,
+        arch=whose,
+    )
 
 
 # --- threads per block from the source -------------------------------------------------------------
 
-_BOUNDS = re.compile(r"__global__[^;{}()]*?__launch_bounds__\s*\((?P<threads>[^,()]+)[^()]*\)[^;{}()]*?\b(?P<name>\w+)\s*\(")
-_BOUNDS_FIRST = re.compile(r"__launch_bounds__\s*\((?P<threads>[^,()]+)[^()]*\)[^;{}()]*?__global__[^;{}()]*?\b(?P<name>\w+)\s*\(")
+_BOUNDS = re.compile(
+    r"__global__[^;{}()]*?__launch_bounds__\s*\((?P<threads>[^,()]+)[^()]*\)[^;{}()]*?\b(?P<name>\w+)\s*\("
+)
+_BOUNDS_FIRST = re.compile(
+    r"__launch_bounds__\s*\((?P<threads>[^,()]+)[^()]*\)[^;{}()]*?__global__[^;{}()]*?\b(?P<name>\w+)\s*\("
+)
 _DEFINE = re.compile(r"^\s*#define\s+(?P<name>\w+)\s+(?P<value>[^\n]+?)\s*(?://.*)?$", re.M)
 _CONSTEXPR = re.compile(r"\b(?:constexpr|const)\b[\w\s]*?\b(?P<name>\w+)\s*=\s*(?P<value>[^;{}\n]+);")
 
@@ -147,22 +158,33 @@ def describe(resources: list[dict], source_text: str, arch: str, gpu: bool) -> t
         figures.append(figure.to_dict())
         lines.append(_line(figure, resource, arch, gpu))
     if lines and "extern __shared__" in source_text:
-        lines.append("(occupancy counts static shared memory only: the dynamic amount is set at launch, unknown to "
-                     "the compiler)")
+        lines.append(
+            "(occupancy counts static shared memory only: the dynamic amount is set at launch, unknown to the compiler)"
+        )
     return ("\n" + "\n".join(lines) if lines else ""), figures
 
 
 def _line(figure: Occupancy, resource: dict, arch: str, gpu: bool) -> str:
-    whose = (f"this GPU's {arch} limits" if gpu and figure.arch == arch else
-             f"{figure.arch}'s limits" + ("" if figure.arch == arch else f": {arch} is not in the table"))
+    whose = (
+        f"this GPU's {arch} limits"
+        if gpu and figure.arch == arch
+        else f"{figure.arch}'s limits" + ("" if figure.arch == arch else f": {arch} is not in the table")
+    )
     name = kernel_name(resource["kernel"])
     if figure.blocks == 0:
-        return (f"occupancy of {name}: a block of {figure.threads} threads (its __launch_bounds__) does not fit on an SM with "
-                f"{resource['registers']} registers per thread and {resource['smem_bytes']} B shared memory ({whose}): "
-                "the launch fails")
-    why = {"registers": f"registers ({resource['registers']} per thread)",
-           "shared memory": f"shared memory ({resource['smem_bytes']} B per block)",
-           "threads": f"threads ({figure.max_warps} warps per SM)", "blocks": f"blocks ({figure.blocks} per SM)"}
-    return (f"occupancy of {name}: {figure.blocks} blocks of {figure.threads} threads (its __launch_bounds__) per SM → "
-            f"{figure.warps} of {figure.max_warps} warps = {figure.percent:g}% (limited by "
-            f"{' and '.join(why[limit] for limit in figure.limited_by)}; {whose})")
+        return (
+            f"occupancy of {name}: a block of {figure.threads} threads (its __launch_bounds__) does not fit on an SM with "
+            f"{resource['registers']} registers per thread and {resource['smem_bytes']} B shared memory ({whose}): "
+            "the launch fails"
+        )
+    why = {
+        "registers": f"registers ({resource['registers']} per thread)",
+        "shared memory": f"shared memory ({resource['smem_bytes']} B per block)",
+        "threads": f"threads ({figure.max_warps} warps per SM)",
+        "blocks": f"blocks ({figure.blocks} per SM)",
+    }
+    return (
+        f"occupancy of {name}: {figure.blocks} blocks of {figure.threads} threads (its __launch_bounds__) per SM → "
+        f"{figure.warps} of {figure.max_warps} warps = {figure.percent:g}% (limited by "
+        f"{' and '.join(why[limit] for limit in figure.limited_by)}; {whose})"
+    )

@@ -22,8 +22,10 @@ from grader.core.spec import BUILDS, Variant  # noqa: F401 (BUILDS: re-exported,
 from grader.toolchain.build import BUILD_TIMEOUT_S, _locked, find_nvcc, format_compiler_errors
 
 SOURCE_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx")  # what the JIT loader compiles (headers are only copied)
-CMAKE_HINT = ("cmake was not found: this version builds the operator with CMake. Install it (`pip install cmake` "
-              "in the course's environment, or your system's package) and grade again")
+CMAKE_HINT = (
+    "cmake was not found: this version builds the operator with CMake. Install it (`pip install cmake` "
+    "in the course's environment, or your system's package) and grade again"
+)
 
 
 class BuildFailed(KcourseError):
@@ -108,8 +110,10 @@ def _library(project: Path, name: str) -> Path:
     """What setup.py (<name>.cpython-*.so, in place) or CMake (build/lib<name>.so) made."""
     found = sorted(project.glob(f"{name}*.so")) + sorted((project / "build").glob(f"lib{name}*.so"))
     if not found:
-        raise BuildFailed(f"the build finished but made no {name}*.so: the extension (setup.py) or library "
-                          "(CMakeLists.txt) must be named from TORCH_EXTENSION_NAME, as the given files do")
+        raise BuildFailed(
+            f"the build finished but made no {name}*.so: the extension (setup.py) or library "
+            "(CMakeLists.txt) must be named from TORCH_EXTENSION_NAME, as the given files do"
+        )
     return found[0]
 
 
@@ -124,9 +128,15 @@ def _build_jit(variant: Variant, source: Path, name: str, folder: Path) -> None:
         sources, includes = [source], []
     clear_stale_baton(folder)
     try:
-        load_extension(name=name, sources=[str(s) for s in sources], build_directory=str(folder),
-                       extra_include_paths=includes, is_python_module=False,
-                       extra_cuda_cflags=["-O3", "-lineinfo"], verbose=False)
+        load_extension(
+            name=name,
+            sources=[str(s) for s in sources],
+            build_directory=str(folder),
+            extra_include_paths=includes,
+            is_python_module=False,
+            extra_cuda_cflags=["-O3", "-lineinfo"],
+            verbose=False,
+        )
     except RuntimeError as exc:
         raise BuildFailed(format_compiler_errors(str(exc), source)) from None
 
@@ -163,13 +173,25 @@ def cmake_commands(project: Path, name: str, capability: str) -> tuple[list[str]
     from torch.utils.cpp_extension import CUDA_HOME
 
     cmake, build_dir = find_cmake() or "cmake", str(project / "build")
-    configure = [cmake, "-S", str(project), "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release",
-                 f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}", f"-DTORCH_EXTENSION_NAME={name}",
-                 f"-DTORCH_CUDA_ARCH_LIST={capability}", f"-DCMAKE_CUDA_ARCHITECTURES={capability.replace('.', '')}"]
+    configure = [
+        cmake,
+        "-S",
+        str(project),
+        "-B",
+        build_dir,
+        "-DCMAKE_BUILD_TYPE=Release",
+        f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}",
+        f"-DTORCH_EXTENSION_NAME={name}",
+        f"-DTORCH_CUDA_ARCH_LIST={capability}",
+        f"-DCMAKE_CUDA_ARCHITECTURES={capability.replace('.', '')}",
+    ]
     toolkit_nvcc = Path(CUDA_HOME or "/nonexistent") / "bin" / "nvcc"
     if toolkit_nvcc.exists():
-        configure += [f"-DCMAKE_CUDA_COMPILER={toolkit_nvcc}", f"-DCUDA_TOOLKIT_ROOT_DIR={CUDA_HOME}",
-                      f"-DCUDAToolkit_ROOT={CUDA_HOME}"]
+        configure += [
+            f"-DCMAKE_CUDA_COMPILER={toolkit_nvcc}",
+            f"-DCUDA_TOOLKIT_ROOT_DIR={CUDA_HOME}",
+            f"-DCUDAToolkit_ROOT={CUDA_HOME}",
+        ]
     elif find_nvcc():
         configure += [f"-DCMAKE_CUDA_COMPILER={find_nvcc()}"]
     ninja = shutil.which("ninja") or str(Path(sys.executable).parent / "ninja")  # pip's ninja: in the environment
@@ -179,8 +201,11 @@ def cmake_commands(project: Path, name: str, capability: str) -> tuple[list[str]
 
 
 def _run(command: list[str], project: Path, name: str, what: str) -> None:
-    env = dict(os.environ, TORCH_EXTENSION_NAME=name, PATH=os.pathsep.join([str(Path(sys.executable).parent),
-                                                                         os.environ.get("PATH", "")]))
+    env = dict(
+        os.environ,
+        TORCH_EXTENSION_NAME=name,
+        PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+    )
     try:
         import torch
 

@@ -16,8 +16,10 @@ from pathlib import Path
 ENV_VAR = "KCOURSE_TK_ROOT"
 REPOSITORY = "https://github.com/HazyResearch/ThunderKittens"
 HOPPER_ARCH = "sm_90a"  # wgmma, TMA and setmaxnreg are sm_90a features: code built for them runs on sm_90 only
-SETUP_HINT = (f"ThunderKittens was not found: `git clone {REPOSITORY}` and `export {ENV_VAR}=/path/to/ThunderKittens` "
-              "(the folder holding include/kittens.cuh), then grade again; `kcourse env-check` says what it found")
+SETUP_HINT = (
+    f"ThunderKittens was not found: `git clone {REPOSITORY}` and `export {ENV_VAR}=/path/to/ThunderKittens` "
+    "(the folder holding include/kittens.cuh), then grade again; `kcourse env-check` says what it found"
+)
 # The flags of the repository's kernels/common.mk for Hopper, less -O3 and -arch (the kit's build sets those).
 FLAGS = ["-std=c++20", "--expt-extended-lambda", "--expt-relaxed-constexpr", "-DKITTENS_HOPPER"]
 _DRIVER_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib/wsl/lib")
@@ -54,9 +56,12 @@ def find() -> Installation:
     if root is None:
         return Installation(root=None, found=False, problem=f"{ENV_VAR} is not set. " + SETUP_HINT)
     if not (root / "include" / "kittens.cuh").is_file():
-        return Installation(root=str(root), found=False,
-                            problem=f"{ENV_VAR}={root} holds no include/kittens.cuh: point it at the root of a "
-                                    f"ThunderKittens clone (`git clone {REPOSITORY}`)")
+        return Installation(
+            root=str(root),
+            found=False,
+            problem=f"{ENV_VAR}={root} holds no include/kittens.cuh: point it at the root of a "
+            f"ThunderKittens clone (`git clone {REPOSITORY}`)",
+        )
     version = "2.x" if (root / "include" / "ops" / "thread").is_dir() else "1.x"
     return Installation(root=str(root), found=True, version=version, commit=_commit(root))
 
@@ -64,8 +69,9 @@ def find() -> Installation:
 def _commit(root: Path) -> str:
     if (root / ".git").exists():
         try:
-            out = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True,
-                                 text=True, timeout=10)
+            out = subprocess.run(
+                ["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, timeout=10
+            )
             if out.returncode == 0:
                 return out.stdout.strip()
         except (OSError, subprocess.TimeoutExpired):
@@ -79,9 +85,11 @@ def target_arch(gpu_arch: str | None) -> tuple[str | None, str]:
     """(the arch to build for, "" or why this GPU cannot run it). No GPU: a compile check for sm_90a."""
     if gpu_arch is None or gpu_arch in ("sm_90", HOPPER_ARCH):
         return HOPPER_ARCH, ""
-    return None, (f"this GPU is {gpu_arch}; the ThunderKittens exercises are written for Hopper ({HOPPER_ARCH}: H100, "
-                  "H200), whose code runs on no other GPU: grade on an H100 or H200 (a machine without a GPU "
-                  "compile-checks them)")
+    return None, (
+        f"this GPU is {gpu_arch}; the ThunderKittens exercises are written for Hopper ({HOPPER_ARCH}: H100, "
+        "H200), whose code runs on no other GPU: grade on an H100 or H200 (a machine without a GPU "
+        "compile-checks them)"
+    )
 
 
 def build_options(gpu_arch: str | None, nvcc: str) -> tuple[list[str], str | None, str, str]:
@@ -127,8 +135,9 @@ def describe(gpu_arch: str | None) -> dict:
         return record
     arch, problem = target_arch(gpu_arch)
     record["can_run"] = gpu_arch is not None and not problem
-    record["note"] = (problem or (f"this GPU ({gpu_arch}) runs them: built for {arch}" if gpu_arch
-                                  else f"no GPU: compile checks for {arch} only"))
+    record["note"] = problem or (
+        f"this GPU ({gpu_arch}) runs them: built for {arch}" if gpu_arch else f"no GPU: compile checks for {arch} only"
+    )
     return record
 
 

@@ -33,11 +33,15 @@ def plain_globals_in_kernels(source: str) -> list[PlainGlobal]:
     found = []
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and any("jit" in ast.unparse(d) for d in node.decorator_list):
-            local = {a.arg for a in node.args.args} | {n.id for n in ast.walk(node)
-                                                       if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+            local = {a.arg for a in node.args.args} | {
+                n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+            }
             read = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-            found += [PlainGlobal(node.name, name, plain[name]) for name in sorted((read & plain.keys()) - local)
-                      if _is_number(tree, name)]
+            found += [
+                PlainGlobal(node.name, name, plain[name])
+                for name in sorted((read & plain.keys()) - local)
+                if _is_number(tree, name)
+            ]
     return found
 
 
@@ -50,13 +54,16 @@ def _is_number(tree: ast.Module, name: str) -> bool:
             except ValueError:
                 return isinstance(node.value, (ast.BinOp, ast.UnaryOp)) and all(
                     isinstance(n, (ast.Constant, ast.BinOp, ast.UnaryOp, ast.operator, ast.unaryop, ast.Name, ast.Load))
-                    for n in ast.walk(node.value))
+                    for n in ast.walk(node.value)
+                )
     return False
 
 
 def message(path: Path, found: list[PlainGlobal]) -> str:
     first = found[0]
     names = ", ".join(sorted({f.name for f in found}))
-    return (f"{path.name}:{first.line}: `{first.name}` is a plain global read inside @triton.jit `{first.kernel}`: the "
-            f"interpreter allows it, a GPU does not compile it. Write `{first.name} = tl.constexpr(...)` "
-            f"(or pass it as an argument). Globals: {names}")
+    return (
+        f"{path.name}:{first.line}: `{first.name}` is a plain global read inside @triton.jit `{first.kernel}`: the "
+        f"interpreter allows it, a GPU does not compile it. Write `{first.name} = tl.constexpr(...)` "
+        f"(or pass it as an argument). Globals: {names}"
+    )

@@ -36,7 +36,7 @@ def erf(x):
     p = tl.fma(p, a, 2.9452497e-02)
     p = tl.fma(p, a, -1.4896366e-01)
     p = tl.fma(p, a, -9.1832864e-01)
-    p = tl.fma(p, a, -1.6279137e+00)
+    p = tl.fma(p, a, -1.6279137e00)
     r = 1.0 - tl.exp2(p * a)  # erf(a) = 1 - erfc(a)
     sign = x.to(tl.uint32, bitcast=True) & 0x80000000  # copysign(r, x): one LOP3 (a compare and a select: two)
     return (r.to(tl.uint32, bitcast=True) | sign).to(tl.float32, bitcast=True)

@@ -13,13 +13,25 @@ import triton
 import triton.language as tl
 
 EPS = 1e-6
-MAX_FUSED = 8192   # longest row kept in registers: 16 float32 a thread at 16 warps
+MAX_FUSED = 8192  # longest row kept in registers: 16 float32 a thread at 16 warps
 LONG_BLOCK = 4096  # the column block of the long-row loop
 
 
 @triton.jit
-def add_rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr,
-                        x_stride, res_stride, out_stride, res_out_stride, n_cols, eps, BLOCK: tl.constexpr):
+def add_rms_norm_kernel(
+    x_ptr,
+    res_ptr,
+    w_ptr,
+    out_ptr,
+    res_out_ptr,
+    x_stride,
+    res_stride,
+    out_stride,
+    res_out_stride,
+    n_cols,
+    eps,
+    BLOCK: tl.constexpr,
+):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
@@ -36,8 +48,20 @@ def add_rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr,
 
 
 @triton.jit
-def add_rms_norm_long_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr,
-                             x_stride, res_stride, out_stride, res_out_stride, n_cols, eps, BLOCK: tl.constexpr):
+def add_rms_norm_long_kernel(
+    x_ptr,
+    res_ptr,
+    w_ptr,
+    out_ptr,
+    res_out_ptr,
+    x_stride,
+    res_stride,
+    out_stride,
+    res_out_stride,
+    n_cols,
+    eps,
+    BLOCK: tl.constexpr,
+):
     row = tl.program_id(0).to(tl.int64)
     x_row, res_row = x_ptr + row * x_stride, res_ptr + row * res_stride
     out_row, res_out_row = out_ptr + row * out_stride, res_out_ptr + row * res_out_stride
@@ -65,12 +89,29 @@ def warps_for(block: int, element_size: int) -> int:
     return max(4, min(16, block * element_size // (4 * 16 * 32)))
 
 
-def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, out: torch.Tensor,
-                 residual_out: torch.Tensor, num_warps: int | None = None) -> None:
+def add_rms_norm(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    out: torch.Tensor,
+    residual_out: torch.Tensor,
+    num_warps: int | None = None,
+) -> None:
     n_rows, n_cols = x.shape
     block = triton.next_power_of_2(n_cols)
-    args = (x, residual, weight, out, residual_out,
-            x.stride(0), residual.stride(0), out.stride(0), residual_out.stride(0), n_cols, EPS)
+    args = (
+        x,
+        residual,
+        weight,
+        out,
+        residual_out,
+        x.stride(0),
+        residual.stride(0),
+        out.stride(0),
+        residual_out.stride(0),
+        n_cols,
+        EPS,
+    )
     if block <= MAX_FUSED:
         num_warps = num_warps or warps_for(block, x.element_size())
         add_rms_norm_kernel[(n_rows,)](*args, BLOCK=block, num_warps=num_warps)

@@ -71,8 +71,10 @@ def _configs():
         return [triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1)]  # short N has edges
     # flash_attention_v1's Hopper winners (d = 64: 128 x 64, 4 warps; d = 128: 8 warps) and two neighbours;
     # few, because each is compiled per dtype, head dimension, version and rounded length
-    return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
-            for bm, bn, w, s in [(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (64, 64, 4, 3)]]
+    return [
+        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
+        for bm, bn, w, s in [(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (64, 64, 4, 3)]
+    ]
 
 
 def _prune(configs, named_args, **kwargs):
@@ -83,11 +85,38 @@ def _prune(configs, named_args, **kwargs):
 
 @triton.autotune(configs=_configs(), key=["N_KEY", "HEAD_DIM", "DOCS"], prune_configs_by={"early_config_prune": _prune})
 @triton.jit
-def _pattern_fwd(Q, K, V, Out, Starts, sm_scale, W,  # strides: (batch, head, row, column) of each tensor
-                 stride_qb, stride_qh, stride_qn, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
-                 stride_vb, stride_vh, stride_vn, stride_vd, stride_ob, stride_oh, stride_on, stride_od,
-                 H, n_ctx, N_KEY, HEAD_DIM: tl.constexpr, DOCS: tl.constexpr,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def _pattern_fwd(
+    Q,
+    K,
+    V,
+    Out,
+    Starts,
+    sm_scale,
+    W,  # strides: (batch, head, row, column) of each tensor
+    stride_qb,
+    stride_qh,
+    stride_qn,
+    stride_qd,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_kd,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_vd,
+    stride_ob,
+    stride_oh,
+    stride_on,
+    stride_od,
+    H,
+    n_ctx,
+    N_KEY,
+    HEAD_DIM: tl.constexpr,
+    DOCS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
     start_m = tl.program_id(0)
     off_bh = tl.program_id(1)
     off_b = (off_bh // H).to(tl.int64)
@@ -124,14 +153,53 @@ def _pattern_fwd(Q, K, V, Out, Starts, sm_scale, W,  # strides: (batch, head, ro
     qk_scale = sm_scale * 1.4426950408889634  # exp(x * s) = exp2(x * s * log2(e))
 
     for start_n in range(start, full_start, BLOCK_N):  # the window's or document's leading edge
-        acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_ptrs + start_n * stride_kn, v_ptrs + start_n * stride_vn,
-                                start_n, offs_m, offs_n, lo, n_ctx, qk_scale, True)
+        acc, m_i, l_i = _attend(
+            acc,
+            m_i,
+            l_i,
+            q,
+            k_ptrs + start_n * stride_kn,
+            v_ptrs + start_n * stride_vn,
+            start_n,
+            offs_m,
+            offs_n,
+            lo,
+            n_ctx,
+            qk_scale,
+            True,
+        )
     for start_n in range(full_start, full_end, BLOCK_N):  # visible to every row: no mask
-        acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_ptrs + start_n * stride_kn, v_ptrs + start_n * stride_vn,
-                                start_n, offs_m, offs_n, lo, n_ctx, qk_scale, False)
+        acc, m_i, l_i = _attend(
+            acc,
+            m_i,
+            l_i,
+            q,
+            k_ptrs + start_n * stride_kn,
+            v_ptrs + start_n * stride_vn,
+            start_n,
+            offs_m,
+            offs_n,
+            lo,
+            n_ctx,
+            qk_scale,
+            False,
+        )
     for start_n in range(full_end, end, BLOCK_N):  # the causal diagonal
-        acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_ptrs + start_n * stride_kn, v_ptrs + start_n * stride_vn,
-                                start_n, offs_m, offs_n, lo, n_ctx, qk_scale, True)
+        acc, m_i, l_i = _attend(
+            acc,
+            m_i,
+            l_i,
+            q,
+            k_ptrs + start_n * stride_kn,
+            v_ptrs + start_n * stride_vn,
+            start_n,
+            offs_m,
+            offs_n,
+            lo,
+            n_ctx,
+            qk_scale,
+            True,
+        )
 
     acc = acc / l_i[:, None]
     o_ptrs = Out + off_b * stride_ob + off_h * stride_oh + offs_m[:, None] * stride_on + offs_d[None, :] * stride_od
@@ -145,10 +213,24 @@ def _launch(q, k, v, out, starts, window: int) -> None:
     def grid(meta):
         return (triton.cdiv(n_ctx, meta["BLOCK_M"]), batch * heads)
 
-    _pattern_fwd[grid](q, k, v, out, starts if starts is not None else q, 1.0 / math.sqrt(head_dim), window,
-                       *q.stride(), *k.stride(), *v.stride(), *out.stride(), heads, n_ctx,
-                       max(16, triton.next_power_of_2(n_ctx)),  # one tuning per power of two, not per length
-                       HEAD_DIM=head_dim, DOCS=starts is not None)
+    _pattern_fwd[grid](
+        q,
+        k,
+        v,
+        out,
+        starts if starts is not None else q,
+        1.0 / math.sqrt(head_dim),
+        window,
+        *q.stride(),
+        *k.stride(),
+        *v.stride(),
+        *out.stride(),
+        heads,
+        n_ctx,
+        max(16, triton.next_power_of_2(n_ctx)),  # one tuning per power of two, not per length
+        HEAD_DIM=head_dim,
+        DOCS=starts is not None,
+    )
 
 
 def sliding_window(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, W: int) -> None:
@@ -161,6 +243,7 @@ def document_mask(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, doc_ids: to
     n_ctx = q.shape[2]
     starts = torch.empty(n_ctx, dtype=torch.int32, device=q.device)  # lo(i), one int32 per token: O(N)
     block = 1024
-    _document_starts[(triton.cdiv(n_ctx, block),)](doc_ids, starts, n_ctx, SEARCH_STEPS=max(1, n_ctx.bit_length()),
-                                                   BLOCK=block)
+    _document_starts[(triton.cdiv(n_ctx, block),)](
+        doc_ids, starts, n_ctx, SEARCH_STEPS=max(1, n_ctx.bit_length()), BLOCK=block
+    )
     _launch(q, k, v, out, starts, 0)

@@ -19,8 +19,9 @@ LONG_BLOCK = 4096
 
 
 @triton.jit
-def softmax_forward_kernel(x_ptr, y_ptr, x_row_stride, y_row_stride, n_cols, inv_t,
-                           BLOCK: tl.constexpr, ACC: tl.constexpr):
+def softmax_forward_kernel(
+    x_ptr, y_ptr, x_row_stride, y_row_stride, n_cols, inv_t, BLOCK: tl.constexpr, ACC: tl.constexpr
+):
     row = tl.program_id(0).to(tl.int64)  # 64-bit offsets: row * stride passes 2^31 on big tensors
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
@@ -32,8 +33,9 @@ def softmax_forward_kernel(x_ptr, y_ptr, x_row_stride, y_row_stride, n_cols, inv
 
 
 @triton.jit
-def softmax_forward_long_kernel(x_ptr, y_ptr, x_row_stride, y_row_stride, n_cols, inv_t,
-                                BLOCK: tl.constexpr, ACC: tl.constexpr):
+def softmax_forward_long_kernel(
+    x_ptr, y_ptr, x_row_stride, y_row_stride, n_cols, inv_t, BLOCK: tl.constexpr, ACC: tl.constexpr
+):
     row = tl.program_id(0).to(tl.int64)
     x_row, y_row = x_ptr + row * x_row_stride, y_ptr + row * y_row_stride
     run_max = tl.full([BLOCK], -float("inf"), ACC)  # one running max and sum per lane, merged at the end
@@ -56,8 +58,18 @@ def softmax_forward_long_kernel(x_ptr, y_ptr, x_row_stride, y_row_stride, n_cols
 
 
 @triton.jit
-def softmax_backward_kernel(y_ptr, dy_ptr, dx_ptr, y_row_stride, dy_row_stride, dx_row_stride, n_cols, inv_t,
-                            BLOCK: tl.constexpr, ACC: tl.constexpr):
+def softmax_backward_kernel(
+    y_ptr,
+    dy_ptr,
+    dx_ptr,
+    y_row_stride,
+    dy_row_stride,
+    dx_row_stride,
+    n_cols,
+    inv_t,
+    BLOCK: tl.constexpr,
+    ACC: tl.constexpr,
+):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
@@ -69,8 +81,18 @@ def softmax_backward_kernel(y_ptr, dy_ptr, dx_ptr, y_row_stride, dy_row_stride, 
 
 
 @triton.jit
-def softmax_backward_long_kernel(y_ptr, dy_ptr, dx_ptr, y_row_stride, dy_row_stride, dx_row_stride, n_cols, inv_t,
-                                 BLOCK: tl.constexpr, ACC: tl.constexpr):
+def softmax_backward_long_kernel(
+    y_ptr,
+    dy_ptr,
+    dx_ptr,
+    y_row_stride,
+    dy_row_stride,
+    dx_row_stride,
+    n_cols,
+    inv_t,
+    BLOCK: tl.constexpr,
+    ACC: tl.constexpr,
+):
     row = tl.program_id(0).to(tl.int64)
     y_row, dy_row, dx_row = y_ptr + row * y_row_stride, dy_ptr + row * dy_row_stride, dx_ptr + row * dx_row_stride
     partial = tl.zeros([BLOCK], ACC)

@@ -15,8 +15,20 @@ import triton.language as tl
 
 
 @triton.jit
-def broadcast_ops_kernel(x_ptr, scale_ptr, bias_ptr, out_ptr, M, N, x_row_stride, out_row_stride,
-                         threshold, leaky, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def broadcast_ops_kernel(
+    x_ptr,
+    scale_ptr,
+    bias_ptr,
+    out_ptr,
+    M,
+    N,
+    x_row_stride,
+    out_row_stride,
+    threshold,
+    leaky,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_in, col_in = rows < M, cols < N
@@ -30,13 +42,34 @@ def broadcast_ops_kernel(x_ptr, scale_ptr, bias_ptr, out_ptr, M, N, x_row_stride
     tl.store(out_ptr + rows64 * out_row_stride + cols[None, :], out.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def broadcast_ops(x: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor, out: torch.Tensor,
-                  threshold: float, leaky: float, BLOCK_M: int | None = None, BLOCK_N: int | None = None,
-                  num_warps: int = 4) -> None:
+def broadcast_ops(
+    x: torch.Tensor,
+    scale: torch.Tensor,
+    bias: torch.Tensor,
+    out: torch.Tensor,
+    threshold: float,
+    leaky: float,
+    BLOCK_M: int | None = None,
+    BLOCK_N: int | None = None,
+    num_warps: int = 4,
+) -> None:
     M, N = x.shape
     tile = 16384 // x.element_size()  # 16 KB of x per program: 32 float32 (16 bf16 pairs) per thread at 4 warps
     block_n = BLOCK_N or min(2048 // x.element_size(), triton.next_power_of_2(N))  # up to 2 KB of a row
     block_m = BLOCK_M or min(max(1, tile // block_n), triton.next_power_of_2(M))  # deep tiles for narrow x
     grid = (triton.cdiv(M, block_m), triton.cdiv(N, block_n))
-    broadcast_ops_kernel[grid](x, scale, bias, out, M, N, x.stride(0), out.stride(0), threshold, leaky,
-                               BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
+    broadcast_ops_kernel[grid](
+        x,
+        scale,
+        bias,
+        out,
+        M,
+        N,
+        x.stride(0),
+        out.stride(0),
+        threshold,
+        leaky,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        num_warps=num_warps,
+    )

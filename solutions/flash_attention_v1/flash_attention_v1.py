@@ -21,8 +21,21 @@ LOG2E = 1.4426950408889634
 
 
 @triton.jit
-def _attend(acc, m_i, l_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, n_ctx, qk_scale,
-            MASKED: tl.constexpr, CAUSAL: tl.constexpr):
+def _attend(
+    acc,
+    m_i,
+    l_i,
+    q,
+    k_ptrs,
+    v_ptrs,
+    start_n,
+    offs_m,
+    offs_n,
+    n_ctx,
+    qk_scale,
+    MASKED: tl.constexpr,
+    CAUSAL: tl.constexpr,
+):
     """One block of keys: scores, the online-softmax update of (m, l) and of the accumulator."""
     if MASKED:
         valid = (start_n + offs_n) < n_ctx
@@ -55,9 +68,17 @@ def _configs():
     # the Triton tutorial's winners on Hopper (d = 64: 128 x 64, 4 warps; d = 128: 128 x 64-128, 8 warps),
     # a few neighbours, and 64-row blocks for short sequences; few, because each is compiled per dtype,
     # head dimension and causality
-    return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
-            for bm, bn, w, s in [(128, 64, 4, 3), (128, 64, 4, 4), (128, 64, 8, 3), (128, 128, 8, 3),
-                                 (64, 64, 4, 3), (64, 32, 4, 4)]]
+    return [
+        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
+        for bm, bn, w, s in [
+            (128, 64, 4, 3),
+            (128, 64, 4, 4),
+            (128, 64, 8, 3),
+            (128, 128, 8, 3),
+            (64, 64, 4, 3),
+            (64, 32, 4, 4),
+        ]
+    ]
 
 
 def _prune(configs, named_args, **kwargs):
@@ -67,14 +88,40 @@ def _prune(configs, named_args, **kwargs):
     return kept or configs[:1]
 
 
-@triton.autotune(configs=_configs(), key=["N_KEY", "HEAD_DIM", "CAUSAL"],
-                 prune_configs_by={"early_config_prune": _prune})
+@triton.autotune(
+    configs=_configs(), key=["N_KEY", "HEAD_DIM", "CAUSAL"], prune_configs_by={"early_config_prune": _prune}
+)
 @triton.jit
-def _flash_fwd(Q, K, V, Out, sm_scale,  # strides: (batch, head, row, column) of each tensor
-               stride_qb, stride_qh, stride_qn, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
-               stride_vb, stride_vh, stride_vn, stride_vd, stride_ob, stride_oh, stride_on, stride_od,
-               H, n_ctx, N_KEY, HEAD_DIM: tl.constexpr,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+def _flash_fwd(
+    Q,
+    K,
+    V,
+    Out,
+    sm_scale,  # strides: (batch, head, row, column) of each tensor
+    stride_qb,
+    stride_qh,
+    stride_qn,
+    stride_qd,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_kd,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_vd,
+    stride_ob,
+    stride_oh,
+    stride_on,
+    stride_od,
+    H,
+    n_ctx,
+    N_KEY,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr,
+):
     tl.static_assert(BLOCK_M % BLOCK_N == 0)  # the diagonal block starts on a key-block boundary
     if CAUSAL:  # the longest rows (last query blocks) first: the tail of the grid is short work
         start_m = tl.num_programs(0) - 1 - tl.program_id(0)
@@ -104,11 +151,37 @@ def _flash_fwd(Q, K, V, Out, sm_scale,  # strides: (batch, head, row, column) of
         full_end = (n_ctx // BLOCK_N) * BLOCK_N
         end = n_ctx
     for start_n in range(0, full_end, BLOCK_N):
-        acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_ptrs + start_n * stride_kn, v_ptrs + start_n * stride_vn,
-                                start_n, offs_m, offs_n, n_ctx, qk_scale, False, CAUSAL)
+        acc, m_i, l_i = _attend(
+            acc,
+            m_i,
+            l_i,
+            q,
+            k_ptrs + start_n * stride_kn,
+            v_ptrs + start_n * stride_vn,
+            start_n,
+            offs_m,
+            offs_n,
+            n_ctx,
+            qk_scale,
+            False,
+            CAUSAL,
+        )
     for start_n in range(full_end, end, BLOCK_N):
-        acc, m_i, l_i = _attend(acc, m_i, l_i, q, k_ptrs + start_n * stride_kn, v_ptrs + start_n * stride_vn,
-                                start_n, offs_m, offs_n, n_ctx, qk_scale, True, CAUSAL)
+        acc, m_i, l_i = _attend(
+            acc,
+            m_i,
+            l_i,
+            q,
+            k_ptrs + start_n * stride_kn,
+            v_ptrs + start_n * stride_vn,
+            start_n,
+            offs_m,
+            offs_n,
+            n_ctx,
+            qk_scale,
+            True,
+            CAUSAL,
+        )
 
     acc = acc / l_i[:, None]
     o_ptrs = Out + off_b * stride_ob + off_h * stride_oh + offs_m[:, None] * stride_on + offs_d[None, :] * stride_od
@@ -123,6 +196,19 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torc
     def grid(meta):
         return (triton.cdiv(n_ctx, meta["BLOCK_M"]), batch * heads)
 
-    _flash_fwd[grid](q, k, v, out, 1.0 / math.sqrt(head_dim),
-                     *q.stride(), *k.stride(), *v.stride(), *out.stride(),
-                     heads, n_ctx, n_key, HEAD_DIM=head_dim, CAUSAL=bool(causal))
+    _flash_fwd[grid](
+        q,
+        k,
+        v,
+        out,
+        1.0 / math.sqrt(head_dim),
+        *q.stride(),
+        *k.stride(),
+        *v.stride(),
+        *out.stride(),
+        heads,
+        n_ctx,
+        n_key,
+        HEAD_DIM=head_dim,
+        CAUSAL=bool(causal),
+    )

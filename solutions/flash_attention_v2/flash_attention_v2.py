@@ -28,8 +28,20 @@ USE_TMA = True  # tensor descriptors wherever the layout allows them (see _tma_o
 
 
 @triton.jit
-def _load_rows(X, off_b, off_h, base, row0, n_ctx, stride_n, stride_d,
-               BLOCK: tl.constexpr, HEAD_DIM: tl.constexpr, TMA: tl.constexpr, MASKED: tl.constexpr):
+def _load_rows(
+    X,
+    off_b,
+    off_h,
+    base,
+    row0,
+    n_ctx,
+    stride_n,
+    stride_d,
+    BLOCK: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    TMA: tl.constexpr,
+    MASKED: tl.constexpr,
+):
     """Rows row0 .. row0 + BLOCK of one head, as a BLOCK x HEAD_DIM tile; rows past n_ctx read as 0."""
     if TMA:  # X is a descriptor of shape (B, H, N, d): the copy engine pads past N with zeros itself
         tile = X.load([off_b.to(tl.int32), off_h.to(tl.int32), row0, 0]).reshape(BLOCK, HEAD_DIM)
@@ -44,10 +56,32 @@ def _load_rows(X, off_b, off_h, base, row0, n_ctx, stride_n, stride_d,
 
 
 @triton.jit
-def _attend(acc, l_i, m_i, q, K, V, k_base, v_base, off_b, off_h, lo, hi, offs_m, n_ctx, qk_scale,
-            stride_kn, stride_kd, stride_vn, stride_vd,
-            BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, TMA: tl.constexpr,
-            MASKED: tl.constexpr):
+def _attend(
+    acc,
+    l_i,
+    m_i,
+    q,
+    K,
+    V,
+    k_base,
+    v_base,
+    off_b,
+    off_h,
+    lo,
+    hi,
+    offs_m,
+    n_ctx,
+    qk_scale,
+    stride_kn,
+    stride_kd,
+    stride_vn,
+    stride_vd,
+    BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    TMA: tl.constexpr,
+    MASKED: tl.constexpr,
+):
     """Key blocks lo .. hi: scores, the online-softmax update of (m, l) and of the accumulator, in the order
     of the Triton tutorial's Hopper kernel: l is updated last, after the second dot, so fewer values stay live
     across the dots (measured on an H200: 77-84% of SDPA against 68-71% for the same steps ordered as the
@@ -88,9 +122,17 @@ def _configs():
     # Hopper: 128-row query tiles (one or two warpgroups), 64-128 keys a step, 2-4 stages of K/V in flight;
     # 8 warps only with 128 x 128 tiles (smaller ones leave each warp too little work: the tutorial's rule);
     # 64-row tiles for short sequences. Few: each is compiled per dtype, head dimension, causality and path.
-    return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s, pre_hook=_block_shapes)
-            for bm, bn, w, s in [(128, 64, 4, 2), (128, 64, 4, 3), (128, 64, 4, 4), (128, 128, 8, 2),
-                                 (128, 128, 8, 3), (64, 64, 4, 3)]]
+    return [
+        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s, pre_hook=_block_shapes)
+        for bm, bn, w, s in [
+            (128, 64, 4, 2),
+            (128, 64, 4, 3),
+            (128, 64, 4, 4),
+            (128, 128, 8, 2),
+            (128, 128, 8, 3),
+            (64, 64, 4, 3),
+        ]
+    ]
 
 
 def _block_shapes(nargs):
@@ -110,15 +152,45 @@ def _prune(configs, named_args, **kwargs):
     return kept if n_key >= TUNE_FROM else kept[:1]
 
 
-@triton.autotune(configs=_configs(), key=["N_KEY", "HEAD_DIM", "CAUSAL", "TMA"],
-                 prune_configs_by={"early_config_prune": _prune})
+@triton.autotune(
+    configs=_configs(), key=["N_KEY", "HEAD_DIM", "CAUSAL", "TMA"], prune_configs_by={"early_config_prune": _prune}
+)
 @triton.jit
-def _flash_fwd(Q, K, V, Out, Lse, sm_scale,  # Q, K, V, Out: descriptors (TMA) or pointers
-               stride_qb, stride_qh, stride_qn, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
-               stride_vb, stride_vh, stride_vn, stride_vd, stride_ob, stride_oh, stride_on, stride_od,
-               stride_lb, stride_lh, stride_ln,
-               H, n_ctx, N_KEY, HEAD_DIM: tl.constexpr,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, TMA: tl.constexpr):
+def _flash_fwd(
+    Q,
+    K,
+    V,
+    Out,
+    Lse,
+    sm_scale,  # Q, K, V, Out: descriptors (TMA) or pointers
+    stride_qb,
+    stride_qh,
+    stride_qn,
+    stride_qd,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_kd,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_vd,
+    stride_ob,
+    stride_oh,
+    stride_on,
+    stride_od,
+    stride_lb,
+    stride_lh,
+    stride_ln,
+    H,
+    n_ctx,
+    N_KEY,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    TMA: tl.constexpr,
+):
     tl.static_assert(BLOCK_M % BLOCK_N == 0)  # the diagonal starts on a key-block boundary
     if CAUSAL:  # the longest rows (last query blocks) first: the tail of the grid is short work
         start_m = tl.num_programs(0) - 1 - tl.program_id(0)
@@ -130,8 +202,20 @@ def _flash_fwd(Q, K, V, Out, Lse, sm_scale,  # Q, K, V, Out: descriptors (TMA) o
     row0 = start_m * BLOCK_M
     offs_m = row0 + tl.arange(0, BLOCK_M)
 
-    q = _load_rows(Q, off_b, off_h, off_b * stride_qb + off_h * stride_qh, row0, n_ctx, stride_qn, stride_qd,
-                   BLOCK_M, HEAD_DIM, TMA, True)
+    q = _load_rows(
+        Q,
+        off_b,
+        off_h,
+        off_b * stride_qb + off_h * stride_qh,
+        row0,
+        n_ctx,
+        stride_qn,
+        stride_qd,
+        BLOCK_M,
+        HEAD_DIM,
+        TMA,
+        True,
+    )
     k_base = off_b * stride_kb + off_h * stride_kh
     v_base = off_b * stride_vb + off_h * stride_vh
     m_i = tl.full([BLOCK_M], -float("inf"), tl.float32)
@@ -145,10 +229,58 @@ def _flash_fwd(Q, K, V, Out, Lse, sm_scale,  # Q, K, V, Out: descriptors (TMA) o
     else:  # whole key blocks without masks, then the ragged tail
         full_end = (n_ctx // BLOCK_N) * BLOCK_N
         end = n_ctx
-    acc, l_i, m_i = _attend(acc, l_i, m_i, q, K, V, k_base, v_base, off_b, off_h, 0, full_end, offs_m, n_ctx, qk_scale,
-                            stride_kn, stride_kd, stride_vn, stride_vd, BLOCK_N, HEAD_DIM, CAUSAL, TMA, False)
-    acc, l_i, m_i = _attend(acc, l_i, m_i, q, K, V, k_base, v_base, off_b, off_h, full_end, end, offs_m, n_ctx, qk_scale,
-                            stride_kn, stride_kd, stride_vn, stride_vd, BLOCK_N, HEAD_DIM, CAUSAL, TMA, True)
+    acc, l_i, m_i = _attend(
+        acc,
+        l_i,
+        m_i,
+        q,
+        K,
+        V,
+        k_base,
+        v_base,
+        off_b,
+        off_h,
+        0,
+        full_end,
+        offs_m,
+        n_ctx,
+        qk_scale,
+        stride_kn,
+        stride_kd,
+        stride_vn,
+        stride_vd,
+        BLOCK_N,
+        HEAD_DIM,
+        CAUSAL,
+        TMA,
+        False,
+    )
+    acc, l_i, m_i = _attend(
+        acc,
+        l_i,
+        m_i,
+        q,
+        K,
+        V,
+        k_base,
+        v_base,
+        off_b,
+        off_h,
+        full_end,
+        end,
+        offs_m,
+        n_ctx,
+        qk_scale,
+        stride_kn,
+        stride_kd,
+        stride_vn,
+        stride_vd,
+        BLOCK_N,
+        HEAD_DIM,
+        CAUSAL,
+        TMA,
+        True,
+    )
 
     # m is in log2 units of the scaled scores: lse = ln(sum exp(s)) = (m + log2(l)) * ln(2)
     lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453
@@ -157,8 +289,13 @@ def _flash_fwd(Q, K, V, Out, Lse, sm_scale,  # Q, K, V, Out: descriptors (TMA) o
     if TMA:  # rows past N are dropped by the copy engine
         Out.store([off_b.to(tl.int32), off_h.to(tl.int32), row0, 0], out.reshape(1, 1, BLOCK_M, HEAD_DIM))
     else:
-        o_ptrs = (Out + off_b * stride_ob + off_h * stride_oh + offs_m[:, None] * stride_on
-                  + tl.arange(0, HEAD_DIM)[None, :] * stride_od)
+        o_ptrs = (
+            Out
+            + off_b * stride_ob
+            + off_h * stride_oh
+            + offs_m[:, None] * stride_on
+            + tl.arange(0, HEAD_DIM)[None, :] * stride_od
+        )
         tl.store(o_ptrs, out, mask=offs_m[:, None] < n_ctx)
 
 
@@ -177,8 +314,9 @@ def _descriptor(t: torch.Tensor) -> TensorDescriptor:
     return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, 16, t.shape[3]])
 
 
-def flash_attention_v2(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
-                       causal: bool) -> None:
+def flash_attention_v2(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor, causal: bool
+) -> None:
     batch, heads, n_ctx, head_dim = q.shape
     assert head_dim in (16, 32, 64, 128, 256), "head dim must be a power of two from 16 to 256"
     n_key = max(16, triton.next_power_of_2(n_ctx))  # one tuning per power of two, not per length
@@ -188,6 +326,19 @@ def flash_attention_v2(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
     def grid(meta):
         return (triton.cdiv(n_ctx, meta["BLOCK_M"]), batch * heads)
 
-    _flash_fwd[grid](*args, lse, 1.0 / math.sqrt(head_dim),
-                     *q.stride(), *k.stride(), *v.stride(), *out.stride(), *lse.stride(),
-                     heads, n_ctx, n_key, HEAD_DIM=head_dim, CAUSAL=bool(causal), TMA=tma)
+    _flash_fwd[grid](
+        *args,
+        lse,
+        1.0 / math.sqrt(head_dim),
+        *q.stride(),
+        *k.stride(),
+        *v.stride(),
+        *out.stride(),
+        *lse.stride(),
+        heads,
+        n_ctx,
+        n_key,
+        HEAD_DIM=head_dim,
+        CAUSAL=bool(causal),
+        TMA=tma,
+    )

@@ -53,9 +53,28 @@ def _row_stats(Lse, Delta, rows, n_ctx, stride_ln, MASKED: tl.constexpr):
 
 # --- kernel 1: dQ (and delta) ------------------------------------------------------------------------
 @triton.jit
-def _dq_steps(dq, q, do, lse2, delta, K, V, lo, hi, offs_m, n_ctx, qk_scale, stride_kn, stride_kd,
-              stride_vn, stride_vd, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
-              MASKED: tl.constexpr):
+def _dq_steps(
+    dq,
+    q,
+    do,
+    lse2,
+    delta,
+    K,
+    V,
+    lo,
+    hi,
+    offs_m,
+    n_ctx,
+    qk_scale,
+    stride_kn,
+    stride_kd,
+    stride_vn,
+    stride_vd,
+    BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    MASKED: tl.constexpr,
+):
     """Key blocks lo .. hi for one block of queries: dQ += dS K."""
     for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
@@ -79,8 +98,10 @@ def _dq_configs():
     if os.environ.get("TRITON_INTERPRET") == "1":  # the CPU interpreter: one configuration, large blocks
         return [triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=4, num_stages=1)]
     # query tiles of 64-128 rows stay on chip with their dO and float32 dQ; 32-64 keys a step
-    return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
-            for bm, bn, w, s in [(128, 64, 8, 2), (128, 32, 8, 3), (128, 32, 4, 4), (64, 64, 4, 3), (64, 32, 4, 3)]]
+    return [
+        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
+        for bm, bn, w, s in [(128, 64, 8, 2), (128, 32, 8, 3), (128, 32, 4, 4), (64, 64, 4, 3), (64, 32, 4, 3)]
+    ]
 
 
 TUNE_FROM = 2048  # shorter sequences (the correctness sizes) take the first configuration that fits, untimed
@@ -91,19 +112,61 @@ def _prune_by(block: str):
         n_key = named_args["N_KEY"]
         kept = [c for c in configs if c.kwargs[block] <= max(64, n_key)] or configs[-1:]
         return kept if n_key >= TUNE_FROM else kept[:1]
+
     return prune
 
 
-@triton.autotune(configs=_dq_configs(), key=["N_KEY", "HEAD_DIM", "CAUSAL"],
-                 prune_configs_by={"early_config_prune": _prune_by("BLOCK_M")})
+@triton.autotune(
+    configs=_dq_configs(),
+    key=["N_KEY", "HEAD_DIM", "CAUSAL"],
+    prune_configs_by={"early_config_prune": _prune_by("BLOCK_M")},
+)
 @triton.jit
-def _bwd_dq(Q, K, V, O, Lse, DO, DQ, Delta, sm_scale,  # strides: (batch, head, row, column); Lse (b, h, row)
-            stride_qb, stride_qh, stride_qn, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
-            stride_vb, stride_vh, stride_vn, stride_vd, stride_ob, stride_oh, stride_on, stride_od,
-            stride_lb, stride_lh, stride_ln, stride_dob, stride_doh, stride_don, stride_dod,
-            stride_dqb, stride_dqh, stride_dqn, stride_dqd,
-            H, n_ctx, N_KEY, HEAD_DIM: tl.constexpr,
-            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+def _bwd_dq(
+    Q,
+    K,
+    V,
+    O,
+    Lse,
+    DO,
+    DQ,
+    Delta,
+    sm_scale,  # strides: (batch, head, row, column); Lse (b, h, row)
+    stride_qb,
+    stride_qh,
+    stride_qn,
+    stride_qd,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_kd,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_vd,
+    stride_ob,
+    stride_oh,
+    stride_on,
+    stride_od,
+    stride_lb,
+    stride_lh,
+    stride_ln,
+    stride_dob,
+    stride_doh,
+    stride_don,
+    stride_dod,
+    stride_dqb,
+    stride_dqh,
+    stride_dqn,
+    stride_dqd,
+    H,
+    n_ctx,
+    N_KEY,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr,
+):
     tl.static_assert(BLOCK_M % BLOCK_N == 0)  # the diagonal starts on a key-block boundary
     if CAUSAL:  # the longest rows (last query blocks) first
         start_m = tl.num_programs(0) - 1 - tl.program_id(0)
@@ -134,20 +197,86 @@ def _bwd_dq(Q, K, V, O, Lse, DO, DQ, Delta, sm_scale,  # strides: (batch, head, 
         full_end = (n_ctx // BLOCK_N) * BLOCK_N
         end = n_ctx
     dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-    dq = _dq_steps(dq, q, do, lse2, delta, K, V, 0, full_end, offs_m, n_ctx, qk_scale, stride_kn, stride_kd,
-                   stride_vn, stride_vd, BLOCK_N, HEAD_DIM, CAUSAL, False)
-    dq = _dq_steps(dq, q, do, lse2, delta, K, V, full_end, end, offs_m, n_ctx, qk_scale, stride_kn, stride_kd,
-                   stride_vn, stride_vd, BLOCK_N, HEAD_DIM, CAUSAL, True)
-    dq_ptrs = (DQ + off_b * stride_dqb + off_h * stride_dqh + offs_m[:, None] * stride_dqn
-               + tl.arange(0, HEAD_DIM)[None, :] * stride_dqd)
+    dq = _dq_steps(
+        dq,
+        q,
+        do,
+        lse2,
+        delta,
+        K,
+        V,
+        0,
+        full_end,
+        offs_m,
+        n_ctx,
+        qk_scale,
+        stride_kn,
+        stride_kd,
+        stride_vn,
+        stride_vd,
+        BLOCK_N,
+        HEAD_DIM,
+        CAUSAL,
+        False,
+    )
+    dq = _dq_steps(
+        dq,
+        q,
+        do,
+        lse2,
+        delta,
+        K,
+        V,
+        full_end,
+        end,
+        offs_m,
+        n_ctx,
+        qk_scale,
+        stride_kn,
+        stride_kd,
+        stride_vn,
+        stride_vd,
+        BLOCK_N,
+        HEAD_DIM,
+        CAUSAL,
+        True,
+    )
+    dq_ptrs = (
+        DQ
+        + off_b * stride_dqb
+        + off_h * stride_dqh
+        + offs_m[:, None] * stride_dqn
+        + tl.arange(0, HEAD_DIM)[None, :] * stride_dqd
+    )
     tl.store(dq_ptrs, (dq * sm_scale).to(q.dtype), mask=offs_m[:, None] < n_ctx)
 
 
 # --- kernel 2: dK and dV ------------------------------------------------------------------------------
 @triton.jit
-def _dkdv_steps(dk, dv, k, v, Q, DO, Lse, Delta, lo, hi, offs_n, n_ctx, qk_scale, stride_qn, stride_qd,
-                stride_don, stride_dod, stride_ln, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr,
-                CAUSAL: tl.constexpr, MASKED: tl.constexpr):
+def _dkdv_steps(
+    dk,
+    dv,
+    k,
+    v,
+    Q,
+    DO,
+    Lse,
+    Delta,
+    lo,
+    hi,
+    offs_n,
+    n_ctx,
+    qk_scale,
+    stride_qn,
+    stride_qd,
+    stride_don,
+    stride_dod,
+    stride_ln,
+    BLOCK_M: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    MASKED: tl.constexpr,
+):
     """Query blocks lo .. hi for one block of keys: dV += P^T dO, dK += dS^T Q (transposed tiles: keys x queries)."""
     for start_m in range(lo, hi, BLOCK_M):
         start_m = tl.multiple_of(start_m, BLOCK_M)
@@ -170,20 +299,63 @@ def _dkdv_configs():
         return [triton.Config({"BLOCK_M": 64, "BLOCK_N": 128}, num_warps=4, num_stages=1)]
     # key tiles of 64-128 rows hold K, V and two float32 accumulators; 16-64 queries a step (the tutorial's
     # Hopper choice is 32 x 128, 4 warps, 5 stages at d = 64; d = 128 doubles the accumulators: 8 warps)
-    return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
-            for bm, bn, w, s in [(64, 128, 8, 2), (32, 128, 8, 3), (32, 128, 4, 5), (64, 64, 4, 3), (32, 64, 4, 3)]]
+    return [
+        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
+        for bm, bn, w, s in [(64, 128, 8, 2), (32, 128, 8, 3), (32, 128, 4, 5), (64, 64, 4, 3), (32, 64, 4, 3)]
+    ]
 
 
-@triton.autotune(configs=_dkdv_configs(), key=["N_KEY", "HEAD_DIM", "CAUSAL"],
-                 prune_configs_by={"early_config_prune": _prune_by("BLOCK_N")})
+@triton.autotune(
+    configs=_dkdv_configs(),
+    key=["N_KEY", "HEAD_DIM", "CAUSAL"],
+    prune_configs_by={"early_config_prune": _prune_by("BLOCK_N")},
+)
 @triton.jit
-def _bwd_dkdv(Q, K, V, Lse, DO, DK, DV, Delta, sm_scale,
-              stride_qb, stride_qh, stride_qn, stride_qd, stride_kb, stride_kh, stride_kn, stride_kd,
-              stride_vb, stride_vh, stride_vn, stride_vd, stride_lb, stride_lh, stride_ln,
-              stride_dob, stride_doh, stride_don, stride_dod, stride_dkb, stride_dkh, stride_dkn, stride_dkd,
-              stride_dvb, stride_dvh, stride_dvn, stride_dvd,
-              H, n_ctx, N_KEY, HEAD_DIM: tl.constexpr,
-              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+def _bwd_dkdv(
+    Q,
+    K,
+    V,
+    Lse,
+    DO,
+    DK,
+    DV,
+    Delta,
+    sm_scale,
+    stride_qb,
+    stride_qh,
+    stride_qn,
+    stride_qd,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_kd,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_vd,
+    stride_lb,
+    stride_lh,
+    stride_ln,
+    stride_dob,
+    stride_doh,
+    stride_don,
+    stride_dod,
+    stride_dkb,
+    stride_dkh,
+    stride_dkn,
+    stride_dkd,
+    stride_dvb,
+    stride_dvh,
+    stride_dvn,
+    stride_dvd,
+    H,
+    n_ctx,
+    N_KEY,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr,
+):
     tl.static_assert(BLOCK_N % BLOCK_M == 0)  # the diagonal starts on a query-block boundary
     start_n = tl.program_id(0) * BLOCK_N  # causal: the first key blocks see the most queries and start first
     off_bh = tl.program_id(1)
@@ -202,29 +374,108 @@ def _bwd_dkdv(Q, K, V, Lse, DO, DK, DV, Delta, sm_scale,
 
     full_end = (n_ctx // BLOCK_M) * BLOCK_M
     if CAUSAL:  # queries on the diagonal mask; those below it see every key of the block
-        dk, dv = _dkdv_steps(dk, dv, k, v, Q, DO, Lse, Delta, start_n, tl.minimum(start_n + BLOCK_N, n_ctx), offs_n,
-                             n_ctx, qk_scale, stride_qn, stride_qd, stride_don, stride_dod, stride_ln,
-                             BLOCK_M, HEAD_DIM, CAUSAL, True)
+        dk, dv = _dkdv_steps(
+            dk,
+            dv,
+            k,
+            v,
+            Q,
+            DO,
+            Lse,
+            Delta,
+            start_n,
+            tl.minimum(start_n + BLOCK_N, n_ctx),
+            offs_n,
+            n_ctx,
+            qk_scale,
+            stride_qn,
+            stride_qd,
+            stride_don,
+            stride_dod,
+            stride_ln,
+            BLOCK_M,
+            HEAD_DIM,
+            CAUSAL,
+            True,
+        )
         below = start_n + BLOCK_N
     else:
         below = 0
-    dk, dv = _dkdv_steps(dk, dv, k, v, Q, DO, Lse, Delta, below, full_end, offs_n, n_ctx, qk_scale,
-                         stride_qn, stride_qd, stride_don, stride_dod, stride_ln, BLOCK_M, HEAD_DIM, CAUSAL, False)
-    dk, dv = _dkdv_steps(dk, dv, k, v, Q, DO, Lse, Delta, tl.maximum(below, full_end), n_ctx, offs_n, n_ctx,
-                         qk_scale, stride_qn, stride_qd, stride_don, stride_dod, stride_ln,
-                         BLOCK_M, HEAD_DIM, False, True)  # the ragged last block: below the diagonal, unmasked
+    dk, dv = _dkdv_steps(
+        dk,
+        dv,
+        k,
+        v,
+        Q,
+        DO,
+        Lse,
+        Delta,
+        below,
+        full_end,
+        offs_n,
+        n_ctx,
+        qk_scale,
+        stride_qn,
+        stride_qd,
+        stride_don,
+        stride_dod,
+        stride_ln,
+        BLOCK_M,
+        HEAD_DIM,
+        CAUSAL,
+        False,
+    )
+    dk, dv = _dkdv_steps(
+        dk,
+        dv,
+        k,
+        v,
+        Q,
+        DO,
+        Lse,
+        Delta,
+        tl.maximum(below, full_end),
+        n_ctx,
+        offs_n,
+        n_ctx,
+        qk_scale,
+        stride_qn,
+        stride_qd,
+        stride_don,
+        stride_dod,
+        stride_ln,
+        BLOCK_M,
+        HEAD_DIM,
+        False,
+        True,
+    )  # the ragged last block: below the diagonal, unmasked
 
     cols = tl.arange(0, HEAD_DIM)[None, :]
     keep = offs_n[:, None] < n_ctx
-    tl.store(DK + off_b * stride_dkb + off_h * stride_dkh + offs_n[:, None] * stride_dkn + cols * stride_dkd,
-             (dk * sm_scale).to(k.dtype), mask=keep)
-    tl.store(DV + off_b * stride_dvb + off_h * stride_dvh + offs_n[:, None] * stride_dvn + cols * stride_dvd,
-             dv.to(v.dtype), mask=keep)
+    tl.store(
+        DK + off_b * stride_dkb + off_h * stride_dkh + offs_n[:, None] * stride_dkn + cols * stride_dkd,
+        (dk * sm_scale).to(k.dtype),
+        mask=keep,
+    )
+    tl.store(
+        DV + off_b * stride_dvb + off_h * stride_dvh + offs_n[:, None] * stride_dvn + cols * stride_dvd,
+        dv.to(v.dtype),
+        mask=keep,
+    )
 
 
-def flash_attention_v2_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-                                lse: torch.Tensor, dout: torch.Tensor, dq: torch.Tensor, dk: torch.Tensor,
-                                dv: torch.Tensor, causal: bool) -> None:
+def flash_attention_v2_backward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    dout: torch.Tensor,
+    dq: torch.Tensor,
+    dk: torch.Tensor,
+    dv: torch.Tensor,
+    causal: bool,
+) -> None:
     batch, heads, n_ctx, head_dim = q.shape
     assert head_dim in (16, 32, 64, 128, 256), "head dim must be a power of two from 16 to 256"
     n_key = max(16, triton.next_power_of_2(n_ctx))  # one tuning per power of two, not per length
@@ -237,9 +488,49 @@ def flash_attention_v2_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tenso
     def grid_dkdv(meta):
         return (triton.cdiv(n_ctx, meta["BLOCK_N"]), batch * heads)
 
-    _bwd_dq[grid_dq](q, k, v, out, lse, dout, dq, delta, sm_scale,
-                     *q.stride(), *k.stride(), *v.stride(), *out.stride(), *lse.stride(), *dout.stride(), *dq.stride(),
-                     heads, n_ctx, n_key, HEAD_DIM=head_dim, CAUSAL=bool(causal))
-    _bwd_dkdv[grid_dkdv](q, k, v, lse, dout, dk, dv, delta, sm_scale,
-                         *q.stride(), *k.stride(), *v.stride(), *lse.stride(), *dout.stride(), *dk.stride(),
-                         *dv.stride(), heads, n_ctx, n_key, HEAD_DIM=head_dim, CAUSAL=bool(causal))
+    _bwd_dq[grid_dq](
+        q,
+        k,
+        v,
+        out,
+        lse,
+        dout,
+        dq,
+        delta,
+        sm_scale,
+        *q.stride(),
+        *k.stride(),
+        *v.stride(),
+        *out.stride(),
+        *lse.stride(),
+        *dout.stride(),
+        *dq.stride(),
+        heads,
+        n_ctx,
+        n_key,
+        HEAD_DIM=head_dim,
+        CAUSAL=bool(causal),
+    )
+    _bwd_dkdv[grid_dkdv](
+        q,
+        k,
+        v,
+        lse,
+        dout,
+        dk,
+        dv,
+        delta,
+        sm_scale,
+        *q.stride(),
+        *k.stride(),
+        *v.stride(),
+        *lse.stride(),
+        *dout.stride(),
+        *dk.stride(),
+        *dv.stride(),
+        heads,
+        n_ctx,
+        n_key,
+        HEAD_DIM=head_dim,
+        CAUSAL=bool(causal),
+    )

@@ -62,8 +62,10 @@ def grid_errors(fast: bool, device: str, points: int) -> str:
     big = ref.abs() >= 1e-3  # relative error where it means something: elsewhere the atol governs
     max_rel = ((y.double() - ref).abs()[big] / ref.abs()[big]).max().item()
     tails_ok = bool((y[t <= -30] == 0).all() and (y[t >= 30] == t[t >= 30]).all() and not y.isnan().any())
-    return (f"float32 grid: max abs {max_abs:.2e}, max rel {max_rel:.2e} (|gelu| >= 1e-3), tolerance used "
-            f"{used:.3f}, tails exact (0 at t <= -30, t at t >= 30, no NaN): {tails_ok}")
+    return (
+        f"float32 grid: max abs {max_abs:.2e}, max rel {max_rel:.2e} (|gelu| >= 1e-3), tolerance used "
+        f"{used:.3f}, tails exact (0 at t <= -30, t at t >= 30, no NaN): {tails_ok}"
+    )
 
 
 def main() -> None:
@@ -96,8 +98,10 @@ def main() -> None:
         ms = triton.testing.do_bench(lambda: gelu(x, fast, out), rep=500)
         gbps = nbytes / ms / 1e6
         max_abs, used = tolerance_used(x, gelu(x, fast, out))
-        print(f"  {name:32s} {ms * 1000:8.1f} us {gbps:6.0f} GB/s {100 * gbps / copy_gbps:4.0f}% of copy; "
-              f"{args.dtype} data: max abs {max_abs:.2e}, tolerance used {used:.3f}")
+        print(
+            f"  {name:32s} {ms * 1000:8.1f} us {gbps:6.0f} GB/s {100 * gbps / copy_gbps:4.0f}% of copy; "
+            f"{args.dtype} data: max abs {max_abs:.2e}, tolerance used {used:.3f}"
+        )
         print(f"  {'':32s} {grid_errors(fast, device, grid_points)}")
 
 

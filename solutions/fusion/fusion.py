@@ -34,15 +34,25 @@ def erf(x):
     p = tl.fma(p, a, 2.9452497e-02)
     p = tl.fma(p, a, -1.4896366e-01)
     p = tl.fma(p, a, -9.1832864e-01)
-    p = tl.fma(p, a, -1.6279137e+00)
+    p = tl.fma(p, a, -1.6279137e00)
     r = 1.0 - tl.exp2(p * a)  # erf(a) = 1 - erfc(a)
     sign = x.to(tl.uint32, bitcast=True) & 0x80000000  # copysign(r, x): one LOP3 (a compare and a select: two)
     return (r.to(tl.uint32, bitcast=True) | sign).to(tl.float32, bitcast=True)
 
 
 @triton.jit
-def fusion_kernel(x_ptr, scale_ptr, shift_ptr, out_ptr, n_rows, n_cols, x_stride, out_stride,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def fusion_kernel(
+    x_ptr,
+    scale_ptr,
+    shift_ptr,
+    out_ptr,
+    n_rows,
+    n_cols,
+    x_stride,
+    out_stride,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
@@ -63,10 +73,20 @@ def tile_for(n_cols: int, element_size: int) -> tuple[int, int]:
     return max(1, TILE_BYTES // element_size // block_n), block_n
 
 
-def fusion(x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor, out: torch.Tensor,
-           num_warps: int = 8) -> None:
+def fusion(x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor, out: torch.Tensor, num_warps: int = 8) -> None:
     n_rows, n_cols = x.shape
     block_m, block_n = tile_for(n_cols, x.element_size())
     grid = (triton.cdiv(n_rows, block_m), triton.cdiv(n_cols, block_n))
-    fusion_kernel[grid](x, scale, shift, out, n_rows, n_cols, x.stride(0), out.stride(0),
-                        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=num_warps)
+    fusion_kernel[grid](
+        x,
+        scale,
+        shift,
+        out,
+        n_rows,
+        n_cols,
+        x.stride(0),
+        out.stride(0),
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        num_warps=num_warps,
+    )

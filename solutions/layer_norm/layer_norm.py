@@ -16,8 +16,7 @@ MAX_FUSED = 8192  # longest row kept in registers: 16 elements a thread at 16 wa
 
 
 @triton.jit
-def layer_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, eps,
-                      BLOCK: tl.constexpr):
+def layer_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, eps, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
@@ -32,8 +31,9 @@ def layer_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, x_row_stride, out_row_stride
 
 
 @triton.jit
-def layer_norm_long_kernel(x_ptr, w_ptr, b_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, eps,
-                           BLOCK: tl.constexpr):
+def layer_norm_long_kernel(
+    x_ptr, w_ptr, b_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, eps, BLOCK: tl.constexpr
+):
     row = tl.program_id(0).to(tl.int64)
     x_row, out_row = x_ptr + row * x_row_stride, out_ptr + row * out_row_stride
     acc = tl.zeros([BLOCK], tl.float32)
@@ -57,8 +57,9 @@ def layer_norm_long_kernel(x_ptr, w_ptr, b_ptr, out_ptr, x_row_stride, out_row_s
         tl.store(out_row + cols, ((x - mean) * rstd * w + b).to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, out: torch.Tensor,
-               num_warps: int | None = None) -> None:
+def layer_norm(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, out: torch.Tensor, num_warps: int | None = None
+) -> None:
     n_rows, n_cols = x.shape
     block = triton.next_power_of_2(n_cols)
     args = (x, weight, bias, out, x.stride(0), out.stride(0), n_cols, EPS)

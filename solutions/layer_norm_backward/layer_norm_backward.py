@@ -37,9 +37,24 @@ CPU_SUM_BLOCK_N = 1024  # and each program costs time there: wide stage 2 tiles,
 
 
 @triton.jit
-def layer_norm_backward_kernel(x_ptr, w_ptr, dy_ptr, mean_ptr, rstd_ptr, dx_ptr, dw_part_ptr, db_part_ptr,
-                               x_row_stride, dy_row_stride, dx_row_stride, n_rows, n_cols,
-                               BLOCK: tl.constexpr, ROWS: tl.constexpr, STAGES: tl.constexpr):
+def layer_norm_backward_kernel(
+    x_ptr,
+    w_ptr,
+    dy_ptr,
+    mean_ptr,
+    rstd_ptr,
+    dx_ptr,
+    dw_part_ptr,
+    db_part_ptr,
+    x_row_stride,
+    dy_row_stride,
+    dx_row_stride,
+    n_rows,
+    n_cols,
+    BLOCK: tl.constexpr,
+    ROWS: tl.constexpr,
+    STAGES: tl.constexpr,
+):
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     col_mask = cols < n_cols
@@ -70,9 +85,22 @@ def layer_norm_backward_kernel(x_ptr, w_ptr, dy_ptr, mean_ptr, rstd_ptr, dx_ptr,
 
 
 @triton.jit
-def layer_norm_backward_long_kernel(x_ptr, w_ptr, dy_ptr, mean_ptr, rstd_ptr, dx_ptr, dw_part_ptr, db_part_ptr,
-                                    x_row_stride, dy_row_stride, dx_row_stride, n_rows, n_cols,
-                                    BLOCK: tl.constexpr):
+def layer_norm_backward_long_kernel(
+    x_ptr,
+    w_ptr,
+    dy_ptr,
+    mean_ptr,
+    rstd_ptr,
+    dx_ptr,
+    dw_part_ptr,
+    db_part_ptr,
+    x_row_stride,
+    dy_row_stride,
+    dx_row_stride,
+    n_rows,
+    n_cols,
+    BLOCK: tl.constexpr,
+):
     pid = tl.program_id(0)
     dw_row, db_row = dw_part_ptr + pid * n_cols, db_part_ptr + pid * n_cols  # this program's alone
     for start in range(0, n_cols, BLOCK):
@@ -111,8 +139,9 @@ def layer_norm_backward_long_kernel(x_ptr, w_ptr, dy_ptr, mean_ptr, rstd_ptr, dx
 
 
 @triton.jit
-def sum_partials_kernel(dw_part_ptr, db_part_ptr, dw_ptr, db_ptr, n_parts, n_cols,
-                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def sum_partials_kernel(
+    dw_part_ptr, db_part_ptr, dw_ptr, db_ptr, n_parts, n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr
+):
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_mask = cols < n_cols
     dw = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
@@ -165,8 +194,9 @@ def _device_properties(device: int) -> dict:
     return triton.runtime.driver.active.utils.get_device_properties(device)
 
 
-def _programs(kernel, args: tuple, consts: dict, num_warps: int, programs_per_sm: int | None,
-              staged_bytes: int | None) -> int:
+def _programs(
+    kernel, args: tuple, consts: dict, num_warps: int, programs_per_sm: int | None, staged_bytes: int | None
+) -> int:
     """Stage 1's grid. staged_bytes: what one program stages in shared memory (None: the looping kernel)."""
     x = args[0]
     if not x.is_cuda:
@@ -179,9 +209,18 @@ def _programs(kernel, args: tuple, consts: dict, num_warps: int, programs_per_sm
     return min(per_sm * sms, _resident_programs(kernel, args, consts, num_warps))
 
 
-def layer_norm_backward(x: torch.Tensor, weight: torch.Tensor, dy: torch.Tensor, mean: torch.Tensor,
-                        rstd: torch.Tensor, dx: torch.Tensor, dw: torch.Tensor, db: torch.Tensor,
-                        num_warps: int | None = None, programs_per_sm: int | None = None) -> None:
+def layer_norm_backward(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    dy: torch.Tensor,
+    mean: torch.Tensor,
+    rstd: torch.Tensor,
+    dx: torch.Tensor,
+    dw: torch.Tensor,
+    db: torch.Tensor,
+    num_warps: int | None = None,
+    programs_per_sm: int | None = None,
+) -> None:
     n_rows, n_cols = x.shape
     fused = triton.next_power_of_2(n_cols) <= MAX_FUSED
     kernel = layer_norm_backward_kernel if fused else layer_norm_backward_long_kernel
@@ -200,5 +239,6 @@ def layer_norm_backward(x: torch.Tensor, weight: torch.Tensor, dy: torch.Tensor,
     args = (*args[:6], partials[0], partials[1], *args[8:])
     kernel[(programs,)](*args, **consts, num_warps=num_warps)
     block_n = SUM_BLOCK_N if x.is_cuda else CPU_SUM_BLOCK_N
-    sum_partials_kernel[(triton.cdiv(n_cols, block_n),)](partials[0], partials[1], dw, db, programs, n_cols,
-                                                         BLOCK_M=SUM_BLOCK_M, BLOCK_N=block_n, num_warps=4)
+    sum_partials_kernel[(triton.cdiv(n_cols, block_n),)](
+        partials[0], partials[1], dw, db, programs, n_cols, BLOCK_M=SUM_BLOCK_M, BLOCK_N=block_n, num_warps=4
+    )

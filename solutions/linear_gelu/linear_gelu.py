@@ -42,8 +42,15 @@ INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
 def _configs(gpu, interpreter, pre_hook=None):
     chosen = interpreter if INTERPRET else gpu
-    return [triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "GROUP_M": g, **extra}, num_stages=s, num_warps=w,
-                          pre_hook=pre_hook) for m, n, k, g, s, w, extra in chosen]
+    return [
+        triton.Config(
+            {"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "GROUP_M": g, **extra},
+            num_stages=s,
+            num_warps=w,
+            pre_hook=pre_hook,
+        )
+        for m, n, k, g, s, w, extra in chosen
+    ]
 
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_stages, num_warps, extra): matmul_triton's, known to run well on an
@@ -76,6 +83,7 @@ def _prune(configs, named_args, **kwargs):
 
 
 # --- the epilogue: bias and GELU on the float32 tile, in registers ------------------------------------
+
 
 @triton.jit
 def gelu_erf_f32(t):
@@ -113,14 +121,35 @@ def grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
 
 # --- any strides: pointers ------------------------------------------------------------------------
 
-@triton.autotune(configs=_configs(POINTER_CONFIGS, INTERPRETER_POINTER), key=["M", "N", "K"],
-                 prune_configs_by={"early_config_prune": _prune})
+
+@triton.autotune(
+    configs=_configs(POINTER_CONFIGS, INTERPRETER_POINTER),
+    key=["M", "N", "K"],
+    prune_configs_by={"early_config_prune": _prune},
+)
 @triton.heuristics({"EVEN_K": lambda args: args["K"] % args["BLOCK_K"] == 0})
 @triton.jit
-def linear_gelu_kernel(x_ptr, w_ptr, b_ptr, out_ptr, M, N, K,
-                       stride_xm, stride_xk, stride_wk, stride_wn, stride_om, stride_on,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                       EVEN_K: tl.constexpr, TANH: tl.constexpr):
+def linear_gelu_kernel(
+    x_ptr,
+    w_ptr,
+    b_ptr,
+    out_ptr,
+    M,
+    N,
+    K,
+    stride_xm,
+    stride_xk,
+    stride_wk,
+    stride_wn,
+    stride_om,
+    stride_on,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    TANH: tl.constexpr,
+):
     pid_m, pid_n = grouped_tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
     # Rows and columns past the edge wrap around (% M, % N) to valid ones: the loads need no M/N mask, and
     # the compiler still sees runs of consecutive columns. The wrapped rows compute values the store drops.
@@ -149,6 +178,7 @@ def linear_gelu_kernel(x_ptr, w_ptr, b_ptr, out_ptr, M, N, K,
 
 # --- row-major, 16-byte aligned rows: TMA and a persistent grid -------------------------------------
 
+
 def set_block_shapes(nargs):
     """Autotune pre-hook: the descriptors' tile shapes follow the config being run."""
     block_m, block_n, block_k = nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["BLOCK_K"]
@@ -157,13 +187,28 @@ def set_block_shapes(nargs):
     nargs["out_desc"].block_shape = [block_m, block_n // 2 if nargs["EPILOGUE_SUBTILE"] else block_n]
 
 
-@triton.autotune(configs=_configs(TMA_CONFIGS, INTERPRETER_TMA, set_block_shapes), key=["M", "N", "K"],
-                 prune_configs_by={"early_config_prune": _prune})
+@triton.autotune(
+    configs=_configs(TMA_CONFIGS, INTERPRETER_TMA, set_block_shapes),
+    key=["M", "N", "K"],
+    prune_configs_by={"early_config_prune": _prune},
+)
 @triton.jit
-def linear_gelu_tma_kernel(x_desc, w_desc, b_ptr, out_desc, M, N, K,
-                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                           GROUP_M: tl.constexpr, EPILOGUE_SUBTILE: tl.constexpr, NUM_SMS: tl.constexpr,
-                           TANH: tl.constexpr):
+def linear_gelu_tma_kernel(
+    x_desc,
+    w_desc,
+    b_ptr,
+    out_desc,
+    M,
+    N,
+    K,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    EPILOGUE_SUBTILE: tl.constexpr,
+    NUM_SMS: tl.constexpr,
+    TANH: tl.constexpr,
+):
     num_pid_m, num_pid_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
     k_tiles = tl.cdiv(K, BLOCK_K)
     # flatten=True lets the compiler pipeline the next tile's loads under this tile's epilogue; the
@@ -191,8 +236,9 @@ def linear_gelu_tma_kernel(x_desc, w_desc, b_ptr, out_desc, M, N, K,
 
 def _tma_ready(*tensors: torch.Tensor) -> bool:
     """TMA reads row-major 2-D tensors whose base and row starts are 16-byte aligned (Hopper or newer)."""
-    if TensorDescriptor is None or any(t.stride(1) != 1 or (t.stride(0) * t.element_size()) % 16
-                                       or t.data_ptr() % 16 for t in tensors):
+    if TensorDescriptor is None or any(
+        t.stride(1) != 1 or (t.stride(0) * t.element_size()) % 16 or t.data_ptr() % 16 for t in tensors
+    ):
         return False
     return INTERPRET or (tensors[0].is_cuda and torch.cuda.get_device_capability(tensors[0].device)[0] >= 9)
 
@@ -212,8 +258,22 @@ def with_tma(x, w, b, out, tanh: bool) -> None:
 def with_pointers(x, w, b, out, tanh: bool) -> None:
     (M, K), N = x.shape, w.shape[1]
     grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
-    linear_gelu_kernel[grid](x, w, b, out, M, N, K, x.stride(0), x.stride(1), w.stride(0), w.stride(1),
-                             out.stride(0), out.stride(1), TANH=tanh)
+    linear_gelu_kernel[grid](
+        x,
+        w,
+        b,
+        out,
+        M,
+        N,
+        K,
+        x.stride(0),
+        x.stride(1),
+        w.stride(0),
+        w.stride(1),
+        out.stride(0),
+        out.stride(1),
+        TANH=tanh,
+    )
 
 
 TMA_WINS: dict[tuple, bool] = {}  # (M, N, K, dtype, tanh) -> the TMA kernel beat the pointer kernel on this shape
@@ -234,8 +294,9 @@ def _tma_wins(x, w, b, out, tanh: bool) -> bool:
             else:
                 from triton.testing import do_bench
 
-                TMA_WINS[key] = (do_bench(lambda: with_tma(x, w, b, out, tanh))
-                                 <= do_bench(lambda: with_pointers(x, w, b, out, tanh)))
+                TMA_WINS[key] = do_bench(lambda: with_tma(x, w, b, out, tanh)) <= do_bench(
+                    lambda: with_pointers(x, w, b, out, tanh)
+                )
         except Exception as exc:  # noqa: BLE001 (any compile or launch failure: the pointer kernel is correct)
             warnings.warn(f"linear_gelu: the TMA kernel failed ({type(exc).__name__}: {exc}); using the pointer kernel")
             TMA_WINS[key] = False

@@ -19,8 +19,7 @@ from matmul_triton import grouped_tile  # noqa: E402
 
 
 @triton.jit
-def naive_kernel(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn,
-                 BM: tl.constexpr, BN: tl.constexpr):
+def naive_kernel(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn, BM: tl.constexpr, BN: tl.constexpr):
     """Step 1: one tile per program, one rank-1 update per k on the CUDA cores."""
     rows = tl.program_id(0) * BM + tl.arange(0, BM)
     cols = tl.program_id(1) * BN + tl.arange(0, BN)
@@ -29,13 +28,32 @@ def naive_kernel(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_c
         a = tl.load(a_ptr + rows * s_am + k * s_ak, mask=rows < M, other=0.0).to(tl.float32)
         b = tl.load(b_ptr + k * s_bk + cols * s_bn, mask=cols < N, other=0.0).to(tl.float32)
         acc += a[:, None] * b[None, :]
-    tl.store(c_ptr + rows[:, None] * s_cm + cols[None, :] * s_cn, acc.to(c_ptr.dtype.element_ty),
-             mask=(rows[:, None] < M) & (cols[None, :] < N))
+    tl.store(
+        c_ptr + rows[:, None] * s_cm + cols[None, :] * s_cn,
+        acc.to(c_ptr.dtype.element_ty),
+        mask=(rows[:, None] < M) & (cols[None, :] < N),
+    )
 
 
 @triton.jit
-def tiled_kernel(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn,
-                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr):
+def tiled_kernel(
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    M,
+    N,
+    K,
+    s_am,
+    s_ak,
+    s_bk,
+    s_bn,
+    s_cm,
+    s_cn,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
     """Steps 2 and 3: tl.dot over a masked K loop; GROUP_M = 0 is a 2-D grid in row-major order."""
     if GROUP_M == 0:
         pid_m, pid_n = tl.program_id(0), tl.program_id(1)
@@ -46,13 +64,22 @@ def tiled_kernel(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_c
     ks = tl.arange(0, BK)
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     for k0 in range(0, K, BK):
-        a = tl.load(a_ptr + rows[:, None] * s_am + (k0 + ks)[None, :] * s_ak,
-                    mask=(rows[:, None] < M) & ((k0 + ks)[None, :] < K), other=0.0)
-        b = tl.load(b_ptr + (k0 + ks)[:, None] * s_bk + cols[None, :] * s_bn,
-                    mask=((k0 + ks)[:, None] < K) & (cols[None, :] < N), other=0.0)
+        a = tl.load(
+            a_ptr + rows[:, None] * s_am + (k0 + ks)[None, :] * s_ak,
+            mask=(rows[:, None] < M) & ((k0 + ks)[None, :] < K),
+            other=0.0,
+        )
+        b = tl.load(
+            b_ptr + (k0 + ks)[:, None] * s_bk + cols[None, :] * s_bn,
+            mask=((k0 + ks)[:, None] < K) & (cols[None, :] < N),
+            other=0.0,
+        )
         acc = tl.dot(a, b, acc)
-    tl.store(c_ptr + rows[:, None] * s_cm + cols[None, :] * s_cn, acc.to(c_ptr.dtype.element_ty),
-             mask=(rows[:, None] < M) & (cols[None, :] < N))
+    tl.store(
+        c_ptr + rows[:, None] * s_cm + cols[None, :] * s_cn,
+        acc.to(c_ptr.dtype.element_ty),
+        mask=(rows[:, None] < M) & (cols[None, :] < N),
+    )
 
 
 def strides(A, B, C):
@@ -71,8 +98,10 @@ def tiled(bm, bn, bk, group, warps=4, stages=3):
         N = B.shape[1]
         tiles = (triton.cdiv(M, bm), triton.cdiv(N, bn))
         grid = tiles if group == 0 else (tiles[0] * tiles[1],)
-        tiled_kernel[grid](A, B, C, M, N, K, *strides(A, B, C), BM=bm, BN=bn, BK=bk, GROUP_M=group,
-                           num_warps=warps, num_stages=stages)
+        tiled_kernel[grid](
+            A, B, C, M, N, K, *strides(A, B, C), BM=bm, BN=bn, BK=bk, GROUP_M=group, num_warps=warps, num_stages=stages
+        )
+
     return run
 
 
@@ -96,8 +125,10 @@ def bench(size, dtype, quick):
     flops = 2 * size**3
     want = (A.float() @ B.float()).to(dtype)
     cublas_ms = do_bench(lambda: torch.matmul(A, B))
-    print(f"\n{size}^3 {str(dtype).removeprefix('torch.')}: torch.matmul (cuBLAS) {cublas_ms:.3f} ms, "
-          f"{flops / cublas_ms / 1e9:.0f} TFLOP/s")
+    print(
+        f"\n{size}^3 {str(dtype).removeprefix('torch.')}: torch.matmul (cuBLAS) {cublas_ms:.3f} ms, "
+        f"{flops / cublas_ms / 1e9:.0f} TFLOP/s"
+    )
     for name, fn in STEPS:
         if quick and name.startswith("1 "):
             continue
@@ -110,10 +141,14 @@ def bench(size, dtype, quick):
             continue
         ok = torch.allclose(C.float(), want.float(), rtol=1e-2, atol=1e-1)
         ms = do_bench(lambda: fn(A, B, C), rep=300 if name.startswith("1 ") else 100)
-        print(f"  {name:58s} {ms:8.3f} ms {flops / ms / 1e9:6.0f} TFLOP/s {100 * cublas_ms / ms:5.1f}% of cuBLAS"
-              f"{'' if ok else '  WRONG RESULT'}")
-    print(f"  autotuned: pointer {solution.matmul_kernel.best_config}; TMA {solution.matmul_tma_kernel.best_config}; "
-          f"matmul() uses TMA: {solution.TMA_WINS}")
+        print(
+            f"  {name:58s} {ms:8.3f} ms {flops / ms / 1e9:6.0f} TFLOP/s {100 * cublas_ms / ms:5.1f}% of cuBLAS"
+            f"{'' if ok else '  WRONG RESULT'}"
+        )
+    print(
+        f"  autotuned: pointer {solution.matmul_kernel.best_config}; TMA {solution.matmul_tma_kernel.best_config}; "
+        f"matmul() uses TMA: {solution.TMA_WINS}"
+    )
 
 
 if __name__ == "__main__":

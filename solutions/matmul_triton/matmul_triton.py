@@ -43,8 +43,15 @@ INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
 def _configs(gpu, interpreter, pre_hook=None):
     chosen = interpreter if INTERPRET else gpu
-    return [triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "GROUP_M": g, **extra}, num_stages=s, num_warps=w,
-                          pre_hook=pre_hook) for m, n, k, g, s, w, extra in chosen]
+    return [
+        triton.Config(
+            {"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "GROUP_M": g, **extra},
+            num_stages=s,
+            num_warps=w,
+            pre_hook=pre_hook,
+        )
+        for m, n, k, g, s, w, extra in chosen
+    ]
 
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_stages, num_warps, extra): the tile sizes known to run well on
@@ -94,14 +101,32 @@ def grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
     return pid_m, pid_n
 
 
-@triton.autotune(configs=_configs(POINTER_CONFIGS, INTERPRETER_POINTER), key=["M", "N", "K"],
-                 prune_configs_by={"early_config_prune": _prune})
+@triton.autotune(
+    configs=_configs(POINTER_CONFIGS, INTERPRETER_POINTER),
+    key=["M", "N", "K"],
+    prune_configs_by={"early_config_prune": _prune},
+)
 @triton.heuristics({"EVEN_K": lambda args: args["K"] % args["BLOCK_K"] == 0})
 @triton.jit
-def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
-                  stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                  EVEN_K: tl.constexpr):
+def matmul_kernel(
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    stride_cm,
+    stride_cn,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    EVEN_K: tl.constexpr,
+):
     pid_m, pid_n = grouped_tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
     # Rows and columns past the edge wrap around (% M, % N) to valid ones: the loads need no M/N mask,
     # and the compiler still sees runs of consecutive columns when N is a multiple of 16 (wide loads).
@@ -128,12 +153,29 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
 
 
-@triton.autotune(configs=_configs(SPLIT_K_CONFIGS, INTERPRETER_POINTER), key=["M", "N", "K", "K_PER_SPLIT"],
-                 prune_configs_by={"early_config_prune": _prune})
+@triton.autotune(
+    configs=_configs(SPLIT_K_CONFIGS, INTERPRETER_POINTER),
+    key=["M", "N", "K", "K_PER_SPLIT"],
+    prune_configs_by={"early_config_prune": _prune},
+)
 @triton.jit
-def matmul_split_k_kernel(a_ptr, b_ptr, partial_ptr, M, N, K, K_PER_SPLIT,
-                          stride_am, stride_ak, stride_bk, stride_bn,
-                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+def matmul_split_k_kernel(
+    a_ptr,
+    b_ptr,
+    partial_ptr,
+    M,
+    N,
+    K,
+    K_PER_SPLIT,
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
     """Program (tile, s): the tile's sum over K's slice s (K_PER_SPLIT long, a multiple of BLOCK_K), written
     in float32 to partial[s]."""
     pid_m, pid_n = grouped_tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
@@ -177,12 +219,26 @@ def set_block_shapes(nargs):
     nargs["c_desc"].block_shape = [block_m, block_n // 2 if nargs["EPILOGUE_SUBTILE"] else block_n]
 
 
-@triton.autotune(configs=_configs(TMA_CONFIGS, INTERPRETER_TMA, set_block_shapes), key=["M", "N", "K"],
-                 prune_configs_by={"early_config_prune": _prune})
+@triton.autotune(
+    configs=_configs(TMA_CONFIGS, INTERPRETER_TMA, set_block_shapes),
+    key=["M", "N", "K"],
+    prune_configs_by={"early_config_prune": _prune},
+)
 @triton.jit
-def matmul_tma_kernel(a_desc, b_desc, c_desc, M, N, K,
-                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                      EPILOGUE_SUBTILE: tl.constexpr, NUM_SMS: tl.constexpr):
+def matmul_tma_kernel(
+    a_desc,
+    b_desc,
+    c_desc,
+    M,
+    N,
+    K,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    EPILOGUE_SUBTILE: tl.constexpr,
+    NUM_SMS: tl.constexpr,
+):
     num_pid_m, num_pid_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
     k_tiles = tl.cdiv(K, BLOCK_K)
     # flatten=True lets the compiler pipeline the next tile's loads under this tile's epilogue; the
@@ -210,8 +266,9 @@ def matmul_tma_kernel(a_desc, b_desc, c_desc, M, N, K,
 
 def _tma_ready(*tensors: torch.Tensor) -> bool:
     """TMA reads row-major 2-D tensors whose base and row starts are 16-byte aligned (Hopper or newer)."""
-    if TensorDescriptor is None or any(t.stride(1) != 1 or (t.stride(0) * t.element_size()) % 16
-                                       or t.data_ptr() % 16 for t in tensors):
+    if TensorDescriptor is None or any(
+        t.stride(1) != 1 or (t.stride(0) * t.element_size()) % 16 or t.data_ptr() % 16 for t in tensors
+    ):
         return False
     return INTERPRET or (tensors[0].is_cuda and torch.cuda.get_device_capability(tensors[0].device)[0] >= 9)
 
@@ -231,8 +288,7 @@ def with_tma(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> None:
 def with_pointers(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> None:
     (M, K), N = A.shape, B.shape[1]
     grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
-    matmul_kernel[grid](A, B, C, M, N, K, A.stride(0), A.stride(1), B.stride(0), B.stride(1),
-                        C.stride(0), C.stride(1))
+    matmul_kernel[grid](A, B, C, M, N, K, A.stride(0), A.stride(1), B.stride(0), B.stride(1), C.stride(0), C.stride(1))
 
 
 SPLIT_MIN_K = 1024  # each slice walks at least this much of K (16 steps of 64): the pipeline's fill is paid once
@@ -256,8 +312,9 @@ def with_split_k(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor, splits: int)
     partial = torch.empty((splits, M, N), device=A.device, dtype=torch.float32)
     grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]), splits)
     matmul_split_k_kernel[grid](A, B, partial, M, N, K, per_split, A.stride(0), A.stride(1), B.stride(0), B.stride(1))
-    sum_splits_kernel[(triton.cdiv(M * N, SUM_BLOCK),)](partial, C, M * N, N, splits, C.stride(0), C.stride(1),
-                                                        BLOCK=SUM_BLOCK)
+    sum_splits_kernel[(triton.cdiv(M * N, SUM_BLOCK),)](
+        partial, C, M * N, N, splits, C.stride(0), C.stride(1), BLOCK=SUM_BLOCK
+    )
 
 
 TMA_WINS: dict[tuple, bool] = {}  # (M, N, K, dtype) -> the TMA kernel beat the pointer kernel on this shape
@@ -281,7 +338,9 @@ def _tma_wins(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> bool:
 
                 TMA_WINS[key] = do_bench(lambda: with_tma(A, B, C)) <= do_bench(lambda: with_pointers(A, B, C))
         except Exception as exc:  # noqa: BLE001 (any compile or launch failure: the pointer kernel is correct)
-            warnings.warn(f"matmul_triton: the TMA kernel failed ({type(exc).__name__}: {exc}); using the pointer kernel")
+            warnings.warn(
+                f"matmul_triton: the TMA kernel failed ({type(exc).__name__}: {exc}); using the pointer kernel"
+            )
             TMA_WINS[key] = False
     return TMA_WINS[key]
 

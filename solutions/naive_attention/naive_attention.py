@@ -20,10 +20,31 @@ INTERPRETER = os.environ.get("TRITON_INTERPRET") == "1"
 
 
 @triton.jit
-def bmm_kernel(A, B, C, M, N, K, H, alpha,  # strides: (batch, head, row, column) of each matrix
-               stride_ab, stride_ah, stride_am, stride_ak, stride_bb, stride_bh, stride_bk, stride_bn,
-               stride_cb, stride_ch, stride_cm, stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-               BLOCK_K: tl.constexpr):
+def bmm_kernel(
+    A,
+    B,
+    C,
+    M,
+    N,
+    K,
+    H,
+    alpha,  # strides: (batch, head, row, column) of each matrix
+    stride_ab,
+    stride_ah,
+    stride_am,
+    stride_ak,
+    stride_bb,
+    stride_bh,
+    stride_bk,
+    stride_bn,
+    stride_cb,
+    stride_ch,
+    stride_cm,
+    stride_cn,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
     """C[b, h] = alpha * A[b, h] @ B[b, h] for one BLOCK_M x BLOCK_N tile; A is cast to B's dtype so the
     float32 P meets float16 V on the tensor cores."""
     pid_m, pid_n, pid_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -67,8 +88,24 @@ def _bmm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, alpha: float) -> Non
     else:  # P V has only d columns: a tile no wider than d wastes no tensor-core work
         blocks, warps, stages = (128, min(128, max(16, triton.next_power_of_2(n))), 64), 8, 3
     grid = (triton.cdiv(m, blocks[0]), triton.cdiv(n, blocks[1]), batch * heads)
-    bmm_kernel[grid](a, b, c, m, n, k, heads, alpha, *a.stride(), *b.stride(), *c.stride(),
-                     BLOCK_M=blocks[0], BLOCK_N=blocks[1], BLOCK_K=blocks[2], num_warps=warps, num_stages=stages)
+    bmm_kernel[grid](
+        a,
+        b,
+        c,
+        m,
+        n,
+        k,
+        heads,
+        alpha,
+        *a.stride(),
+        *b.stride(),
+        *c.stride(),
+        BLOCK_M=blocks[0],
+        BLOCK_N=blocks[1],
+        BLOCK_K=blocks[2],
+        num_warps=warps,
+        num_stages=stages,
+    )
 
 
 def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor) -> None:

@@ -38,8 +38,9 @@ def final_sum_kernel(partials_ptr, out_ptr, n_partials, BLOCK: tl.constexpr):
     tl.store(out_ptr, tl.sum(partials, axis=0))
 
 
-def reduction(x: torch.Tensor, out: torch.Tensor, n: int, BLOCK: int = 4096, num_warps: int = 8,
-              max_partials: int = MAX_PARTIALS) -> None:
+def reduction(
+    x: torch.Tensor, out: torch.Tensor, n: int, BLOCK: int = 4096, num_warps: int = 8, max_partials: int = MAX_PARTIALS
+) -> None:
     """out[0] = x[0] + ... + x[n-1] (float32)."""
     n_programs = max(1, min(triton.cdiv(n, BLOCK * BLOCKS_PER_PROGRAM), max_partials))
     partials = torch.empty(n_programs, dtype=torch.float32, device=x.device)

@@ -17,13 +17,16 @@ import triton
 import triton.language as tl
 
 TARGET_PROGRAMS = 1024  # enough programs to fill an H100 (132 SMs x ~8), fixed so results never depend on the GPU
-MIN_CHUNK_BLOCKS = 8  # a program walks 8 blocks or more: its final lane reduction and partials stay small beside its loads
-INDEX_PAST_END = tl.constexpr(2**31 - 1)  # larger than every index: the min over lanes ignores lanes not holding the max
+MIN_CHUNK_BLOCKS = (
+    8  # a program walks 8 blocks or more: its final lane reduction and partials stay small beside its loads
+)
+INDEX_PAST_END = tl.constexpr(
+    2**31 - 1
+)  # larger than every index: the min over lanes ignores lanes not holding the max
 
 
 @triton.jit
-def row_chunk_kernel(x_ptr, sum_ptr, max_ptr, idx_ptr, n_cols, x_row_stride, chunk, n_parts,
-                     BLOCK: tl.constexpr):
+def row_chunk_kernel(x_ptr, sum_ptr, max_ptr, idx_ptr, n_cols, x_row_stride, chunk, n_parts, BLOCK: tl.constexpr):
     """Program (row, part) reduces columns [part * chunk, min((part + 1) * chunk, n_cols)) of its row and
     writes (sum, max, first index of the max) at [row * n_parts + part]: the final outputs when n_parts == 1."""
     row = tl.program_id(0).to(tl.int64)
@@ -59,8 +62,9 @@ def row_chunk_kernel(x_ptr, sum_ptr, max_ptr, idx_ptr, n_cols, x_row_stride, chu
 
 
 @triton.jit
-def combine_parts_kernel(part_sum_ptr, part_max_ptr, part_idx_ptr, sum_ptr, max_ptr, idx_ptr, n_parts,
-                         PARTS: tl.constexpr):
+def combine_parts_kernel(
+    part_sum_ptr, part_max_ptr, part_idx_ptr, sum_ptr, max_ptr, idx_ptr, n_parts, PARTS: tl.constexpr
+):
     """One program per row: its n_parts partials, in column order, to the row's answers."""
     row = tl.program_id(0).to(tl.int64)
     parts = tl.arange(0, PARTS)
@@ -81,21 +85,30 @@ def parts_per_row(n_rows: int, n_cols: int, block: int) -> int:
     return max(1, min(wanted, triton.cdiv(n_cols, MIN_CHUNK_BLOCKS * block)))
 
 
-def row_reduce(x: torch.Tensor, sums: torch.Tensor, maxes: torch.Tensor, argmaxes: torch.Tensor,
-               BLOCK: int = 2048, num_warps: int = 8) -> None:
+def row_reduce(
+    x: torch.Tensor,
+    sums: torch.Tensor,
+    maxes: torch.Tensor,
+    argmaxes: torch.Tensor,
+    BLOCK: int = 2048,
+    num_warps: int = 8,
+) -> None:
     """sums[i] = x[i].sum() (float32), maxes[i] = x[i].max(), argmaxes[i] = first index of it (int64)."""
     n_rows, n_cols = x.shape
     n_parts = parts_per_row(n_rows, n_cols, BLOCK)
     chunk = triton.cdiv(triton.cdiv(n_cols, n_parts), BLOCK) * BLOCK  # whole blocks, so only the last chunk is ragged
     n_parts = triton.cdiv(n_cols, chunk)
     if n_parts == 1:
-        row_chunk_kernel[(n_rows, 1)](x, sums, maxes, argmaxes, n_cols, x.stride(0), chunk, 1,
-                                      BLOCK=BLOCK, num_warps=num_warps)
+        row_chunk_kernel[(n_rows, 1)](
+            x, sums, maxes, argmaxes, n_cols, x.stride(0), chunk, 1, BLOCK=BLOCK, num_warps=num_warps
+        )
         return
     part_sum = torch.empty(n_rows * n_parts, dtype=torch.float32, device=x.device)
     part_max = torch.empty(n_rows * n_parts, dtype=torch.float32, device=x.device)
     part_idx = torch.empty(n_rows * n_parts, dtype=torch.int32, device=x.device)
-    row_chunk_kernel[(n_rows, n_parts)](x, part_sum, part_max, part_idx, n_cols, x.stride(0), chunk, n_parts,
-                                        BLOCK=BLOCK, num_warps=num_warps)
-    combine_parts_kernel[(n_rows,)](part_sum, part_max, part_idx, sums, maxes, argmaxes, n_parts,
-                                    PARTS=triton.next_power_of_2(n_parts), num_warps=4)
+    row_chunk_kernel[(n_rows, n_parts)](
+        x, part_sum, part_max, part_idx, n_cols, x.stride(0), chunk, n_parts, BLOCK=BLOCK, num_warps=num_warps
+    )
+    combine_parts_kernel[(n_rows,)](
+        part_sum, part_max, part_idx, sums, maxes, argmaxes, n_parts, PARTS=triton.next_power_of_2(n_parts), num_warps=4
+    )

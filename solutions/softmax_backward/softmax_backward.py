@@ -13,8 +13,9 @@ import triton.language as tl
 
 
 @triton.jit
-def softmax_backward_kernel(y_ptr, dy_ptr, dx_ptr, y_row_stride, dy_row_stride, dx_row_stride, n_cols,
-                            BLOCK: tl.constexpr):
+def softmax_backward_kernel(
+    y_ptr, dy_ptr, dx_ptr, y_row_stride, dy_row_stride, dx_row_stride, n_cols, BLOCK: tl.constexpr
+):
     row = tl.program_id(0).to(tl.int64)  # 64-bit offsets: row * stride passes 2^31 on big tensors
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
@@ -26,8 +27,9 @@ def softmax_backward_kernel(y_ptr, dy_ptr, dx_ptr, y_row_stride, dy_row_stride, 
 
 
 @triton.jit
-def softmax_backward_long_kernel(y_ptr, dy_ptr, dx_ptr, y_row_stride, dy_row_stride, dx_row_stride, n_cols,
-                                 BLOCK: tl.constexpr):
+def softmax_backward_long_kernel(
+    y_ptr, dy_ptr, dx_ptr, y_row_stride, dy_row_stride, dx_row_stride, n_cols, BLOCK: tl.constexpr
+):
     row = tl.program_id(0).to(tl.int64)
     y_row, dy_row, dx_row = y_ptr + row * y_row_stride, dy_ptr + row * dy_row_stride, dx_ptr + row * dx_row_stride
     partial = tl.zeros([BLOCK], tl.float32)  # one running sum per lane, reduced once at the end

@@ -16,8 +16,9 @@ import triton.language as tl
 
 
 @triton.jit
-def swiglu_kernel(x_ptr, y_ptr, out_ptr, n_cols, x_row_stride, y_row_stride, out_row_stride, blocks_per_row,
-                  BLOCK: tl.constexpr):
+def swiglu_kernel(
+    x_ptr, y_ptr, out_ptr, n_cols, x_row_stride, y_row_stride, out_row_stride, blocks_per_row, BLOCK: tl.constexpr
+):
     pid = tl.program_id(0)
     row = (pid // blocks_per_row).to(tl.int64)  # int64: row * stride passes 2^31 on large tensors
     cols = (pid % blocks_per_row) * BLOCK + tl.arange(0, BLOCK)
@@ -47,5 +48,6 @@ def swiglu(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, BLOCK: int = 409
         num_warps = max(1, min(num_warps, BLOCK // 256))
         strides = (x.stride(0), y.stride(0), out.stride(0))
     blocks_per_row = triton.cdiv(n_cols, BLOCK)
-    swiglu_kernel[(n_rows * blocks_per_row,)](x, y, out, n_cols, *strides, blocks_per_row,
-                                             BLOCK=BLOCK, num_warps=num_warps)
+    swiglu_kernel[(n_rows * blocks_per_row,)](
+        x, y, out, n_cols, *strides, blocks_per_row, BLOCK=BLOCK, num_warps=num_warps
+    )

@@ -40,8 +40,10 @@ def bench(n: int, d: int, causal: bool, kernels: dict) -> None:
     flops = 4 * batch * HEADS * n * n * d * (0.5 if causal else 1.0)
     want = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     sdpa_ms = do_bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
-    print(f"\nB={batch} H={HEADS} N={n} d={d} {'causal' if causal else 'non-causal'}: SDPA {sdpa_ms:.3f} ms, "
-          f"{flops / sdpa_ms / 1e9:.0f} TFLOP/s")
+    print(
+        f"\nB={batch} H={HEADS} N={n} d={d} {'causal' if causal else 'non-causal'}: SDPA {sdpa_ms:.3f} ms, "
+        f"{flops / sdpa_ms / 1e9:.0f} TFLOP/s"
+    )
     for name, fn in kernels.items():
         pointers = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr())
         call = lambda: fn(*pointers, batch, HEADS, n, d, int(causal))  # noqa: E731
@@ -51,8 +53,10 @@ def bench(n: int, d: int, causal: bool, kernels: dict) -> None:
         error = (out.float() - want.float()).abs().max().item()
         ok = torch.allclose(out.float(), want.float(), rtol=2e-2, atol=2e-2)
         ms = do_bench(call)
-        print(f"  {name:30s} {ms:8.3f} ms {flops / ms / 1e9:6.0f} TFLOP/s {100 * sdpa_ms / ms:5.1f}% of SDPA"
-              f"  max error {error:.2e}{'' if ok else '  WRONG RESULT'}")
+        print(
+            f"  {name:30s} {ms:8.3f} ms {flops / ms / 1e9:6.0f} TFLOP/s {100 * sdpa_ms / ms:5.1f}% of SDPA"
+            f"  max error {error:.2e}{'' if ok else '  WRONG RESULT'}"
+        )
 
 
 if __name__ == "__main__":

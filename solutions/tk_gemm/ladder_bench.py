@@ -55,8 +55,10 @@ def bench(size: int, kernels: dict, quick: bool) -> None:
         torch.cuda.synchronize()
         ok = torch.allclose(C.float(), want.float(), rtol=1e-2, atol=1e-1)
         ms = do_bench(call, rep=300 if name.startswith("1 ") else 100)
-        print(f"  {name:48s} {ms:8.3f} ms {flops / ms / 1e9:6.0f} TFLOP/s {100 * cublas_ms / ms:5.1f}% of cuBLAS"
-              f"{'' if ok else '  WRONG RESULT'}")
+        print(
+            f"  {name:48s} {ms:8.3f} ms {flops / ms / 1e9:6.0f} TFLOP/s {100 * cublas_ms / ms:5.1f}% of cuBLAS"
+            f"{'' if ok else '  WRONG RESULT'}"
+        )
 
 
 if __name__ == "__main__":

@@ -67,12 +67,22 @@ def toy_spec(*, before: str = "", after: str = "", replace: dict[str, str] | Non
     return before + text + after
 
 
-ANCHORS = {"variant": 'entry = "toy"\n', "input_a": '[inputs.a]\nshape = ["n"]\n', "output_c": '[outputs.c]\nshape = ["n"]\n',
-           "case_5": "[[cases]]\nn = 5\n", "performance": "threshold = 0.7\n"}
+ANCHORS = {
+    "variant": 'entry = "toy"\n',
+    "input_a": '[inputs.a]\nshape = ["n"]\n',
+    "output_c": '[outputs.c]\nshape = ["n"]\n',
+    "case_5": "[[cases]]\nn = 5\n",
+    "performance": "threshold = 0.7\n",
+}
 
 
-def toy_with(before: str = "", after: str = "", args: list[str] | None = None, replace: dict[str, str] | None = None,
-             **lines: str) -> str:
+def toy_with(
+    before: str = "",
+    after: str = "",
+    args: list[str] | None = None,
+    replace: dict[str, str] | None = None,
+    **lines: str,
+) -> str:
     """TOY_SPEC with lines added to its tables (ANCHORS: variant, input_a, output_c, case_5, performance), the
     variant's `args` and other text replaced, top-level keys put `before` it and tables `after` it."""
     replace = dict(replace or {})
@@ -86,6 +96,7 @@ def toy_with(before: str = "", after: str = "", args: list[str] | None = None, r
 @pytest.fixture
 def exercise_dir(tmp_path):
     """A function writing a toy exercise folder under tmp_path/exercises (spec text and reference optional)."""
+
     def make(spec: str = TOY_SPEC, reference: str = TOY_REFERENCE, name: str = "toy") -> Path:
         return write_exercise(tmp_path / "exercises", spec, reference, name)
 

@@ -28,8 +28,15 @@ def add(inputs: dict, params: dict, k: Any) -> dict:
 class FakeChild:
     """sandbox.Child's side of the protocol, answered in this process the way worker.py answers it."""
 
-    def __init__(self, spec, folder, kernel: Kernel = add, evidence: Callable[[Any], dict] | None = None,
-                 measured: dict | None = None, device: str = "cpu"):
+    def __init__(
+        self,
+        spec,
+        folder,
+        kernel: Kernel = add,
+        evidence: Callable[[Any], dict] | None = None,
+        measured: dict | None = None,
+        device: str = "cpu",
+    ):
         self.spec, self.kernel, self.evidence = spec, kernel, evidence or (lambda k: {})
         self.device, self.visible_devices = device, None
         self.dir = folder
@@ -51,7 +58,10 @@ class FakeChild:
         # timing: the figures the child claims, and how long each probe burst of a contestant takes by the clock
         # (claims of a millisecond or more: the judge's clock sees bursts of microseconds here, and may be late by tens
         # of them on a busy host; 20 ms of claimed runs still fit in the moment the fake's timed phase takes)
-        self.measured = measured or {"learner": {"median_ms": 1.0, "runs": 10}, "solution": {"median_ms": 1.0, "runs": 10}}
+        self.measured = measured or {
+            "learner": {"median_ms": 1.0, "runs": 10},
+            "solution": {"median_ms": 1.0, "runs": 10},
+        }
         self.burst_s: dict[str, float] = {}
         self.timed: list[dict] = []
         self.state = "numerics"
@@ -122,15 +132,18 @@ class FakeChild:
             self.hung = not self.at_trial[k]
             return
         outputs = self._run(message, self.spec.cases[message["case"]].params)
-        self._put({"event": "trial", "k": k, "outputs": outputs, "ops": [], "modified": [], "outside": [],
-                   **self.evidence(k)})
+        self._put(
+            {"event": "trial", "k": k, "outputs": outputs, "ops": [], "modified": [], "outside": [], **self.evidence(k)}
+        )
 
     def _go(self) -> None:
         if self.state == "timing":
             message = self.timed.pop(0)
             outputs = self._run(message, self.spec.performance.cases[message["case"]].params)
-            self._put({"event": "timing_start", "k": message["k"]},
-                      {"event": "timed", "k": message["k"], "measured": self.measured, "outputs": outputs})
+            self._put(
+                {"event": "timing_start", "k": message["k"]},
+                {"event": "timed", "k": message["k"], "measured": self.measured, "outputs": outputs},
+            )
             if not self.timed:
                 self.state = "probe" if message["probe"] else "done"
         elif self.state == "probe":
@@ -149,10 +162,20 @@ class FakeChild:
         self._put({"event": "probe_start", "who": self.bursts[0], "runs": 1})
 
 
-def grade(spec, child: FakeChild, *, timing: bool = False, timeout_s: float = 60.0, seed: int = 1,
-          calibration: dict | None = None, **job) -> GradeResult:
+def grade(
+    spec,
+    child: FakeChild,
+    *,
+    timing: bool = False,
+    timeout_s: float = 60.0,
+    seed: int = 1,
+    calibration: dict | None = None,
+    **job,
+) -> GradeResult:
     result = GradeResult(exercise=spec.id, lang="triton", source="learner", seed=seed)
-    Judge(spec, spec.variant(None), child, result, seed, timeout_s, timing, calibration).run({"learner": "/x/toy.py", **job})
+    Judge(spec, spec.variant(None), child, result, seed, timeout_s, timing, calibration).run(
+        {"learner": "/x/toy.py", **job}
+    )
     return result
 
 

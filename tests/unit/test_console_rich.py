@@ -48,8 +48,14 @@ def tail_never_written() -> list[str]:
 def failed_grade() -> GradeResult:
     result = GradeResult(exercise="softmax", lang="triton", source="learner", seed=5)
     result.add(Check("load", PASSED, "softmax.py: `softmax` loaded"))
-    result.add(Check("numerics", FAILED, "M=40 N=100, trial 1: 160 of 4000 elements of y never written",
-                     {"map": tail_never_written(), "hint": "does your last block handle the tail?\nmask loads and stores"}))
+    result.add(
+        Check(
+            "numerics",
+            FAILED,
+            "M=40 N=100, trial 1: 160 of 4000 elements of y never written",
+            {"map": tail_never_written(), "hint": "does your last block handle the tail?\nmask loads and stores"},
+        )
+    )
     result.add(Check("speed", SKIPPED, "no GPU found: timing skipped"))
     result.output = "debug: [bold]block 3[/bold]\n\x1b[2J\x1b[31mred\x1b[0m"  # markup and escapes of the learner's
     return result.finish()
@@ -111,8 +117,11 @@ def test_without_a_terminal_the_output_is_the_plain_text_byte_for_byte():
     piped = io.StringIO()
     console.print_check(failed_grade().checks[1], piped)
     console.print_verdict(failed_grade(), piped)
-    assert piped.getvalue() == (console.format_check(failed_grade().checks[1]) + "\n"
-                                + "=> FAILED: M=40 N=100, trial 1: 160 of 4000 elements of y never written\n")
+    assert piped.getvalue() == (
+        console.format_check(failed_grade().checks[1])
+        + "\n"
+        + "=> FAILED: M=40 N=100, trial 1: 160 of 4000 elements of y never written\n"
+    )
 
 
 def test_the_plain_text_keeps_its_words_and_layout():
@@ -251,10 +260,12 @@ def test_a_build_shows_no_limit_on_the_live_line():
 
 
 def test_a_quoted_source_line_is_highlighted_and_keeps_its_text_and_caret():
-    message = ("n=1, trial 1: your code raised AttributeError\n"
-               "    typo.py:13 in kernel: y = tl.expp(x - tl.max(x, axis=0))\n"
-               "                          ^^^^^^^\n"
-               "    add.cu:7: out[i] = a[i] + b[i];\x1b[2J")
+    message = (
+        "n=1, trial 1: your code raised AttributeError\n"
+        "    typo.py:13 in kernel: y = tl.expp(x - tl.max(x, axis=0))\n"
+        "                          ^^^^^^^\n"
+        "    add.cu:7: out[i] = a[i] + b[i];\x1b[2J"
+    )
     buffer = io.StringIO()
     Console(file=buffer, force_terminal=True, width=200, color_system="truecolor").print(console.message_text(message))
     shown = buffer.getvalue()

@@ -12,26 +12,31 @@ DYNAMIC = "::kcuda::dynamic_shared()"
 
 
 # ---- rewrite: launches --------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("launch, expected", [
-    ("k<<<grid, block>>>(a, b);", "k | ::kcuda::Config(grid, block)(a, b);"),
-    ("k<<<(n + 255) / 256, 256, 0, stream>>>(x);", "k | ::kcuda::Config((n + 255) / 256, 256, 0, stream)(x);"),
-    ("scale<float, 4><<<g, b, smem>>>(in, out);", "scale<float, 4> | ::kcuda::Config(g, b, smem)(in, out);"),
-    ("k <<< dim3(4, 2), dim3(8, 8) >>> ();", "k  | ::kcuda::Config( dim3(4, 2), dim3(8, 8) ) ();"),
-    ("k<<<1, p->threads()>>>(x);", "k | ::kcuda::Config(1, p->threads())(x);"),
-    ("k<<<1, {16, 16, 1}>>>(x);", "k | ::kcuda::Config(1, {16, 16, 1})(x);"),
-])
+@pytest.mark.parametrize(
+    "launch, expected",
+    [
+        ("k<<<grid, block>>>(a, b);", "k | ::kcuda::Config(grid, block)(a, b);"),
+        ("k<<<(n + 255) / 256, 256, 0, stream>>>(x);", "k | ::kcuda::Config((n + 255) / 256, 256, 0, stream)(x);"),
+        ("scale<float, 4><<<g, b, smem>>>(in, out);", "scale<float, 4> | ::kcuda::Config(g, b, smem)(in, out);"),
+        ("k <<< dim3(4, 2), dim3(8, 8) >>> ();", "k  | ::kcuda::Config( dim3(4, 2), dim3(8, 8) ) ();"),
+        ("k<<<1, p->threads()>>>(x);", "k | ::kcuda::Config(1, p->threads())(x);"),
+        ("k<<<1, {16, 16, 1}>>>(x);", "k | ::kcuda::Config(1, {16, 16, 1})(x);"),
+    ],
+)
 def test_rewrite_turns_launches_into_config_calls(launch, expected):
     assert rewrite(launch) == expected
 
 
 def test_rewrite_keeps_every_line_where_it_was():
-    text = ("__global__ void k(int* x) { x[threadIdx.x] = 1; }\n"
-            "/* a comment\n   over lines */\n"
-            "void run(int* x) {\n"
-            "    k<<<1,\n"
-            "        32>>>(x);  // a launch over two lines\n"
-            "    k<<<2, 32>>>(x); k<<<3, 32>>>(x);\n"
-            "}\n")
+    text = (
+        "__global__ void k(int* x) { x[threadIdx.x] = 1; }\n"
+        "/* a comment\n   over lines */\n"
+        "void run(int* x) {\n"
+        "    k<<<1,\n"
+        "        32>>>(x);  // a launch over two lines\n"
+        "    k<<<2, 32>>>(x); k<<<3, 32>>>(x);\n"
+        "}\n"
+    )
     out = rewrite(text)
     assert out.count("\n") == text.count("\n")
     lines = out.splitlines()
@@ -42,11 +47,13 @@ def test_rewrite_keeps_every_line_where_it_was():
 
 
 def test_rewrite_leaves_comments_and_strings_alone():
-    text = ('// k<<<1, 1>>>(x) in a line comment\n'
-            '/* and k<<<2, 2>>>(x)\n   in a block comment >>> */\n'
-            'printf("<<<%d>>>\\n", 3);\n'
-            'const char* s = "a \\" k<<<1, 1>>>(x) \\" b";\n'
-            'int y = x >> 2, z = w << 3;\n')
+    text = (
+        "// k<<<1, 1>>>(x) in a line comment\n"
+        "/* and k<<<2, 2>>>(x)\n   in a block comment >>> */\n"
+        'printf("<<<%d>>>\\n", 3);\n'
+        'const char* s = "a \\" k<<<1, 1>>>(x) \\" b";\n'
+        "int y = x >> 2, z = w << 3;\n"
+    )
     assert rewrite(text) == text
 
 
@@ -61,8 +68,10 @@ def test_rewrite_leaves_nested_templates_alone():
 
 
 def test_rewrite_translates_known_inline_ptx_line_for_line():
-    text = ('__device__ unsigned sm() {\n  unsigned id;\n  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));\n'
-            '  float y;\n  asm("ex2.approx.f32 %0, %1;"\n      : "=f"(y)\n      : "f"(x));\n  return id;\n}\n')
+    text = (
+        '__device__ unsigned sm() {\n  unsigned id;\n  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));\n'
+        '  float y;\n  asm("ex2.approx.f32 %0, %1;"\n      : "=f"(y)\n      : "f"(x));\n  return id;\n}\n'
+    )
     out = rewrite(text)
     assert out.count("\n") == text.count("\n")
     lines = out.splitlines()
@@ -72,17 +81,22 @@ def test_rewrite_translates_known_inline_ptx_line_for_line():
 
 
 # ---- rewrite: dynamic shared memory ----------------------------------------------------------------------------
-@pytest.mark.parametrize("declaration, expected", [
-    ("extern __shared__ float buf[];", f"float* buf = reinterpret_cast<float*>({DYNAMIC});"),
-    ("extern __shared__ __align__(16) unsigned char smem[];",
-     f"unsigned char* smem = reinterpret_cast<unsigned char*>({DYNAMIC});"),
-    ("extern __shared__ alignas(8) double d[ ];", f"double* d = reinterpret_cast<double*>({DYNAMIC});"),
-    ("extern volatile __shared__ int v[];", f"volatile int* v = reinterpret_cast<volatile int*>({DYNAMIC});"),
-    ("extern __shared__ volatile float w[];", f"volatile float* w = reinterpret_cast<volatile float*>({DYNAMIC});"),
-    ("extern __shared__ T tile[];", f"T* tile = reinterpret_cast<T*>({DYNAMIC});"),
-    ("extern __shared__ float4 quads[];", f"float4* quads = reinterpret_cast<float4*>({DYNAMIC});"),
-    ("extern  __shared__  int\n    spread[];", f"int* spread = reinterpret_cast<int*>({DYNAMIC});"),
-])
+@pytest.mark.parametrize(
+    "declaration, expected",
+    [
+        ("extern __shared__ float buf[];", f"float* buf = reinterpret_cast<float*>({DYNAMIC});"),
+        (
+            "extern __shared__ __align__(16) unsigned char smem[];",
+            f"unsigned char* smem = reinterpret_cast<unsigned char*>({DYNAMIC});",
+        ),
+        ("extern __shared__ alignas(8) double d[ ];", f"double* d = reinterpret_cast<double*>({DYNAMIC});"),
+        ("extern volatile __shared__ int v[];", f"volatile int* v = reinterpret_cast<volatile int*>({DYNAMIC});"),
+        ("extern __shared__ volatile float w[];", f"volatile float* w = reinterpret_cast<volatile float*>({DYNAMIC});"),
+        ("extern __shared__ T tile[];", f"T* tile = reinterpret_cast<T*>({DYNAMIC});"),
+        ("extern __shared__ float4 quads[];", f"float4* quads = reinterpret_cast<float4*>({DYNAMIC});"),
+        ("extern  __shared__  int\n    spread[];", f"int* spread = reinterpret_cast<int*>({DYNAMIC});"),
+    ],
+)
 def test_rewrite_of_extern_shared_forms(declaration, expected):
     kernel = "__global__ void k() {{\n    {}\n}}\n"
     assert rewrite(kernel.format(declaration)) == kernel.format(expected)
@@ -102,34 +116,44 @@ def test_rewrite_of_extern_shared_aligned_to_an_expression():
 UNTRANSLATED = "inline PTX the emulator does not translate at line {} (it translates: "
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("#include <cuda_runtime.h>\n#include <mma.h>\n", "tensor-core instructions (wmma / mma) at line 2"),
-    ("using namespace nvcuda;\n\n\nwmma::fragment<wmma::matrix_a, 16, 16, 16, half, wmma::row_major> a;\n",
-     "tensor-core instructions (wmma / mma) at line 4"),
-    ("void f() {}\n#include <cublas_v2.h>\n", "cuBLAS at line 2"),
-    ("void f(cublasHandle_t h) {\n  cublasSgemm(h, CUBLAS_OP_N);\n}\n", "cuBLAS at line 1"),
-    ("#include <cuda_runtime.h>\n\n#include <cuda_fp8.h>\n", "8-bit floats (__nv_fp8) at line 3"),
-    ("int a;\n__device__ __nv_fp8_e4m3 x;\n", "8-bit floats (__nv_fp8) at line 2"),
-    ("#include <cooperative_groups.h>\n", "cooperative groups at line 1"),
-    ("namespace kittens {}\nusing T = kittens::st_bf<64, 64>;\n", "ThunderKittens at line 2"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("#include <cuda_runtime.h>\n#include <mma.h>\n", "tensor-core instructions (wmma / mma) at line 2"),
+        (
+            "using namespace nvcuda;\n\n\nwmma::fragment<wmma::matrix_a, 16, 16, 16, half, wmma::row_major> a;\n",
+            "tensor-core instructions (wmma / mma) at line 4",
+        ),
+        ("void f() {}\n#include <cublas_v2.h>\n", "cuBLAS at line 2"),
+        ("void f(cublasHandle_t h) {\n  cublasSgemm(h, CUBLAS_OP_N);\n}\n", "cuBLAS at line 1"),
+        ("#include <cuda_runtime.h>\n\n#include <cuda_fp8.h>\n", "8-bit floats (__nv_fp8) at line 3"),
+        ("int a;\n__device__ __nv_fp8_e4m3 x;\n", "8-bit floats (__nv_fp8) at line 2"),
+        ("#include <cooperative_groups.h>\n", "cooperative groups at line 1"),
+        ("namespace kittens {}\nusing T = kittens::st_bf<64, 64>;\n", "ThunderKittens at line 2"),
+    ],
+)
 def test_unsupported_names_what_and_where(text, expected):
     assert unsupported(text) == expected
 
 
-@pytest.mark.parametrize("text, line", [
-    ('__global__ void k() {\n  int x;\n\n  asm volatile("membar.gl;");\n}\n', 4),
-    ('__device__ int lane() {\n  int l; asm("mov.u32 %0, %%clock;" : "=r"(l));\n  return l;\n}\n', 2),
-    ('__device__ void f() {\n  __asm__ __volatile__(\n    "bar.sync 1, 64;"\n  );\n}\n', 2),
-])
+@pytest.mark.parametrize(
+    "text, line",
+    [
+        ('__global__ void k() {\n  int x;\n\n  asm volatile("membar.gl;");\n}\n', 4),
+        ('__device__ int lane() {\n  int l; asm("mov.u32 %0, %%clock;" : "=r"(l));\n  return l;\n}\n', 2),
+        ('__device__ void f() {\n  __asm__ __volatile__(\n    "bar.sync 1, 64;"\n  );\n}\n', 2),
+    ],
+)
 def test_unsupported_inline_ptx_with_its_line(text, line):
     assert unsupported(text).startswith(UNTRANSLATED.format(line))
 
 
 def test_unsupported_lets_through_the_inline_ptx_it_translates_and_16_bit_floats():
-    text = ('#include <cuda_fp16.h>\n__device__ unsigned sm() {\n  unsigned id;\n'
-            '  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));\n  return id;\n}\n'
-            "__device__ __half h; __device__ __nv_bfloat16 b;\n")
+    text = (
+        "#include <cuda_fp16.h>\n__device__ unsigned sm() {\n  unsigned id;\n"
+        '  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));\n  return id;\n}\n'
+        "__device__ __half h; __device__ __nv_bfloat16 b;\n"
+    )
     assert unsupported(text) is None
 
 
@@ -139,18 +163,25 @@ def test_unsupported_counts_lines_through_comments_and_strings():
 
 
 def test_unsupported_ignores_the_words_in_comments_strings_and_other_names():
-    text = ("// asm(\"nop\"), wmma::mma_sync, __half, cublasSgemm: not here\n"
-            "/* asm volatile(\"membar.gl;\");\n   #include <mma.h>\n   __nv_fp8_e4m3 x; cublasCreate(&h); */\n"
-            'printf("asm(%d) wmma::x cublas\\n", 1);\n'
-            "float plasma(float x) { return x; }\n"
-            "int asm_count, my__half_count;\n"
-            "__global__ void k(float* y) { y[threadIdx.x] = plasma(1.0f); }\n")
+    text = (
+        '// asm("nop"), wmma::mma_sync, __half, cublasSgemm: not here\n'
+        '/* asm volatile("membar.gl;");\n   #include <mma.h>\n   __nv_fp8_e4m3 x; cublasCreate(&h); */\n'
+        'printf("asm(%d) wmma::x cublas\\n", 1);\n'
+        "float plasma(float x) { return x; }\n"
+        "int asm_count, my__half_count;\n"
+        "__global__ void k(float* y) { y[threadIdx.x] = plasma(1.0f); }\n"
+    )
     assert unsupported(text) is None
 
 
 def test_unsupported_sees_no_problem_in_a_plain_kernel():
-    assert unsupported("__global__ void add(const float* a, float* b, int n) {\n"
-                       "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) b[i] += a[i];\n}\n") is None
+    assert (
+        unsupported(
+            "__global__ void add(const float* a, float* b, int n) {\n"
+            "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) b[i] += a[i];\n}\n"
+        )
+        is None
+    )
 
 
 def test_unsupported_sees_a_quoted_include():
@@ -205,14 +236,18 @@ kcourse-emu: in kernel write_all(int*), block (0, 0, 0), thread (0, 0, 0)
 def test_explain_an_out_of_bounds_read():
     code, message = explain("RESULT partial\n" + ASAN_OVERFLOW)
     assert code == "memory_error"
-    assert message.startswith("your code read or wrote past the end (or before the start) of an array (read of 4 "
-                              "bytes) at copy.cu:6 in copy_shifted; in kernel copy_shifted(float const*, float*), "
-                              "block (0, 0, 0), thread (17, 0, 0). AddressSanitizer checked it")
+    assert message.startswith(
+        "your code read or wrote past the end (or before the start) of an array (read of 4 "
+        "bytes) at copy.cu:6 in copy_shifted; in kernel copy_shifted(float const*, float*), "
+        "block (0, 0, 0), thread (17, 0, 0). AddressSanitizer checked it"
+    )
 
 
 def test_explain_use_after_free_and_a_report_without_a_frame_of_the_learner():
-    output = ("==1==ERROR: AddressSanitizer: heap-use-after-free on address 0x6 at pc 0x7 bp 0x8 sp 0x9\n"
-              "WRITE of size 8 at 0x6 thread T0\n    #0 0x7 in memset ../../src/libsanitizer/interceptors.inc:799\n")
+    output = (
+        "==1==ERROR: AddressSanitizer: heap-use-after-free on address 0x6 at pc 0x7 bp 0x8 sp 0x9\n"
+        "WRITE of size 8 at 0x6 thread T0\n    #0 0x7 in memset ../../src/libsanitizer/interceptors.inc:799\n"
+    )
     code, message = explain(output)
     assert code == "memory_error"
     assert message.startswith("your code used memory after cudaFree (write of 8 bytes). AddressSanitizer")
@@ -229,11 +264,16 @@ def test_explain_a_null_pointer():
 
 
 def test_explain_an_emulator_fault():
-    output = ("some learner output\n"
-              "kcourse-emu: the kernel called __trap()\n"
-              "kcourse-emu: in kernel trap_on_three(int*), block (0, 0, 0), thread (3, 0, 0)\n")
-    assert explain(output) == ("emulated_fault", "your kernel stopped on the CPU emulator: the kernel called __trap(); "
-                                                 "in kernel trap_on_three(int*), block (0, 0, 0), thread (3, 0, 0)")
+    output = (
+        "some learner output\n"
+        "kcourse-emu: the kernel called __trap()\n"
+        "kcourse-emu: in kernel trap_on_three(int*), block (0, 0, 0), thread (3, 0, 0)\n"
+    )
+    assert explain(output) == (
+        "emulated_fault",
+        "your kernel stopped on the CPU emulator: the kernel called __trap(); "
+        "in kernel trap_on_three(int*), block (0, 0, 0), thread (3, 0, 0)",
+    )
 
 
 def test_explain_says_nothing_of_other_output():

@@ -13,8 +13,10 @@ from grader.core.spec import load_spec
 
 from .conftest import toy_spec
 
-LADDER = "# Toy\n\n## Ladder\n\n1. **Naive**: one element a thread (about 10% of roofline).\n" \
-         "2. **Vectorised**: float4 loads (about 60% of roofline).\n3. **Persistent**: a grid-stride loop (about 85% of roofline).\n"
+LADDER = (
+    "# Toy\n\n## Ladder\n\n1. **Naive**: one element a thread (about 10% of roofline).\n"
+    "2. **Vectorised**: float4 loads (about 60% of roofline).\n3. **Persistent**: a grid-stride loop (about 85% of roofline).\n"
+)
 
 
 @pytest.fixture
@@ -31,7 +33,9 @@ def hint(spec, check: Check, lang: str = "triton", **fields) -> str | None:
 
 
 def speed_check(ratio: float, roofline_pct: float | None = None) -> Check:
-    return Check("speed", FAILED, "n=64: slow", {"ratio": ratio, "threshold": 0.7, "roofline_pct": roofline_pct, "code": "slow"})
+    return Check(
+        "speed", FAILED, "n=64: slow", {"ratio": ratio, "threshold": 0.7, "roofline_pct": roofline_pct, "code": "slow"}
+    )
 
 
 def test_the_speed_hint_names_the_next_step_above_the_learners_roofline(tuned):
@@ -41,7 +45,9 @@ def test_the_speed_hint_names_the_next_step_above_the_learners_roofline(tuned):
 
 
 def test_close_to_the_bar_the_speed_hint_offers_the_tuner(tuned):
-    assert "`kcourse tune toy` times your kernel over the exercise's configurations" in hint(tuned, speed_check(0.6, 70))
+    assert "`kcourse tune toy` times your kernel over the exercise's configurations" in hint(
+        tuned, speed_check(0.6, 70)
+    )
 
 
 def test_past_the_last_figure_the_last_step_is_next():
@@ -59,20 +65,35 @@ def test_a_speed_check_without_a_ratio_gets_no_hint(tuned):
     assert hint(tuned, Check("speed", FAILED, "x", {"code": "gpu_shared"})) is None
 
 
-@pytest.mark.parametrize("code, cuda_words, triton_words", [
-    ("timeout", "__syncthreads() inside a branch", "Triton interpreter"),
-    ("crash", "compute-sanitizer", "mask every access with offsets < n"),
-])
+@pytest.mark.parametrize(
+    "code, cuda_words, triton_words",
+    [
+        ("timeout", "__syncthreads() inside a branch", "Triton interpreter"),
+        ("crash", "compute-sanitizer", "mask every access with offsets < n"),
+    ],
+)
 def test_run_failures_are_explained_in_the_learners_language(toy, code, cuda_words, triton_words):
     check = lambda: Check("run", FAILED, "x", {"code": code})  # noqa: E731
     assert cuda_words in hint(toy, check(), lang="cuda") and triton_words in hint(toy, check(), lang="triton")
 
 
 def test_wrong_values_only_past_an_aligned_index_point_at_the_last_block(toy):
-    check = Check("numerics", FAILED, "n=2048, trial 1: 1024 of 2048 elements of c wrong",
-                  {"code": "mismatch", "wrong": 1024, "first_index": 1024, "last_wrong": 2047, "total": 2048, "case": {"n": 2048}})
-    assert hint(toy, check).startswith("only the last 1024 elements (from index 1024 = 1 × 1024, where a block of 1024 "
-                                       "starts) are wrong")
+    check = Check(
+        "numerics",
+        FAILED,
+        "n=2048, trial 1: 1024 of 2048 elements of c wrong",
+        {
+            "code": "mismatch",
+            "wrong": 1024,
+            "first_index": 1024,
+            "last_wrong": 2047,
+            "total": 2048,
+            "case": {"n": 2048},
+        },
+    )
+    assert hint(toy, check).startswith(
+        "only the last 1024 elements (from index 1024 = 1 × 1024, where a block of 1024 starts) are wrong"
+    )
 
 
 def test_a_hint_that_fails_leaves_the_check_without_one(toy, monkeypatch):

@@ -67,8 +67,15 @@ def test_the_check_finds_a_cycle_when_there_is_one():
 # The packages by layer, lowest first (grader/*/__init__.py say what each owns). A module imports from its own
 # layer or below: the child (beside learner code) never from the parent's `run`, and nothing below the top from
 # the commands or the reports.
-LAYERS = (("core",), ("toolchain",), ("cuda_cpu",), ("checks",), ("child",), ("run",),
-          ("commands", "reports", "capstone", "cli", "__main__"))
+LAYERS = (
+    ("core",),
+    ("toolchain",),
+    ("cuda_cpu",),
+    ("checks",),
+    ("child",),
+    ("run",),
+    ("commands", "reports", "capstone", "cli", "__main__"),
+)
 
 
 def layer(module: str) -> int:
@@ -92,7 +99,8 @@ def test_the_module_map_in_docs_is_generated_from_the_current_docstrings():
     if not script.exists():
         pytest.skip("scripts/module_map.py is the instructors' (not in the learner's kit)")
     assert subprocess.run([sys.executable, str(script), "--check"]).returncode == 0, (
-        "docs/architecture.md is stale: run `python scripts/module_map.py`")
+        "docs/architecture.md is stale: run `python scripts/module_map.py`"
+    )
 
 
 def test_every_import_of_a_grader_name_anywhere_resolves():
@@ -108,6 +116,9 @@ def test_every_import_of_a_grader_name_anywhere_resolves():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("grader"):
                 module = importlib.import_module(node.module)
-                wrong += [f"{path.relative_to(root)}:{node.lineno}: {node.module}.{a.name}" for a in node.names
-                          if not hasattr(module, a.name) and importlib.util.find_spec(f"{node.module}.{a.name}") is None]
+                wrong += [
+                    f"{path.relative_to(root)}:{node.lineno}: {node.module}.{a.name}"
+                    for a in node.names
+                    if not hasattr(module, a.name) and importlib.util.find_spec(f"{node.module}.{a.name}") is None
+                ]
     assert wrong == []

@@ -51,6 +51,7 @@ def matrix(exercise_dir):
 
 # --- drawing -------------------------------------------------------------------------------------
 
+
 def test_the_same_seed_draws_the_same_inputs_and_another_seed_others(toy):
     case = toy.cases[1]
     first, again, other = generate(toy, case, 7), generate(toy, case, 7), generate(toy, case, 8)
@@ -62,7 +63,9 @@ def test_the_same_seed_draws_the_same_inputs_and_another_seed_others(toy):
 def test_inputs_come_contiguous_in_the_case_dtype_with_the_spec_shape(toy):
     drawn = generate(toy, toy.cases[1], 1)
     assert {n: (tuple(t.shape), t.dtype, t.is_contiguous()) for n, t in drawn.items()} == {
-        "a": ((37,), torch.float32, True), "b": ((37,), torch.float32, True)}
+        "a": ((37,), torch.float32, True),
+        "b": ((37,), torch.float32, True),
+    }
     assert bool((drawn["a"] != 0).all())  # zeros would hide unwritten outputs
 
 
@@ -87,8 +90,16 @@ def test_bounded_inits_stay_in_their_range(init, low, high):
 
 
 def test_integer_inputs_are_small_and_never_zero_and_bytes_cover_all_values(exercise_dir):
-    spec = load_spec(exercise_dir(toy_spec(replace={'[inputs.a]\nshape = ["n"]': '[inputs.a]\nshape = ["n"]\ndtype = "int32"',
-                                                    '[inputs.b]\nshape = ["n"]': '[inputs.b]\nshape = ["n"]\ndtype = "uint8"'})))
+    spec = load_spec(
+        exercise_dir(
+            toy_spec(
+                replace={
+                    '[inputs.a]\nshape = ["n"]': '[inputs.a]\nshape = ["n"]\ndtype = "int32"',
+                    '[inputs.b]\nshape = ["n"]': '[inputs.b]\nshape = ["n"]\ndtype = "uint8"',
+                }
+            )
+        )
+    )
     drawn = generate(spec, Case({"n": 4000}), 2)
     assert drawn["a"].dtype == torch.int32 and 1 <= int(drawn["a"].min()) and int(drawn["a"].max()) < 100
     assert drawn["b"].dtype == torch.uint8 and int(drawn["b"].min()) == 0 and int(drawn["b"].max()) == 255
@@ -210,7 +221,10 @@ def test_an_unknown_layout_is_refused():
 
 # --- poisoned outputs ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.uint8])
+
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.uint8]
+)
 def test_a_poisoned_tensor_reads_as_unwritten_until_written(dtype):
     t = poison(torch.empty(4, dtype=dtype))
     assert bool(unwritten(t).all())
@@ -259,8 +273,9 @@ def test_transposed_and_interleaved_outputs_have_their_layout(matrix):
 
 
 def test_an_output_named_like_an_input_is_updated_in_place_from_its_values(exercise_dir):
-    spec = load_spec(exercise_dir(toy_with(output_c='[outputs.a]\nshape = ["n"]'),
-                                  "def reference(a, b):\n    return a + b, a\n"))
+    spec = load_spec(
+        exercise_dir(toy_with(output_c='[outputs.a]\nshape = ["n"]'), "def reference(a, b):\n    return a + b, a\n")
+    )
     assert in_place_names(spec) == ["a"]
     drawn = generate(spec, spec.cases[0], 1)
     outs = make_outputs(spec, spec.cases[0], "cpu", drawn)
@@ -270,8 +285,17 @@ def test_an_output_named_like_an_input_is_updated_in_place_from_its_values(exerc
 
 # --- files between the processes -----------------------------------------------------------------
 
-@pytest.mark.parametrize("tensor", [torch.randn(3, 5), torch.randn(4).to(torch.bfloat16), torch.arange(6).reshape(2, 3),
-                                    torch.empty(0, 3), torch.randn(4, 3).t()])
+
+@pytest.mark.parametrize(
+    "tensor",
+    [
+        torch.randn(3, 5),
+        torch.randn(4).to(torch.bfloat16),
+        torch.arange(6).reshape(2, 3),
+        torch.empty(0, 3),
+        torch.randn(4, 3).t(),
+    ],
+)
 def test_a_tensor_survives_the_raw_file_round_trip(tmp_path, tensor):
     meta = save_tensor(tensor, tmp_path / "t.bin")
     back = load_tensor(meta)

@@ -15,7 +15,12 @@ def test_timed_figures_the_judges_clock_agrees_with_give_the_speed_verdict(toy, 
     child = toy_child(measured={"learner": {"median_ms": 1.0, "runs": 10}, "solution": {"median_ms": 0.8, "runs": 10}})
     result = grade(toy, child, timing=True)
     speed = last(result)
-    assert (speed.name, speed.status, speed.details["code"], speed.details["bar"]) == ("speed", PASSED, "ok", "live solution")
+    assert (speed.name, speed.status, speed.details["code"], speed.details["bar"]) == (
+        "speed",
+        PASSED,
+        "ok",
+        "live solution",
+    )
     assert speed.details["ratio"] == pytest.approx(0.8)
     assert [t.case for t in result.timings] == ["n=64"]
     assert child.sent[-1] == {"probe_again": False}

@@ -24,13 +24,17 @@ BUILD_ERROR = Check("build", ERROR, "nvcc crashed")
 SPEED_SKIPPED = Check("speed", SKIPPED, "no GPU: timing needs one")
 
 
-@pytest.mark.parametrize("checks, status", [
-    ([NUMERICS_OK, SPEED_SLOW, BUILD_ERROR], ERROR),
-    ([NUMERICS_OK, SPEED_SLOW], FAILED),
-    ([NUMERICS_OK, SPEED_SKIPPED], PASSED),
-    ([Check("compile", PASSED, "built")], SKIPPED),  # compiled here, never run: not "passed"
-    ([], SKIPPED),
-], ids=["an error beats a failure", "a failure beats a pass", "numerics passed", "only compiled", "nothing"])
+@pytest.mark.parametrize(
+    "checks, status",
+    [
+        ([NUMERICS_OK, SPEED_SLOW, BUILD_ERROR], ERROR),
+        ([NUMERICS_OK, SPEED_SLOW], FAILED),
+        ([NUMERICS_OK, SPEED_SKIPPED], PASSED),
+        ([Check("compile", PASSED, "built")], SKIPPED),  # compiled here, never run: not "passed"
+        ([], SKIPPED),
+    ],
+    ids=["an error beats a failure", "a failure beats a pass", "numerics passed", "only compiled", "nothing"],
+)
 def test_the_overall_status_puts_failures_first_and_passes_only_run_numerics(checks, status):
     assert overall_status(checks) == status
 
@@ -40,8 +44,10 @@ def test_the_verdict_of_a_failed_grade_is_the_first_failures_first_line():
 
 
 def test_the_verdict_of_a_passed_grade_lists_what_passed_and_why_the_rest_was_skipped():
-    assert summary_verdict([Check("load", PASSED, ""), NUMERICS_OK, SPEED_SKIPPED]) == \
-        "passed: load, numerics; skipped: speed (no GPU)"
+    assert (
+        summary_verdict([Check("load", PASSED, ""), NUMERICS_OK, SPEED_SKIPPED])
+        == "passed: load, numerics; skipped: speed (no GPU)"
+    )
     assert summary_verdict([]) == "nothing could run here"
 
 

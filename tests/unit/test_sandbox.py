@@ -25,11 +25,14 @@ def test_a_timeout_names_the_limit_and_the_last_step():
     assert message.startswith("your code ran past the 60 s limit while checking n=5, trial 1 and was stopped")
 
 
-@pytest.mark.parametrize("returncode, name, hint", [
-    (-signal.SIGSEGV, "SIGSEGV", "a bad pointer"),
-    (-signal.SIGABRT, "SIGABRT", "an assertion or a C++ exception"),
-    (-signal.SIGFPE, "SIGFPE", "an integer division by zero"),
-])
+@pytest.mark.parametrize(
+    "returncode, name, hint",
+    [
+        (-signal.SIGSEGV, "SIGSEGV", "a bad pointer"),
+        (-signal.SIGABRT, "SIGABRT", "an assertion or a C++ exception"),
+        (-signal.SIGFPE, "SIGFPE", "an integer division by zero"),
+    ],
+)
 def test_a_signal_is_a_crash_named_with_its_likely_cause(returncode, name, hint):
     code, message = death_message(Death(False, returncode, "loading your code"), 60.0)
     assert code == "crash"
@@ -37,8 +40,10 @@ def test_a_signal_is_a_crash_named_with_its_likely_cause(returncode, name, hint)
 
 
 def test_a_signal_without_a_known_cause_is_named_alone():
-    assert death_message(Death(False, -signal.SIGKILL, "timing n=64"), 1.0) == \
-        ("crash", "your code crashed with SIGKILL while timing n=64")
+    assert death_message(Death(False, -signal.SIGKILL, "timing n=64"), 1.0) == (
+        "crash",
+        "your code crashed with SIGKILL while timing n=64",
+    )
 
 
 @pytest.mark.parametrize("returncode, status", [(3, "exit status 3"), (0, "exit status 0"), (None, "exit status 0")])
@@ -59,6 +64,7 @@ def test_a_timeout_wins_over_the_signal_that_ended_it():
 
 # --- trim ------------------------------------------------------------------------------------------
 
+
 def test_short_output_is_kept_whole():
     assert trim("hello\nworld\n") == "hello\nworld\n"
 
@@ -71,12 +77,15 @@ def test_long_output_keeps_its_end_and_says_so():
 
 
 def test_torch_profiler_noise_is_removed_before_trimming():
-    noisy = ("mine\nUSDT:2026-01-02 10:11:12 1234 Sync.cpp:52] profiler_start\n"
-             "WARNING:2026-01-02 10:11:12 x.cpp:7] profiler_stop\nalso mine\n")
+    noisy = (
+        "mine\nUSDT:2026-01-02 10:11:12 1234 Sync.cpp:52] profiler_start\n"
+        "WARNING:2026-01-02 10:11:12 x.cpp:7] profiler_stop\nalso mine\n"
+    )
     assert trim(noisy) == "mine\nalso mine\n"
 
 
 # --- the child's environment -----------------------------------------------------------------------
+
 
 def test_the_child_imports_the_course_first_and_keeps_the_callers_path(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", "/elsewhere")
@@ -120,7 +129,7 @@ def test_prewarming_is_asked_for_the_kinds_that_pay_for_it():
 # Runs the JSON list in FAKE_SCRIPT: {"event": {...}} sends it, {"raw": "text"} writes text as is, {"echo": true}
 # sends the next stdin line back as an "echo" event, {"sleep": s}, {"print": text} to stdout, {"signal": "SIGSEGV"},
 # {"exit": code}, {"spawn": true} starts a sleeping grandchild and sends its pid, {"drain": true} reads stdin to EOF.
-FAKE_CHILD = r'''
+FAKE_CHILD = r"""
 import json, os, signal, subprocess, sys, time
 fd = int(sys.argv[1])
 def write(text):
@@ -147,7 +156,7 @@ for step in json.loads(os.environ["FAKE_SCRIPT"]):
         write(json.dumps({"event": "spawned", "pid": grandchild.pid}) + "\n")
     elif "drain" in step:
         sys.stdin.read()
-'''
+"""
 
 READY = {"event": {"event": "ready", "device": {"type": "cpu"}}}
 
@@ -207,8 +216,9 @@ def test_a_child_that_exits_is_gone_and_its_status_kept(fake_child):
     assert child.proc.wait(5) == 7
 
 
-@pytest.mark.parametrize("line, text", [("not json\n", "not json"), ("[1, 2]\n", "[1, 2]"),
-                                        ('{"no": "event"}\n', '{"no": "event"}')])
+@pytest.mark.parametrize(
+    "line, text", [("not json\n", "not json"), ("[1, 2]\n", "[1, 2]"), ('{"no": "event"}\n', '{"no": "event"}')]
+)
 def test_a_line_that_is_no_event_comes_back_garbled(fake_child, line, text):
     child = fake_child({"raw": line})
     assert child.event(soon()) == {"event": "garbled", "text": text}

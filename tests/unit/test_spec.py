@@ -63,7 +63,9 @@ def test_accumulated_rtol_grows_with_the_square_root_of_the_sum_length():
 
 
 def test_an_output_with_its_own_tolerance_table_is_judged_by_it(exercise_dir):
-    spec = load_spec(exercise_dir(toy_with(output_c='tolerance = "loose"', after="[tolerance.loose]\natol = 0.1\nrtol = 0.2\n")))
+    spec = load_spec(
+        exercise_dir(toy_with(output_c='tolerance = "loose"', after="[tolerance.loose]\natol = 0.1\nrtol = 0.2\n"))
+    )
     assert spec.tolerance_of(spec.cases[0], spec.outputs[0]) == Tolerance(0.1, 0.2)
     assert spec.tolerance_of(spec.cases[0]) == Tolerance(1e-6, 1e-6)
 
@@ -73,7 +75,9 @@ def test_a_missing_tolerance_for_a_dtype_names_the_table_to_add(toy):
         toy.tolerance_for("float16")
 
 
-TWO_VERSIONS = toy_spec(after='[variants.cuda]\nkind = "cuda"\nstub = "toy.cu"\nentry = "toy"\nargs = ["a", "b", "c", "n"]\n')
+TWO_VERSIONS = toy_spec(
+    after='[variants.cuda]\nkind = "cuda"\nstub = "toy.cu"\nentry = "toy"\nargs = ["a", "b", "c", "n"]\n'
+)
 
 
 def test_two_versions_without_a_default_ask_for_lang(exercise_dir):
@@ -98,8 +102,10 @@ def test_a_language_finds_the_only_version_in_it_whatever_its_name(exercise_dir)
 def test_loading_a_spec_imports_no_torch(exercise_dir):
     """The worker's start-up overlaps the parent's: a spec load that imported torch would serialise them."""
     folder = exercise_dir()
-    code = f"import sys; from grader.core.spec import load_spec; load_spec(__import__('pathlib').Path({str(folder)!r})); " \
-           "sys.exit('torch' in sys.modules)"
+    code = (
+        f"import sys; from grader.core.spec import load_spec; load_spec(__import__('pathlib').Path({str(folder)!r})); "
+        "sys.exit('torch' in sys.modules)"
+    )
     assert subprocess.run([sys.executable, "-c", code], cwd=course_root()).returncode == 0
 
 
@@ -120,91 +126,159 @@ NO_CASES = TOY_SPEC.replace(CASE_5, "").replace("[[cases]]\nn = 37\n", "")
 
 # (what is wrong, the spec text, what the message must say)
 MALFORMED = [
-    ("unknown kind", toy_spec(replace={'kind = "triton"': 'kind = "opencl"'}), "variants.triton.kind = 'opencl'; known kinds"),
+    (
+        "unknown kind",
+        toy_spec(replace={'kind = "triton"': 'kind = "opencl"'}),
+        "variants.triton.kind = 'opencl'; known kinds",
+    ),
     ("upper-case version name", toy_spec(replace={"[variants.triton]": "[variants.Triton]"}), "lower case letters"),
-    ("a language name of another kind", toy_spec(replace={"[variants.triton]": "[variants.cuda]"}),
-     "[variants.cuda] has kind 'triton', a triton kind: name it triton"),
-    ("no cases", 'cases = []\n' + NO_CASES, "at least one [[cases]] entry is needed"),
-    ("id differs from folder", toy_spec(replace={'id = "toy"': 'id = "other"'}), "id 'other' differs from its folder name 'toy'"),
-    ("argument of nothing", toy_with(args=["a", "b", "c", "m"]),
-     "argument 'm' of triton is neither a tensor nor a case parameter"),
-    ("a parameter only some cases have", toy_with(args=["a", "b", "c", "k"], case_5="k = 2"),
-     "argument 'k' of triton is neither"),
-    ("stride of no tensor", toy_with(args=["a", "b", "c", "z.stride(0)"]),
-     "'z' is not a tensor of the spec"),
-    ("stride dimension out of range", toy_with(args=["a", "b", "c", "a.stride(1)"]),
-     "a has 1 dimension(s); give a dimension from 0 to 0"),
-    ("unknown tensor dtype", toy_with(input_a='dtype = "float8"'),
-     "a.dtype = 'float8'; known:"),
-    ("unknown init", toy_with(input_a='init = "zeros"'),
-     "a.init = 'zeros'; known: normal, uniform, positive"),
-    ("an input with a tolerance", toy_with(input_a='tolerance = "x"'),
-     "inputs.a.tolerance: only outputs are judged"),
-    ("an input with a check", toy_with(input_a='check = "ok"'),
-     "inputs have no check: remove it"),
-    ("a transform that is no name", toy_with(input_a='transform = "a b"'),
-     "a.transform = 'a b': name a function"),
+    (
+        "a language name of another kind",
+        toy_spec(replace={"[variants.triton]": "[variants.cuda]"}),
+        "[variants.cuda] has kind 'triton', a triton kind: name it triton",
+    ),
+    ("no cases", "cases = []\n" + NO_CASES, "at least one [[cases]] entry is needed"),
+    (
+        "id differs from folder",
+        toy_spec(replace={'id = "toy"': 'id = "other"'}),
+        "id 'other' differs from its folder name 'toy'",
+    ),
+    (
+        "argument of nothing",
+        toy_with(args=["a", "b", "c", "m"]),
+        "argument 'm' of triton is neither a tensor nor a case parameter",
+    ),
+    (
+        "a parameter only some cases have",
+        toy_with(args=["a", "b", "c", "k"], case_5="k = 2"),
+        "argument 'k' of triton is neither",
+    ),
+    ("stride of no tensor", toy_with(args=["a", "b", "c", "z.stride(0)"]), "'z' is not a tensor of the spec"),
+    (
+        "stride dimension out of range",
+        toy_with(args=["a", "b", "c", "a.stride(1)"]),
+        "a has 1 dimension(s); give a dimension from 0 to 0",
+    ),
+    ("unknown tensor dtype", toy_with(input_a='dtype = "float8"'), "a.dtype = 'float8'; known:"),
+    ("unknown init", toy_with(input_a='init = "zeros"'), "a.init = 'zeros'; known: normal, uniform, positive"),
+    ("an input with a tolerance", toy_with(input_a='tolerance = "x"'), "inputs.a.tolerance: only outputs are judged"),
+    ("an input with a check", toy_with(input_a='check = "ok"'), "inputs have no check: remove it"),
+    ("a transform that is no name", toy_with(input_a='transform = "a b"'), "a.transform = 'a b': name a function"),
     ("a case dtype without tolerance", toy_with(case_5='dtype = "float16"\n'), "no [tolerance.float16]"),
-    ("a case tolerance naming no table", toy_with(case_5='tolerance = "loose"\n'),
-     "tolerance = 'loose' names no table"),
-    ("an output tolerance naming no table", toy_with(output_c='tolerance = "loose"'),
-     "outputs.c.tolerance = 'loose' names no table"),
-    ("case options for an unknown tensor", toy_with(case_5='inputs = { z = { scale = 2 } }\n'),
-     "inputs.z is not one of the spec's inputs"),
-    ("an unknown layout", toy_with(case_5='inputs = { a = { layout = "diagonal" } }\n'),
-     "inputs.a.layout = 'diagonal'; known: contiguous, row_slice, transposed, interleaved"),
-    ("interleaved on a vector", toy_with(case_5='outputs = { c = { layout = "interleaved" } }\n'),
-     "swaps dimensions 1 and 2 in memory: c has 1"),
-    ("an unknown special", toy_with(case_5='inputs = { a = { special = "nan" } }\n'),
-     "inputs.a.special = 'nan'; known:"),
-    ("an output transform", toy_with(case_5='outputs = { c = { transform = "f" } }\n'),
-     "outputs have none"),
+    (
+        "a case tolerance naming no table",
+        toy_with(case_5='tolerance = "loose"\n'),
+        "tolerance = 'loose' names no table",
+    ),
+    (
+        "an output tolerance naming no table",
+        toy_with(output_c='tolerance = "loose"'),
+        "outputs.c.tolerance = 'loose' names no table",
+    ),
+    (
+        "case options for an unknown tensor",
+        toy_with(case_5="inputs = { z = { scale = 2 } }\n"),
+        "inputs.z is not one of the spec's inputs",
+    ),
+    (
+        "an unknown layout",
+        toy_with(case_5='inputs = { a = { layout = "diagonal" } }\n'),
+        "inputs.a.layout = 'diagonal'; known: contiguous, row_slice, transposed, interleaved",
+    ),
+    (
+        "interleaved on a vector",
+        toy_with(case_5='outputs = { c = { layout = "interleaved" } }\n'),
+        "swaps dimensions 1 and 2 in memory: c has 1",
+    ),
+    (
+        "an unknown special",
+        toy_with(case_5='inputs = { a = { special = "nan" } }\n'),
+        "inputs.a.special = 'nan'; known:",
+    ),
+    ("an output transform", toy_with(case_5='outputs = { c = { transform = "f" } }\n'), "outputs have none"),
     ("an unknown reference device", 'reference_device = "tpu"\n' + TOY_SPEC, "reference_device = 'tpu'"),
-    ("a default_lang of no version", 'default_lang = "cuda"\n' + TOY_SPEC,
-     "default_lang = 'cuda' is not one of its variants (triton)"),
-    ("an unknown variant dtype", toy_with(variant='dtypes = ["float8"]'),
-     "variants.triton.dtypes has float8"),
-    ("variant dtypes leaving no case", toy_with(variant='dtypes = ["float16"]'),
-     "leaves it no [[cases]] entry"),
-    ("variant dtypes excluding the timed size", toy_with(variant='dtypes = ["float16"]', case_5='dtype = "float16"',
-                                                         after="[tolerance.float16]\natol = 1e-3\nrtol = 1e-3\n"),
-     "excludes the timed size(s) n=64"),
-    ("a memory limit of unknown names", toy_with(performance='max_extra_bytes = "4 * m"'),
-     "performance.max_extra_bytes = '4 * m': unknown name 'm'"),
-    ("a version's flops of unknown names", toy_with(variant='flops = "2 * q"'),
-     "variants.triton.flops = '2 * q'"),
-    ("pinned host memory on a triton version", toy_with(variant='host_memory = "pinned"'),
-     "host_memory applies to kind \"cuda_host\" only"),
-    ("an unknown host memory", toy_with(variant='host_memory = "mapped"'),
-     "host_memory = 'mapped'; known: pageable, pinned"),
-    ("baseline_args not a timed parameter", toy_with(performance="baseline_args = { n_streams = 1 }"),
-     "baseline_args names n_streams"),
-    ("a build for a triton version", toy_with(variant='build = "cmake"'),
-     "build and files apply to kind \"torch_op\""),
+    (
+        "a default_lang of no version",
+        'default_lang = "cuda"\n' + TOY_SPEC,
+        "default_lang = 'cuda' is not one of its variants (triton)",
+    ),
+    ("an unknown variant dtype", toy_with(variant='dtypes = ["float8"]'), "variants.triton.dtypes has float8"),
+    ("variant dtypes leaving no case", toy_with(variant='dtypes = ["float16"]'), "leaves it no [[cases]] entry"),
+    (
+        "variant dtypes excluding the timed size",
+        toy_with(
+            variant='dtypes = ["float16"]',
+            case_5='dtype = "float16"',
+            after="[tolerance.float16]\natol = 1e-3\nrtol = 1e-3\n",
+        ),
+        "excludes the timed size(s) n=64",
+    ),
+    (
+        "a memory limit of unknown names",
+        toy_with(performance='max_extra_bytes = "4 * m"'),
+        "performance.max_extra_bytes = '4 * m': unknown name 'm'",
+    ),
+    ("a version's flops of unknown names", toy_with(variant='flops = "2 * q"'), "variants.triton.flops = '2 * q'"),
+    (
+        "pinned host memory on a triton version",
+        toy_with(variant='host_memory = "pinned"'),
+        'host_memory applies to kind "cuda_host" only',
+    ),
+    (
+        "an unknown host memory",
+        toy_with(variant='host_memory = "mapped"'),
+        "host_memory = 'mapped'; known: pageable, pinned",
+    ),
+    (
+        "baseline_args not a timed parameter",
+        toy_with(performance="baseline_args = { n_streams = 1 }"),
+        "baseline_args names n_streams",
+    ),
+    ("a build for a triton version", toy_with(variant='build = "cmake"'), 'build and files apply to kind "torch_op"'),
     ("an unknown build", toy_with(variant='build = "make"'), "build = 'make'; known: jit, setup, cmake"),
-    ("link on a triton version", toy_with(variant='link = ["cublas"]'),
-     "only kinds \"cuda\" and \"cuda_host\" link libraries"),
-    ("a link flag instead of a name", toy_with(variant='link = ["-lcublas"]'),
-     "give a list of library names as -l takes them"),
-    ("an unknown requirement", toy_with(variant='requires = ["cutlass"]'),
-     "give a list of thunderkittens"),
-    ("a sanitizer skip of an unknown tool", toy_with(variant='sanitizer_skip = { leakcheck = "x" }'),
-     "TOOL one of racecheck, synccheck, memcheck, initcheck"),
-    ("a sanitizer skip without a reason", toy_with(variant='sanitizer_skip = { synccheck = " " }'),
-     "sanitizer_skip"),
-    ("a reference function reference.py lacks", toy_with(variant='reference = "gelu"'),
-     "reference = 'gelu' is not a function of"),
-    ("an in-place output of another shape", toy_with(output_c='[outputs.a]\nshape = ["n", 2]'),
-     "outputs.a has the name of an input"),
-    ("op_checks without [checks]", toy_with(case_5="op_checks = true\n"),
-     "has op_checks = true but the spec has no [checks]"),
-    ("[checks] with an unknown key", toy_spec(after='[checks]\ncustom_op = "toy::add(Tensor a, Tensor b) -> Tensor"\nfast = true\n'),
-     "unknown: fast"),
+    (
+        "link on a triton version",
+        toy_with(variant='link = ["cublas"]'),
+        'only kinds "cuda" and "cuda_host" link libraries',
+    ),
+    (
+        "a link flag instead of a name",
+        toy_with(variant='link = ["-lcublas"]'),
+        "give a list of library names as -l takes them",
+    ),
+    ("an unknown requirement", toy_with(variant='requires = ["cutlass"]'), "give a list of thunderkittens"),
+    (
+        "a sanitizer skip of an unknown tool",
+        toy_with(variant='sanitizer_skip = { leakcheck = "x" }'),
+        "TOOL one of racecheck, synccheck, memcheck, initcheck",
+    ),
+    ("a sanitizer skip without a reason", toy_with(variant='sanitizer_skip = { synccheck = " " }'), "sanitizer_skip"),
+    (
+        "a reference function reference.py lacks",
+        toy_with(variant='reference = "gelu"'),
+        "reference = 'gelu' is not a function of",
+    ),
+    (
+        "an in-place output of another shape",
+        toy_with(output_c='[outputs.a]\nshape = ["n", 2]'),
+        "outputs.a has the name of an input",
+    ),
+    (
+        "op_checks without [checks]",
+        toy_with(case_5="op_checks = true\n"),
+        "has op_checks = true but the spec has no [checks]",
+    ),
+    (
+        "[checks] with an unknown key",
+        toy_spec(after='[checks]\ncustom_op = "toy::add(Tensor a, Tensor b) -> Tensor"\nfast = true\n'),
+        "unknown: fast",
+    ),
 ]
 
 
-@pytest.mark.parametrize("text, message", [(text, message) for _, text, message in MALFORMED],
-                         ids=[what for what, _, _ in MALFORMED])
+@pytest.mark.parametrize(
+    "text, message", [(text, message) for _, text, message in MALFORMED], ids=[what for what, _, _ in MALFORMED]
+)
 def test_a_malformed_spec_is_refused_with_the_field_named(exercise_dir, text, message):
     folder = exercise_dir(text)
     with pytest.raises(SpecError) as raised:

@@ -17,11 +17,18 @@ H200 = {"name": "H200", "copy_gbps": 4000.0, "matmul_tflops": 50.0, "matmul_tflo
 def record(learner_ms=1.0, solution_ms=None, ratio=None, source="live solution", **fields) -> Timing:
     if ratio is None and solution_ms:
         ratio = solution_ms / learner_ms
-    return Timing(case="n=64", learner_ms=learner_ms, solution_ms=solution_ms, ratio=ratio,
-                  solution_source=source if solution_ms else "", **fields)
+    return Timing(
+        case="n=64",
+        learner_ms=learner_ms,
+        solution_ms=solution_ms,
+        ratio=ratio,
+        solution_source=source if solution_ms else "",
+        **fields,
+    )
 
 
 # --- the verdict ---------------------------------------------------------------------------------
+
 
 def test_no_timed_size_skips_the_speed_check(toy):
     check = speed.verdict(toy, toy.variant(None), None, None, H200)
@@ -69,9 +76,13 @@ def test_a_baseline_of_the_learners_own_code_is_reported_never_judged(toy):
 
 # --- the record ------------------------------------------------------------------------------------
 
+
 def test_a_timing_record_has_rates_roofline_and_the_ratio(toy):
-    measured = {"learner": {"median_ms": 0.001, "runs": 50, "spread": 0.02}, "solution": {"median_ms": 0.0005, "runs": 50},
-                "torch": {"median_ms": 0.002, "runs": 50}}
+    measured = {
+        "learner": {"median_ms": 0.001, "runs": 50, "spread": 0.02},
+        "solution": {"median_ms": 0.0005, "runs": 50},
+        "torch": {"median_ms": 0.002, "runs": 50},
+    }
     rec = speed.timing_record(toy, toy.variant(None), toy.performance.cases[0], measured, H200)
     assert (rec.case, rec.runs, rec.unit, rec.solution_source) == ("n=64", 50, "GB/s", "live solution")
     assert rec.learner_rate == pytest.approx(768e-9 / 1e-6)  # GB per second
@@ -80,7 +91,9 @@ def test_a_timing_record_has_rates_roofline_and_the_ratio(toy):
 
 
 def test_without_a_solution_the_record_has_no_ratio(toy):
-    rec = speed.timing_record(toy, toy.variant(None), toy.performance.cases[0], {"learner": {"median_ms": 1.0, "runs": 3}}, {})
+    rec = speed.timing_record(
+        toy, toy.variant(None), toy.performance.cases[0], {"learner": {"median_ms": 1.0, "runs": 3}}, {}
+    )
     assert rec.ratio is None and rec.solution_source == "" and rec.roofline_pct is None
 
 
@@ -92,19 +105,34 @@ def test_a_compute_bound_half_precision_case_is_measured_against_its_own_matmul_
 
 
 def test_flops_without_bytes_is_compute_bound_and_a_versions_model_overrides_the_exercises(exercise_dir):
-    spec = load_spec(exercise_dir(toy_spec(replace={'bytes = "3 * n * elem"': 'flops = "n"',
-                                                    'entry = "toy"': 'entry = "toy"\nbytes = "8 * n"'})))
+    spec = load_spec(
+        exercise_dir(
+            toy_spec(
+                replace={'bytes = "3 * n * elem"': 'flops = "n"', 'entry = "toy"': 'entry = "toy"\nbytes = "8 * n"'}
+            )
+        )
+    )
     assert speed.work_model(spec, spec.variant(None)) == ("n", "8 * n", False)
     assert spec.performance.is_compute_bound
 
 
 def test_host_code_has_no_device_roofline(exercise_dir):
-    spec = load_spec(exercise_dir(toy_spec(replace={'kind = "triton"': 'kind = "cuda_host"', "[variants.triton]": "[variants.cuda]",
-                                                    'args = ["a", "b", "c"]': 'args = ["a", "b", "c", "n"]'})))
+    spec = load_spec(
+        exercise_dir(
+            toy_spec(
+                replace={
+                    'kind = "triton"': 'kind = "cuda_host"',
+                    "[variants.triton]": "[variants.cuda]",
+                    'args = ["a", "b", "c"]': 'args = ["a", "b", "c", "n"]',
+                }
+            )
+        )
+    )
     assert speed.work_and_ceiling(spec, spec.variant(None), Case({"n": 64}), H200) == (768e-9, None, "GB/s")
 
 
 # --- cross-checks of the child's claims ------------------------------------------------------------
+
 
 def test_claimed_time_may_exceed_the_wall_clock_only_by_the_slack():
     measured = {"learner": {"median_ms": 10.0, "runs": 100}}  # 1 s claimed
@@ -114,19 +142,26 @@ def test_claimed_time_may_exceed_the_wall_clock_only_by_the_slack():
 
 
 def test_the_fastest_burst_per_run_is_kept_for_each_contestant():
-    kept = speed.fastest_bursts([("learner", 0.3, 10), ("learner", 0.1, 10), ("learner", 0.4, 40), ("baseline", 0.2, 0)])
+    kept = speed.fastest_bursts(
+        [("learner", 0.3, 10), ("learner", 0.1, 10), ("learner", 0.4, 40), ("baseline", 0.2, 0)]
+    )
     assert kept == {"learner": {"wall_s": 0.1, "runs": 10}, "baseline": {"wall_s": 0.2, "runs": 0}}
 
 
 def probe(learner_s, solution_s=None, baseline_s=0.0, runs=10):
-    bursts = {"baseline": {"wall_s": baseline_s * runs, "runs": runs}, "learner": {"wall_s": learner_s * runs, "runs": runs}}
+    bursts = {
+        "baseline": {"wall_s": baseline_s * runs, "runs": runs},
+        "learner": {"wall_s": learner_s * runs, "runs": runs},
+    }
     if solution_s is not None:
         bursts["solution"] = {"wall_s": solution_s * runs, "runs": runs}
     return bursts
 
 
 def test_a_probe_agreeing_with_the_claim_raises_nothing():
-    assert speed.probe_disagrees(record(learner_ms=1.0, solution_ms=0.8), probe(1.1e-3, 0.9e-3, baseline_s=1e-4)) is None
+    assert (
+        speed.probe_disagrees(record(learner_ms=1.0, solution_ms=0.8), probe(1.1e-3, 0.9e-3, baseline_s=1e-4)) is None
+    )
 
 
 def test_a_probe_without_a_baseline_judges_nothing():

@@ -48,8 +48,12 @@ def _vocabulary_literals(tree: ast.AST):
                     yield node.lineno, f"{keyword.arg}="
         if isinstance(node, ast.Dict):
             for key, value in zip(node.keys, node.values):
-                if key is not None and _literal(key) and key.value in ("code", "event") \
-                        and any(_literal(b) for b in _branches(value)):
+                if (
+                    key is not None
+                    and _literal(key)
+                    and key.value in ("code", "event")
+                    and any(_literal(b) for b in _branches(value))
+                ):
                     yield node.lineno, f"{{{key.value!r}: ...}}"
 
 
@@ -62,8 +66,10 @@ def test_no_check_name_code_or_event_is_a_string_literal_in_the_grader():
 
 
 def test_the_scan_finds_literals_where_members_belong():
-    tree = ast.parse('Check("speed", FAILED, "m", {"code": "slow" if x else Code.OK})\nsend("trial", k=1)\n'
-                     'f(code="mismatch")\nCheck(CheckName.SPEED, FAILED, "m", {"code": Code.SLOW})')
+    tree = ast.parse(
+        'Check("speed", FAILED, "m", {"code": "slow" if x else Code.OK})\nsend("trial", k=1)\n'
+        'f(code="mismatch")\nCheck(CheckName.SPEED, FAILED, "m", {"code": Code.SLOW})'
+    )
     assert sorted(line for line, _ in _vocabulary_literals(tree)) == [1, 1, 2, 3]
 
 
@@ -79,8 +85,13 @@ def test_every_hint_answers_a_code_the_grader_gives():
     assert set(hints._BY_CODE) <= set(Code) and set(hints._SANITIZER) <= set(Code)
 
 
-@pytest.mark.parametrize("line, said", [('code = "mismatsh"', "did you mean 'mismatch'?"),
-                                        ('check = "numeric"\ncode = "mismatch"', "did you mean 'numerics'?")])
+@pytest.mark.parametrize(
+    "line, said",
+    [
+        ('code = "mismatsh"', "did you mean 'mismatch'?"),
+        ('check = "numeric"\ncode = "mismatch"', "did you mean 'numerics'?"),
+    ],
+)
 def test_a_spec_mistake_naming_a_code_or_check_the_grader_never_gives_is_refused(tmp_path, line, said):
     text = toy_spec(after=f'\n[[mistakes]]\nname = "typo"\nhint = "h"\n{line}\n')
     with pytest.raises(SpecError) as error:
