@@ -16,6 +16,7 @@ from grader.cli import main
 from grader.commands import compare_attention
 from grader.core import store
 from grader.core.discovery import Target
+from grader.core.job import Job
 from grader.core.records import Check, GradeResult
 from grader.core.spec import load_spec
 from grader.reports import reporting
@@ -594,10 +595,10 @@ def child_on_the_cpu(monkeypatch):
             device_info={"name": "CPU"},
             learner_path=Path("flash_attention_v1.py"),
             progress=lambda text: None,
-            job={
-                "seed": 4,
-                "sweep": {"config": {"B": 1, "H": 2, "d": 16, "dtype": "float32"}, "lengths": lengths, "budget_s": 0.1},
-            },
+            job=Job(
+                seed=4,
+                sweep={"config": {"B": 1, "H": 2, "d": 16, "dtype": "float32"}, "lengths": lengths, "budget_s": 0.1},
+            ),
         )
 
     return make

@@ -23,8 +23,8 @@ from unit.conftest import toy_spec, write_exercise
 
 from grader.checks import hints
 from grader.core.discovery import discover_exercises, resolve
-from grader.core.kinds import NVCC_KINDS
 from grader.core.spec import SpecError, load_spec
+from grader.kinds import NVCC_KINDS
 
 SEED = 11
 CPU_ONLY = pytest.mark.skipif(HAS_GPU, reason="the cpu tier checks the no-GPU path (the gpu tier runs here)")

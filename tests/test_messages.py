@@ -45,7 +45,7 @@ def test_grading_a_cu_file_as_triton_is_a_load_verdict_not_a_traceback(tmp_path)
 
 
 def test_a_cu_file_picks_the_cuda_version_of_an_exercise_that_has_both(tmp_path):
-    from grader.cli import _resolve
+    from grader.cli.options import _resolve
 
     assert _resolve(("softmax",), None, None, tmp_path / "mine.cu").variant.lang == "cuda"
     assert _resolve(("softmax",), None, None, tmp_path / "mine.py").variant.lang == "triton"

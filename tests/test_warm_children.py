@@ -113,15 +113,7 @@ def test_before_timing_ends_the_sanitizer_first_then_what_the_caller_has_on_the_
     monkeypatch.setattr(grade._MemorySafety, "finish", lambda self: order.append("sanitizer"))
     target = discovery.resolve(("vector_add",), lang="triton")
     result = GradeResult(exercise="vector_add", lang="triton", source="x", seed=1)
-    grade._judge(
-        target,
-        tmp_path / "x.py",
-        {"sanitize": True},
-        result,
-        True,
-        False,
-        TimingJudge(),
-        None,
-        lambda: order.append("spare settled"),
-    )
+    run = grade.GradeRun(target, tmp_path / "x.py", result, 1, {"sanitize": True, "mode": "grade"}, gpu=True)
+    run.before_timing = lambda: order.append("spare settled")
+    grade._judge(run, TimingJudge(), None)
     assert order[:3] == ["sanitizer", "spare settled", "timing"]

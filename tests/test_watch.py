@@ -15,6 +15,7 @@ from grader.checks.inputs import generate
 from grader.commands.watch import watch
 from grader.core import store
 from grader.core.discovery import resolve
+from grader.core.job import Job
 from grader.core.records import FAILED, PASSED, SKIPPED, Check, GradeResult
 from grader.run.grade import PENDING, settle_sanitizer
 
@@ -106,9 +107,9 @@ def test_a_torch_operator_worker_pays_the_profilers_start_up_before_its_job(monk
     assert sandbox.prewarm_env("cuda") == {} and sandbox.prewarm_env("triton") == {"KCOURSE_CHILD_PREWARM": "triton"}
     seen = []
     monkeypatch.setenv("KCOURSE_CHILD_PREWARM", "profiler")
-    monkeypatch.setattr(worker.integrity, "ops_called", lambda fn, kind: seen.append(kind) or (fn(), set()))
+    monkeypatch.setattr(worker.integrity, "ops_called", lambda fn, op_library: seen.append(op_library) or (fn(), set()))
     worker.warm_up("cpu")
-    assert seen == ["torch_op"]
+    assert seen == [True]
 
 
 @pytest.mark.slow
@@ -146,7 +147,7 @@ def test_watch_times_only_the_verdicts_size_unless_a_memory_bar_needs_every_size
 
     def timed(exercise, lang, sizes):
         spec = resolve([exercise], lang=lang).spec
-        return [case.label() for _, case in Judge._timed_cases(SimpleNamespace(spec=spec), {"timed_sizes": sizes})]
+        return [case.label() for _, case in Judge._timed_cases(SimpleNamespace(spec=spec), Job(timed_sizes=sizes))]
 
     every = [c.label() for c in target.spec.performance.cases]
     assert len(every) > 1 and timed("vector_add", "triton", "verdict") == every[-1:]  # the speed verdict's size
@@ -189,7 +190,7 @@ def test_large_trials_and_the_timed_sizes_are_drawn_ahead_while_the_build_runs(t
     small = [c for c in target.spec.cases if not c.gpu_only][2:4]
     judge._timed_cases = lambda job: list(enumerate(small))
     try:
-        judge.prefetch({"timed_sizes": "all"})
+        judge.prefetch(Job(timed_sizes="all"))
         large = [k for k, (_, case, _, _) in enumerate(judge._trials()) if case.params["n"] == 1_000_003]
         assert len(large) == 2 and sorted(judge.feed.drawn, key=str) == sorted(large + ["t0", "t1"], key=str)
         metas, inputs = judge.feed.take("t1", small[1], 0, 0)
@@ -228,7 +229,7 @@ def test_what_is_drawn_ahead_stays_within_its_budget(tmp_path, monkeypatch):
         calibration=None,
     )
     try:
-        judge.prefetch({})
+        judge.prefetch(Job())
         assert len(judge.feed.drawn) == 1
     finally:
         judge.close()
@@ -246,9 +247,9 @@ def test_watch_does_not_time_pytorch_beside_you_and_a_grade_does():
         spec=spec, feed=SimpleNamespace(take=lambda *a: ({}, None)), _timed_seed=lambda index: index
     )
     timed = list(enumerate(spec.performance.cases))
-    watched = Judge._timing_messages(judge, {"timed_sizes": "verdict"}, timed[-1:])
-    graded = Judge._timing_messages(judge, {"timed_sizes": "all"}, timed)
-    one_shot = Judge._timing_messages(judge, {"timed_sizes": "verdict", "torch_anchor": True}, timed[-1:])
+    watched = Judge._timing_messages(judge, Job(timed_sizes="verdict"), timed[-1:])
+    graded = Judge._timing_messages(judge, Job(timed_sizes="all"), timed)
+    one_shot = Judge._timing_messages(judge, Job(timed_sizes="verdict", torch_anchor=True), timed[-1:])
     assert [m["anchor"] for m in watched] == [False] and all(m["anchor"] for m in graded)
     assert [m["anchor"] for m in one_shot] == [True]  # kcourse grade times PyTorch beside you at the verdict size
     assert graded[-1]["probe"] and not graded[0]["probe"]  # the probe runs at the verdict's size only

@@ -173,7 +173,6 @@ def _first(reasons: list[str], operation: str, role: str) -> str:
 def build_cuda(choices: list[Choice], gpu_arch: str | None) -> None:
     """Compile the raw CUDA kernels chosen (in the parent, as `kcourse grade` does); one that does not build
     falls back to PyTorch with the compiler's first complaint."""
-    from grader.core.kinds import NVCC_KINDS
     from grader.toolchain import build
 
     targets = _targets()
@@ -181,7 +180,7 @@ def build_cuda(choices: list[Choice], gpu_arch: str | None) -> None:
         if not choice.yours:
             continue
         variant = targets[f"{choice.exercise}:{choice.lang}"].variant
-        if variant.kind not in NVCC_KINDS:
+        if not variant.kind_of.nvcc:
             continue
         built = build.build_variant(Path(choice.file), variant, gpu_arch)
         if built.ok:

@@ -172,7 +172,7 @@ class Ops:
     # The learner's kernels read q, k and v where the projection wrote them, as (B, H, T, d) views whose row
     # stride is 3*H*d (the graded `interleaved` layout), write `out` as (B, T, H, d) so the heads come out
     # side by side for the output projection, and write dq, dk, dv into one (B, T, 3, H, d) gradient: no copy
-    # a step. The `.contiguous()` copies this replaced cost ~1.5 ms a step at the capstone's size (H200).
+    # a step (the `.contiguous()` copies this replaced: docs/measurements.md).
     def attention(self, qkv: torch.Tensor) -> torch.Tensor:
         if self.has("attention"):
             return self._apply(

@@ -1,10 +1,9 @@
 """Each row's mean and 1/std, for the learner's layer-norm backward: the capstone's one kernel of its own.
 
-The layer_norm exercise's forward writes `out` only, so the backward's statistics are computed again. PyTorch's
-`var_mean` over 256-wide rows took 305 µs a call at the capstone's shape (131072 x 256 float32, H200): 2.7 ms a
-step, 10% of the kit's GPU time, work eager never does (its forward keeps them). One read of x, as here, is
-about a fifth of that. Not the learner's kernel, and timed in the kit's run: the glue should cost what the
-fastest PyTorch-side code would."""
+The layer_norm exercise's forward writes `out` only, so the backward's statistics are computed again: work eager
+never does (its forward keeps them), so it must be cheap. One read of x, as here, costs about a fifth of PyTorch's
+`var_mean` (docs/measurements.md). Not the learner's kernel, and timed in the kit's run: the glue should cost what
+the fastest PyTorch-side code would."""
 
 from __future__ import annotations
 

@@ -196,9 +196,9 @@ def capstone(
 
 def final_loss(run: dict[str, Any], window: int) -> float | None:
     """The median loss of the last `window` steps (None where the run did not get there or held a NaN).
-    The median, not the mean: on its last plateau every run's loss spikes now and then (0.275 to 0.55, back
-    within ~50 steps; H200, each run at different steps), and a 20-step mean that caught one spike's tail put
-    correct kernels 8% from eager's. A kernel slightly wrong everywhere moves the whole plateau, and the median."""
+    The median, not the mean: on its last plateau every run's loss spikes now and then, at different steps in
+    each run, and a mean that caught one spike's tail put correct kernels far from eager's (docs/measurements.md).
+    A kernel slightly wrong everywhere moves the whole plateau, and the median."""
     losses = run.get("losses") or []
     tail = losses[-window:]
     if run.get("nan_at") is not None or len(losses) < window or any(v is None for v in tail):
@@ -241,10 +241,10 @@ def judge_capstone(
 def loss_tolerance(eager: dict, compiled: dict | None, window: int, shared: dict) -> float:
     """The bar for the final loss: the configured fraction of eager's, or, where PyTorch's two runs differ more
     than that (bfloat16 and atomics make every run a little different, and a loss still falling fast turns a
-    small drift into several percent: eager and torch.compile 5-8% apart on the H100), `noise_factor` times
-    their own gap. Your kernels are held to what PyTorch itself can promise, never to less than the bar, and
-    never to more than `max_tolerance`: a baseline left behind on a plateau (torch.compile at 0.60 where eager
-    reached 0.29, H200) would otherwise widen it past anything a wrong kernel could miss by (166%)."""
+    small drift into several percent), `noise_factor` times their own gap. Your kernels are held to what PyTorch
+    itself can promise, never to less than the bar, and never to more than `max_tolerance`: a baseline left
+    behind on a plateau would otherwise widen it past anything a wrong kernel could miss by (docs/measurements.md
+    has the runs that set both)."""
     other = final_loss(compiled, window) if compiled else None
     want = final_loss(eager, window)
     if other is None or not want:

@@ -510,7 +510,7 @@ def _entry_signature(context: Context) -> str:
 def _missing_entry(check: Check, context: Context) -> str:
     signature = _entry_signature(context)
     variant = _variant(context)
-    if variant is not None and variant.kind == "torch_op":
+    if variant is not None and variant.kind_of.op_library:
         return (
             f"the grader calls torch.ops.<extension>.{variant.entry}: m.def the schema in TORCH_LIBRARY and "
             f"m.impl it for CUDA in TORCH_LIBRARY_IMPL, both under TORCH_EXTENSION_NAME ({context.readme})"

@@ -14,7 +14,6 @@ from typing import Any, Callable
 
 import torch
 
-from grader.core.kinds import NVCC_KINDS
 from grader.core.spec import BUILDS, Argument, Variant
 from grader.core.toolkit import c_parameter_count
 from grader.core.vocabulary import Code
@@ -38,7 +37,7 @@ class Caller:
         args = []
         for arg in self.variant.args:
             value = argument_value(arg, tensors, params)
-            if self.variant.kind in NVCC_KINDS:
+            if self.variant.kind_of.nvcc:  # a ctypes call: pointers and C scalars
                 if isinstance(value, torch.Tensor):
                     value = ctypes.c_void_p(value.data_ptr())
                 else:
@@ -61,7 +60,7 @@ class EmulatedCaller(Caller):
         super().__init__(variant, function)
         self.register, self.forget = library.kcourse_cuda_cpu_register, library.kcourse_cuda_cpu_forget
         self.register.argtypes, self.forget.argtypes = [ctypes.c_void_p, ctypes.c_size_t], [ctypes.c_void_p]
-        self.device_memory = variant.kind == "cuda" or variant.host_memory == "pinned"
+        self.device_memory = not variant.kind_of.host_side or variant.host_memory == "pinned"
 
     def __call__(self, tensors: dict[str, torch.Tensor], params: dict[str, Any], **tunables: Any) -> Any:
         storages = {
@@ -88,19 +87,30 @@ def argument_value(arg: Argument, tensors: dict[str, torch.Tensor], params: dict
 def load(
     variant: Variant, source: Path, library: str | None, role: str, renamed: dict[str, str] | None = None
 ) -> Caller:
-    """`renamed`: text replaced in a Python source before it runs (op namespaces, so two files' operators coexist)."""
-    if variant.kind == "triton":
-        return Caller(variant, _load_python(variant, source, role, renamed))
-    if variant.kind in NVCC_KINDS:
-        lib, function = _load_shared_library(variant, source, library)
-        return (
-            EmulatedCaller(variant, function, lib)
-            if hasattr(lib, "kcourse_cuda_cpu_register")
-            else Caller(variant, function)
-        )
-    if variant.kind == "torch_op":
-        return Caller(variant, _load_torch_op(variant, source, role))
-    raise EntryError(Code.BAD_SPEC, f"unknown kind {variant.kind}")
+    """The entry point as its kind loads it (the kind's `loader` hook: one of the three below, or a new kind's).
+    `renamed`: text replaced in a Python source before it runs (op namespaces, so two files' operators coexist)."""
+    return variant.kind_of.hook("loader")(variant, source, library, role, renamed)
+
+
+def load_python(variant: Variant, source: Path, library: str | None, role: str, renamed=None) -> Caller:
+    """A Python entry point (Triton): the learner's module imported, its function called with tensors."""
+    return Caller(variant, _load_python(variant, source, role, renamed))
+
+
+def load_shared_library(variant: Variant, source: Path, library: str | None, role: str, renamed=None) -> Caller:
+    """An nvcc-built library's extern "C" function, called through ctypes (on the CPU emulator where it was built
+    for it)."""
+    lib, function = _load_shared_library(variant, source, library)
+    return (
+        EmulatedCaller(variant, function, lib)
+        if hasattr(lib, "kcourse_cuda_cpu_register")
+        else Caller(variant, function)
+    )
+
+
+def load_torch_op(variant: Variant, source: Path, library: str | None, role: str, renamed=None) -> Caller:
+    """A torch operator: the child builds the extension and calls the registered op."""
+    return Caller(variant, _load_torch_op(variant, source, role))
 
 
 def _load_python(variant: Variant, source: Path, role: str, renamed: dict[str, str] | None = None) -> Callable:

@@ -56,7 +56,7 @@ def run_raw(job: dict, driver: Driver) -> None:
     library = ctypes.CDLL(job["library"])
     entry = getattr(library, job["entry"])
     entry.restype = None
-    from grader.core.kinds import kind_named
+    from grader.kinds import kind_named
 
     host = kind_named(job["kind"]).host_side
     args, device_buffers, keep = [], [], []
@@ -99,7 +99,7 @@ def run_torch(job: dict) -> None:
 
 def main() -> int:
     job = json.loads(Path(sys.argv[1]).read_text())
-    from grader.core.kinds import kind_named
+    from grader.kinds import kind_named
 
     raw = kind_named(job["kind"]).nvcc
     driver = Driver() if raw else _torch_on_the_gpu()

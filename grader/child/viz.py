@@ -373,8 +373,8 @@ def viz(worker, learner) -> dict[str, Any]:
     """The job: the case the parent chose, fresh inputs and outputs, one call of the entry point recorded."""
     from grader.checks.checking import make_inputs, make_outputs
 
-    case = worker.spec.cases[worker.job["viz_case"]]
-    inputs = make_inputs(worker.spec, case, worker.job["seed"], worker.tensor_device)
+    case = worker.spec.cases[worker.job.viz_case]
+    inputs = make_inputs(worker.spec, case, worker.job.seed, worker.tensor_device)
     outputs = make_outputs(worker.spec, case, worker.tensor_device, inputs)
     tensors = worker.host_memory({**inputs, **outputs})
     returns = worker.variant.returns_outputs  # its outputs are what it returns, not the tensors made here

@@ -37,9 +37,10 @@ from grader.child import learner_errors, loading, staging
 from grader.child.learner_errors import learner_error
 from grader.child.orphan import exit_with_parent
 from grader.core import hostload  # memory binds torch's allocator statistics before learner code loads
+from grader.core.job import Job
 from grader.core.records import FAILED, Check
 from grader.core.spec import Case, ExerciseSpec, load_spec
-from grader.core.vocabulary import CheckName, Code, Event
+from grader.core.vocabulary import CheckName, Code, Event, Order
 
 CUDA_HINT = (
     "Find the faulting access with: compute-sanitizer python -m grader grade ... "
@@ -65,16 +66,18 @@ class Events:
 
 
 class Worker:
-    def __init__(self, job: dict[str, Any], events: Events, device_info: dict[str, Any]):
-        self.job, self.events = job, events
-        self.spec: ExerciseSpec = load_spec(Path(job["spec_folder"]))
-        self.variant = self.spec.variant(job["lang"])
-        self.device = job["device"]
+    def __init__(self, job: Job | dict[str, Any], events: Events, device_info: dict[str, Any]):
+        """`job`: the parent's message (grader/core/job.py), or the Job made of it."""
+        self.job = job = job if isinstance(job, Job) else Job.from_message(job)
+        self.events = events
+        self.spec: ExerciseSpec = load_spec(Path(job.spec_folder))
+        self.variant = self.spec.variant(job.lang)
+        self.device = job.device
         # host-pointer exercises get CPU tensors: the learner's own code copies them to the GPU
         self.tensor_device = "cpu" if self.variant.kind_of.host_side else self.device
         # (page-locked memory needs CUDA: the CPU emulator reads plain host memory)
         self.pinned = self.variant.kind_of.host_side and self.variant.host_memory == "pinned" and self.device == "cuda"
-        self.learner_path = Path(job["learner"])
+        self.learner_path = Path(job.learner)
         self.device_info = device_info
         self.out: dict[str, Any] = {"device": device_info}  # what profile/tune helpers read
         self._reference = None
@@ -115,12 +118,12 @@ class Worker:
     # --- steps -------------------------------------------------------------------------------
     def run(self) -> None:
         self.enter_box()
-        if self.job.get("emulated"):  # the CPU emulator's schedule between barriers follows the grade's seed
-            os.environ["KCOURSE_CUDA_CPU_SEED"] = str(self.job["seed"])
+        if self.job.emulated:  # the CPU emulator's schedule between barriers follows the grade's seed
+            os.environ["KCOURSE_CUDA_CPU_SEED"] = str(self.job.seed)
         self.progress("loading your code")
-        self.solution_watch = integrity.SolutionWatch(self.job.get("solutions_root"), self.learner_path)
-        learner = self._load(self.learner_path, self.job.get("learner_library"), "learner")
-        mode = self.job.get("mode", "grade")
+        self.solution_watch = integrity.SolutionWatch(self.job.solutions_root or None, self.learner_path)
+        learner = self._load(self.learner_path, self.job.learner_library, "learner")
+        mode = self.job.mode
         if mode != "grade":
             from grader.child import viz, worker_tools
 
@@ -130,8 +133,8 @@ class Worker:
         self.events.send(Event.LOADED)
         self.run_trials(learner)
         message = self.read_message()
-        if "time" in message:
-            self.time_cases(learner, message["time"])
+        if Order.TIME in message:
+            self.time_cases(learner, message[Order.TIME])
 
     def enter_box(self) -> None:
         """Into the box the parent drew (box.py) before any learner code loads; a box that fails ends the run."""
@@ -139,14 +142,14 @@ class Worker:
 
         from grader.child import box
 
-        tempfile.tempdir = self.job["work_dir"]  # Python's temporary files: the box writes nowhere else
-        if self.job.get("box_home"):  # this learner's own compiled-kernel caches (Triton reads these at compile time)
-            home = self.job["box_home"]
+        tempfile.tempdir = self.job.work_dir  # Python's temporary files: the box writes nowhere else
+        if self.job.box_home:  # this learner's own compiled-kernel caches (Triton reads these at compile time)
+            home = self.job.box_home
             os.environ.update(TRITON_CACHE_DIR=os.path.join(home, "triton"), TRITON_HOME=home)
-        if not self.job.get("box"):
+        if not self.job.box:
             return
         try:
-            box.enter(box.Policy(**self.job["box"]))
+            box.enter(box.Policy(**self.job.box))
             learner_errors.BOXED = True
         except (box.BoxError, OSError) as exc:
             self.events.send(
@@ -222,7 +225,7 @@ class Worker:
         watch_ops = self.variant.kind_of.watch_ops
         while True:
             message = self.read_message()
-            if "end_trials" in message:
+            if Order.END_TRIALS in message:
                 break
             case = self.spec.cases[message["case"]]
             self.progress(f"checking {message['label']}")
@@ -251,7 +254,9 @@ class Worker:
         ops: list[str] = []
         label = message["label"]
         if watch_ops and message.get("watch_ops"):
-            result, ops = integrity.ops_called(lambda: self.call(learner, tensors, case, label), self.variant.kind)
+            result, ops = integrity.ops_called(
+                lambda: self.call(learner, tensors, case, label), self.variant.kind_of.op_library
+            )
         else:
             result = self.call(learner, tensors, case, label)
         got = self._outputs_from(result, outputs, label)
@@ -282,7 +287,7 @@ class Worker:
         )
 
     def _out_path(self, k: Any, name: str) -> Path:
-        return Path(self.job["work_dir"]) / f"out-{k}-{name}.bin"
+        return Path(self.job.work_dir) / f"out-{k}-{name}.bin"
 
     def _outputs_from(self, result: Any, outputs: dict[str, torch.Tensor], label: str) -> list[torch.Tensor]:
         if not self.variant.returns_outputs:
@@ -305,8 +310,8 @@ class Worker:
         from grader.child import timing
 
         solution = None
-        if self.job.get("solution"):
-            solution = self._load(Path(self.job["solution"]), self.job.get("solution_library"), "solution")
+        if self.job.solution:
+            solution = self._load(Path(self.job.solution), self.job.solution_library, "solution")
         for message in cases:
             self.read_message()  # the parent's go: it is listening, so its clock brackets this case
             case = self.spec.performance.cases[message["case"]]
@@ -374,7 +379,7 @@ class Worker:
         timed runs: a moment the GPU ran slow, or a patched timer); it says when it is done."""
         self.read_message()
         self._probe(functions, host)
-        while self.read_message().get("probe_again"):
+        while self.read_message().get(Order.PROBE_AGAIN):
             self._probe(functions, host)
 
     def _probe(self, functions: dict, host: bool) -> None:
@@ -493,7 +498,7 @@ def warm_up(device: str) -> dict[str, Any]:
         staging.warm_up()
     prewarm = os.environ.get("KCOURSE_CHILD_PREWARM")  # sandbox.PREWARM
     if prewarm == "profiler":
-        integrity.ops_called(lambda: torch.ones(1, device=device) + 1, kind="torch_op")
+        integrity.ops_called(lambda: torch.ones(1, device=device) + 1, op_library=True)
     if prewarm == "triton":
         import triton.language  # noqa: F401  (the learner's file imports it first thing)
     return describe_device(device)

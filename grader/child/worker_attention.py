@@ -52,7 +52,7 @@ def agreement(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) ->
 
 def attention_sweep(worker, learner) -> dict[str, Any]:
     """Every length of the job's sweep; stops at the first that does not fit in memory or breaks the GPU."""
-    job = worker.job["sweep"]
+    job = worker.job.sweep  # {config, lengths, budget_s}
     points: list[dict[str, Any]] = []
     stopped = ""
     for n in job["lengths"]:
@@ -85,7 +85,7 @@ def attention_sweep(worker, learner) -> dict[str, Any]:
 def _measure(worker, learner, case: Case, job: dict[str, Any]) -> dict[str, Any]:
     from grader.child import timing
 
-    inputs = make_inputs(worker.spec, case, worker.job["seed"], worker.tensor_device)
+    inputs = make_inputs(worker.spec, case, worker.job.seed, worker.tensor_device)
     returns = worker.variant.returns_outputs  # a torch operator makes its own outputs
     outputs = {} if returns else make_outputs(worker.spec, case, worker.tensor_device)
     q, k, v = (inputs[name] for name in ("q", "k", "v"))

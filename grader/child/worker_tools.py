@@ -41,7 +41,7 @@ def _event_time(event: Any, *names: str) -> float:
 def _profiled_tensors(worker, learner) -> tuple[Case, dict[str, Any]]:
     """The profiling case's inputs and outputs, after two warm-up calls (compilation stays out of the profile)."""
     case = profiling_case(worker)
-    inputs = make_inputs(worker.spec, case, worker.job["seed"], worker.tensor_device)
+    inputs = make_inputs(worker.spec, case, worker.job.seed, worker.tensor_device)
     tensors = worker.host_memory({**inputs, **make_outputs(worker.spec, case, worker.tensor_device, inputs)})
     for _ in range(2):
         worker.call(learner, tensors, case, f"profiling {case.label()}")
@@ -76,7 +76,7 @@ def profile(worker, learner) -> dict[str, Any]:
     with torch_profile(activities=activities) as prof:
         for _ in range(PROFILE_CALLS):
             worker.call(learner, tensors, case, f"profiling {case.label()}")
-    trace = Path(worker.job["trace_path"])
+    trace = Path(worker.job.trace_path)
     prof.export_chrome_trace(str(trace))
     rows = []
     for event in prof.key_averages():
@@ -143,14 +143,14 @@ def config_label(config: dict[str, Any]) -> str:
 def _config_runner(worker, learner):
     """config -> callable(tensors, params), or an error text. Triton: the values are keyword arguments
     of the entry point; CUDA: each configuration is its own build (-D defines) made by the parent."""
-    libraries = worker.job.get("tune_libraries")
-    if libraries is None:
+    libraries = worker.job.tune_libraries  # CUDA: {configuration: its library}, those that built
+    if not worker.variant.kind_of.nvcc:
         return lambda config: lambda tensors, params: learner(tensors, params, **config)
 
     def for_config(config):
         label = config_label(config)
         if label not in libraries:
-            return "did not compile: " + worker.job.get("tune_build_errors", {}).get(label, "")[:200]
+            return "did not compile: " + worker.job.tune_build_errors.get(label, "")[:200]
         return loading.load(worker.variant, worker.learner_path, libraries[label], "learner")
 
     return for_config
@@ -165,9 +165,10 @@ def tune(worker, learner) -> dict[str, Any]:
     work, ceiling, unit = worker.work_and_ceiling(time_case) if time_case else (None, None, "")
     rows = []
     runner = _config_runner(worker, learner)
-    for index, config in enumerate(configurations(worker.spec, worker.variant.lang)):
+    configs = configurations(worker.spec, worker.variant.lang)
+    for index, config in enumerate(configs):
         label = config_label(config)
-        worker.progress(f"tuning {label}")
+        worker.progress(f"tuning configuration {index + 1} of {len(configs)}: {label}")  # the parent's bar reads it
         row: dict[str, Any] = {
             "config": label,
             "ms": None,
@@ -178,11 +179,11 @@ def tune(worker, learner) -> dict[str, Any]:
         }
         call = runner(config)
         row["error"] = (
-            call if isinstance(call, str) else _check_config(worker, call, check_case, worker.job["seed"] + index)
+            call if isinstance(call, str) else _check_config(worker, call, check_case, worker.job.seed + index)
         )
         row["correct"] = not row["error"]
         if row["correct"] and worker.device == "cuda" and time_case is not None:
-            inputs = make_inputs(worker.spec, time_case, worker.job["seed"], worker.tensor_device)
+            inputs = make_inputs(worker.spec, time_case, worker.job.seed, worker.tensor_device)
             tensors = worker.host_memory(
                 {**inputs, **make_outputs(worker.spec, time_case, worker.tensor_device, inputs)}
             )

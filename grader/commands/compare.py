@@ -72,16 +72,24 @@ def compare(
     timeout_s: float | None = None,
     on_graded=lambda entry, result: None,
     sanitize_code: bool = True,
+    show_progress: bool | None = None,
 ) -> tuple[dict[str, Any], list[GradeResult]]:
     """Grade every entry on the same inputs (one seed), each recorded as a grade tagged with the run and its
-    label, then record the table. `on_graded` hears of each file as it is done (grades take seconds)."""
+    label, then record the table. `on_graded` hears of each file as it is done (grades take seconds). At a
+    terminal, a progress bar on stderr meanwhile (versions done, the file graded now and its step), unless
+    `show_progress` is False (None: unless the command runs with --json); elsewhere nothing more is printed."""
+    from grader.commands.batch_progress import StepBar
+
     seed = seed if seed is not None else random.randrange(1, 2**31)
     run = uuid.uuid4().hex[:12]
     results = []
-    for entry in entries:
-        result = _grade(entry, seed, timeout_s, run, sanitize_code)
-        results.append(result)
-        on_graded(entry, result)
+    with StepBar("comparing", len(entries), enabled=show_progress) as bar:
+        for entry in entries:
+            bar.working_on(entry.label)
+            result = _grade(entry, seed, timeout_s, run, sanitize_code)
+            results.append(result)
+            bar.advance()
+            on_graded(entry, result)
     langs = sorted({e.target.variant.lang for e in entries})
     record = {
         "kind": "compare",

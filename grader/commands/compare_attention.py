@@ -192,9 +192,14 @@ def sweep(
     seed: int | None = None,
     timeout_s: float | None = None,
     on_done: Callable[[dict[str, Any]], None] = lambda row: None,
+    show_progress: bool | None = None,
 ) -> dict[str, Any]:
     """Run every implementation that takes part; record and return the comparison. `on_done` hears of each
-    implementation as it finishes (a sweep takes minutes)."""
+    implementation as it finishes (a sweep takes minutes). At a terminal, a progress bar on stderr meanwhile
+    (implementations done, the one running now), unless `show_progress` is False (None: unless the command runs
+    with --json); elsewhere nothing more is printed."""
+    from grader.commands.batch_progress import StepBar
+
     config = {**CONFIG, **(config or {})}
     require_gpu(source, config["dtype"])
     seed = seed if seed is not None else random.randrange(1, 2**31)
@@ -203,13 +208,18 @@ def sweep(
         raise AttentionCompareError("nothing to compare: no attention implementation is ready\n" + roster(everyone))
     job = {"config": config, "lengths": list(lengths), "budget_s": BUDGET_S}
     rows, device = [], {}
-    for contestant in everyone:
-        row, found = (
-            _run(contestant, source, seed, job, timeout_s) if not contestant.reason else (_skipped(contestant), {})
-        )
-        device = device or found
-        rows.append(row)
-        on_done(row)
+    ready = [c for c in everyone if not c.reason]
+    with StepBar("comparing", len(ready), enabled=show_progress) as bar:
+        for contestant in everyone:
+            if contestant.reason:
+                row, found = _skipped(contestant), {}
+            else:
+                bar.working_on(contestant.label)
+                row, found = _run(contestant, source, seed, job, timeout_s)
+                bar.advance()
+            device = device or found
+            rows.append(row)
+            on_done(row)
     record = {
         "kind": KIND,
         "at": time.time(),

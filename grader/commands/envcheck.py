@@ -190,7 +190,7 @@ def format_environment(record: dict[str, Any]) -> str:
 
 
 # The training run is part of the quick start, so it stays short: at most about BUDGET_S on the CPU, its data,
-# model and warm-up included (it took 14-17 s on a 2-core laptop when it ran 6 full epochs of 8,192 samples).
+# model and warm-up included (docs/measurements.md: what it cost before it had a budget).
 # The CPU runs until BUDGET_S is spent or EPOCHS are done; the GPU then runs as many steps, the same work.
 SAMPLES, BATCH, EPOCHS, WARMUP_STEPS, BUDGET_S = 2048, 256, 5, 2, 2.0
 

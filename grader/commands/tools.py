@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 import shutil
 import tempfile
 import time
@@ -20,7 +21,6 @@ from grader.child.worker_tools import LEARNER_RANGE
 from grader.core import store
 from grader.core.discovery import Target
 from grader.core.errors import KcourseError
-from grader.core.kinds import NVCC_KINDS
 from grader.core.records import GradeResult
 from grader.reports.console import num, table
 from grader.reports.progress import profile_kernels, tune_timed
@@ -198,30 +198,48 @@ def not_your_kernel(record: dict[str, Any]) -> str:
     )
 
 
-def run_tune(target: Target, submission: Path | None = None, source: str = "learner") -> dict[str, Any]:
+def run_tune(
+    target: Target, submission: Path | None = None, source: str = "learner", show_progress: bool | None = None
+) -> dict[str, Any]:
+    """Each configuration of the spec's [tuning.<lang>] checked, and timed on a GPU. At a terminal, a progress bar
+    on stderr meanwhile (configurations compiled, then tried: which one now), unless `show_progress` is False
+    (None: unless the command runs with --json); elsewhere nothing more is printed."""
+    from grader.child.worker_tools import config_label, configurations
+    from grader.commands.batch_progress import StepBar
+
     if not target.spec.tuning.get(target.variant.lang):
         raise ToolError(
             f"{target.spec.id} ({target.variant.lang}) exposes no tunable parameters "
             "(its spec.toml has no [tuning." + target.variant.lang + "] table)"
         )
+    labels = [config_label(c) for c in configurations(target.spec, target.variant.lang)]
     job_extra, builds = {}, {}
-    if target.variant.kind in NVCC_KINDS:
-        builds = _build_configurations(target, learner_file(target, source, submission))
+    if target.variant.kind_of.nvcc:
+        builds = _build_configurations(target, learner_file(target, source, submission), show_progress)
         job_extra = {
             "tune_libraries": {label: b.library for label, b in builds.items() if b.ok},
             "tune_build_errors": {label: b.log for label, b in builds.items() if not b.ok},
         }
         if not cuda_available():
             return _record_tune(target, "CPU (compile only)", _compiled_only(builds))
-    result = grade(
-        target,
-        source=source,
-        submission=submission,
-        mode="tune",
-        record=False,
-        job_extra=job_extra,
-        timeout_s=target.variant.timeout_s * 5,
-    )
+    bar = StepBar("tuning", len(labels), enabled=show_progress)
+    child = _tune_child(target) if bar.drawn else None  # the bar reads which configuration it tries
+    bar.poll = lambda: follow_tuning(bar, child, labels)
+    try:
+        with bar:
+            result = grade(
+                target,
+                source=source,
+                submission=submission,
+                mode="tune",
+                record=False,
+                job_extra=job_extra,
+                timeout_s=target.variant.timeout_s * 5,
+                child=child,
+            )
+    finally:
+        if child is not None:
+            child.close()  # grade closes the child it ran; not one it never started (a notebook that did not extract)
     if "tune" not in result.extra:
         raise ToolError(failure_message(result))
     found = result.extra["tune"]
@@ -231,14 +249,43 @@ def run_tune(target: Target, submission: Path | None = None, source: str = "lear
     return _record_tune(target, result.device.get("name", "CPU"), found)
 
 
-def _build_configurations(target: Target, path: Path) -> dict[str, Any]:
+def _tune_child(target: Target):
+    """The tuning child, started here (grade takes it up) so that the progress bar can read its steps."""
+    from grader.run import sandbox
+
+    return sandbox.child_for(target.variant.kind, cuda_available())
+
+
+# The child's step while it tries a configuration (worker_tools.tune): "tuning configuration 2 of 4: num_warps=4".
+TUNING_STEP = r"tuning configuration (\d+) of \d+: "
+
+
+def follow_tuning(bar, child, labels: list[str]) -> None:
+    """The bar at the configuration the child says it tries: its number, named by this process's own list of them
+    (the child's words are not shown as a configuration's name); any other step (loading your code) as it is."""
+    step = str(getattr(child, "last_step", "") or "")
+    tried = re.match(TUNING_STEP, step)
+    if tried is None:
+        bar.step = step
+        return
+    number = int(tried.group(1))
+    if 1 <= number <= len(labels):
+        bar.done, bar.item, bar.step = number - 1, labels[number - 1], ""
+
+
+def _build_configurations(target: Target, path: Path, show_progress: bool | None = None) -> dict[str, Any]:
     from grader.child.worker_tools import config_label, configurations
+    from grader.commands.batch_progress import StepBar
 
     arch = gpu_arch() if cuda_available() else None
-    return {
-        config_label(c): build_variant(path, target.variant, arch, defines=c)
-        for c in configurations(target.spec, target.variant.lang)
-    }
+    builds = {}
+    configs = configurations(target.spec, target.variant.lang)
+    with StepBar("compiling", len(configs), enabled=show_progress) as bar:
+        for config in configs:
+            bar.working_on(config_label(config))
+            builds[config_label(config)] = build_variant(path, target.variant, arch, defines=config)
+            bar.advance()
+    return builds
 
 
 def _compiled_only(builds: dict[str, Any]) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Finding exercises and resolving what the learner typed ("week2 reduction", "softmax") to one variant.
 
 Where an exercise has several versions (CUDA and Triton; add2's builds), one rule picks the version, the
-first that applies: --lang; a --file's suffix (.cu: the CUDA version, .py: the Triton one; cli._resolve);
+first that applies: --lang; a --file's suffix (.cu: the CUDA version, .py: the Triton one; cli/options.py _resolve);
 the version the plan's week/day lists (`grade week5 softmax`); the spec's `default_lang`; else the grade
 asks for --lang. Whatever picked it without --lang is named in the grade's header (Target.lang_choice)."""
 

@@ -17,8 +17,9 @@ from typing import Any
 
 from grader.core import op_spec
 from grader.core.errors import SpecError
-from grader.core.kinds import KINDS, NVCC_KINDS, Kind
+from grader.core.spec_keys import CASE_KEYS, MISTAKE_KEYS, check_keys
 from grader.core.vocabulary import CheckName, Code, Vocab
+from grader.kinds import KINDS, NVCC_KINDS, Kind
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -102,10 +103,12 @@ class Variant:
     # document mask's), so each version's TFLOP/s and calibrated estimate count its own work
     flops: str | None = None
     bytes: str | None = None
+    summary: str = ""  # what the version teaches, one line (docs/exercises.md's "what"; scripts/gen_docs.py)
+    measured: str = ""  # what its solution measured on a GPU (docs/exercises.md's last column)
 
     @property
     def kind_of(self) -> Kind:
-        """What this version's kind means (grader/core/kinds.py)."""
+        """What this version's kind means (grader/kinds/)."""
         return KINDS[self.kind]
 
     @property
@@ -228,8 +231,6 @@ class Mistake:
     gpu_code: list[str] = field(default_factory=list)  # the code(s) a GPU's grade gets, where not `code`'s
 
 
-MISTAKE_MATCHERS = ("check", "code", "first_case", "nan", "message", "lang")
-MISTAKE_KEYS = ("name", "hint", "fixture", "tiers", "gpu_code") + MISTAKE_MATCHERS
 TIERS = ("cpu", "gpu")
 
 
@@ -327,6 +328,7 @@ def load_spec(folder: Path) -> ExerciseSpec:
 
 def _parse(data: dict[str, Any], folder: Path) -> ExerciseSpec:
     path = folder / "spec.toml"
+    check_keys(data, str(path))  # a key no table takes (spec_keys.py lists them) is refused, not ignored
     variants = {}
     for lang, raw in data["variants"].items():
         kind = raw.get("kind", lang)
@@ -353,6 +355,8 @@ def _parse(data: dict[str, Any], folder: Path) -> ExerciseSpec:
             sanitizer_skip=_sanitizer_skip(raw.get("sanitizer_skip", {}), f"{path}: variants.{lang}.sanitizer_skip"),
             flops=raw.get("flops"),
             bytes=raw.get("bytes"),
+            summary=str(raw.get("summary", "")),
+            measured=str(raw.get("measured", "")),
         )
     inputs = [_tensor(name, raw, path) for name, raw in data.get("inputs", {}).items()]
     outputs = [_tensor(name, raw, path, output=True) for name, raw in data["outputs"].items()]
@@ -631,15 +635,6 @@ def _tensor(name: str, raw: dict[str, Any], path: Path, output: bool = False) ->
     return tensor
 
 
-CASE_KEYS = (
-    "gpu_only",
-    "inputs",
-    "outputs",
-    "trials",
-    "sanitize",
-    "op_checks",
-    "tolerance",
-)  # the rest of a [[cases]] entry are parameters
 LAYOUTS = ("contiguous", "row_slice", "transposed", "interleaved")
 SPECIALS = ("neg_inf_entries", "neg_inf_rows", "large")
 
@@ -828,7 +823,7 @@ def _validate_build_options(variant: Variant, path: Path) -> None:
     where = f"{path}: variants.{variant.lang}"
     if variant.build not in BUILDS:
         raise SpecError(f"{where}.build = {variant.build!r}; known: {', '.join(BUILDS)}")
-    if (variant.build != "jit" or variant.files) and variant.kind != "torch_op":
+    if (variant.build != "jit" or variant.files) and not variant.kind_of.builds_in_child:
         raise SpecError(
             f'{where}: build and files apply to kind "torch_op" (a raw CUDA file is built alone): remove them'
         )
@@ -878,10 +873,10 @@ def _validate_op_checks(spec, path) -> None:
             "also runs on the CPU (not gpu_only)"
         )
     for variant in spec.variants.values():
-        if variant.kind != "triton" or not variant.returns:
+        if not variant.kind_of.python_entry or not variant.returns:
             raise SpecError(
-                f'{path}: variants.{variant.lang}: [checks] needs kind = "triton" with returns = '
-                "true (a Python entry point returning the operator's output)"
+                f'{path}: variants.{variant.lang}: [checks] needs a Python entry point (kind = "triton") with '
+                "returns = true (the checks call it from Python and use the operator's output)"
             )
     if spec.checks.gradcheck and not any(gradcheck_small(spec, c) for c in marked if not c.gpu_only):
         raise SpecError(

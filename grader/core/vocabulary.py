@@ -146,6 +146,17 @@ class Code(Vocab):
     NO_KERNELS = "no_kernels"
 
 
+class Order(Vocab):
+    """What a grading parent tells its child after the job (grader/run/ -> grader/child/worker.py): each message is
+    a JSON object whose one key is the order. A trial to run is a message of its own ({"case", "k", ...})."""
+
+    END_TRIALS = "end_trials"  # every numerics trial has been sent
+    TIME = "time"  # time these sizes: [{case, label, anchor, ...}]; any other message after the trials ends the run
+    STOP = "stop"  # no timing: end as after a grade
+    GO = "go"  # the parent is listening: start the next timed burst (its clock brackets it)
+    PROBE_AGAIN = "probe_again"  # true: run the timing probe's bursts once more; false: end
+
+
 class Event(Vocab):
     """What a grading child (grader/child/worker.py, worker_tools.py; grader/capstone/train.py) tells its parent."""
 

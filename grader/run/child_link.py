@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from grader import cuda_cpu
+from grader.core.job import Job
 from grader.core.records import ERROR, FAILED, PASSED, Check, GradeResult
 from grader.core.vocabulary import CheckName, Code, Event
 from grader.run import waiting
@@ -41,12 +42,13 @@ class ChildLink:
         self.line_due = self.waited_from + waiting.STILL_RUNNING_S
         self.quiet = False  # no terminal writes (while this process's clock times the probe's bursts)
 
-    def start(self, job: dict[str, Any], started: float) -> None:
+    def start(self, job: Job, started: float) -> None:
         """Send the job; the whole run's limit counts from `started`."""
         self.deadline = started + self.timeout_s
         self.waited_from, self.line_due = started, started + waiting.STILL_RUNNING_S
-        self.learner = str(job.get("learner", ""))
-        self.child.send({**job, "work_dir": str(self.child.dir)})
+        self.learner = job.learner
+        job.work_dir = str(self.child.dir)
+        self.child.send(job.to_message())
 
     def expect_loaded(self, started: float) -> None:
         """The learner's file imported within load_limit_s of the job (the whole run's limit counts it too)."""

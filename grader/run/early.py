@@ -10,7 +10,6 @@ import threading
 from pathlib import Path
 
 from grader.core.discovery import Target, learner_file
-from grader.core.kinds import NVCC_KINDS
 from grader.run import heavy, sandbox
 from grader.toolchain import build
 
@@ -20,7 +19,7 @@ def start(target: Target, source: str, submission: Path | None) -> sandbox.Child
     child = sandbox.early_child(target.variant.kind)
     if child is not None and child.device == "cuda":
         heavy.start_early(target.spec, target.variant.reference, child.visible_devices)
-        if target.variant.kind in NVCC_KINDS:
+        if target.variant.kind_of.nvcc:
             _build_in_background(learner_file(target, source, submission), target)
     return child
 

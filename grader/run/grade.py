@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import random
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -16,7 +17,7 @@ from grader.checks import hints
 from grader.child import box
 from grader.core import calibration, store
 from grader.core.discovery import Target, learner_file, solution_file
-from grader.core.kinds import NVCC_KINDS
+from grader.core.job import Job
 from grader.core.paths import course_root, solutions_dir
 from grader.core.records import ERROR, FAILED, PASSED, SKIPPED, Check, GradeResult
 from grader.core.spec import BUILDS
@@ -29,6 +30,36 @@ BACKGROUND = "background"  # sanitize_code=BACKGROUND: the verdict does not wait
 PENDING = Code.SANITIZER_PENDING
 INTERPRETER_TIMEOUT_FACTOR = 3  # the Triton interpreter is far slower than a GPU
 WRAPPER_EXIT_S = 120  # a wrapped child's exit: Nsight Compute writes its report then (seconds for a few kernels)
+
+
+@dataclass
+class GradeRun:
+    """One grade in flight, shared by the pipeline's steps instead of a chain of parameters: what is graded, where
+    its checks go, how (the options of grade()), on what (gpu, the child), and the job the child will be sent."""
+
+    target: Target
+    path: Path  # the learner's file (a notebook's tagged cells, once extracted)
+    result: GradeResult
+    seed: int
+    job: Job  # what the child is sent: filled in here, read in grader/child/worker.py
+    quick: bool = False  # numerics and integrity only
+    timeout_s: float | None = None  # the caller's; `timeout` is the one in force
+    gpu: bool = False
+    child: sandbox.Child | None = None
+    ahead: Judge | None = None  # a judge made by judge_ahead() for this child and seed
+    before_timing: Callable[[], None] | None = None  # the caller's, before the timed runs
+
+    @property
+    def variant(self):
+        return self.target.variant
+
+    @property
+    def timeout(self) -> float:
+        return _timeout(self.variant, self.timeout_s, self.gpu)
+
+    @property
+    def timing(self) -> bool:
+        return self.gpu and self.job.mode == "grade" and not self.quick
 
 
 def cuda_available() -> bool:
@@ -104,8 +135,10 @@ def grade(
             )
         )
     else:
-        job = {"mode": mode, "sanitize": sanitize_code, "timed_sizes": timed_sizes, **(job_extra or {})}
-        _grade_file(target, path, result, seed, timeout_s, child_env or {}, job, quick, child, ahead, before_timing)
+        job = Job(mode=mode, sanitize=sanitize_code, timed_sizes=timed_sizes, **(job_extra or {}))
+        run = GradeRun(target, path, result, seed, job, quick, timeout_s, child=child, ahead=ahead)
+        run.before_timing = before_timing
+        _grade_file(run, child_env or {})
         child = None  # _grade_file closed it
     if child is not None:  # started early for a grade that never ran
         child.close()
@@ -141,47 +174,38 @@ def _extract_notebook(target: Target, path: Path, result: GradeResult) -> Path |
         return None
 
 
-def _grade_file(
-    target: Target,
-    path: Path,
-    result: GradeResult,
-    seed: int,
-    timeout_s: float | None,
-    child_env: dict[str, str],
-    job: dict,
-    quick: bool,
-    child: sandbox.Child | None,
-    ahead: Judge | None = None,
-    before_timing: Callable[[], None] | None = None,
-) -> None:
-    path = _extract_notebook(target, path, result)
-    if path is None:
+def _grade_file(run: GradeRun, child_env: dict[str, str]) -> None:
+    """Pick where the learner's code runs (GPU, interpreter, emulator, compile only), start its child if none was
+    started early, then build and run; the child is closed and its output kept whatever happens."""
+    run.path = _extract_notebook(run.target, run.path, run.result)
+    if run.path is None:
         return
-    variant, gpu = target.variant, cuda_available()
-    emulated = not gpu and _emulated(variant, path, result)
-    compile_only = not gpu and variant.kind_of.gpu_to_run and not emulated
+    run.gpu = gpu = cuda_available()
+    emulated = not gpu and _emulated(run.variant, run.path, run.result)
+    compile_only = not gpu and run.variant.kind_of.gpu_to_run and not emulated
     preload = cuda_cpu.child_env() if emulated else {}
+    child = run.child
     if child is not None and (compile_only or child.device != ("cuda" if gpu else "cpu") or child.preload != preload):
         child.close()  # started early on a guess this machine turned out not to fit (e.g. torch without CUDA)
         child = None
     if child is None and not compile_only:  # it imports torch and starts CUDA while we build
-        child = sandbox.Child("cuda" if gpu else "cpu", {**child_env, **preload}, job.pop("wrapper", None))
-    job["emulated"] = emulated
-    job.pop("wrapper", None)
+        child = sandbox.Child("cuda" if gpu else "cpu", {**child_env, **preload}, run.job.wrapper)
+    run.child = child
+    run.job.emulated = emulated
     try:
-        _build_and_run(target, path, result, seed, timeout_s, job, quick, gpu, child, ahead, before_timing)
+        _build_and_run(run)
     finally:
         if child is not None:
             if child.wrapped:  # killing its process group at once would lose the wrapper's report (ncu's)
                 child.finish(WRAPPER_EXIT_S)
-            result.output = child.output()
+            run.result.output = child.output()
             child.close()
 
 
 def _emulated(variant, path: Path, result: GradeResult) -> bool:
     """A CUDA file that runs on this CPU under the emulator (cuda_cpu): its kind, the machine and the file allow it.
     When the file is what stops it, result.emulation says why (the numerics check repeats it)."""
-    if variant.kind not in NVCC_KINDS or variant.link or variant.requires or not path.exists():
+    if not variant.kind_of.nvcc or variant.link or variant.requires or not path.exists():
         return False
     able, how = cuda_cpu.mode()
     reason = cuda_cpu.unsupported(path.read_text(errors="replace")) if able else None
@@ -189,83 +213,76 @@ def _emulated(variant, path: Path, result: GradeResult) -> bool:
     return able and reason is None
 
 
-def _build_and_run(
-    target, path, result, seed, timeout_s, job, quick, gpu, child, ahead=None, before_timing=None
-) -> None:
-    variant = target.variant
-    solution = solution_file(target.spec, variant)
-    grading = job["mode"] == "grade"
-    timing = gpu and grading and not quick
-    job.update(
-        {
-            "spec_folder": str(target.spec.folder),
-            "lang": variant.lang,
-            "learner": str(path),
-            "seed": seed,
-            "solutions_root": str(solutions_dir()),
-            "mode": job["mode"],
-            "solution": str(solution) if timing and solution.exists() else None,
-        }
-    )
-    timeout = _timeout(variant, timeout_s, gpu)
+def _build_and_run(run: GradeRun) -> None:
+    target, path, job, child = run.target, run.path, run.job, run.child
+    solution = solution_file(target.spec, run.variant)
+    grading = job.mode == "grade"
+    job.spec_folder, job.lang, job.learner, job.seed = str(target.spec.folder), run.variant.lang, str(path), run.seed
+    job.solutions_root = str(solutions_dir())
+    job.solution = str(solution) if run.timing and solution.exists() else None
     calibration_data, calibration_error = None, None
-    if timing and job["solution"] is None:
+    if run.timing and job.solution is None:
         calibration_data, calibration_error = _calibration(target)
     judge = None
     if grading and child is not None:  # its large inputs are drawn while nvcc builds (or were, ahead)
-        if ahead is not None and (ahead.child, ahead.seed, ahead.timing, ahead.timeout_s) == (
-            child,
-            seed,
-            timing,
-            timeout,
-        ):
-            judge, judge.result = ahead, result
-        else:
-            if ahead is not None:  # made for another grade: its files in this child's folder would clash with ours
-                ahead.close(wait_for_draws=True)
-            judge = Judge(target.spec, variant, child, result, seed, timeout, timing, calibration_data)
+        judge = _adopt_or_make_judge(run, calibration_data)
         judge.prefetch(job)
     try:
-        if not _build(target, path, solution, job, result, gpu):
+        if not _build(run, solution):
             return
-        staged = _box_the_child(target, path, job, child, result) if child is not None else {}
+        staged = _box_the_child(target, path, job, child, run.result) if child is not None else {}
         if judge is not None:
             judge.staged_solution = staged
         if not grading:
-            _run_tool(child, job, timeout, result)
+            _run_tool(child, job, run.timeout, run.result)
         elif judge is not None:
-            _judge(target, path, job, result, gpu, quick, judge, calibration_error, before_timing)
+            _judge(run, judge, calibration_error)
     finally:
         if judge is not None:
             judge.close()
 
 
-def _box_the_child(
-    target: Target, path: Path, job: dict, child: sandbox.Child, result: GradeResult
-) -> dict[Path, Path]:
+def _adopt_or_make_judge(run: GradeRun, calibration_data: dict | None) -> Judge:
+    """The judge made ahead for this very grade (same child, seed, timing and time limit), or a new one."""
+    ahead = run.ahead
+    if ahead is not None and (ahead.child, ahead.seed, ahead.timing, ahead.timeout_s) == (
+        run.child,
+        run.seed,
+        run.timing,
+        run.timeout,
+    ):
+        ahead.result = run.result
+        return ahead
+    if ahead is not None:  # made for another grade: its files in this child's folder would clash with ours
+        ahead.close(wait_for_draws=True)
+    spec, variant = run.target.spec, run.variant
+    return Judge(spec, variant, run.child, run.result, run.seed, run.timeout, run.timing, calibration_data)
+
+
+def _box_the_child(target: Target, path: Path, job: Job, child: sandbox.Child, result: GradeResult) -> dict[Path, Path]:
     """The child's box (box.py), sent with the job; the solution moves to the child's scratch folder, where
     the judge copies it just before timing ({instructor's file: its place there}): until then the learner's
     code cannot read it, and the box never lets it read solutions/."""
     staged = {}
     for key in ("solution", "solution_library"):
-        if job.get(key):
-            real = Path(job[key])
+        if getattr(job, key):
+            real = Path(getattr(job, key))
             staged[real] = child.dir / "solution" / real.name
-            job[key] = str(staged[real])
+            setattr(job, key, str(staged[real]))
     home = sandbox.box_home(_box_id(path, result))
-    job["box_home"] = str(home)
+    job.box_home = str(home)
     boxed, why = box.available()
     if os.environ.get(box.UNBOXED_ENV) == "1":
         boxed, why = False, f"{box.UNBOXED_ENV}=1 is set"
     result.isolation = why if boxed else f"none ({why})"
     if not boxed:
-        job["box"] = None
+        job.box = None
         return staged
-    reads = [Path(p) for p in [job.get("learner_library"), *job.get("tune_libraries", {}).values()] if p]
+    reads = [Path(p) for p in [job.learner_library, *job.tune_libraries.values()] if p]
     writes = [home, *_operator_build_dirs(target, path, staged)]
-    if job.get("trace_path"):  # kcourse profile's trace, written by the child into the learner's reports folder
-        writes.append(Path(job["trace_path"]).parent)
-    job["box"] = box.policy(child.dir, path, course_root(), reads, writes).to_dict()
+    if job.trace_path:  # kcourse profile's trace, written by the child into the learner's reports folder
+        writes.append(Path(job.trace_path).parent)
+    job.box = box.policy(child.dir, path, course_root(), reads, writes).to_dict()
     return staged
 
 
@@ -285,34 +302,48 @@ def _operator_build_dirs(target: Target, path: Path, staged: dict[Path, Path]) -
     return [folder for source in sources for folder in op_build.box_build_dirs(target.variant, source)]
 
 
-def _build(target, path, solution, job, result, gpu) -> bool:
-    """Compile what this kind of exercise compiles before its child runs; False if the grade ends here."""
-    variant, started = target.variant, time.monotonic()
-    if variant.kind in NVCC_KINDS or variant.kind == "torch_op":
-        waiting.report(0.0, 0.0, "building")  # the live line at a terminal, where one is drawn
-    if variant.kind in NVCC_KINDS:
-        ok = _build_raw_cuda(path, solution if job["solution"] else None, job, result, gpu, variant)
-        result.phases["build"] = round(time.monotonic() - started, 3)
-        return ok
-    if variant.kind == "torch_op" and gpu and op_build.missing_tool(variant):  # cmake, say: the machine's lack
+def _build(run: GradeRun, solution: Path) -> bool:
+    """Compile what this kind of exercise compiles before its child runs (its `builder` hook); False if the grade
+    ends here."""
+    if run.variant.kind_of.builder is None:
+        return True
+    started = time.monotonic()
+    waiting.report(0.0, 0.0, "building")  # the live line at a terminal, where one is drawn
+    ok = run.variant.kind_of.hook("builder")(run, solution)
+    run.result.phases["build"] = round(time.monotonic() - started, 3)
+    return ok
+
+
+def build_raw_cuda(run: GradeRun, solution: Path) -> bool:
+    """The builder of nvcc kinds: the learner's .cu (and the solution's, for the probe) into shared libraries."""
+    solution_or_none = solution if run.job.solution else None
+    return _build_raw_cuda(run.path, solution_or_none, run.job, run.result, run.gpu, run.variant)
+
+
+def build_torch_op(run: GradeRun, solution: Path) -> bool:
+    """The builder of torch operators: the child builds the extension; here, only what the machine lacks (cmake)
+    ends the grade, and without a GPU the file is compile-checked instead."""
+    variant, result = run.variant, run.result
+    if run.gpu and op_build.missing_tool(variant):
         result.add(Check(CheckName.BUILD, ERROR, op_build.missing_tool(variant), {"code": Code.NO_BUILD_TOOL}))
         return False
-    if variant.kind == "torch_op" and not gpu:
-        _compile_check_torch_op(path, result, variant)
+    if not run.gpu:
+        _compile_check_torch_op(run.path, result, variant)
         return False
     return True
 
 
-def _judge(target, path, job, result, gpu, quick, judge, calibration_error, before_timing=None) -> None:
+def _judge(run: GradeRun, judge: Judge, calibration_error: str | None) -> None:
     """The child runs the learner's code; the judge decides; compute-sanitizer runs beside or after."""
-    variant = target.variant
+    target, path, job, result, gpu, variant = run.target, run.path, run.job, run.result, run.gpu, run.variant
+    before_timing = run.before_timing
     # Boxed, learner code cannot write the kit or the results: a change meanwhile is someone's edit, left alone.
     # Unboxed, the files are kept to be put back after the run.
-    before = None if job.get("box") else (kit.contents(), kit.append_only_state(store.results_path()))
+    before = None if job.box else (kit.contents(), kit.append_only_state(store.results_path()))
     memory_safety = _MemorySafety(target, path, job, gpu, result, judge.child.visible_devices)
-    background = job.get("sanitize") == BACKGROUND
+    background = job.sanitize == BACKGROUND
     if (
-        variant.kind != "torch_op" and not background
+        not variant.kind_of.builds_in_child and not background
     ):  # raw CUDA and Triton: the tools overlap the child's start and numerics
         memory_safety.start()
 
@@ -324,7 +355,7 @@ def _judge(target, path, job, result, gpu, quick, judge, calibration_error, befo
 
     judge.before_timing = quiet_gpu
     judge.run(job)
-    if variant.kind == "triton" and not gpu:
+    if variant.kind_of.interpreted and not gpu:
         _lint_for_the_gpu(path, result)
     memory_safety.start()  # a torch operator: after the child built it (one build at a time in its folder)
     if background:  # after timing, so the tools never share the GPU with it; watch settles it
@@ -337,7 +368,7 @@ def _judge(target, path, job, result, gpu, quick, judge, calibration_error, befo
     if calibration_error:  # numerics still count; only the speed bar is unknown
         result.checks = [c for c in result.checks if c.name != "speed"]
         result.add(Check(CheckName.SPEED, ERROR, calibration_error, {"code": Code.CORRUPT_CALIBRATION}))
-    _add_skipped_speed(result, gpu, quick, variant, job.get("emulated", False))
+    _add_skipped_speed(result, gpu, run.quick, variant, job.emulated)
 
 
 class _MemorySafety:
@@ -345,7 +376,7 @@ class _MemorySafety:
     grading child's GPU (`visible_devices`), never on another grade's."""
 
     def __init__(
-        self, target: Target, path: Path, job: dict, gpu: bool, result: GradeResult, visible_devices: str | None = None
+        self, target: Target, path: Path, job: Job, gpu: bool, result: GradeResult, visible_devices: str | None = None
     ):
         self.target, self.path, self.job, self.gpu, self.result = target, path, job, gpu, result
         self.visible_devices = visible_devices
@@ -355,14 +386,14 @@ class _MemorySafety:
     def start(self) -> None:
         if self.running is not None or self.done:
             return
-        if not self.job.get("sanitize", True):
+        if not self.job.sanitize:
             self.running = Check(
                 CheckName.SANITIZER,
                 SKIPPED,
                 "--no-sanitize: memory safety not checked; grade without it before you hand in",
                 {"code": Code.NO_SANITIZE},
             )
-        elif not self.gpu and self.job.get("emulated"):
+        elif not self.gpu and self.job.emulated:
             self.running = Check(
                 CheckName.SANITIZER,
                 SKIPPED,
@@ -384,10 +415,10 @@ class _MemorySafety:
                 self.target.spec,
                 self.target.variant,
                 self.path,
-                self.job.get("learner_library"),
+                self.job.learner_library,
                 self.visible_devices,
-                boxed=self.job.get("box") is not None,
-                box_home=self.job.get("box_home"),
+                boxed=self.job.box is not None,
+                box_home=self.job.box_home,
             )
 
     def leave_running(self) -> None:
@@ -463,12 +494,13 @@ def _add_skipped_speed(result: GradeResult, gpu: bool, quick: bool, variant, emu
                 {"code": Code.QUICK},
             )
         )
-    elif not gpu and variant.kind == "triton":
+    elif not gpu and not variant.kind_of.gpu_to_run:
+        ran = "under the Triton interpreter" if variant.kind_of.interpreted else "on the CPU"
         result.add(
             Check(
                 CheckName.SPEED,
                 SKIPPED,
-                "no GPU found: timing skipped; numerics ran under the Triton interpreter",
+                f"no GPU found: timing skipped; numerics ran {ran}",
                 {"code": Code.NO_GPU},
             )
         )
@@ -511,17 +543,18 @@ def _lint_for_the_gpu(path: Path, result: GradeResult) -> None:
         result.add(Check(CheckName.GPU_COMPILE, FAILED, triton_lint.message(path, found), {"code": Code.PLAIN_GLOBAL}))
 
 
-def _run_tool(child: sandbox.Child, job: dict, timeout: float, result: GradeResult) -> None:
+def _run_tool(child: sandbox.Child, job: Job, timeout: float, result: GradeResult) -> None:
     """profile / tune: the child reports findings, not verdicts (failures of the learner's code still are)."""
     result.device = child.wait_ready().get("device", {})  # the GPU the figures were taken on, as a grade names it
     deadline = time.monotonic() + timeout
-    child.send({**job, "work_dir": str(child.dir)})
+    job.work_dir = str(child.dir)
+    child.send(job.to_message())
     try:
         while True:
             event = child.event(deadline)
             if event["event"] == Event.TOOL:
-                result.extra[job["mode"]] = event["result"]
-                result.add(Check(CheckName.LOAD, PASSED, f"{Path(job['learner']).name} loaded"))
+                result.extra[job.mode] = event["result"]
+                result.add(Check(CheckName.LOAD, PASSED, f"{Path(job.learner).name} loaded"))
                 return
             if event["event"] == Event.CHECK:
                 check = Check(**event["check"])
@@ -561,7 +594,7 @@ def judge_ahead(target: Target, child: sandbox.Child | None, seed: int, quick: b
     judge = Judge(
         target.spec, target.variant, child, result, seed, _timeout(target.variant, None, gpu), timing, calibration_data
     )
-    judge.prefetch({"timed_sizes": timed_sizes})
+    judge.prefetch(Job(timed_sizes=timed_sizes))
     return judge
 
 
@@ -577,7 +610,7 @@ def _calibration(target: Target) -> tuple[dict | None, str | None]:
         return None, str(exc)
 
 
-def _build_raw_cuda(path: Path, solution: Path | None, job: dict, result: GradeResult, gpu: bool, variant) -> bool:
+def _build_raw_cuda(path: Path, solution: Path | None, job: Job, result: GradeResult, gpu: bool, variant) -> bool:
     arch = build.gpu_arch() if gpu else None
     built = build.build_variant(path, variant, arch)
     result.build = built.to_dict()
@@ -589,7 +622,7 @@ def _build_raw_cuda(path: Path, solution: Path | None, job: dict, result: GradeR
             Check(CheckName.NUMERICS, SKIPPED, "not built: " + built.log.split(":")[0], {"code": built.skip_code})
         )
         return False
-    if not built.ok and built.log == build.NVCC_HINT and not gpu and job.get("emulated"):
+    if not built.ok and built.log == build.NVCC_HINT and not gpu and job.emulated:
         result.add(
             Check(
                 CheckName.BUILD,
@@ -628,19 +661,19 @@ def _build_raw_cuda(path: Path, solution: Path | None, job: dict, result: GradeR
         return False
     if not gpu:
         return _build_emulated(path, job, result)
-    job["learner_library"] = built.library
+    job.learner_library = built.library
     if solution is not None:
         solution_build = build.build_variant(solution, variant, arch)
-        job["solution_library"] = solution_build.library if solution_build.ok else None
+        job.solution_library = solution_build.library if solution_build.ok else None
         if not solution_build.ok:
-            job["solution"] = None
+            job.solution = None
     return True
 
 
-def _build_emulated(path: Path, job: dict, result: GradeResult, nvcc_checked: bool = True) -> bool:
+def _build_emulated(path: Path, job: Job, result: GradeResult, nvcc_checked: bool = True) -> bool:
     """No GPU: the file built for the CPU emulator (cuda_cpu), whose library the child runs; or the numerics
     skipped, saying why (the file uses what the emulator lacks, or the emulator's own build failed)."""
-    if not job.get("emulated"):
+    if not job.emulated:
         why = getattr(result, "emulation", "") or "the CPU emulation is not available here"
         result.add(
             Check(
@@ -681,7 +714,7 @@ def _build_emulated(path: Path, job: dict, result: GradeResult, nvcc_checked: bo
             )
         )
         return False
-    job["learner_library"] = built.library
+    job.learner_library = built.library
     return True
 
 

@@ -18,6 +18,7 @@ from grader.checks import op_checks
 from grader.checks.checking import reference_outputs
 from grader.checks.inputs import dtype_of, element_size, generate, save_tensor, shape_of
 from grader.core.spec import Case, ExerciseSpec, Variant
+from grader.core.vocabulary import Order
 from grader.run import heavy
 from grader.run.sandbox import Child
 
@@ -91,7 +92,7 @@ class InputFeed:
                     **self._op_checks_request(k, case, trial, trial_seed, inputs),
                 }
             )
-        self.child.send({"end_trials": True})
+        self.child.send({Order.END_TRIALS: True})
 
     # --- drawing -------------------------------------------------------------------------------------
     def prefetch(self, trials: list[Trial], timed: list[tuple[Any, Case, int]]) -> None:

@@ -21,9 +21,10 @@ from grader.checks.checking import judge_output, load_reference, looks_cached
 from grader.checks.inputs import element_size, load_tensor, shape_of
 from grader.child.timing import BUDGET_S
 from grader.core import hostload
+from grader.core.job import Job
 from grader.core.records import ERROR, FAILED, PASSED, Check, GradeResult
 from grader.core.spec import Case, ExerciseSpec, Variant
-from grader.core.vocabulary import CheckName, Code, Event
+from grader.core.vocabulary import CheckName, Code, Event, Order
 from grader.run import probe
 from grader.run.child_link import ChildLink, Finished
 from grader.run.input_feed import InputFeed, Trial
@@ -65,10 +66,10 @@ class Judge:
         self.link.result = result
 
     # --- the whole grade -------------------------------------------------------------------------
-    def run(self, job: dict[str, Any]) -> None:
+    def run(self, job: Job) -> None:
         ready = self.child.wait_ready()
         self.feed.child_ready.set()
-        self.result.device = cuda_cpu.DEVICE if job.get("emulated") else ready.get("device", {})
+        self.result.device = cuda_cpu.DEVICE if job.emulated else ready.get("device", {})
         started = time.monotonic()
         self.phases["start"] = round(started - self.child.started, 3)
         self.link.start(job, started)
@@ -78,7 +79,7 @@ class Judge:
                 self.before_timing()  # e.g. the sanitizer's processes end: nothing else on the GPU while timing
                 self._timing(job)
             else:
-                self.child.send({"stop": True})
+                self.child.send({Order.STOP: True})
                 self._add_if(memory.not_measured(self.spec, on_gpu=self.child.device == "cuda"))
         except Finished:
             pass
@@ -93,7 +94,7 @@ class Judge:
         finally:
             self.close()
 
-    def prefetch(self, job: dict[str, Any]) -> None:
+    def prefetch(self, job: Job) -> None:
         """Start drawing the large trials and the timed sizes, before the build (input_feed.InputFeed.prefetch)."""
         timed = (
             [(f"t{index}", case, self._timed_seed(index)) for index, case in self._timed_cases(job)]
@@ -106,10 +107,10 @@ class Judge:
         """End the threads and the GPU process (also for a grade that ends before run(): a failed build)."""
         self.feed.close(wait_for_draws)
 
-    def _load(self, job: dict[str, Any], started: float) -> None:
+    def _load(self, job: Job, started: float) -> None:
         self.link.expect_loaded(started)
         self._mark("load", started)
-        self.result.add(Check(CheckName.LOAD, PASSED, f"{Path(job['learner']).name}: `{self.variant.entry}` loaded"))
+        self.result.add(Check(CheckName.LOAD, PASSED, f"{Path(job.learner).name}: `{self.variant.entry}` loaded"))
 
     def load_limit_s(self) -> float:
         """Loading runs no interpreted kernel, so it gets the spec's own timeout_s, not the interpreter's multiple
@@ -315,24 +316,24 @@ class Judge:
             )
 
     # --- timing -------------------------------------------------------------------------------------
-    def _timed_cases(self, job: dict[str, Any]) -> list[tuple[int, Case]]:
-        """(index in [performance.cases], case) of the sizes to time: all of them, or with job["timed_sizes"] =
+    def _timed_cases(self, job: Job) -> list[tuple[int, Case]]:
+        """(index in [performance.cases], case) of the sizes to time: all of them, or with job.timed_sizes =
         "verdict" (kcourse grade without --full, kcourse watch) only the last, the size the speed verdict is taken
         at, with the same budget: the verdict is as trustworthy, and the other sizes' inputs, references and runs
         are saved.
         An exercise with a memory bar times every size anyway: its O(N) check needs the long, thin ones."""
         indexed = list(enumerate(self.spec.performance.cases))
-        verdict_only = job.get("timed_sizes") == "verdict" and self.spec.performance.max_extra_bytes is None
+        verdict_only = job.timed_sizes == "verdict" and self.spec.performance.max_extra_bytes is None
         return indexed[-1:] if verdict_only else indexed
 
-    def _timing(self, job: dict[str, Any]) -> None:
+    def _timing(self, job: Job) -> None:
         started = time.monotonic()
         timed = self._timed_cases(job)
         messages = self._timing_messages(job, timed)
         self.link.deadline = max(self.link.deadline, time.monotonic() + self.timeout_s)
         self.feed.wait_for_timed([f"t{index}" for index, _ in timed])
         self._stage_solution()
-        self.child.send({"time": messages})
+        self.child.send({Order.TIME: messages})
         records = [self._one_timed_case(index, case) for index, case in timed]
         self.result.timings = records
         check = speed.verdict(
@@ -353,7 +354,7 @@ class Judge:
             staged.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(real, staged)
 
-    def _timing_messages(self, job: dict[str, Any], timed: list[tuple[int, Case]]) -> list[dict[str, Any]]:
+    def _timing_messages(self, job: Job, timed: list[tuple[int, Case]]) -> list[dict[str, Any]]:
         """What the child is told to time, a message per size."""
         messages = []
         for index, case in timed:
@@ -368,13 +369,13 @@ class Judge:
                     "budget_s": BUDGET_S if last else BUDGET_S / 3,  # the verdict size gets most runs
                     # kcourse watch: PyTorch is not timed beside you (the verdict does not use it):
                     # two contestants take two thirds of three's time; a one-shot grade asks for it
-                    "anchor": job.get("torch_anchor", job.get("timed_sizes") != "verdict"),
+                    "anchor": job.anchor,
                 }
             )
         return messages
 
     def _one_timed_case(self, index: int, case: Case):
-        self.child.send({"go": True})  # the child waits for it: events are read as they happen, not buffered
+        self.child.send({Order.GO: True})  # the child waits for it: events are read as they happen, not buffered
         self.link.expect(Event.TIMING_START)
         begun = time.monotonic()
         event = self.link.expect(Event.TIMED)

@@ -12,7 +12,7 @@ from grader.checks import speed
 from grader.core import gpushare, hostload
 from grader.core.records import ERROR, Check, GradeResult, Timing
 from grader.core.spec import ExerciseSpec, Variant
-from grader.core.vocabulary import CheckName, Code, Event
+from grader.core.vocabulary import CheckName, Code, Event, Order
 from grader.run import waiting
 from grader.run.child_link import ChildLink
 
@@ -27,17 +27,17 @@ def cross_check(
     solution and learner alike) passes the second look; a patched timer disagrees again."""
     child = link.child
     pid = int((child.ready or {}).get("pid") or child.proc.pid)  # sent before learner code ran
-    child.send({"go": True})
+    child.send({Order.GO: True})
     link.quiet = True  # no terminal writes while this process's clock times the bursts
     waiting.hold(True)
     disagreement = _round(link, spec, variant, record, pid)
     if disagreement:
-        child.send({"probe_again": True})
+        child.send({Order.PROBE_AGAIN: True})
         disagreement = _round(link, spec, variant, record, pid)
     link.quiet = False
     waiting.hold(False)
     if not disagreement:
-        child.send({"probe_again": False})  # the child ends as after any grade
+        child.send({Order.PROBE_AGAIN: False})  # the child ends as after any grade
         return None
     sharers = gpushare.other_gpu_processes(
         *gpushare.nvidia_smi_ids(child.visible_devices, (result.device or {}).get("uuid"))
@@ -73,7 +73,7 @@ def _round(link: ChildLink, spec: ExerciseSpec, variant: Variant, record: Timing
         begun = time.monotonic()
         # the child waits for this go: a burst cannot run before the clock that times it has started (were
         # it sent before, a grader slow to wake, say under a learner's CPU burners, would see it shorter)
-        link.child.send({"go": True})
+        link.child.send({Order.GO: True})
         end = link.expect(Event.PROBE_END)
         wall = time.monotonic() - begun
         who, runs = str(start.get("who")), int(start.get("runs", 1))

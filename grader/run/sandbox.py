@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from grader.child.box import release_pids_cgroup
-from grader.core.kinds import kind_named
 from grader.core.paths import course_root
 from grader.core.vocabulary import Code, Event
+from grader.kinds import kind_named
 from grader.run import forkserver
 
 OUTPUT_LIMIT = 4000

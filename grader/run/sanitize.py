@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.checks.inputs import dtype_of, generate, poison, save_tensor, shape_of, torch_dtype
-from grader.core.kinds import kind_named
 from grader.core.paths import build_cache_dir, course_root
 from grader.core.records import FAILED, PASSED, SKIPPED, Check
 from grader.core.spec import Case, ExerciseSpec, Variant
 from grader.core.vocabulary import CheckName, Code
+from grader.kinds import kind_named
 
 VERSION = 1  # part of the cache key: bump when what is checked changes
 SMALL_ELEMENTS = 1 << 18  # the largest case (input elements) sanitized by default: racecheck is ~100x slower

@@ -134,7 +134,7 @@ def _shape(tensor: TensorSpec, case: Case) -> tuple[int, ...]:
 
 
 def write_notebook(target: Target, path: Path, force: bool = False) -> Path:
-    if target.variant.kind != "triton":
+    if ".ipynb" not in target.variant.kind_of.suffixes:
         raise NotebookError(
             f"{target.spec.id} ({target.variant.lang}) is not a Triton exercise: notebooks hold Triton code"
         )
@@ -148,7 +148,7 @@ def write_notebook(target: Target, path: Path, force: bool = False) -> Path:
 def extract_submission(notebook: Path, target: Target) -> Path:
     """The tagged code cells as one .py file named after the notebook (replace_op.ipynb.py: a grade's `load`
     line names the notebook, not the stub), in the state folder."""
-    if target.variant.kind != "triton":
+    if ".ipynb" not in target.variant.kind_of.suffixes:
         raise NotebookError("only Triton exercises can be graded from a notebook")
     try:
         nb = nbformat.read(str(notebook), as_version=4)

@@ -35,7 +35,7 @@ class BuildFailed(KcourseError):
 def box_build_dirs(variant: Variant, source: Path) -> list[Path]:
     """The folder a boxed child builds this operator in, made now (a Landlock rule needs it to exist); [] for
     other kinds. Named by content and never listable from the box: no other build is in reach."""
-    if variant.kind != "torch_op":
+    if not variant.kind_of.builds_in_child:
         return []
     from grader.core.paths import build_cache_dir
 
@@ -69,7 +69,7 @@ def stage(variant: Variant, source: Path, folder: Path) -> Path:
 
 def missing_tool(variant: Variant) -> str | None:
     """What this machine lacks to build the version (None: nothing): the machine's problem, not the learner's."""
-    if variant.kind == "torch_op" and variant.build == "cmake" and find_cmake() is None:
+    if variant.kind_of.builds_in_child and variant.build == "cmake" and find_cmake() is None:
         return CMAKE_HINT
     return None
 

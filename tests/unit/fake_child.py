@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from grader.checks.inputs import load_tensor, save_tensor
 from grader.checks.speed import PROBE_BURSTS
+from grader.core.job import Job
 from grader.core.records import GradeResult
 from grader.run.judge import Judge
 from grader.run.sandbox import ChildGone, ChildTimeout
@@ -174,7 +175,7 @@ def grade(
 ) -> GradeResult:
     result = GradeResult(exercise=spec.id, lang="triton", source="learner", seed=seed)
     Judge(spec, spec.variant(None), child, result, seed, timeout_s, timing, calibration).run(
-        {"learner": "/x/toy.py", **job}
+        Job(learner="/x/toy.py", **job)
     )
     return result
 

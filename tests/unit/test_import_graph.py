@@ -68,6 +68,7 @@ def test_the_check_finds_a_cycle_when_there_is_one():
 # layer or below: the child (beside learner code) never from the parent's `run`, and nothing below the top from
 # the commands or the reports.
 LAYERS = (
+    ("kinds",),  # data and hook names only: every layer reads a Kind
     ("core",),
     ("toolchain",),
     ("cuda_cpu",),

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from grader.core.kinds import GPU_TO_RUN
 from grader.core.paths import course_root
+from grader.kinds import GPU_TO_RUN
 from grader.run import sandbox
 from grader.run.sandbox import Child, ChildGone, ChildTimeout, Death, child_env, death_message, trim
 
