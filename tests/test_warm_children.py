@@ -96,6 +96,7 @@ def test_grade_batch_settles_the_next_grades_spare_before_it_times(monkeypatch, 
 
 def test_before_timing_ends_the_sanitizer_first_then_what_the_caller_has_on_the_gpu(monkeypatch, tmp_path):
     from grader.core import discovery
+    from grader.core.job import Job
     from grader.core.records import GradeResult
     from grader.run import grade
 
@@ -113,7 +114,7 @@ def test_before_timing_ends_the_sanitizer_first_then_what_the_caller_has_on_the_
     monkeypatch.setattr(grade._MemorySafety, "finish", lambda self: order.append("sanitizer"))
     target = discovery.resolve(("vector_add",), lang="triton")
     result = GradeResult(exercise="vector_add", lang="triton", source="x", seed=1)
-    run = grade.GradeRun(target, tmp_path / "x.py", result, 1, {"sanitize": True, "mode": "grade"}, gpu=True)
+    run = grade.GradeRun(target, tmp_path / "x.py", result, 1, Job(sanitize=True), gpu=True)
     run.before_timing = lambda: order.append("spare settled")
     grade._judge(run, TimingJudge(), None)
     assert order[:3] == ["sanitizer", "spare settled", "timing"]
