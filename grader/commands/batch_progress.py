@@ -191,8 +191,9 @@ class StepBar:
     line is not drawn for --json).
 
     While drawn it is also the grade's live line (waiting.attach): the judge's step (`checking n=37, trial 2`) shows
-    beside the item, in place of the "still running" lines, and the probe's hold stops its redraws. `poll`: called
-    before each redraw, for a caller that reads the step rather than being told it (tune: the child's last step)."""
+    beside the item, in place of the "still running" lines, and the probe's hold stops its redraws. `on_step`: called
+    with each step the grade reports, in place of showing it, for a caller whose steps say which item is at work
+    (tune: the configuration the child tries)."""
 
     def __init__(
         self,
@@ -200,9 +201,9 @@ class StepBar:
         total: int,
         stream: TextIO | None = None,
         enabled: bool | None = None,
-        poll: Callable[[], None] | None = None,
+        on_step: Callable[[str], None] | None = None,
     ):
-        self.label, self.total, self.poll = label, total, poll
+        self.label, self.total, self.on_step = label, total, on_step
         if enabled is None:
             enabled = not json_asked()
         self.stream = stream or sys.stderr
@@ -239,7 +240,10 @@ class StepBar:
     def show(self, elapsed_s: float, limit_s: float, step: str) -> None:
         """waiting.LiveLine's: the step the grade is at, drawn at the next refresh (the judge reports each event; a
         redraw per event would hold the interpreter that often). The time shown is the bar's own, from its start."""
-        self.step = step
+        if self.on_step is not None:
+            self.on_step(step)
+        else:
+            self.step = step
 
     def hold(self, on: bool) -> None:
         """No redraws while on (the probe's bursts are timed by this process's clock)."""
@@ -257,8 +261,6 @@ class StepBar:
             self._bar[0].refresh()
 
     def _update(self) -> None:
-        if self.poll is not None:
-            self.poll()
         if self._bar is not None:
             bar, task = self._bar
             bar.update(task, total=self.total, completed=min(self.done, self.total), detail=self.detail())

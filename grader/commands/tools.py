@@ -223,23 +223,17 @@ def run_tune(
         if not cuda_available():
             return _record_tune(target, "CPU (compile only)", _compiled_only(builds))
     bar = StepBar("tuning", len(labels), enabled=show_progress)
-    child = _tune_child(target) if bar.drawn else None  # the bar reads which configuration it tries
-    bar.poll = lambda: follow_tuning(bar, child, labels)
-    try:
-        with bar:
-            result = grade(
-                target,
-                source=source,
-                submission=submission,
-                mode="tune",
-                record=False,
-                job_extra=job_extra,
-                timeout_s=target.variant.timeout_s * 5,
-                child=child,
-            )
-    finally:
-        if child is not None:
-            child.close()  # grade closes the child it ran; not one it never started (a notebook that did not extract)
+    bar.on_step = lambda step: follow_tuning(bar, step, labels)  # the grade reports the child's steps to the bar
+    with bar:
+        result = grade(
+            target,
+            source=source,
+            submission=submission,
+            mode="tune",
+            record=False,
+            job_extra=job_extra,
+            timeout_s=target.variant.timeout_s * 5,
+        )
     if "tune" not in result.extra:
         raise ToolError(failure_message(result))
     found = result.extra["tune"]
@@ -249,21 +243,14 @@ def run_tune(
     return _record_tune(target, result.device.get("name", "CPU"), found)
 
 
-def _tune_child(target: Target):
-    """The tuning child, started here (grade takes it up) so that the progress bar can read its steps."""
-    from grader.run import sandbox
-
-    return sandbox.child_for(target.variant.kind, cuda_available())
-
-
 # The child's step while it tries a configuration (worker_tools.tune): "tuning configuration 2 of 4: num_warps=4".
 TUNING_STEP = r"tuning configuration (\d+) of \d+: "
 
 
-def follow_tuning(bar, child, labels: list[str]) -> None:
+def follow_tuning(bar, step: str, labels: list[str]) -> None:
     """The bar at the configuration the child says it tries: its number, named by this process's own list of them
     (the child's words are not shown as a configuration's name); any other step (loading your code) as it is."""
-    step = str(getattr(child, "last_step", "") or "")
+    step = str(step or "")
     tried = re.match(TUNING_STEP, step)
     if tried is None:
         bar.step = step

@@ -23,6 +23,7 @@ from grader.core.records import ERROR, FAILED, PASSED, SKIPPED, Check, GradeResu
 from grader.core.spec import BUILDS
 from grader.core.vocabulary import CheckName, Code, Event
 from grader.run import heavy, kit, sandbox, sanitize, waiting
+from grader.run.child_link import ChildLink
 from grader.run.judge import Judge
 from grader.toolchain import build, occupancy, op_build
 
@@ -74,6 +75,7 @@ def cuda_available() -> bool:
 
 def grade(
     target: Target,
+    *,
     source: str = "learner",
     submission: Path | None = None,
     seed: int | None = None,
@@ -90,7 +92,7 @@ def grade(
     before_timing: Callable[[], None] | None = None,
 ) -> GradeResult:
     """Grade one exercise (mode "grade"), or run the learner's code for "profile" / "tune" in the same
-    sandbox. `quick`: numerics and integrity only. `child`: a worker already started (kcourse watch).
+    sandbox. Every option is a keyword (callers name what they change); inside, they become one GradeRun. `quick`: numerics and integrity only. `child`: a worker already started (kcourse watch).
     `sanitize_code`: run compute-sanitizer on a small case (sanitize.py). `timed_sizes`: "all" the
     [performance] cases (validate, grade-batch, `kcourse grade --full`), or "verdict": only the last, where the
     speed verdict is taken (kcourse grade, kcourse watch); job_extra {"torch_anchor": True} times PyTorch beside
@@ -544,30 +546,21 @@ def _lint_for_the_gpu(path: Path, result: GradeResult) -> None:
 
 
 def _run_tool(child: sandbox.Child, job: Job, timeout: float, result: GradeResult) -> None:
-    """profile / tune: the child reports findings, not verdicts (failures of the learner's code still are)."""
+    """profile / tune: the child reports findings, not verdicts (failures of the learner's code still are). The
+    wait goes through a ChildLink, as a grade's does: "still running" lines at a terminal, and each step the child
+    names (tune: the configuration it tries) on the live line where one is drawn."""
     result.device = child.wait_ready().get("device", {})  # the GPU the figures were taken on, as a grade names it
-    deadline = time.monotonic() + timeout
-    job.work_dir = str(child.dir)
-    child.send(job.to_message())
+    link = ChildLink(child, result, timeout, timeout)
+    link.start(job, time.monotonic())
     try:
         while True:
-            event = child.event(deadline)
+            event = link.next_event()
             if event["event"] == Event.TOOL:
                 result.extra[job.mode] = event["result"]
                 result.add(Check(CheckName.LOAD, PASSED, f"{Path(job.learner).name} loaded"))
                 return
             if event["event"] == Event.CHECK:
-                check = Check(**event["check"])
-                result.add(
-                    check
-                    if check.status in (FAILED, ERROR)
-                    else Check(
-                        CheckName.RUN,
-                        FAILED,
-                        "the tool run reported a verdict of its own",
-                        {"code": Code.FORGED_VERDICT},
-                    )
-                )
+                result.add(_tool_failure(event.get("check")))
                 return
             if event["event"] == Event.DONE:
                 raise sandbox.ChildGone
@@ -576,6 +569,17 @@ def _run_tool(child: sandbox.Child, job: Job, timeout: float, result: GradeResul
         death = sandbox.Death(isinstance(exc, sandbox.ChildTimeout), child.proc.wait(), child.last_step)
         code, message = sandbox.death_message(death, timeout)
         result.add(Check(CheckName.RUN, FAILED, message, {"code": code}))
+
+
+def _tool_failure(reported) -> Check:
+    """A failure of the learner's code the tool run reports, as it came; anything else it claims is a forgery."""
+    try:
+        check = Check(**reported)
+    except TypeError:  # not a check's fields: a forgery too
+        check = Check(CheckName.RUN, PASSED, "")
+    if check.status in (FAILED, ERROR):
+        return check
+    return Check(CheckName.RUN, FAILED, "the tool run reported a verdict of its own", {"code": Code.FORGED_VERDICT})
 
 
 def judge_ahead(target: Target, child: sandbox.Child | None, seed: int, quick: bool, timed_sizes: str) -> Judge | None:

@@ -183,14 +183,6 @@ def test_compare_with_json_draws_no_bar_even_at_a_terminal(tmp_path, fake_grade,
 SOFTMAX_CONFIGS = ["num_warps=2", "num_warps=4", "num_warps=8", "num_warps=16"]  # softmax's [tuning.triton]
 
 
-class FakeChild:
-    def __init__(self):
-        self.last_step, self.closed = "starting", False
-
-    def close(self):
-        self.closed = True
-
-
 def tune_rows(labels):
     rows = [dict(config=c, ms=None, rate=None, roofline_pct=None, correct=True, error="") for c in labels]
     return {"case": "", "unit": "", "rows": rows, "best": None, "speedup": None}
@@ -198,25 +190,25 @@ def tune_rows(labels):
 
 @pytest.fixture
 def fake_tune(monkeypatch):
-    """tools.grade replaced by a child that tries softmax's configurations, saying each as worker_tools.tune does;
-    at a terminal it waits for the bar to draw each one. Keeps the child it was given."""
+    """tools.grade replaced by one that reports softmax's configurations as the real grade reports its child's steps
+    (grade._run_tool, through waiting.report); at a terminal it waits for the bar to draw each one."""
     given = []
 
-    def grade(target, child=None, **kwargs):
-        given.append(child)
-        if child is not None:
-            child.last_step = "loading your code"  # the bar, on sys.stderr, reads it at its next redraw
-            until_drawn(sys.stderr, "0/4 loading your code")
-            for i, label in enumerate(SOFTMAX_CONFIGS):
-                child.last_step = f"tuning configuration {i + 1} of 4: {label}"
-                until_drawn(sys.stderr, f"{i}/4 {label} ")
+    def grade(target, **kwargs):
+        given.append(kwargs.get("child"))
+        steps = ["loading your code"] + [
+            f"tuning configuration {i + 1} of 4: {c}" for i, c in enumerate(SOFTMAX_CONFIGS)
+        ]
+        drawn = ["0/4 loading your code"] + [f"{i}/4 {label} " for i, label in enumerate(SOFTMAX_CONFIGS)]
+        for step, text in zip(steps, drawn):
+            if waiting.report(1.0, 60.0, step):  # True where a live line (the bar) is drawn
+                until_drawn(sys.stderr, text)
         result = passed(target)
         result.extra["tune"] = tune_rows(SOFTMAX_CONFIGS)
         result.device = {"name": "CPU (Triton interpreter)"}
         return result
 
     monkeypatch.setattr(tools, "grade", grade)
-    monkeypatch.setattr(tools, "_tune_child", lambda target: FakeChild())
     return given
 
 
@@ -228,24 +220,24 @@ def test_tune_at_a_terminal_follows_the_childs_configurations_then_erases_the_ba
     positions = [text.index(f"{i}/4 {label} ") for i, label in enumerate(SOFTMAX_CONFIGS)]
     assert "tuning" in text and positions == sorted(positions)
     assert terminal.getvalue().endswith(ERASED) and not waiting.live_shown()
-    assert fake_tune[0].closed and [r["config"] for r in record["rows"]] == SOFTMAX_CONFIGS
+    assert fake_tune == [None] and [r["config"] for r in record["rows"]] == SOFTMAX_CONFIGS  # grade starts its child
 
 
-def test_tune_elsewhere_prints_nothing_more_and_lets_grade_start_its_child(fake_tune, monkeypatch):
+def test_tune_elsewhere_prints_nothing_more(fake_tune, monkeypatch):
     piped = io.StringIO()
     monkeypatch.setattr("sys.stderr", piped)
     tools.run_tune(resolve(("softmax",)), source="solutions")
-    assert piped.getvalue() == "" and fake_tune == [None]  # grade starts its own child, as before
+    assert piped.getvalue() == "" and fake_tune == [None]
 
 
 def test_the_bar_names_a_configuration_from_the_parents_own_list_never_from_the_childs_words():
     bar = StepBar("tuning", 4, stream=io.StringIO())
-    tools.follow_tuning(bar, SimpleNamespace(last_step="loading your code"), SOFTMAX_CONFIGS)
+    tools.follow_tuning(bar, "loading your code", SOFTMAX_CONFIGS)
     assert (bar.done, bar.item, bar.step) == (0, "", "loading your code")
-    tools.follow_tuning(bar, SimpleNamespace(last_step="tuning configuration 3 of 4: \x1b[2J[red]x"), SOFTMAX_CONFIGS)
+    tools.follow_tuning(bar, "tuning configuration 3 of 4: \x1b[2J[red]x", SOFTMAX_CONFIGS)
     assert (bar.done, bar.item, bar.step) == (2, "num_warps=8", "")
     for forged in ("tuning configuration 9 of 4: num_warps=99", "tuning configuration 0 of 4: x"):
-        tools.follow_tuning(bar, SimpleNamespace(last_step=forged), SOFTMAX_CONFIGS)
+        tools.follow_tuning(bar, forged, SOFTMAX_CONFIGS)
         assert (bar.done, bar.item) == (2, "num_warps=8")  # a number out of range moves nothing
 
 
@@ -267,7 +259,7 @@ def test_the_child_says_each_configuration_it_tries_as_the_parent_reads_it(monke
     assert steps == [f"tuning configuration {i + 1} of 4: {c}" for i, c in enumerate(SOFTMAX_CONFIGS)]
     bar = StepBar("tuning", 4, stream=io.StringIO())
     for i, step in enumerate(steps):
-        tools.follow_tuning(bar, SimpleNamespace(last_step=step), SOFTMAX_CONFIGS)
+        tools.follow_tuning(bar, step, SOFTMAX_CONFIGS)
         assert (bar.done, bar.item) == (i, SOFTMAX_CONFIGS[i])
 
 
