@@ -139,3 +139,30 @@ def submission(name: str) -> Path:
             "tests/fixtures/submissions/ is absent (a learner's kit): this test grades the instructor's fixtures"
         )
     return SUBMISSIONS / name
+
+
+EDIT_SUFFIX = ".edit.toml"  # a fixture that is the solution with a few edits, not a copy of it (see edited_solution)
+
+
+def edited_solution(name: str, solution: Path, folder: Path) -> Path:
+    """The learner's file a `.edit.toml` fixture describes: `solution` with each of its [[edit]] tables applied (a
+    one-line mistake needs no 200-line copy of the solution, and the edit follows the solution as it changes),
+    written to `folder` under the solution's own name. Each `old` must be found `count` times (default 1), and every
+    one is replaced: an edit that no longer finds its text fails, rather than grading the solution unchanged."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+
+    edits = tomllib.loads(submission(name).read_text())["edit"]
+    text = solution.read_text()
+    for edit in edits:
+        found, wanted = text.count(edit["old"]), edit.get("count", 1)
+        assert found == wanted, (
+            f"{name}: {edit['old']!r} is in {solution} {found} times, not {wanted}: quote more of the line, or say "
+            "count = N to replace all N"
+        )
+        text = text.replace(edit["old"], edit["new"])
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / solution.name).write_text(text)
+    return folder / solution.name

@@ -18,11 +18,11 @@ an exercise (its cases, its ladder's figures, mistakes edited into a solution) s
 from __future__ import annotations
 
 import pytest
-from conftest import HAS_GPU, SUBMISSIONS, submission
+from conftest import EDIT_SUFFIX, HAS_GPU, SUBMISSIONS, edited_solution, submission
 from unit.conftest import toy_spec, write_exercise
 
 from grader.checks import hints
-from grader.core.discovery import discover_exercises, resolve
+from grader.core.discovery import discover_exercises, resolve, solution_file
 from grader.core.spec import SpecError, load_spec
 from grader.kinds import NVCC_KINDS
 
@@ -35,7 +35,7 @@ def _catalog() -> list:
     params = []
     for exercise, spec in sorted(discover_exercises().items()):
         for mistake in spec.mistakes:
-            lang = mistake.lang or ("cuda" if (mistake.fixture or "").endswith(".cu") else "triton")
+            lang = mistake.lang or _lang_of(spec, mistake.fixture or "")
             cuda = spec.variant(lang).kind in NVCC_KINDS
             for tier in mistake.tiers:
                 if tier == "gpu":
@@ -52,6 +52,24 @@ def _catalog() -> list:
     return params
 
 
+def _lang_of(spec, fixture: str) -> str:
+    """The version a fixture is graded as, where its mistake names none: a .cu file's is cuda, a .py file's triton;
+    an edited solution's is the exercise's only (or default) version."""
+    if fixture.endswith(EDIT_SUFFIX):
+        return spec.variant(None).lang
+    return "cuda" if fixture.endswith(".cu") else "triton"
+
+
+def learner_file(target, mistake, tmp_path):
+    """The file that makes the mistake: its fixture, or the solution with the fixture's edits (`.edit.toml`)."""
+    if not mistake.fixture.endswith(EDIT_SUFFIX):
+        return submission(mistake.fixture)
+    solution = solution_file(target.spec, target.variant)
+    if not solution.is_file():
+        pytest.skip("solutions/ is absent (a learner's kit)")
+    return edited_solution(mistake.fixture, solution, tmp_path / "edited")
+
+
 CATALOG = _catalog()
 
 
@@ -64,8 +82,16 @@ def test_every_mistake_names_a_fixture_that_exists():
     assert not missing, f'give these [[mistakes]] a fixture = "..." in tests/fixtures/submissions/: {missing}'
 
 
+def test_every_edited_solution_still_finds_the_text_it_edits(tmp_path):
+    """A `.edit.toml` fixture whose `old` text the solution no longer has would grade nothing: caught here, fast."""
+    edited = {(p.values[0], p.values[1], p.values[2].name): p.values[2] for p in CATALOG}
+    for (exercise, lang, name), mistake in edited.items():
+        if mistake.fixture.endswith(EDIT_SUFFIX):
+            learner_file(resolve((exercise,), lang=lang), mistake, tmp_path / exercise / name)
+
+
 @pytest.mark.parametrize("exercise, lang, mistake, tier", CATALOG)
-def test_each_mistakes_fixture_fails_as_its_spec_says(exercise, lang, mistake, tier):
+def test_each_mistakes_fixture_fails_as_its_spec_says(exercise, lang, mistake, tier, tmp_path):
     target = resolve((exercise,), lang=lang)
     if tier == "cpu" and target.variant.kind in NVCC_KINDS:
         from grader import cuda_cpu
@@ -75,7 +101,8 @@ def test_each_mistakes_fixture_fails_as_its_spec_says(exercise, lang, mistake, t
             pytest.skip(f"the CPU emulator does not run here: {how}")
     from grader.run.grade import grade
 
-    result = grade(target, submission=submission(mistake.fixture), seed=SEED, record=False, quick=True)
+    learner = learner_file(target, mistake, tmp_path)
+    result = grade(target, submission=learner, seed=SEED, record=False, quick=True)
     check = next((c for c in result.checks if c.status in ("failed", "error")), None)
     ran = "; ".join(f"{c.name} {c.status}: {c.message[:120]}" for c in result.checks)
     assert check is not None, (

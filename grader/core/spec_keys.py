@@ -193,7 +193,13 @@ MISTAKE = Table(
     (
         Key("name", "string", REQUIRED, "the mistake, in lower case letters, digits and _"),
         Key("hint", "string", "none", "what the learner reads under the failing check (none: a generic hint says it)"),
-        Key("fixture", "string", "none", "its file in tests/fixtures/submissions/, graded by the tests"),
+        Key(
+            "fixture",
+            "string",
+            "none",
+            "its file in tests/fixtures/submissions/, graded by the tests: a learner's file, or NAME.edit.toml, "
+            "the solution with the [[edit]]s it lists ({old, new, count})",
+        ),
         Key("tiers", "array of strings", '["cpu"]', 'where the tests grade the fixture: "cpu" and/or "gpu"'),
         Key("gpu_code", "string or array", "[]", "the code(s) a GPU's grade gets, where not `code`'s"),
         Key("check", "string", "any", "matcher: the failing check's name (numerics, build, speed, ...)"),
