@@ -109,20 +109,10 @@ def test_each_classic_mistake_fails_on_the_case_built_for_it(name):
 
 # --- builds here; on a GPU, the versions' figures and the solution's one-line mistakes -----------------
 
-GPU_MISTAKES = {  # name: (file, its text, replacement: every occurrence, verdict codes it must get)
-    "eps outside the square root": (
-        SOLUTION,
-        "rsqrtf(block_sum(local, partial) / n_cols + EPS)",
-        "1.f / (sqrtf(block_sum(local, partial) / n_cols) + EPS)",
-        ("mismatch",),
-    ),
-    "rows found with N": (SOLUTION, "x + blockIdx.x * x_stride", "x + blockIdx.x * (long long)n_cols", ("mismatch",)),
-    "float4 whenever N % 4 == 0": (
-        SOLUTION,
-        "const bool aligned = ",
-        "const bool aligned = N % 4 == 0; const bool unused = ",
-        ("cuda_error", "crash"),
-    ),
+# name: (file, its text, replacement: every occurrence, verdict codes it must get). The solution's own one-line
+# mistakes are the spec's [[mistakes]] (their fixtures in tests/fixtures/submissions/rms_norm/), graded on the CPU
+# and the GPU by tests/test_exercise_mistakes.py.
+GPU_MISTAKES = {
     "V2 with __shfl_down_sync": ("rms_norm_v2_warp.cu", "__shfl_xor_sync", "__shfl_down_sync", ("mismatch",)),
 }
 

@@ -18,6 +18,8 @@ from grader.core.vocabulary import CheckName, Code, Event
 from grader.run import waiting
 from grader.run.sandbox import Child, ChildGone, ChildTimeout, Death, death_message
 
+REPORT_LIMIT = 1 << 16  # characters of a dead child's output read for the emulator's fault report
+
 
 class Finished(Exception):
     """The grade has its verdict (a failure); stop talking to the child."""
@@ -131,7 +133,9 @@ class ChildLink:
             self.result.add(Check(CheckName.RUN, FAILED, self._load_timeout_message(), {"code": Code.LOAD_TIMEOUT}))
             return
         kind, message = death_message(Death(timed_out, code, self.child.last_step), self.timeout_s)
-        explained = None if timed_out else cuda_cpu.explain(self.child.output())
+        # the emulator's report whole: an AddressSanitizer report's stack runs past the learner-facing 4,000 characters,
+        # and its first line says what the access was
+        explained = None if timed_out else cuda_cpu.explain(self.child.output(limit=REPORT_LIMIT))
         if explained is not None:  # the CPU emulator stopped a kernel: the verdict a GPU's CUDA error gets
             self.result.add(
                 Check(

@@ -197,10 +197,11 @@ class Child:
             self.kill()
             return self.proc.wait()
 
-    def output(self) -> str:
+    def output(self, limit: int = OUTPUT_LIMIT) -> str:
+        """What the child printed, its last `limit` characters (a learner's prints can be long)."""
         self._output.flush()
         try:
-            return trim((self.dir / "output.txt").read_bytes().decode(errors="replace"))
+            return trim((self.dir / "output.txt").read_bytes().decode(errors="replace"), limit)
         except OSError:
             return ""
 

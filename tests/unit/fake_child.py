@@ -73,8 +73,10 @@ class FakeChild:
     def wait_ready(self, limit_s: float = 0) -> dict:
         return self.ready
 
-    def output(self) -> str:
-        return self.printed
+    def output(self, limit: int = 4000) -> str:
+        from grader.run.sandbox import trim
+
+        return trim(self.printed, limit)
 
     def kill(self) -> None:
         if self.returncode is None:

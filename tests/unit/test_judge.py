@@ -249,6 +249,22 @@ def test_a_hang_is_a_timeout_at_the_judges_limit(toy, toy_child):
     assert time.monotonic() - begun < 5
 
 
+def test_an_emulator_fault_report_longer_than_the_shown_output_still_gives_the_memory_verdict(toy, toy_child):
+    """AddressSanitizer's report on the CPU emulator starts with what the access was and then runs on for pages of
+    stack frames: the verdict reads it whole, not only the last 4,000 characters a learner is shown."""
+    child = toy_child()
+    child.at_trial[2], child.die_with = [GONE], 1
+    child.printed = (
+        "==7==ERROR: AddressSanitizer: heap-buffer-overflow on address 0x6 at pc 0x7 bp 0x8 sp 0x9\n"
+        "READ of size 2 at 0x6 thread T0\n    #0 0x1 in rows(float*) /tmp/x/toy.cu:12\n"
+        + "    #9 0x2 in fiber_main /k/grader/cuda_cpu/include/kcourse_cuda_cpu.h:262\n"
+        * 200
+    )
+    check = last(grade(toy, child))
+    assert (check.name, check.details["code"], check.details["emulator"]) == ("numerics", "cuda_error", "memory_error")
+    assert "toy.cu:12" in check.message and "(read of 2 bytes)" in check.message
+
+
 def test_a_crash_by_an_unnamed_signal_is_still_a_verdict(toy, toy_child):
     child = toy_child()
     child.at_trial[0], child.die_with = [GONE], -35
