@@ -2,9 +2,11 @@
 and the grader's `[checks] autograd_function` (grader/checks/op_checks.py: the gradients check for a plain
 autograd.Function, torch compute in the backward refused, torch.autograd.gradcheck in float64 on tiny cases).
 
-On the CPU: the solution passes a real grade (kernels under the Triton interpreter); the stub fails; each
-classic mistake of the day is the solution with a line changed, run in this process under the interpreter
-and judged by op_checks' own parent-side functions on the spec's cases. On a GPU: the grades for real, and
+On the CPU: the solution passes a real grade (kernels under the Triton interpreter); the stub fails; the two
+mistakes other tests here read (torch in the backward, no None for T) are the solution with a line changed, run
+in this process under the interpreter and judged by op_checks' own parent-side functions on the spec's cases.
+The README's classic mistakes are the spec's [[mistakes]], graded for real by tests/test_exercise_mistakes.py.
+On a GPU: the grades for real, and
 the solution's forward + backward beside torch's (`python -m pytest -m gpu -s tests/test_autograd_function.py`)."""
 
 from __future__ import annotations
