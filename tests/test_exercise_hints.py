@@ -6,6 +6,8 @@ its verdict and its hint expected, by tests/test_exercise_mistakes.py."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from unit.conftest import toy_spec, write_exercise
 
@@ -195,3 +197,12 @@ def test_on_a_gpu_a_mistake_matches_its_gpu_code_and_elsewhere_its_code(tmp_path
         result = GradeResult("toy", "triton", "learner", 1, checks=[check], device=device)
         hints.annotate(result, spec)
         assert (check.details.get("hint") == "tail hint") is hinted, (device, code)
+
+
+def test_an_exercise_whose_readme_names_classic_mistakes_declares_them_with_hints():
+    """A README that tells the learner its classic mistakes declares them as [[mistakes]] (whose fixtures
+    tests/test_exercise_mistakes.py grades, expecting each hint), so a grade says what the README says."""
+    naming = re.compile(r"classic mistake|common mistake|the mistakes that", re.IGNORECASE)
+    for exercise, spec in sorted(discover_exercises().items()):
+        if naming.search((spec.folder / "README.md").read_text()):
+            assert spec.mistakes, f"{exercise}: its README names classic mistakes; declare them as [[mistakes]]"
