@@ -149,10 +149,7 @@ def edited_solution(name: str, solution: Path, folder: Path) -> Path:
     one-line mistake needs no 200-line copy of the solution, and the edit follows the solution as it changes),
     written to `folder` under the solution's own name. Each `old` must be found `count` times (default 1), and every
     one is replaced: an edit that no longer finds its text fails, rather than grading the solution unchanged."""
-    try:
-        import tomllib
-    except ImportError:  # Python 3.10
-        import tomli as tomllib
+    from grader.core.spec import tomllib  # the spec parser's (tomli before Python 3.11)
 
     edits = tomllib.loads(submission(name).read_text())["edit"]
     text = solution.read_text()

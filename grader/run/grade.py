@@ -92,7 +92,8 @@ def grade(
     before_timing: Callable[[], None] | None = None,
 ) -> GradeResult:
     """Grade one exercise (mode "grade"), or run the learner's code for "profile" / "tune" in the same
-    sandbox. Every option is a keyword (callers name what they change); inside, they become one GradeRun. `quick`: numerics and integrity only. `child`: a worker already started (kcourse watch).
+    sandbox. Every option is a keyword (callers name what they change); inside, they become one GradeRun.
+    `quick`: numerics and integrity only. `child`: a worker already started (kcourse watch).
     `sanitize_code`: run compute-sanitizer on a small case (sanitize.py). `timed_sizes`: "all" the
     [performance] cases (validate, grade-batch, `kcourse grade --full`), or "verdict": only the last, where the
     speed verdict is taken (kcourse grade, kcourse watch); job_extra {"torch_anchor": True} times PyTorch beside
@@ -576,8 +577,8 @@ def _tool_failure(reported) -> Check:
     try:
         check = Check(**reported)
     except TypeError:  # not a check's fields: a forgery too
-        check = Check(CheckName.RUN, PASSED, "")
-    if check.status in (FAILED, ERROR):
+        check = None
+    if check is not None and check.status in (FAILED, ERROR):
         return check
     return Check(CheckName.RUN, FAILED, "the tool run reported a verdict of its own", {"code": Code.FORGED_VERDICT})
 

@@ -16,7 +16,7 @@ from grader.checks.speed import PROBE_BURSTS
 from grader.core.job import Job
 from grader.core.records import GradeResult
 from grader.run.judge import Judge
-from grader.run.sandbox import ChildGone, ChildTimeout
+from grader.run.sandbox import OUTPUT_LIMIT, ChildGone, ChildTimeout, trim
 
 GONE = object()  # queued where the real child's event pipe would reach its end
 Kernel = Callable[[dict, dict, Any], dict]
@@ -73,9 +73,7 @@ class FakeChild:
     def wait_ready(self, limit_s: float = 0) -> dict:
         return self.ready
 
-    def output(self, limit: int = 4000) -> str:
-        from grader.run.sandbox import trim
-
+    def output(self, limit: int = OUTPUT_LIMIT) -> str:
         return trim(self.printed, limit)
 
     def kill(self) -> None:
