@@ -30,6 +30,10 @@ def _has_gpu() -> bool:
 
 
 HAS_GPU = _has_gpu()
+if HAS_GPU:  # tests may run in parallel (pytest -n): grades share the GPU, each times it alone (grader/run/gpu_lock.py)
+    import tempfile
+
+    os.environ.setdefault("KCOURSE_GPU_LOCK", str(Path(tempfile.gettempdir()) / f"kcourse-gpu-{os.getuid()}.lock"))
 # The GPU tests of CUDA exercises' mistakes that the CPU emulator runs too (docs/cuda-on-cpu.md): where no GPU is,
 # they grade there (slow tier, marked `emulated`), so every mistake that fails on a GPU is seen failing on a CPU.
 # These are the mistakes edited into a solution or a ladder's kernel; those with a fixture of their own are the
@@ -64,6 +68,30 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(no_gpu)
         if "nvcc" in item.keywords and not has_nvcc:
             item.add_marker(no_nvcc)
+        if HAS_GPU and "gpu" in item.keywords and _times_in_process(item):
+            item.add_marker(pytest.mark.gpu_exclusive)
+
+
+# What a test module calls when it times kernels in the test's own process, not through a grade's child
+IN_PROCESS_TIMING = ("timing.time_alternating", "measure_copy_bandwidth", "race_at_copy_bandwidth")
+
+
+def _times_in_process(item) -> bool:
+    text = Path(str(item.fspath)).read_text()
+    return any(call in text for call in IN_PROCESS_TIMING)
+
+
+@pytest.fixture(autouse=True)
+def gpu_alone(request):
+    """A GPU test that times in its own process (`gpu_exclusive`, set at collection for modules that call the
+    timers) holds the GPU lock exclusively: other pytest workers' grades wait, and what it starts runs inside."""
+    if not HAS_GPU or not request.node.get_closest_marker("gpu_exclusive"):
+        yield
+        return
+    from grader.run import gpu_lock
+
+    with gpu_lock.exclusive():
+        yield
 
 
 def _emulator_runs() -> bool:
@@ -100,6 +128,8 @@ def isolated_state(tmp_path, monkeypatch, request):
     if not HAS_GPU:
         monkeypatch.setenv("KCOURSE_DEVICE", "cpu")
         monkeypatch.setenv("KCOURSE_FORK_SERVER", "1")  # grading children forked after one torch import (forkserver.py)
+    if HAS_GPU:
+        _seed_ceilings(tmp_path / "home")
     if not request.node.get_closest_marker("emulator") and not request.node.get_closest_marker("emulated"):
         # A CUDA grade without a GPU is compiled only, as before the emulator: tests about something else need not
         # spend seconds running kernels on the CPU (those that do are marked `emulator`)
@@ -124,10 +154,61 @@ def _session_cache() -> Path:
     return _CACHE[0]
 
 
+def _seed_ceilings(home: Path) -> None:
+    """The GPU's copy and matmul ceilings, measured once for the session (every worker's, where the build cache is
+    shared) and put in each test's state folder: a grading child measures them otherwise, in each test (about 4 s,
+    and on a GPU other workers share)."""
+    import fcntl
+
+    seed = _session_cache() / "device_ceilings.json"
+    with open(str(seed) + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not seed.exists() and not _CEILINGS_FAILED:
+            try:
+                _measure_ceilings(seed)
+            except Exception as exc:  # each grading child measures them then, as before
+                _CEILINGS_FAILED.append(exc)
+                print(f"tests/conftest.py: the GPU's ceilings were not measured ({exc!r}); each grade measures them")
+    if seed.exists():
+        home.mkdir(parents=True, exist_ok=True)
+        shutil.copy(seed, home / "device_ceilings.json")
+
+
+_CEILINGS_FAILED: list[Exception] = []
+
+
+def _measure_ceilings(path: Path) -> None:
+    import json
+
+    import torch
+
+    from grader.child import timing
+    from grader.run import gpu_lock
+
+    with gpu_lock.exclusive():
+        measured = timing.measure_ceilings()
+    path.write_text(json.dumps({torch.cuda.get_device_properties(0).name: measured}))
+
+
+def pytest_configure(config):
+    """Under `pytest -n N` the workers share one build cache, made here in the controller before they start (they
+    inherit its environment): the same stubs and solutions are built once, not once per worker."""
+    if SHARED_CACHE or os.environ.get("PYTEST_XDIST_WORKER") or not getattr(config.option, "numprocesses", None):
+        return
+    import tempfile
+
+    _OWN_SHARED.append(tempfile.mkdtemp(prefix="kcourse-test-cache-"))
+    os.environ["KCOURSE_TEST_BUILD_CACHE"] = _OWN_SHARED[0]
+
+
+_OWN_SHARED: list[str] = []
+
+
 def pytest_sessionfinish(session, exitstatus):
     """The session's build cache goes with the session: left behind, each run of the suite kept 78 MB in /tmp
-    (248 of them filled this machine's disk). One CI shares is CI's to remove."""
-    for path in [] if SHARED_CACHE else _CACHE:
+    (248 of them filled this machine's disk). One CI shares is CI's to remove; the workers' shared one, the
+    controller's (it finishes last)."""
+    for path in [] if SHARED_CACHE else [*_CACHE, *_OWN_SHARED]:
         shutil.rmtree(path, ignore_errors=True)
     _CACHE.clear()
 

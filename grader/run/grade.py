@@ -22,7 +22,7 @@ from grader.core.paths import course_root, solutions_dir
 from grader.core.records import ERROR, FAILED, PASSED, SKIPPED, Check, GradeResult
 from grader.core.spec import BUILDS
 from grader.core.vocabulary import CheckName, Code, Event
-from grader.run import heavy, kit, sandbox, sanitize, waiting
+from grader.run import gpu_lock, heavy, kit, sandbox, sanitize, waiting
 from grader.run.child_link import ChildLink
 from grader.run.judge import Judge
 from grader.toolchain import build, occupancy, op_build
@@ -345,10 +345,6 @@ def _judge(run: GradeRun, judge: Judge, calibration_error: str | None) -> None:
     before = None if job.box else (kit.contents(), kit.append_only_state(store.results_path()))
     memory_safety = _MemorySafety(target, path, job, gpu, result, judge.child.visible_devices)
     background = job.sanitize == BACKGROUND
-    if (
-        not variant.kind_of.builds_in_child and not background
-    ):  # raw CUDA and Triton: the tools overlap the child's start and numerics
-        memory_safety.start()
 
     def quiet_gpu() -> None:  # nothing else of ours on the GPU while the child times
         if not background:
@@ -357,14 +353,10 @@ def _judge(run: GradeRun, judge: Judge, calibration_error: str | None) -> None:
             before_timing()  # the caller's (grade-batch: the next grade's child warming up)
 
     judge.before_timing = quiet_gpu
-    judge.run(job)
+    with gpu_lock.shared():  # other grades' numerics may share the GPU, never their timing (gpu_lock)
+        _child_and_tools(judge, job, memory_safety, background, early=not variant.kind_of.builds_in_child)
     if variant.kind_of.interpreted and not gpu:
         _lint_for_the_gpu(path, result)
-    memory_safety.start()  # a torch operator: after the child built it (one build at a time in its folder)
-    if background:  # after timing, so the tools never share the GPU with it; watch settles it
-        memory_safety.leave_running()
-    else:
-        memory_safety.finish()
     result.phases.update(judge.phases)
     if before is not None:
         _check_kit_untouched(before, result)
@@ -372,6 +364,20 @@ def _judge(run: GradeRun, judge: Judge, calibration_error: str | None) -> None:
         result.checks = [c for c in result.checks if c.name != "speed"]
         result.add(Check(CheckName.SPEED, ERROR, calibration_error, {"code": Code.CORRUPT_CALIBRATION}))
     _add_skipped_speed(result, gpu, run.quick, variant, job.emulated)
+
+
+def _child_and_tools(judge: Judge, job: Job, memory_safety: _MemorySafety, background: bool, early: bool) -> None:
+    """The child's run and the sanitizer's: raw CUDA and Triton (`early`) start the tools at once, to overlap the
+    child's start and numerics; a torch operator after the child built it (one build at a time in its folder).
+    In the background (watch), after timing, so the tools never share the GPU with it; watch settles them."""
+    if early and not background:
+        memory_safety.start()
+    judge.run(job)
+    memory_safety.start()
+    if background:
+        memory_safety.leave_running()
+    else:
+        memory_safety.finish()
 
 
 class _MemorySafety:
@@ -554,22 +560,28 @@ def _run_tool(child: sandbox.Child, job: Job, timeout: float, result: GradeResul
     link = ChildLink(child, result, timeout, timeout)
     link.start(job, time.monotonic())
     try:
-        while True:
-            event = link.next_event()
-            if event["event"] == Event.TOOL:
-                result.extra[job.mode] = event["result"]
-                result.add(Check(CheckName.LOAD, PASSED, f"{Path(job.learner).name} loaded"))
-                return
-            if event["event"] == Event.CHECK:
-                result.add(_tool_failure(event.get("check")))
-                return
-            if event["event"] == Event.DONE:
-                raise sandbox.ChildGone
+        with gpu_lock.exclusive():  # tune and profile time: no other grade of ours on the GPU meanwhile
+            _tool_events(link, job, result)
     except (sandbox.ChildTimeout, sandbox.ChildGone) as exc:
         child.kill()
         death = sandbox.Death(isinstance(exc, sandbox.ChildTimeout), child.proc.wait(), child.last_step)
         code, message = sandbox.death_message(death, timeout)
         result.add(Check(CheckName.RUN, FAILED, message, {"code": code}))
+
+
+def _tool_events(link: ChildLink, job: Job, result: GradeResult) -> None:
+    """The tool run's events, until its findings or a failure of the learner's code."""
+    while True:
+        event = link.next_event()
+        if event["event"] == Event.TOOL:
+            result.extra[job.mode] = event["result"]
+            result.add(Check(CheckName.LOAD, PASSED, f"{Path(job.learner).name} loaded"))
+            return
+        if event["event"] == Event.CHECK:
+            result.add(_tool_failure(event.get("check")))
+            return
+        if event["event"] == Event.DONE:
+            raise sandbox.ChildGone
 
 
 def _tool_failure(reported) -> Check:

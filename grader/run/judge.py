@@ -25,7 +25,7 @@ from grader.core.job import Job
 from grader.core.records import ERROR, FAILED, PASSED, Check, GradeResult
 from grader.core.spec import Case, ExerciseSpec, Variant
 from grader.core.vocabulary import CheckName, Code, Event, Order
-from grader.run import probe
+from grader.run import gpu_lock, probe
 from grader.run.child_link import ChildLink, Finished
 from grader.run.input_feed import InputFeed, Trial
 from grader.run.sandbox import Child, ChildGone, ChildTimeout
@@ -77,7 +77,8 @@ class Judge:
             self._load(job, started)
             if self._numerics() and self.timing:
                 self.before_timing()  # e.g. the sanitizer's processes end: nothing else on the GPU while timing
-                self._timing(job)
+                with gpu_lock.exclusive():  # nor another grade's (where grades share a GPU: gpu_lock)
+                    self._timing(job)
             else:
                 self.child.send({Order.STOP: True})
                 self._add_if(memory.not_measured(self.spec, on_gpu=self.child.device == "cuda"))

@@ -1,0 +1,130 @@
+"""One GPU shared by several grading processes at once, each timing with the GPU to itself.
+
+Off unless `KCOURSE_GPU_LOCK` names a file: the kit's GPU tests set it to run grades in parallel (pytest-xdist
+workers on one GPU machine, docs/testing.md); a learner's one grade at a time needs no lock. With it on:
+
+- a grade holds the lock *shared* while its child, the sanitizer and the reference process use the GPU
+  (numerics: any number of grades at once; builds happen before, outside the lock);
+- it holds the lock *exclusive* while the child times (and while a tool such as `tune` runs): no other process
+  of ours uses the GPU then, so the timings and the probe are what a lone grade would measure.
+
+Writers come first: a grade that waits to time stops new grades from starting their numerics (a turnstile,
+`<file>.turn`, taken before the lock), so timing is never starved by a stream of readers.
+
+The lock is `flock(2)` on open files: held by the trusted grader process, never by the boxed child, and released
+by the kernel when the process dies. A process that holds it exclusively exports `KCOURSE_GPU_LOCK_HELD`, so the
+`kcourse` processes it starts (a test that times in its own process and runs the CLI) do not wait for it.
+
+One thread per process takes the lock (the grade's main thread)."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+ENV = "KCOURSE_GPU_LOCK"
+HELD_ENV = "KCOURSE_GPU_LOCK_HELD"
+
+
+class _Lock:
+    """This process's hold on the lock file: shared holds counted, an exclusive hold nested inside any."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.shared = 0
+        self.exclusive = 0
+        self.fd: int | None = None
+
+    def _open(self, suffix: str = "") -> int:
+        return os.open(self.path + suffix, os.O_RDWR | os.O_CREAT, 0o666)
+
+    def acquire_shared(self) -> None:
+        self.shared += 1
+        if self.shared == 1 and not self.exclusive:
+            self.fd = self._open()
+            with self._turnstile():
+                fcntl.flock(self.fd, fcntl.LOCK_SH)
+
+    def release_shared(self) -> None:
+        self.shared -= 1
+        if self.shared == 0 and not self.exclusive:
+            self._close()
+
+    def acquire_exclusive(self) -> None:
+        self.exclusive += 1
+        if self.exclusive > 1:
+            return
+        if self.fd is not None:  # our own shared hold goes first: two graders each holding one would deadlock
+            self._close()
+        self.fd = self._open()
+        self.turn = self._open(".turn")
+        fcntl.flock(self.turn, fcntl.LOCK_EX)  # new readers now wait behind us
+        fcntl.flock(self.fd, fcntl.LOCK_EX)  # the readers already in finish
+        os.environ[HELD_ENV] = str(os.getpid())
+
+    def release_exclusive(self) -> None:
+        self.exclusive -= 1
+        if self.exclusive:
+            return
+        os.environ.pop(HELD_ENV, None)
+        if self.shared:
+            fcntl.flock(self.fd, fcntl.LOCK_SH)  # back to reading, before others may write
+        else:
+            self._close()
+        os.close(self.turn)
+
+    @contextmanager
+    def _turnstile(self) -> Iterator[None]:
+        turn = self._open(".turn")
+        try:
+            fcntl.flock(turn, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(turn)
+
+    def _close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the file releases its lock
+            self.fd = None
+
+
+_locks: dict[str, _Lock] = {}
+
+
+def _lock() -> _Lock | None:
+    """This process's lock, or None where no lock is asked for or a process above this one holds it."""
+    path = os.environ.get(ENV)
+    held_by = os.environ.get(HELD_ENV)
+    if not path or (held_by and held_by != str(os.getpid())):
+        return None
+    return _locks.setdefault(path, _Lock(path))
+
+
+@contextmanager
+def shared() -> Iterator[None]:
+    """Held while this grade's processes use the GPU without timing it."""
+    lock = _lock()
+    if lock is None:
+        yield
+        return
+    lock.acquire_shared()
+    try:
+        yield
+    finally:
+        lock.release_shared()
+
+
+@contextmanager
+def exclusive() -> Iterator[None]:
+    """Held while this process's child times: no other holder of the lock uses the GPU meanwhile."""
+    lock = _lock()
+    if lock is None:
+        yield
+        return
+    lock.acquire_exclusive()
+    try:
+        yield
+    finally:
+        lock.release_exclusive()

@@ -1,0 +1,147 @@
+"""The GPU lock that lets parallel test workers share one GPU (grader/run/gpu_lock.py): shared holders together,
+an exclusive holder alone, writers first, nesting within a process, and the processes an exclusive holder
+starts never waiting for it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from grader.run import gpu_lock
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# A holder in another process: takes the lock as `argv[1]` says ("shared", "exclusive", or "shared+exclusive": the
+# grade's case, shared and then exclusive inside it), writes `argv[2]` once it holds it, and lets go when `argv[3]`
+# exists.
+HOLDER = textwrap.dedent(
+    """
+    import os, sys, time
+    from pathlib import Path
+    from grader.run import gpu_lock
+
+    mode, got, release = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+
+    def hold():
+        got.write_text(str(time.monotonic()))
+        while not release.exists():
+            time.sleep(0.01)
+
+    if mode == "shared":
+        with gpu_lock.shared():
+            hold()
+    elif mode == "exclusive":
+        with gpu_lock.exclusive():
+            hold()
+    else:
+        with gpu_lock.shared():
+            with gpu_lock.exclusive():
+                hold()
+    """
+)
+
+
+class Holder:
+    def __init__(self, tmp_path: Path, name: str, mode: str, env: dict):
+        self.got, self.release = tmp_path / f"{name}.got", tmp_path / f"{name}.release"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", HOLDER, mode, str(self.got), str(self.release)], cwd=ROOT, env=env
+        )
+
+    def holds(self, within: float = 10.0) -> bool:
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            if self.got.exists():
+                return True
+            time.sleep(0.02)
+        return False
+
+    def let_go(self) -> None:
+        self.release.write_text("")
+        assert self.proc.wait(timeout=10) == 0
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    monkeypatch.setenv(gpu_lock.ENV, str(tmp_path / "gpu.lock"))
+    monkeypatch.delenv(gpu_lock.HELD_ENV, raising=False)
+    return dict(os.environ, PYTHONPATH=str(ROOT))
+
+
+def test_without_the_variable_nothing_is_locked(tmp_path, monkeypatch):
+    monkeypatch.delenv(gpu_lock.ENV, raising=False)
+    with gpu_lock.shared(), gpu_lock.exclusive():
+        assert gpu_lock.HELD_ENV not in os.environ  # nothing held, nothing said to the processes it starts
+
+
+def test_grades_share_the_gpu_for_numerics(tmp_path, env):
+    first, second = Holder(tmp_path, "a", "shared", env), Holder(tmp_path, "b", "shared", env)
+    assert first.holds() and second.holds()
+    first.let_go()
+    second.let_go()
+
+
+def test_timing_waits_for_numerics_and_numerics_for_timing(tmp_path, env):
+    reader = Holder(tmp_path, "reader", "shared", env)
+    assert reader.holds()
+    writer = Holder(tmp_path, "writer", "exclusive", env)
+    assert not writer.holds(within=0.5)
+    reader.let_go()
+    assert writer.holds()
+    late = Holder(tmp_path, "late", "shared", env)
+    assert not late.holds(within=0.5)
+    writer.let_go()
+    assert late.holds()
+    late.let_go()
+
+
+def test_a_waiting_timer_goes_before_new_numerics(tmp_path, env):
+    reader = Holder(tmp_path, "reader", "shared", env)
+    assert reader.holds()
+    writer = Holder(tmp_path, "writer", "exclusive", env)
+    time.sleep(0.5)  # the writer now waits at the lock, holding the turnstile
+    newcomer = Holder(tmp_path, "newcomer", "shared", env)
+    assert not newcomer.holds(within=0.5)  # it would get in beside the reader, were readers first
+    reader.let_go()
+    assert writer.holds()
+    assert not newcomer.holds(within=0.5)
+    writer.let_go()
+    assert newcomer.holds()
+    newcomer.let_go()
+
+
+def test_two_grades_that_both_move_from_numerics_to_timing_do_not_deadlock(tmp_path, env):
+    first = Holder(tmp_path, "a", "shared+exclusive", env)
+    second = Holder(tmp_path, "b", "shared+exclusive", env)
+    assert first.holds() or second.holds()
+    one, other = (first, second) if first.got.exists() else (second, first)
+    assert not other.holds(within=0.5)
+    one.let_go()
+    assert other.holds()
+    other.let_go()
+
+
+def test_within_one_process_the_lock_nests_and_shared_is_kept_after_timing(tmp_path, env):
+    with gpu_lock.shared():
+        with gpu_lock.exclusive():
+            with gpu_lock.shared():  # a grade inside a test that times alone
+                pass
+        assert gpu_lock.HELD_ENV not in os.environ
+        writer = Holder(tmp_path, "writer", "exclusive", env)
+        assert not writer.holds(within=0.5)  # still reading
+    assert writer.holds()
+    writer.let_go()
+
+
+def test_what_an_exclusive_holder_starts_does_not_wait_for_it(tmp_path, env):
+    with gpu_lock.exclusive():
+        assert os.environ[gpu_lock.HELD_ENV] == str(os.getpid())
+        child = Holder(tmp_path, "cli", "shared+exclusive", dict(os.environ, PYTHONPATH=str(ROOT)))
+        assert child.holds()
+        child.let_go()
