@@ -285,3 +285,19 @@ def test_a_malformed_spec_is_refused_with_the_field_named(exercise_dir, text, me
         load_spec(folder)
     assert message in str(raised.value)
     assert str(folder / "spec.toml") in str(raised.value)
+
+
+def test_spec_expressions_evaluate_from_many_threads_at_once():
+    """The judge and the input feed's producer evaluate shapes at the same time: each gets its own answer from the
+    cached, one-at-a-time parses. (Unlocked, CPython 3.11's ast.parse raised SystemError in about one grade of
+    test_judge.py in fifteen; the race is too rare to provoke on demand here.)"""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from grader.core import exprs
+
+    def many(start: int) -> list[int]:
+        return [exprs.evaluate_int(f"{i} * n + ((({i} + 1)))", {"n": 2}) for i in range(start, start + 300)]
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(many, range(0, 8 * 300, 300)))
+    assert [r for chunk in results for r in chunk] == [3 * i + 1 for i in range(8 * 300)]
