@@ -168,20 +168,6 @@ MISTAKE_EDITS = {
         ),
         ("256>>>(ids,", "256>>>(reinterpret_cast<const int*>(ids),"),
     ],
-    # dweight[id][c] += g without an atomic: tokens sharing an id lose additions.
-    ("embedding_backward", "plain_add"): [
-        (
-            "atomicAdd(row + c, dout[(int64_t)token * C + c]);",
-            "row[c] += dout[(int64_t)token * C + c];  // the mistake: a read, an add, a write",
-        )
-    ],
-    # Atomics right, dweight never zeroed: it starts from whatever was there.
-    ("embedding_backward", "no_zero"): [
-        (
-            "    cudaMemsetAsync(dweight, 0, sizeof(float) * (size_t)V * C);\n    const int n = B * T;",
-            "    const int n = B * T;  // the mistake: no cudaMemsetAsync(dweight, 0, ...) first",
-        )
-    ],
 }
 
 
@@ -231,9 +217,7 @@ def test_the_stubs_fail_on_the_gpu(exercise_id):
 
 GPU_MISTAKES = {  # (exercise, mistake): the verdict codes it may get
     ("embedding", "ids_as_int32"): {"mismatch"},
-    ("embedding_backward", "plain_add"): {"mismatch"},
-    ("embedding_backward", "no_zero"): {"not_written", "partial_write", "mismatch"},
-}
+}  # embedding_backward's plain += and unzeroed dweight: its spec's [[mistakes]] (tests/test_exercise_mistakes.py)
 
 
 @pytest.mark.gpu

@@ -189,12 +189,20 @@ class Worker:
             f"torch.ops.{namespace}.": f"torch.ops.{namespace}_solution.",
         }
 
-    def call(self, caller: loading.Caller, tensors: dict[str, torch.Tensor], case: Case, what: str) -> Any:
-        """Invoke the entry point and turn any failure into a verdict the learner can act on."""
+    def call(
+        self,
+        caller: loading.Caller,
+        tensors: dict[str, torch.Tensor],
+        case: Case,
+        what: str,
+        outputs: dict[str, torch.Tensor] | None = None,
+    ) -> Any:
+        """Invoke the entry point and turn any failure into a verdict the learner can act on. `outputs`: those to
+        check were complete when it returned (host-side code, whose caller reads them at once)."""
         try:
             result = caller(tensors, case.params)
+            at_return = self._host_outputs_now(outputs)
             self.sync()
-            return result
         except NotImplementedError as exc:
             self.add(
                 CheckName.NUMERICS,
@@ -202,23 +210,51 @@ class Worker:
                 f"not implemented yet: {exc or 'fill in the TODOs in ' + self.learner_path.name}",
                 code=Code.NOT_IMPLEMENTED,
             )
+            raise Stop from exc
         except Exception as exc:
-            text = f"{type(exc).__name__}: {exc}"
-            if "CUDA error" in text or type(exc).__name__ == "AcceleratorError":
+            self._call_failed(exc, what)
+            raise Stop from exc
+        self._complete_at_return(at_return, outputs or {}, what)
+        return result
+
+    def _call_failed(self, exc: Exception, what: str) -> None:
+        text = f"{type(exc).__name__}: {exc}"
+        if "CUDA error" in text or type(exc).__name__ == "AcceleratorError":
+            self.add(
+                CheckName.NUMERICS,
+                FAILED,
+                f"{what}: CUDA error — {str(exc).splitlines()[0]}\n{CUDA_HINT}",
+                code=Code.CUDA_ERROR,
+            )
+        else:
+            self.add(
+                CheckName.NUMERICS,
+                FAILED,
+                f"{what}: your code raised " + learner_error(exc, self.learner_path),
+                code=Code.EXCEPTION,
+            )
+
+    def _host_outputs_now(self, outputs: dict[str, torch.Tensor] | None) -> dict[str, torch.Tensor]:
+        """Copies of host-side code's outputs in host memory as they are when it returns, before the grader waits
+        for the GPU: work it left queued may still be writing them."""
+        if not outputs or not self.variant.kind_of.host_side or self.device != "cuda":
+            return {}
+        return {name: t.clone() for name, t in outputs.items() if t.device.type == "cpu"}
+
+    def _complete_at_return(self, at_return: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor], what: str):
+        """An output that changed after the function returned was still being written by work it left queued:
+        its caller would have read it half done. (Compared bit for bit: the poison is NaN.)"""
+        for name, early in at_return.items():
+            if not torch.equal(early.reshape(-1).view(torch.uint8), outputs[name].reshape(-1).view(torch.uint8)):
                 self.add(
                     CheckName.NUMERICS,
                     FAILED,
-                    f"{what}: CUDA error — {str(exc).splitlines()[0]}\n{CUDA_HINT}",
-                    code=Code.CUDA_ERROR,
+                    f"{what}: `{name}` changed after your function returned — the copies or kernels you queued were "
+                    "still writing it, and a caller reads it as soon as you return. Wait for every stream you used "
+                    "before returning: cudaStreamSynchronize(stream) for each (or cudaDeviceSynchronize())",
+                    code=Code.RETURNED_EARLY,
                 )
-            else:
-                self.add(
-                    CheckName.NUMERICS,
-                    FAILED,
-                    f"{what}: your code raised " + learner_error(exc, self.learner_path),
-                    code=Code.EXCEPTION,
-                )
-        raise Stop
+                raise Stop
 
     # --- numerics: run each trial the parent sends, hand the outputs back ---------------------------
     def run_trials(self, learner: loading.Caller) -> None:
@@ -255,10 +291,10 @@ class Worker:
         label = message["label"]
         if watch_ops and message.get("watch_ops"):
             result, ops = integrity.ops_called(
-                lambda: self.call(learner, tensors, case, label), self.variant.kind_of.op_library
+                lambda: self.call(learner, tensors, case, label, outputs), self.variant.kind_of.op_library
             )
         else:
-            result = self.call(learner, tensors, case, label)
+            result = self.call(learner, tensors, case, label, outputs)
         got = self._outputs_from(result, outputs, label)
         files = {
             spec_out.name: save_tensor(out, self._out_path(message["k"], spec_out.name))

@@ -94,6 +94,7 @@ class Code(Vocab):
     PROPERTY = "property"  # an output judged by the exercise's property check, not by equality
     OUT_OF_BOUNDS = "out_of_bounds"
     BAD_RETURN = "bad_return"
+    RETURNED_EARLY = "returned_early"  # a host-side function returned while its output was still being written
     # integrity
     TORCH_COMPUTE = "torch_compute"
     TORCH_COMPUTE_BACKWARD = "torch_compute_backward"
