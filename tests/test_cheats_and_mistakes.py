@@ -60,11 +60,11 @@ def test_wrong_numbers_report_the_size_the_error_and_the_seed():
 
 def test_a_hang_is_stopped_at_the_time_limit():
     """And reported within the limit + 5 s of the child being ready to run the learner's code (issue 7)."""
-    result = grade_file(VECTOR_ADD, "vector_add_hangs.py", timeout_s=20)
+    result = grade_file(VECTOR_ADD, "vector_add_hangs.py", timeout_s=6)
     check = failing_check(result)
     assert check.details["code"] == "timeout"
-    assert "ran past the 20 s limit while checking n=1" in check.message
-    assert result.duration_s - result.phases["start"] <= 20 + 5
+    assert "ran past the 6 s limit while checking n=1" in check.message
+    assert result.duration_s - result.phases["start"] <= 6 + 5
 
 
 def test_a_segfault_gives_a_crash_verdict_naming_the_step():
