@@ -35,13 +35,14 @@ def run(*args):
 
 @pytest.mark.slow
 def test_plan_files_hold_only_fields_the_loader_reads_and_requirements_the_kit_records():
+    known = discover_exercises()
     for path in plans_dir().glob("*.toml"):
         for unit in tomllib.loads(path.read_text()).get("units", []):
             assert set(unit) <= UNIT_FIELDS, f"{path.name} {unit['key']}: unknown {set(unit) - UNIT_FIELDS}"
             for text in unit.get("requires", []):
                 Requirement.parse(text)  # a kind the kit records (or the report), and an exercise/language
             for item in unit.get("exercises", []):
-                versions = discover_exercises()[item["id"]].variants  # cuda, triton, or a version's own name (add2's)
+                versions = known[item["id"]].variants  # cuda, triton, or a version's own name (add2's)
                 assert set(item) <= EXERCISE_FIELDS and item.get("lang") in versions, f"{path.name} {unit['key']}"
 
 
