@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -1315,3 +1316,103 @@ def test_fault_barrier_against_shuffle_is_a_deadlock(tmp_path):
     run = run_fault(tmp_path, "split_barrier")
     code, message = run.explained()
     assert code == "emulated_fault" and "deadlock" in message and "__syncthreads" in message
+
+
+# ---- what a fault report names: the kernel's access and thread, never the emulator's --------------------------------
+# The preemption hook (chance(), in the header) notes the bytes a kernel's load or store is about to touch before it
+# lets another thread run, and puts back what others wrote meanwhile. Those are the emulator's own accesses: they must
+# neither fault where the kernel's access would not (a write to read-only memory the kernel only reads) nor have
+# AddressSanitizer's report name their kind (a READ) for the kernel's (a write).
+READ_ONLY_TABLE = r"""
+__device__ const float kTable[8] = {1, 2, 3, 4, 5, 6, 7, 8};  // const: in read-only memory (.rodata) on the CPU
+
+__global__ void lookup(const int* start, float* out) {
+    float sum = 0.f;
+    for (int r = 0; r < 200; ++r) sum += kTable[(start[threadIdx.x] + r) & 7];  // 200 loads: the hook stops at some
+    out[threadIdx.x] = sum;
+}
+
+extern "C" void run(const int* start, float* out) { lookup<<<1, 32>>>(start, out); }
+"""
+
+
+@needs_asan
+def test_a_table_in_read_only_memory_is_read_without_a_fault(tmp_path):
+    run = run_cuda(
+        tmp_path,
+        READ_ONLY_TABLE,
+        "start = device(ctypes.c_int, 32, range(32))\nout = device(ctypes.c_float, 32)\n"
+        "lib.run(start, out)\nemit(out=list(out))",
+    )
+    expected = [sum(float((s + r) % 8 + 1) for r in range(200)) for s in range(32)]
+    assert ok(run)["out"] == expected
+
+
+STORE_PAST_THE_END = r"""
+__global__ void one_past(float* out, int n) {
+    out[threadIdx.x] = 1.f;
+    if (threadIdx.x == 5) out[n] = 2.f;  // ONE PAST
+}
+
+extern "C" void run(float* out, int n) { one_past<<<1, 64>>>(out, n); }
+"""
+# A page of device memory with no access after it: the store one past its end faults wherever it lands
+UNMAPPED_AFTER = """\
+import mmap
+libc = ctypes.CDLL(None)
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+memory = mmap.mmap(-1, 2 * mmap.PAGESIZE)
+start = ctypes.addressof((ctypes.c_char * (2 * mmap.PAGESIZE)).from_buffer(memory))
+assert libc.mprotect(start + mmap.PAGESIZE, mmap.PAGESIZE, 0) == 0
+lib.kcourse_cuda_cpu_register(start, mmap.PAGESIZE)
+"""
+
+
+@needs_asan
+def test_fault_store_into_unmapped_memory_is_a_write_of_the_thread_that_made_it(tmp_path):
+    library = build_library(tmp_path, STORE_PAST_THE_END)
+    entry = UNMAPPED_AFTER + "lib.run(ctypes.c_void_p(start), mmap.PAGESIZE // 4)\nemit(finished=True)"
+    # seed 1: the hook stops the thread at that store (its read of the bytes faults); seed 2: the store itself faults
+    runs = {seed: run_library(library, entry, seed=seed) for seed in (1, 2)}
+    assert [" in chance " in runs[seed].output for seed in (1, 2)] == [True, False], "the seeds no longer cover both"
+    line = line_of(STORE_PAST_THE_END, "// ONE PAST")
+    for seed, run in runs.items():
+        code, message = run.explained()
+        assert code == "memory_error", (seed, message)
+        assert re.search(r"\((a write|write of 4 bytes)\) at kernel\.cu:%d in one_past;" % line, message), message
+        assert "block (0, 0, 0), thread (5, 0, 0)" in message, message
+
+
+FAULT_ON_ANOTHER_OS_THREAD = r"""
+#include <cstdlib>
+
+__global__ void spin(volatile int* flag) {
+    while (!*flag) __nanosleep(1000);
+}
+
+extern "C" void spin_forever() {
+    int* flag;
+    cudaMalloc(&flag, sizeof(int));
+    cudaMemset(flag, 0, sizeof(int));
+    spin<<<1, 32>>>(flag);
+}
+
+extern "C" int read_past_a_host_array() {
+    volatile int* p = static_cast<volatile int*>(malloc(4 * sizeof(int)));
+    return p[4];
+}
+"""
+
+
+@needs_asan
+def test_fault_on_another_os_thread_names_no_kernel_thread(tmp_path):
+    entry = (
+        "import threading, time\n"
+        "def fault():\n    time.sleep(0.3)\n    lib.read_past_a_host_array()\n"
+        "threading.Thread(target=fault).start()\nlib.spin_forever()\n"
+    )
+    run = run_cuda(tmp_path, FAULT_ON_ANOTHER_OS_THREAD, entry, timeout=30)
+    assert "heap-buffer-overflow" in run.output, run.output[-3000:]
+    code, message = run.explained()
+    assert code == "memory_error" and "in kernel spin(int volatile*), block (0, 0, 0), thread unknown" in message
+    assert "thread (" not in message, message

@@ -371,7 +371,8 @@ def explain(output: str) -> tuple[str, str] | None:
     """(code, message) for a child stopped by the emulator, AddressSanitizer or UBSan, from its output; None otherwise."""
     lines = [line[len("kcourse-emu: ") :] for line in output.splitlines() if line.startswith("kcourse-emu: ")]
     where = next((line for line in lines if line.startswith("in kernel")), "")
-    said = [line for line in lines if not line.startswith("in kernel")]
+    # "access: ..." is the death callback's note on an AddressSanitizer report (_access), not a fault of its own
+    said = [line for line in lines if not line.startswith(("in kernel", "access: "))]
     if said:  # the emulator's own words come first: they say what CUDA would have done
         return Code.EMULATED_FAULT, "your kernel stopped on the CPU emulator: " + "; ".join(
             said + ([where] if where else [])
@@ -396,23 +397,21 @@ def explain(output: str) -> tuple[str, str] | None:
             f"`{failed.group(3)}`" + (f"; {where}" if where else "")
         )
     if "ERROR: AddressSanitizer" in output:
-        return Code.MEMORY_ERROR, _asan_message(output, where)
+        return Code.MEMORY_ERROR, _asan_message(output, where, lines)
     return None
 
 
-def _asan_message(output: str, where: str) -> str:
+def _asan_message(output: str, where: str, notes: list[str]) -> str:
     report = output[output.index("ERROR: AddressSanitizer") :]
     what = next((text for key, text in _ASAN_KINDS.items() if key in report.split("\n", 1)[0]), None)
-    access = re.search(r"\b(READ|WRITE) of size (\d+)", report) or re.search(r"caused by a (READ|WRITE)( )?", report)
     frames = re.findall(r"#\d+ 0x[0-9a-f]+ in (.+?) (/\S+?\.(?:cu|cuh|h|cpp)):(\d+)", report)
     line = next(
         (f for f in frames if "/cuda_cpu/include/" not in f[1]), None
     )  # the learner's frame, not the emulator's
     parts = [f"your code {what or 'made an invalid memory access'}"]
-    if access and access.group(2).strip():
-        parts.append(f"({access.group(1).lower()} of {access.group(2)} bytes)")
-    elif access:
-        parts.append(f"(a {access.group(1).lower()})")
+    access = _access(report, frames, notes)
+    if access:
+        parts.append(access)
     if line:
         parts.append(f"at {Path(line[1]).name}:{line[2]} in {line[0].split('(')[0]}")
     text = " ".join(parts) + (f"; {where}" if where else "")
@@ -420,3 +419,21 @@ def _asan_message(output: str, where: str) -> str:
         text + ". AddressSanitizer checked it on the CPU emulator, as compute-sanitizer's memcheck does on a GPU: "
         "check the index against the array's length (and the bounds check of the last block)"
     )
+
+
+def _access(report: str, frames: list[tuple[str, str, str]], notes: list[str]) -> str | None:
+    """The kernel's access, "(read of 4 bytes)" or "(a write)", or None where it is unknown. A fault in the
+    emulator's chance() (the preemption hook noting the bytes the kernel is about to touch) is the emulator's own
+    read, which AddressSanitizer calls a READ whatever the kernel's access was: the emulator's note says which."""
+    noted = next(
+        (re.match(r"access: (read|write) of (\d+) bytes", line) for line in notes if line.startswith("access: ")), None
+    )
+    if noted:
+        return f"({noted.group(1)} of {noted.group(2)} bytes)"
+    if frames and frames[0][0] == "chance":  # the note is missing (a cut report): the kind is not the kernel's
+        return None
+    sized = re.search(r"\b(READ|WRITE) of size (\d+)", report)
+    if sized:
+        return f"({sized.group(1).lower()} of {sized.group(2)} bytes)"
+    caused = re.search(r"caused by a (READ|WRITE)", report)
+    return f"(a {caused.group(1).lower()})" if caused else None

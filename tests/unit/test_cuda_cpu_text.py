@@ -280,3 +280,43 @@ def test_explain_says_nothing_of_other_output():
     assert explain("") is None
     assert explain("Traceback (most recent call last):\nValueError: shapes differ\n") is None
     assert explain("the log mentions kcourse-emu: but not at a line's start\n") is None
+
+
+# A store into unmapped memory that the emulator's preemption hook (chance) reached first: the fault is the hook's read
+# of the bytes, and AddressSanitizer says READ; the emulator's note says what the kernel's access was.
+ASAN_SEGV_IN_THE_HOOK = """\
+AddressSanitizer:DEADLYSIGNAL
+=================================================================
+==7907==ERROR: AddressSanitizer: SEGV on unknown address 0x7ff0dd4d2000 (pc 0x7ff0db2b8700 bp 0x7ff0dd4cfe60 sp 0x7ff0dd4cfe00 T0)
+==7907==The signal is caused by a READ memory access.
+    #0 0x7ff0db2b8700 in chance /work/main/grader/cuda_cpu/include/kcourse_cuda_cpu.h:1007
+    #1 0x7ff0db2b6e0a in one_past(float*, int) /tmp/kit/kernel.cu:4
+
+AddressSanitizer can not provide additional info.
+==7907==ABORTING
+kcourse-emu: access: write of 4 bytes
+kcourse-emu: in kernel one_past(float*, int), block (0, 0, 0), thread (5, 0, 0)
+"""
+
+
+def test_explain_names_the_kernels_access_not_the_emulators_in_its_hook():
+    code, message = explain(ASAN_SEGV_IN_THE_HOOK)
+    assert code == "memory_error", message
+    assert (
+        "(write of 4 bytes) at kernel.cu:4 in one_past; in kernel one_past(float*, int), block (0, 0, 0), " in message
+    )
+    assert "(a read)" not in message and "read of" not in message, message
+
+
+def test_explain_names_no_access_kind_of_the_hook_without_the_emulators_note():
+    output = ASAN_SEGV_IN_THE_HOOK.replace("kcourse-emu: access: write of 4 bytes\n", "")
+    code, message = explain(output)
+    assert code == "memory_error" and "read on the host) at kernel.cu:4 in one_past;" in message, message
+
+
+def test_explain_passes_on_a_thread_the_emulator_does_not_know():
+    output = ASAN_OVERFLOW.replace(
+        "thread (17, 0, 0)", "thread unknown (it stopped between two of the block's threads, or on another OS thread)"
+    )
+    code, message = explain(output)
+    assert code == "memory_error" and "block (0, 0, 0), thread unknown (it stopped" in message, message

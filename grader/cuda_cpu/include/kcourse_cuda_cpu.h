@@ -31,6 +31,7 @@
 #include <algorithm>
 #include <cxxabi.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -224,6 +225,7 @@ struct Emulator {
     std::vector<std::pair<const char*, size_t>> device_ranges;  // [start, size): memory a kernel may touch
     std::vector<std::pair<const void*, int>> shared_limits;     // cudaFuncSetAttribute's dynamic shared maximum
     bool death_callback_set = false;
+    pthread_t runner{};  // the OS thread that runs the blocks (run_grid's caller)
     char kernel_name[512] = "a kernel";
 };
 
@@ -272,6 +274,12 @@ KCUDA_UNHOOKED inline void switch_to(Fiber::Context* save, Fiber::Context* to) {
 // that is: std::vector's methods are, so the scheduler reads plain arrays).
 Thread* g_running = nullptr;  // the thread whose fiber runs now; null on the scheduler's stack and in the scheduler
 uintptr_t g_stack = 0;  // the start of its fiber's stack (0 with no fiber running): accesses there are never switched out
+// The kernel's access whose bytes chance() (below) reads now, "read" or "write" (null otherwise), and its size. A
+// fault there is the emulator's own read of them (an unmapped address), which AddressSanitizer calls a READ whatever
+// the kernel's access was: the death callback says which it was.
+// (volatile: the stores around that read are kept, and in order, for the death callback to see)
+const char* volatile g_touching = nullptr;
+volatile size_t g_touching_size = 0;
 // > 0 inside the emulator's own indivisible operations (an atomic); volatile, or the compiler drops the ++/-- pair
 // around an atomic's load and store before AddressSanitizer's checks (the hooks' calls) are put between them
 volatile int g_indivisible = 0;
@@ -319,15 +327,28 @@ Fiber* new_fiber() {  // its first switch lands at fiber_main's first line, on i
 }
 
 // ---- reports: what the learner reads when a kernel stops ----------------------------------------------------
-void where(FILE* out) {
+// `thread_known`: e.current is the thread whose code stopped. Else only the kernel and block are named.
+void where(FILE* out, bool thread_known = true) {
     Emulator& e = emu();
     if (!e.launch || !e.current) return;
     uint3 b = e.launch->block_idx, t = e.current->idx;
-    fprintf(out, "kcourse-emu: in kernel %s, block (%u, %u, %u), thread (%u, %u, %u)\n", e.kernel_name,
-            b.x, b.y, b.z, t.x, t.y, t.z);
+    if (thread_known)
+        fprintf(out, "kcourse-emu: in kernel %s, block (%u, %u, %u), thread (%u, %u, %u)\n", e.kernel_name,
+                b.x, b.y, b.z, t.x, t.y, t.z);
+    else
+        fprintf(out, "kcourse-emu: in kernel %s, block (%u, %u, %u), thread unknown (it stopped between two of the "
+                "block's threads, or on another OS thread)\n", e.kernel_name, b.x, b.y, b.z);
 }
 
-void on_death() { where(stderr); fflush(stderr); }
+// AddressSanitizer stopped the process. The thread whose fiber runs (g_running) is the one that faulted only on the
+// OS thread that runs the blocks; g_running is null while the emulator's scheduler runs between two threads, where
+// e.current may already name the next one.
+void on_death() {
+    Emulator& e = emu();
+    if (g_touching) fprintf(stderr, "kcourse-emu: access: %s of %zu bytes\n", g_touching, (size_t)g_touching_size);
+    where(stderr, g_running && g_running == e.current && pthread_equal(pthread_self(), e.runner));
+    fflush(stderr);
+}
 
 [[noreturn]] void fail(const char* what) {
     fprintf(stderr, "kcourse-emu: %s\n", what);
@@ -665,6 +686,7 @@ cudaError_t check_config(dim3 g, dim3 b, size_t shared, const void* k) {
 
 void run_grid(Launch& l, size_t shared) {
     Emulator& e = emu();
+    e.runner = pthread_self();
     if (!e.death_callback_set) {
 #ifdef KCUDA_ASAN
         __sanitizer_set_death_callback(on_death);
@@ -980,7 +1002,10 @@ KCUDA_UNHOOKED __attribute__((noinline)) void chance(uintptr_t address, size_t s
         return;
     unsigned char before[64];
     volatile unsigned char* at = reinterpret_cast<volatile unsigned char*>(address);
+    g_touching = &left == &g_stores_left ? "write" : "read";  // (an unmapped address faults here, not in the kernel)
+    g_touching_size = size;
     for (size_t i = 0; i < size; ++i) before[i] = at[i];
+    g_touching = nullptr;
     unsigned long first = g_atomics;
     t->state = kReady;
     reschedule(t->fiber);
@@ -990,7 +1015,10 @@ KCUDA_UNHOOKED __attribute__((noinline)) void chance(uintptr_t address, size_t s
         atomic_wrote = p < address + size && p + 8 > address;
     }
     if (atomic_wrote) return;
-    for (size_t i = 0; i < size; ++i) at[i] = before[i];
+    // Only the bytes another thread wrote meanwhile are put back: a load of read-only memory (a `const` table in
+    // .rodata, the page after an input the kernel reads past) must not fault on a write the kernel never made.
+    for (size_t i = 0; i < size; ++i)
+        if (at[i] != before[i]) at[i] = before[i];
 }
 // AddressSanitizer's shadow memory: a byte per 8 bytes of memory, 0 when all 8 may be touched. Where the runtime
 // says where it is, a hook reads it first and calls the runtime's check (which reports) only when it is not 0.
