@@ -57,3 +57,18 @@ def load(meta: dict[str, Any], device: str) -> torch.Tensor:
     if _stager is not None and device == "cuda" and Path(meta["path"]).stat().st_size >= STAGED_FROM:
         return _stager.load(meta)
     return load_tensor(meta)
+
+
+def tracked(placed: torch.Tensor, loaded: torch.Tensor) -> torch.Tensor:
+    """For the CPU emulator: an input still lying on the judge's mapped file (`loaded`, placed contiguous), copied
+    into memory of its own from torch's allocator, which the preloaded AddressSanitizer runtime intercepts: ASan
+    tracks those bytes and poisons those after them, so a kernel's read or write past the input stops the run as
+    one past cudaMalloc memory does (a mapped file is memory ASan does not track: a read past it went unseen
+    wherever the next page was mapped). A layout that copied the values already (row slice, transposed,
+    interleaved) is in such memory and is returned as it is; the copy keeps the storage's size, strides and
+    offset, so only bytes past the whole storage are poisoned (a row slice's padding stays readable)."""
+    storage = placed.untyped_storage()
+    if storage.nbytes() == 0 or storage.data_ptr() != loaded.untyped_storage().data_ptr():
+        return placed
+    whole = placed.new_empty(0).set_(storage).clone()  # the storage, flat, in one copy
+    return whole.as_strided(placed.shape, placed.stride(), placed.storage_offset())

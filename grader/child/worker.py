@@ -274,7 +274,8 @@ class Worker:
         for name, meta in message["inputs"].items():
             values = staging.load(meta, self.tensor_device)
             os.unlink(meta["path"])
-            inputs[name] = place(values, case.inputs.get(name, {}).get("layout"), self.tensor_device)
+            placed = place(values, case.inputs.get(name, {}).get("layout"), self.tensor_device)
+            inputs[name] = staging.tracked(placed, values) if self.job.emulated else placed  # ASan sees past it
         return self.host_memory(inputs), self.host_memory(make_outputs(self.spec, case, self.tensor_device, inputs))
 
     def host_memory(self, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
