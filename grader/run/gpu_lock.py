@@ -102,29 +102,24 @@ def _lock() -> _Lock | None:
     return _locks.setdefault(path, _Lock(path))
 
 
-@contextmanager
-def shared() -> Iterator[None]:
+def shared():
     """Held while this grade's processes use the GPU without timing it."""
-    lock = _lock()
-    if lock is None:
-        yield
-        return
-    lock.acquire_shared()
-    try:
-        yield
-    finally:
-        lock.release_shared()
+    return _holding("shared")
+
+
+def exclusive():
+    """Held while this process's child times: no other holder of the lock uses the GPU meanwhile."""
+    return _holding("exclusive")
 
 
 @contextmanager
-def exclusive() -> Iterator[None]:
-    """Held while this process's child times: no other holder of the lock uses the GPU meanwhile."""
+def _holding(mode: str) -> Iterator[None]:
     lock = _lock()
     if lock is None:
         yield
         return
-    lock.acquire_exclusive()
+    getattr(lock, f"acquire_{mode}")()
     try:
         yield
     finally:
-        lock.release_exclusive()
+        getattr(lock, f"release_{mode}")()
