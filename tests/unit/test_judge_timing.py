@@ -89,3 +89,24 @@ def test_a_disagreement_while_another_program_shares_the_gpu_is_not_judged(toy, 
     check = last(grade(toy, child, timing=True))
     assert (check.name, check.status, check.details["code"]) == ("speed", ERROR, "gpu_shared")
     assert "another program used this GPU while your kernel was timed (4242 python)" in check.message
+
+
+def test_the_child_times_with_the_gpu_lock_held_exclusively_and_checks_numerics_without_it(
+    toy, toy_child, tmp_path, monkeypatch
+):
+    """Where grades share a GPU (KCOURSE_GPU_LOCK: parallel test workers), no other grade's work runs on it while this
+    one times (grader/run/gpu_lock.py)."""
+    import os
+
+    from grader.run import gpu_lock
+
+    monkeypatch.setenv(gpu_lock.ENV, str(tmp_path / "gpu.lock"))
+    held = {}
+
+    def kernel(inputs, params, k):
+        held[str(k)[:1]] = os.environ.get(gpu_lock.HELD_ENV) == str(os.getpid())
+        return {"c": inputs["a"] + inputs["b"]}
+
+    child = toy_child(kernel=kernel, measured={"learner": {"median_ms": 1.0, "runs": 10}})
+    assert last(grade(toy, child, timing=True)).name == "speed"
+    assert held == {"t": True, **{k: False for k in held if k != "t"}} and len(held) > 1, held
