@@ -9,6 +9,7 @@ A -m on the command line replaces the default one: .ci/run runs `-m "not bench"`
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -77,7 +78,13 @@ IN_PROCESS_TIMING = ("timing.time_alternating", "measure_copy_bandwidth", "race_
 
 
 def _times_in_process(item) -> bool:
-    text = Path(str(item.fspath)).read_text()
+    return _module_times_in_process(str(item.fspath))
+
+
+@functools.lru_cache(maxsize=None)
+def _module_times_in_process(path: str) -> bool:
+    """Read once per module, not once per test (a module holds dozens of parametrized GPU tests)."""
+    text = Path(path).read_text()
     return any(call in text for call in IN_PROCESS_TIMING)
 
 

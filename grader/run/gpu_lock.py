@@ -35,7 +35,8 @@ class _Lock:
         self.path = path
         self.shared = 0
         self.exclusive = 0
-        self.fd: int | None = None
+        self.fd: int | None = None  # the lock file, open while this process holds it
+        self.turn: int | None = None  # the turnstile, open while this process holds it exclusively
 
     def _open(self, suffix: str = "") -> int:
         return os.open(self.path + suffix, os.O_RDWR | os.O_CREAT, 0o666)
@@ -74,6 +75,7 @@ class _Lock:
         else:
             self._close()
         os.close(self.turn)
+        self.turn = None
 
     @contextmanager
     def _turnstile(self) -> Iterator[None]:
