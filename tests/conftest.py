@@ -73,25 +73,44 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.gpu_exclusive)
 
 
-# What a test module calls when it times kernels in the test's own process, not through a grade's child
-IN_PROCESS_TIMING = ("timing.time_alternating", "measure_copy_bandwidth", "race_at_copy_bandwidth")
+# What a test calls when it times kernels in the test's own process, not through a grade's child
+IN_PROCESS_TIMING = ("time_alternating", "measure_copy_bandwidth", "race_at_copy_bandwidth")
 
 
 def _times_in_process(item) -> bool:
-    return _module_times_in_process(str(item.fspath))
+    return item.originalname in _timing_functions(str(item.fspath))
 
 
 @functools.lru_cache(maxsize=None)
-def _module_times_in_process(path: str) -> bool:
-    """Read once per module, not once per test (a module holds dozens of parametrized GPU tests)."""
-    text = Path(path).read_text()
-    return any(call in text for call in IN_PROCESS_TIMING)
+def _timing_functions(path: str) -> frozenset[str]:
+    """The module's functions that time in their process: those naming a timer, and those naming (calling, or taking
+    as a fixture) one of those, to a fixed point. Only they hold the GPU alone: a module's other GPU tests (its
+    mistakes, graded in a child) build and grade beside other workers. Read once per module."""
+    import ast
+
+    tree = ast.parse(Path(path).read_text())
+    names = {}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            used = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+            used |= {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+            used |= {a.arg for a in node.args.args}
+            used |= {a.name for n in ast.walk(node) if isinstance(n, ast.ImportFrom) for a in n.names}
+            names[node.name] = used
+    timing = set(IN_PROCESS_TIMING)
+    while True:
+        more = {name for name, used in names.items() if used & timing} - timing
+        if not more:
+            return frozenset(timing)
+        timing |= more
 
 
 @pytest.fixture(autouse=True)
-def gpu_alone(request):
-    """A GPU test that times in its own process (`gpu_exclusive`, set at collection for modules that call the
-    timers) holds the GPU lock exclusively: other pytest workers' grades wait, and what it starts runs inside."""
+def gpu_alone(request, isolated_state):
+    """A GPU test that times in its own process (`gpu_exclusive`, set at collection for tests that call the timers)
+    holds the GPU lock exclusively: other pytest workers' grades wait, and what it starts runs inside. It takes the
+    lock after `isolated_state` has seeded the ceilings: a worker seeding them holds the ceilings' file lock while it
+    waits for the GPU, so a test holding the GPU must never then wait for that file lock."""
     if not HAS_GPU or not request.node.get_closest_marker("gpu_exclusive"):
         yield
         return
@@ -158,6 +177,7 @@ def _session_cache() -> Path:
         import tempfile
 
         _CACHE.append(Path(SHARED_CACHE) if SHARED_CACHE else Path(tempfile.mkdtemp(prefix="kcourse-test-cache-")))
+        _CACHE[0].mkdir(parents=True, exist_ok=True)  # KCOURSE_TEST_BUILD_CACHE may name a folder not yet made
     return _CACHE[0]
 
 
