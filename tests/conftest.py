@@ -31,7 +31,7 @@ def _has_gpu() -> bool:
 
 
 HAS_GPU = _has_gpu()
-if HAS_GPU:  # tests may run in parallel (pytest -n): grades share the GPU, each times it alone (grader/run/gpu_lock.py)
+if HAS_GPU:  # tests may run in parallel (pytest -n): grades share the GPU, each times it alone (grader/core/gpu_lock.py)
     import tempfile
 
     os.environ.setdefault("KCOURSE_GPU_LOCK", str(Path(tempfile.gettempdir()) / f"kcourse-gpu-{os.getuid()}.lock"))
@@ -114,7 +114,7 @@ def gpu_alone(request, isolated_state):
     if not HAS_GPU or not request.node.get_closest_marker("gpu_exclusive"):
         yield
         return
-    from grader.run import gpu_lock
+    from grader.core import gpu_lock
 
     with gpu_lock.exclusive():
         yield
@@ -210,7 +210,7 @@ def _measure_ceilings(path: Path) -> None:
     import torch
 
     from grader.child import timing
-    from grader.run import gpu_lock
+    from grader.core import gpu_lock
 
     with gpu_lock.exclusive():
         measured = timing.measure_ceilings()

@@ -15,14 +15,14 @@ from typing import Callable
 from grader import cuda_cpu
 from grader.checks import hints
 from grader.child import box
-from grader.core import calibration, store
+from grader.core import calibration, gpu_lock, store
 from grader.core.discovery import Target, learner_file, solution_file
 from grader.core.job import Job
 from grader.core.paths import course_root, solutions_dir
 from grader.core.records import ERROR, FAILED, PASSED, SKIPPED, Check, GradeResult
 from grader.core.spec import BUILDS
 from grader.core.vocabulary import CheckName, Code, Event
-from grader.run import gpu_lock, heavy, kit, sandbox, sanitize, waiting
+from grader.run import heavy, kit, sandbox, sanitize, waiting
 from grader.run.child_link import ChildLink
 from grader.run.judge import Judge
 from grader.toolchain import build, occupancy, op_build

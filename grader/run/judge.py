@@ -20,12 +20,12 @@ from grader.checks import integrity, memory, op_checks, speed
 from grader.checks.checking import judge_output, load_reference, looks_cached
 from grader.checks.inputs import element_size, load_tensor, shape_of
 from grader.child.timing import BUDGET_S
-from grader.core import hostload
+from grader.core import gpu_lock, hostload
 from grader.core.job import Job
 from grader.core.records import ERROR, FAILED, PASSED, Check, GradeResult
 from grader.core.spec import Case, ExerciseSpec, Variant
 from grader.core.vocabulary import CheckName, Code, Event, Order
-from grader.run import gpu_lock, probe
+from grader.run import probe
 from grader.run.child_link import ChildLink, Finished
 from grader.run.input_feed import InputFeed, Trial
 from grader.run.sandbox import Child, ChildGone, ChildTimeout

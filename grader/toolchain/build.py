@@ -22,6 +22,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from grader.core import gpu_lock
 from grader.core.paths import build_cache_dir
 from grader.core.toolkit import c_parameter_count, cuda_library_dirs
 from grader.core.vocabulary import Code
@@ -245,7 +246,8 @@ def missing_library_message(names: list[str]) -> str:
 
 @contextlib.contextmanager
 def _locked(folder: Path):
-    with open(folder / ".lock", "w") as handle:
+    """One build of `folder` at a time; a process holding the GPU alone lets it go while it builds (gpu_lock)."""
+    with gpu_lock.set_aside(), open(folder / ".lock", "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield

@@ -1,4 +1,4 @@
-"""The GPU lock that lets parallel test workers share one GPU (grader/run/gpu_lock.py): shared holders together,
+"""The GPU lock that lets parallel test workers share one GPU (grader/core/gpu_lock.py): shared holders together,
 an exclusive holder alone, writers first, nesting within a process, and the processes an exclusive holder
 starts never waiting for it."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.run import gpu_lock
+from grader.core import gpu_lock
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,7 +24,7 @@ HOLDER = textwrap.dedent(
     """
     import os, sys, time
     from pathlib import Path
-    from grader.run import gpu_lock
+    from grader.core import gpu_lock
 
     mode, got, release = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 
@@ -145,3 +145,26 @@ def test_what_an_exclusive_holder_starts_does_not_wait_for_it(tmp_path, env):
         child = Holder(tmp_path, "cli", "shared+exclusive", dict(os.environ, PYTHONPATH=str(ROOT)))
         assert child.holds()
         child.let_go()
+
+
+def test_a_timer_that_builds_lets_numerics_run_meanwhile_and_times_alone_after(tmp_path, env):
+    with gpu_lock.exclusive():
+        with gpu_lock.set_aside():  # a build: no GPU used
+            assert gpu_lock.HELD_ENV not in os.environ
+            reader = Holder(tmp_path, "reader", "shared", env)
+            assert reader.holds()
+            reader.let_go()
+        assert os.environ[gpu_lock.HELD_ENV] == str(os.getpid())
+        late = Holder(tmp_path, "late", "shared", env)
+        assert not late.holds(within=0.5)  # timing again: alone
+    assert late.holds()
+    late.let_go()
+
+
+def test_building_without_an_exclusive_hold_changes_nothing(tmp_path, env):
+    with gpu_lock.shared():
+        with gpu_lock.set_aside():
+            writer = Holder(tmp_path, "writer", "exclusive", env)
+            assert not writer.holds(within=0.5)  # a reader's hold is not set aside
+    assert writer.holds()
+    writer.let_go()

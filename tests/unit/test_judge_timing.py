@@ -95,10 +95,10 @@ def test_the_child_times_with_the_gpu_lock_held_exclusively_and_checks_numerics_
     toy, toy_child, tmp_path, monkeypatch
 ):
     """Where grades share a GPU (KCOURSE_GPU_LOCK: parallel test workers), no other grade's work runs on it while this
-    one times (grader/run/gpu_lock.py)."""
+    one times (grader/core/gpu_lock.py)."""
     import os
 
-    from grader.run import gpu_lock
+    from grader.core import gpu_lock
 
     monkeypatch.setenv(gpu_lock.ENV, str(tmp_path / "gpu.lock"))
     held = {}

@@ -13,7 +13,8 @@ Writers come first: a grade that waits to time stops new grades from starting th
 
 The lock is `flock(2)` on open files: held by the trusted grader process, never by the boxed child, and released
 by the kernel when the process dies. A process that holds it exclusively exports `KCOURSE_GPU_LOCK_HELD`, so the
-`kcourse` processes it starts (a test that times in its own process and runs the CLI) do not wait for it.
+`kcourse` processes it starts (a test that times in its own process and runs the CLI) do not wait for it. A build
+sets an exclusive hold aside (`set_aside`): compiling needs no GPU.
 
 One thread per process takes the lock (the grade's main thread)."""
 
@@ -78,6 +79,23 @@ class _Lock:
         self.turn = None
 
     @contextmanager
+    def aside(self) -> Iterator[None]:
+        """An exclusive hold let go for the block and taken again after it (shared holds stay counted)."""
+        if not self.exclusive:
+            yield
+            return
+        os.environ.pop(HELD_ENV, None)
+        self._close()
+        os.close(self.turn)
+        try:
+            yield
+        finally:
+            self.fd, self.turn = self._open(), self._open(".turn")
+            fcntl.flock(self.turn, fcntl.LOCK_EX)
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+            os.environ[HELD_ENV] = str(os.getpid())
+
+    @contextmanager
     def _turnstile(self) -> Iterator[None]:
         turn = self._open(".turn")
         try:
@@ -112,6 +130,19 @@ def shared():
 def exclusive():
     """Held while this process's child times: no other holder of the lock uses the GPU meanwhile."""
     return _holding("exclusive")
+
+
+@contextmanager
+def set_aside() -> Iterator[None]:
+    """Around a build: a process that holds the GPU alone lets it go meanwhile, since compiling uses no GPU, and
+    takes it again after (other grades' numerics run during the build). The grader builds before it takes the lock,
+    so this matters where code that times also builds: a test that times in its own process."""
+    lock = _lock()
+    if lock is None:
+        yield
+        return
+    with lock.aside():
+        yield
 
 
 @contextmanager
