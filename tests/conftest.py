@@ -31,23 +31,12 @@ def _has_gpu() -> bool:
 
 
 HAS_GPU = _has_gpu()
-if HAS_GPU:  # tests may run in parallel (pytest -n): grades share the GPU, each times it alone (grader/core/gpu_lock.py)
+if (
+    HAS_GPU
+):  # tests may run in parallel (pytest -n): grades share the GPU, each times it alone (grader/core/gpu_lock.py)
     import tempfile
 
     os.environ.setdefault("KCOURSE_GPU_LOCK", str(Path(tempfile.gettempdir()) / f"kcourse-gpu-{os.getuid()}.lock"))
-# The GPU tests of CUDA exercises' mistakes that the CPU emulator runs too (docs/cuda-on-cpu.md): where no GPU is,
-# they grade there (slow tier, marked `emulated`), so every mistake that fails on a GPU is seen failing on a CPU.
-# These are the mistakes edited into a solution or a ladder's kernel; those with a fixture of their own are the
-# specs' [[mistakes]], whose CPU tier tests/test_exercise_mistakes.py grades on the emulator (marked `emulated` too).
-EMULATED = {
-    "test_adamw.py::test_each_fixture_mistake_fails_numerics_on_the_gpu",
-    "test_cross_entropy.py::test_each_fixture_mistake_fails_on_the_gpu",
-    "test_embedding.py::test_each_fixture_mistake_fails_on_the_gpu",
-    "test_layer_norm_cuda.py::test_each_one_line_mistake_of_the_solution_fails_on_the_gpu",
-    "test_rms_norm.py::test_each_one_line_mistake_fails_on_the_gpu",
-    "test_self_attention.py::test_each_mistake_fixture_fails_numerics_on_the_gpu",
-    "test_softmax_cuda.py::test_each_one_line_mistake_of_the_solution_fails_on_the_gpu",
-}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -58,14 +47,10 @@ def pytest_collection_modifyitems(config, items):
     has_nvcc = find_nvcc() is not None
     no_solutions = pytest.mark.skip(reason="solutions/ is absent (a learner's kit)")
     has_solutions = (ROOT / "solutions").is_dir()
-    emulator = _emulator_runs()
     for item in items:
         if "solutions" in item.keywords and not has_solutions:
             item.add_marker(no_solutions)
-        if "gpu" in item.keywords and not HAS_GPU and emulator and _emulated(item):
-            item.add_marker(pytest.mark.emulated)
-            item.add_marker(pytest.mark.slow)
-        elif "gpu" in item.keywords and not HAS_GPU:
+        if "gpu" in item.keywords and not HAS_GPU:
             item.add_marker(no_gpu)
         if "nvcc" in item.keywords and not has_nvcc:
             item.add_marker(no_nvcc)
@@ -118,16 +103,6 @@ def gpu_alone(request, isolated_state):
 
     with gpu_lock.exclusive():
         yield
-
-
-def _emulator_runs() -> bool:
-    from grader import cuda_cpu
-
-    return cuda_cpu.mode()[0]
-
-
-def _emulated(item) -> bool:
-    return f"{Path(str(item.fspath)).name}::{item.originalname}" in EMULATED
 
 
 @pytest.fixture(autouse=True)

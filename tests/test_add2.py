@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import ROOT, submission
-from cuda_checks import mutant
 from simulated_kernels import (
     cpu_cases,
     exercise,
@@ -219,10 +218,10 @@ def test_the_given_setup_py_names_its_extension_from_torch_extension_name(tmp_pa
 
 @pytest.mark.slow
 @pytest.mark.nvcc
-def test_the_fixtures_compile(tmp_path):
+def test_the_fixtures_compile():
     nvcc = build.find_nvcc()
-    sources = [mistake_file(name, tmp_path) for name in GPU_MISTAKES]
-    sources += [submission("add2_2d.cu"), submission("add2_no_tail.cu")]  # the ladder's step 1, a mistake of the spec's
+    # the ladder's step 1, and the spec's [[mistakes]] with a file of their own
+    sources = [submission(name) for name in ("add2_2d.cu", "add2_no_tail.cu", "add2/grid_floor.cu")]
     jobs = [
         subprocess.Popen(
             [nvcc, "-std=c++17", "-arch=sm_90", "-cubin", f"-I{FOLDER}", "-o", os.devnull, str(source)],
@@ -305,42 +304,6 @@ def test_the_solution_passes_under_every_build_at_copy_bandwidth(lang):
 def test_the_stub_fails_on_the_gpu():
     result = grade(resolve(("add2",)), source="stubs", seed=5, record=False)
     assert first_failure(result).details.get("code") in ("not_written", "mismatch"), result.verdict
-
-
-GPU_MISTAKES = {  # mistake -> the verdict codes it may get (n = 1 launches no block: a CUDA error)
-    "grid_floor": ("cuda_error", "not_written", "mismatch"),
-    # the values land in the next row, right; the last row's stores past c do not (memcheck), and may spoil a
-    # neighbouring tensor
-    "no_bounds_check": ("memcheck", "input_modified", "mismatch"),
-}
-# Mistakes that are edits of tests/fixtures/submissions/add2_2d.cu (the ladder's step 1); no_tail, another
-# kernel (float4 over the flat array), is a fixture of its own: the spec's [[mistakes]] (tests/test_exercise_mistakes.py).
-MISTAKE_EDITS = {
-    # The document's launch, as written: grid(n / block.x, n / block.y) rounds down, so the last n % 16 rows and
-    # columns are never written, and n < 16 launches no block at all (a launch error).
-    "grid_floor": [
-        ("dim3 grid((n + block.x - 1) / block.x, (n + block.y - 1) / block.y);", "dim3 grid(n / block.x, n / block.y);")
-    ],
-    # The grid rounded up but no bounds check: the threads the rounding adds store outside c (the last row's
-    # spill lands past its end; compute-sanitizer's memcheck names the line).
-    "no_bounds_check": [("if (i < n && j < n) c[idx] = a[idx] + b[idx];", "c[idx] = a[idx] + b[idx];")],
-}
-
-
-def mistake_file(name: str, folder: Path) -> Path:
-    return mutant("add2_2d.cu", name, MISTAKE_EDITS[name], folder)
-
-
-@pytest.mark.parametrize("name", list(MISTAKE_EDITS))
-def test_each_fixture_mistakes_edits_still_apply(name, tmp_path):
-    assert mistake_file(name, tmp_path).exists()  # the GPU test grades this file
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("name", list(GPU_MISTAKES))
-def test_each_fixture_mistake_fails_on_the_gpu(name, tmp_path):
-    result = grade_fixture("add2", mistake_file(name, tmp_path))
-    assert first_failure(result).details.get("code") in GPU_MISTAKES[name], result.verdict
 
 
 @pytest.mark.bench

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import ROOT, submission
-from cuda_checks import fixture_fails, fixture_passes_numerics, mutant
+from cuda_checks import fixture_passes_numerics, mutant
 from simulated_kernels import cpu_cases, exercise, figure_line, first_failure, store, trial_data
 
 from grader.checks.checking import judge_output
@@ -155,12 +155,10 @@ def test_the_stub_and_the_solution_build_for_sm_90(exercise_id):
         assert not any(k["spill_stores"] for k in result.resources)
 
 
-# Mistakes (and the slow handle per call) that are a solution with an edit, (exercise, mistake): edits. A learner's
-# kit has no solutions/: their tests are marked solutions, and skip there. The others are fixtures
-# <exercise>_<mistake>.cu.
+# The slow handle per call, each solution with an edit, (exercise, mistake): edits. A learner's kit has no
+# solutions/: their tests are marked solutions, and skip there. The classic mistakes are the specs' [[mistakes]]
+# (tests/test_exercise_mistakes.py); of those, axpy_in_place is a file of its own, <exercise>_<mistake>.cu.
 SOLUTION_EDITS = {
-    # cuBLAS's 1-based indices handed back as they are (no -1).
-    ("cublas_blas1", "one_based"): [("    to_zero_based<<<1, 1>>>(amax, amin);\n", "")],
     # Slow: a cuBLAS handle created and destroyed on every call (numerics right).
     ("cublas_blas1", "handle_per_call"): [
         (
@@ -178,25 +176,6 @@ SOLUTION_EDITS = {
             "    CUBLAS_OK(cublasSetPointerMode(handle, CUBLAS_POINTER_MODE_HOST));\n}",
             "    CUBLAS_OK(cublasDestroy(handle));  // and a device-wide wait\n}",
         ),
-    ],
-    # C = A B passed to cuBLAS as written (M, N, K, A, B), ignoring its column-major order.
-    ("cublas_gemm", "column_major"): [
-        (
-            "    // column-major (N x M) = (N x K) (K x M): C^T = B^T A^T\n"
-            "    CUBLAS_OK(cublasSgemm(the_handle(), CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &one, B, ldb, A, lda, &zero, C, ldc));",
-            "    // the mistake: the call as the math reads, on row-major data cuBLAS reads column-major\n"
-            "    cublasSgemm(the_handle(), CUBLAS_OP_N, CUBLAS_OP_N, M, N, K, &one, A, lda, B, ldb, &zero, C, ldc);"
-            "  // status unchecked",
-        )
-    ],
-    # The transpose trick right, the leading dimensions assumed contiguous (fails row slices).
-    ("cublas_gemm", "ignores_ld"): [
-        (
-            "    // column-major (N x M) = (N x K) (K x M): C^T = B^T A^T\n"
-            "    CUBLAS_OK(cublasSgemm(the_handle(), CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &one, B, ldb, A, lda, &zero, C, ldc));",
-            "    // the mistake: the plain matrices' strides K, N, N where lda, ldb, ldc belong\n"
-            "    CUBLAS_OK(cublasSgemm(the_handle(), CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &one, B, N, A, K, &zero, C, N));",
-        )
     ],
     # Slow: a cuBLAS handle created and destroyed on every call (numerics right).
     ("cublas_gemm", "handle_per_call"): [
@@ -222,11 +201,6 @@ def mistake_file(exercise_id: str, mistake: str, folder: Path) -> Path:
         return submission(f"{exercise_id}_{mistake}.cu")
     solution = ROOT / "solutions" / exercise_id / f"{exercise_id}.cu"
     return mutant(solution, mistake, SOLUTION_EDITS[(exercise_id, mistake)], folder)
-
-
-def with_marks(keys):
-    """(exercise, mistake) parameters, those made from a solution marked solutions (they skip in a learner's kit)."""
-    return [pytest.param(*key, marks=pytest.mark.solutions) if key in SOLUTION_EDITS else key for key in keys]
 
 
 @pytest.mark.solutions
@@ -406,19 +380,6 @@ def test_the_gemm_solution_passes_at_90_percent_of_torch_matmul():
 def test_the_stubs_fail_on_the_gpu(exercise_id):
     result = grade(resolve((exercise_id,)), source="stubs", seed=5, record=False)
     assert first_failure(result).details.get("code") == "not_written", result.verdict
-
-
-GPU_MISTAKES = {  # (exercise, mistake): the verdict codes it may get
-    ("cublas_blas1", "one_based"): {"property"},
-    ("cublas_gemm", "column_major"): {"mismatch", "not_written"},
-    ("cublas_gemm", "ignores_ld"): {"mismatch", "out_of_bounds"},  # C's ld as N writes into a row slice's gaps
-}
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("exercise_id, mistake", with_marks(GPU_MISTAKES))
-def test_each_fixture_mistake_fails_on_the_gpu(exercise_id, mistake, tmp_path):
-    fixture_fails(exercise_id, mistake_file(exercise_id, mistake, tmp_path), GPU_MISTAKES[(exercise_id, mistake)])
 
 
 @pytest.mark.gpu

@@ -6,7 +6,8 @@ dimensions, batch strides) and judged with the grader's own checks over the spec
 passes them all, and each classic mistake — the softmax without its row max, the scale ignored, k not
 transposed, the workspace's batch stride not its row stride times N — fails some case. Where libcublas and its
 headers are present the stub and solution compile and link for sm_90; elsewhere those tests skip and say why.
-On a GPU (`pytest -m gpu -s`) the real files are graded and the solution's figures printed beside torch's."""
+On a GPU (`pytest -m gpu -s`) the solution and the stub are graded and the solution's figures printed beside
+torch's; the mistakes edited into the solution are the spec's [[mistakes]] (tests/test_exercise_mistakes.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ import math
 import pytest
 import torch
 from conftest import ROOT
-from cuda_checks import fixture_fails, mutant
 from simulated_kernels import cpu_cases, exercise, figure_line, first_failure, store, verdicts
 
 from grader.core.discovery import resolve
@@ -23,7 +23,6 @@ from grader.run.grade import grade
 from grader.toolchain import build
 
 SPEC = exercise("cublas_attention")
-SOLUTION = ROOT / "solutions" / "cublas_attention" / "cublas_attention.cu"
 NVCC = build.find_nvcc()
 CUBLAS_MISSING = build.link_flags(["cublas"], NVCC)[1] if NVCC else ["cublas"]
 needs_cublas = pytest.mark.skipif(
@@ -146,26 +145,6 @@ def test_without_the_row_max_the_large_score_cases_fail_and_only_they():
 
 # --- the real files ----------------------------------------------------------------------------------
 
-# One-line edits of the solution, each a classic mistake: (old, new) pairs, and the verdict codes on a GPU.
-SOLUTION_EDITS = {
-    "no_max": (
-        [
-            (
-                "__device__ float weight(float s, float m) { return expf(s - m); }",
-                "__device__ float weight(float s, float m) { return expf(s); }  // the mistake: no row max",
-            )
-        ],
-        {"mismatch"},
-    ),  # NaN where a score passes 88 (the q x 30 cases)
-    "no_scale": ([("N, N, d, &scale, k, d,", "N, N, d, &one, k, d,")], {"mismatch"}),
-}
-
-
-@pytest.mark.solutions
-@pytest.mark.parametrize("mistake", list(SOLUTION_EDITS))
-def test_each_solution_edit_still_applies(mistake, tmp_path):
-    assert mutant(SOLUTION, mistake, SOLUTION_EDITS[mistake][0], tmp_path).exists()
-
 
 @pytest.mark.slow
 @needs_cublas
@@ -191,11 +170,3 @@ def test_the_solution_passes_and_prints_its_figures_beside_torch():
 def test_the_stub_fails_as_not_written():
     result = grade(resolve(("cublas_attention",)), source="stubs", seed=5, record=False)
     assert first_failure(result).details.get("code") == "not_written", result.verdict
-
-
-@pytest.mark.gpu
-@pytest.mark.solutions
-@pytest.mark.parametrize("mistake", list(SOLUTION_EDITS))
-def test_each_solution_edit_fails_on_the_gpu(mistake, tmp_path):
-    edits, codes = SOLUTION_EDITS[mistake]
-    fixture_fails("cublas_attention", mutant(SOLUTION, mistake, edits, tmp_path), codes)

@@ -5,9 +5,10 @@ row, with atomics: repeated ids race without them).
 On the CPU the kernels are played in torch against the spec's cases with the grader's own checks
 (simulated_kernels.py): the classic mistakes each fail some case — int64 ids read as int32, float4 rows
 without the scalar tail, a plain `+=` that keeps one of the additions racing into a row (the all-ids-equal
-case), a gradient never zeroed — and honest kernels pass every case. The stubs, solutions and fixtures
+case), a gradient never zeroed — and honest kernels pass every case. The stubs, solutions and ladder fixtures
 compile for sm_90. On a GPU (`pytest -m gpu -s`) the real files are graded and the solutions' GB/s printed
-beside torch's (F.embedding, aten::embedding_dense_backward)."""
+beside torch's (F.embedding, aten::embedding_dense_backward); the mistakes' real files are the specs'
+[[mistakes]] (tests/test_exercise_mistakes.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import ROOT
-from cuda_checks import build_without_spills, compile_fixtures, fixture_fails, fixture_passes_numerics, mutant
+from cuda_checks import build_without_spills, compile_fixtures, fixture_passes_numerics
 from simulated_kernels import (
     cpu_cases,
     exercise,
@@ -28,7 +29,9 @@ from simulated_kernels import (
     verdicts,
 )
 
+from grader.checks import hints
 from grader.core.discovery import resolve
+from grader.core.records import FAILED, Check, GradeResult
 from grader.run.grade import grade
 
 FORWARD, BACKWARD = exercise("embedding"), exercise("embedding_backward")
@@ -141,6 +144,26 @@ def test_an_honest_scatter_add_passes_every_case():
     assert all(v == "ok" for v in verdicts(BACKWARD, scatter_add).values())
 
 
+def unwritten_dweights_hint(path: Path) -> str:
+    """The hint a grade of `path` shows where no element of dweight came back written (the first case, on a CPU)."""
+    message = "B=1 T=1 V=1 C=1, trial 1: no element of dweight was written — not implemented yet?"
+    check = Check("numerics", FAILED, message, {"code": "not_written", "case": {"B": 1, "T": 1, "V": 1, "C": 1}})
+    result = GradeResult("embedding_backward", "cuda", "learner", 11, checks=[check], file=str(path))
+    hints.annotate(result, BACKWARD)
+    return check.details["hint"]
+
+
+def test_nothing_written_is_the_stub_while_its_todos_stand_and_dweight_never_zeroed_once_they_are_gone(tmp_path):
+    """The stub and a kernel adding into dweight never zeroed both leave its poison NaN (on a CPU): the file's
+    TODOs tell them apart, so each reads its own hint (the not-zeroed grade itself: tests/test_exercise_mistakes.py)."""
+    stub = ROOT / "exercises" / "embedding_backward" / "embedding_backward.cu"
+    assert unwritten_dweights_hint(stub).startswith("still the stub? Fill in the TODOs in embedding_backward.cu")
+    filled_in = tmp_path / stub.name
+    filled_in.write_text(stub.read_text().replace("TODO", "step"))
+    not_zeroed = next(m for m in BACKWARD.mistakes if m.name == "not_zeroed")
+    assert unwritten_dweights_hint(filled_in) == not_zeroed.hint
+
+
 # --- compiled for sm_90 ------------------------------------------------------------------------------------
 
 
@@ -154,36 +177,12 @@ def test_the_stubs_and_solutions_build_and_the_solutions_spill_nothing():
 
 
 LADDERS = {"embedding": "embedding_warp_per_token.cu", "embedding_backward": "embedding_backward_warp_atomics.cu"}
-# Mistakes that are a ladder step 2 fixture (above) with an edit; those with a fixture file of their own are the
-# spec's [[mistakes]] (tests/test_exercise_mistakes.py).
-MISTAKE_EDITS = {
-    # The int64 ids read through an int pointer (id i becomes half of id i/2, or 0).
-    ("embedding", "ids_as_int32"): [
-        ("gather(const int64_t* ids,", "gather(const int* ids,"),
-        (
-            "    const float* row = weight + ids[token] * C;\n"
-            "    for (int c = lane; c < C; c += 32) out[(int64_t)token * C + c] = row[c];",
-            "    const int id = ids[token];  // the mistake: ids are 8 bytes each\n"
-            "    for (int c = lane; c < C; c += 32) out[(int64_t)token * C + c] = weight[(int64_t)id * C + c];",
-        ),
-        ("256>>>(ids,", "256>>>(reinterpret_cast<const int*>(ids),"),
-    ],
-}
-
-
-def mistake_file(exercise_id: str, mistake: str, folder: Path) -> Path:
-    return mutant(LADDERS[exercise_id], mistake, MISTAKE_EDITS[(exercise_id, mistake)], folder)
-
-
-@pytest.mark.parametrize("exercise_id, mistake", list(MISTAKE_EDITS))
-def test_each_mistakes_edits_still_apply(exercise_id, mistake, tmp_path):
-    assert mistake_file(exercise_id, mistake, tmp_path).exists()  # the GPU test grades this file
 
 
 @pytest.mark.slow
 @pytest.mark.nvcc
-def test_the_fixtures_compile(tmp_path):
-    compile_fixtures([*LADDERS.values(), *(mistake_file(e, m, tmp_path) for e, m in GPU_MISTAKES)])
+def test_the_ladder_fixtures_compile():
+    compile_fixtures(list(LADDERS.values()))
 
 
 # --- on a GPU: the real kernels -------------------------------------------------------------------------
@@ -213,17 +212,6 @@ def test_the_backward_solution_passes_and_prints_torch_beside_it():
 def test_the_stubs_fail_on_the_gpu(exercise_id):
     result = grade(resolve((exercise_id,)), source="stubs", seed=5, record=False)
     assert first_failure(result).details.get("code") == "not_written", result.verdict
-
-
-GPU_MISTAKES = {  # (exercise, mistake): the verdict codes it may get
-    ("embedding", "ids_as_int32"): {"mismatch"},
-}  # embedding_backward's plain += and unzeroed dweight: its spec's [[mistakes]] (tests/test_exercise_mistakes.py)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("exercise_id, mistake", list(GPU_MISTAKES))
-def test_each_fixture_mistake_fails_on_the_gpu(exercise_id, mistake, tmp_path):
-    fixture_fails(exercise_id, mistake_file(exercise_id, mistake, tmp_path), GPU_MISTAKES[(exercise_id, mistake)])
 
 
 @pytest.mark.bench

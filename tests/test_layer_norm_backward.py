@@ -1,13 +1,15 @@
 """layer_norm_backward: mean and rstd are what the forward saved for x (the spec's `transform`), dw and db are
 judged as float32 sums in every case (an output's own `tolerance` table), the solution passes and the stub
 fails on the CPU (Triton interpreter), and each classic mistake fails on the case built for it; on a GPU the
-ladder's figures at 4096x4096 float32 and 16384x4096 bfloat16 beside torch's backward, and a race on the
-tutorial's locked partial rows (`python -m pytest -m gpu -s tests/test_layer_norm_backward.py`).
+ladder's figures at 4096x4096 float32 and 16384x4096 bfloat16 beside torch's backward
+(`python -m pytest -m gpu -s tests/test_layer_norm_backward.py`).
 
 The mistakes are the solution with lines of its whole-row kernel changed (the kit ships no kernel text: these
 skip there). Rows cost ~10 ms each under the interpreter, so each mistake runs on its own case only, through
 the grader's own pieces (inputs drawn as a grade draws them, poisoned outputs, the float64 reference, the
-tolerance of each output); the solution and the stub go through a whole grade, the mistakes too on a GPU."""
+tolerance of each output); the solution and the stub go through a whole grade. The spec's [[mistakes]] grade
+the same mistakes whole, on the CPU and a GPU, and the race of the tutorial's partial rows without their lock
+on a GPU (tests/test_exercise_mistakes.py)."""
 
 from __future__ import annotations
 
@@ -334,32 +336,3 @@ def test_the_ladder_fixtures_are_correct_on_the_gpu():
         )
         checks = {c.name: c for c in result.checks}
         assert checks["numerics"].status == "passed", (name, checks["numerics"].message)
-
-
-@pytest.mark.gpu
-def test_the_tutorials_partial_rows_without_their_lock_lose_rows_on_the_gpu(tmp_path):
-    """Two programs of a group read the same partial row, each adds its own and stores: one row is lost.
-    The interpreter runs programs one at a time, so only a GPU shows it."""
-    text = edited(
-        submission("layer_norm_backward_locks.py").read_text(),
-        [("    while tl.atomic_cas(lock, 0, 1) == 1:\n        pass\n", "")],
-        "no_lock",
-    )
-    path = tmp_path / "layer_norm_backward.py"
-    path.write_text(text)
-    result = grade(resolve(("layer_norm_backward",)), submission=path, seed=11, record=False, quick=True)
-    check = next(c for c in result.checks if c.status in ("failed", "error"))
-    assert check.name == "numerics" and ("of dw wrong" in check.message or "of db wrong" in check.message), (
-        check.message
-    )
-
-
-@pytest.mark.gpu
-@pytest.mark.solutions
-@pytest.mark.parametrize("name", ["half_running_sums", "half_partials", "x_stride_for_dx"])
-def test_a_classic_mistake_fails_a_gpu_grade(tmp_path, name):
-    path = tmp_path / "layer_norm_backward.py"
-    path.write_text(mistake(name))
-    result = grade(resolve(("layer_norm_backward",)), submission=path, seed=11, record=False, quick=True)
-    check = next(c for c in result.checks if c.status in ("failed", "error"))
-    assert check.name == "numerics", check.message

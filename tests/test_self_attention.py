@@ -5,11 +5,11 @@ CPU: the spec's cases and the README's ladder; the algorithms a kernel may hones
 the online softmax over tiles with exp2 and the scale folded into q, as the solution does) played in torch
 pass every case with room to spare, and each classic mistake (no max subtraction, no 1/sqrt(d), the causal
 diagonal masked, a padded tail tile taken for keys, scores in TF32) fails the case built for it; the stub and
-the solution build for sm_90 (the solution without spills) and every fixture compiles. GPU
+the solution build for sm_90 (the solution without spills) and every ladder fixture compiles. GPU
 (`python -m pytest -m gpu -s tests/test_self_attention.py`): the solution passes, printing its TFLOP/s beside
-SDPA's float32 measured in the same process; the stub and every mistake fixture fail; the ladder's kernels
-pass numerics and print their figures; the solution's any-d fallback is right for other d and misaligned
-pointers."""
+SDPA's float32 measured in the same process; the stub fails; the ladder's kernels pass numerics and print
+their figures; the solution's any-d fallback is right for other d and misaligned pointers. The mistakes'
+CUDA kernels are the spec's [[mistakes]] (tests/test_exercise_mistakes.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import math
 import pytest
 import torch
 from conftest import HAS_GPU, ROOT
-from cuda_checks import build_without_spills, compile_fixtures, mutant, numerics
+from cuda_checks import build_without_spills, compile_fixtures, numerics
 from simulated_kernels import (
     cpu_cases,
     exercise,
@@ -91,65 +91,15 @@ HONEST = {
     "two passes per row (exp, one tile of all keys)": play(tile=10**9, base2=False),
     "online softmax over 64-key tiles, exp2 (the solution)": play(),
 }
-MISTAKES = {  # name: (the play, a label fragment of a case it must fail, its CUDA fixture in FIXTURE_EDITS or None)
-    "no max subtraction": (play(mistake="no_max"), "q scale=30.0", "no_max"),
-    "no 1/sqrt(d) scale": (play(mistake="no_scale"), "N=17", "no_scale"),
-    "the causal diagonal masked (key < row)": (play(mistake="causal_off_by_one"), "causal=True", "causal_off_by_one"),
-    "a padded 32-key tail tile taken for keys": (
-        play(mistake="unmasked_tail", tile=32),
-        "N=1 d=64 causal=False",
-        "unmasked_tail",
-    ),
-    "scores in TF32": (play(mistake="tf32"), "k offset=100.0", None),
+MISTAKES = {  # name: (the play, a label fragment of a case it must fail)
+    "no max subtraction": (play(mistake="no_max"), "q scale=30.0"),
+    "no 1/sqrt(d) scale": (play(mistake="no_scale"), "N=17"),
+    "the causal diagonal masked (key < row)": (play(mistake="causal_off_by_one"), "causal=True"),
+    "a padded 32-key tail tile taken for keys": (play(mistake="unmasked_tail", tile=32), "N=1 d=64 causal=False"),
+    "scores in TF32": (play(mistake="tf32"), "k offset=100.0"),
 }
-# The mistakes' CUDA kernels, each a ladder fixture (tests/fixtures/submissions/) with the mistake edited in.
-FIXTURE_EDITS = {
-    # Ladder step 2 without the max subtraction: exp(score) overflows float32 once a score passes 88 (the q
-    # scale=30 cases): inf / inf = NaN. Correct on small scores, which is why it survives.
-    "no_max": (
-        "self_attention_online.cu",
-        [("const float m_new = fmaxf(m, s);", "const float m_new = 0.f;  // the mistake: no running max")],
-    ),
-    # Ladder step 2 without the 1 / sqrt(d) scale: the softmax is sharper than attention's (a temperature of 1
-    # instead of sqrt(d)): wrong everywhere but N = 1.
-    "no_scale": (
-        "self_attention_online.cu",
-        [
-            (
-                "const float scale = 1.0f / sqrtf((float)D);",
-                "const float scale = 1.0f;  // the mistake: scores are not divided by sqrt(d)",
-            )
-        ],
-    ),
-    # Ladder step 2 with the causal mask one key short (j < row instead of j <= row): each row loses its own
-    # key, and row 0 sees none at all (0 / 0).
-    "causal_off_by_one": (
-        "self_attention_online.cu",
-        [
-            (
-                "const int last = causal ? row : N - 1;",
-                "const int last = causal ? row - 1 : N - 1;  // the mistake: the diagonal is masked too",
-            )
-        ],
-    ),
-    # Ladder step 3 with the last tile used whole: its rows past N are zero padding, but each becomes a key with
-    # score 0 and weight exp(0 - m): the weights no longer sum to one (wrong whenever N % 32 != 0 and a row
-    # sees the tail; causal rows below the tail never look that far).
-    "unmasked_tail": (
-        "self_attention_shared_tiles.cu",
-        [
-            (
-                "const int keys = min(TILE, N - k0);  // the last tile is partial: rows past N are padding, not keys",
-                "const int keys = TILE;  // the mistake: padding rows past N are taken for keys",
-            )
-        ],
-    ),
-}
-
-
-def mistake_file(mistake: str, folder):
-    base, edits = FIXTURE_EDITS[mistake]
-    return mutant(base, mistake, edits, folder)
+# These mistakes in CUDA (all but TF32) are the spec's [[mistakes]]: edits of the solution, graded on the CPU
+# emulator and a GPU by tests/test_exercise_mistakes.py.
 
 
 LADDER_FIXTURES = ["self_attention_two_pass.cu", "self_attention_online.cu", "self_attention_shared_tiles.cu"]
@@ -205,15 +155,10 @@ def test_honest_kernels_pass_every_case(name):
 
 @pytest.mark.parametrize("name", list(MISTAKES))
 def test_each_classic_mistake_fails_the_case_built_for_it(name):
-    model, fragment, _ = MISTAKES[name]
+    model, fragment = MISTAKES[name]
     index, case = next((i, c) for i, c in enumerate(cpu_cases(SPEC)) if fragment in c.label())
     codes = [trial_verdict(SPEC, case, model, 17 + 1000 * index + t, t) for t in range(SPEC.trials_for(case))]
     assert "mismatch" in codes, (name, case.label(), codes)
-
-
-@pytest.mark.parametrize("mistake", list(FIXTURE_EDITS))
-def test_each_mistake_fixtures_edits_still_apply(mistake, tmp_path):
-    assert mistake_file(mistake, tmp_path).exists()  # the GPU test grades this file
 
 
 def test_the_honest_error_leaves_room_under_the_tolerance():
@@ -238,8 +183,8 @@ def test_the_stub_and_the_solution_build_for_sm_90_and_the_solution_spills_nothi
 
 @pytest.mark.slow
 @pytest.mark.nvcc
-def test_every_fixture_compiles(tmp_path):
-    compile_fixtures(LADDER_FIXTURES + [mistake_file(m, tmp_path) for m in FIXTURE_EDITS])
+def test_every_ladder_fixture_compiles():
+    compile_fixtures(LADDER_FIXTURES)
 
 
 @pytest.mark.emulator
@@ -274,15 +219,6 @@ def test_the_solution_passes_and_prints_its_tflops_beside_sdpa_float32():
 def test_the_stub_fails_on_the_gpu_with_nothing_written():
     result = grade(resolve(("self_attention",)), source="stubs", seed=5, record=False, quick=True)
     assert first_failure(result).details.get("code") == "not_written", result.verdict
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("name", [n for n, (_, _, f) in MISTAKES.items() if f])
-def test_each_mistake_fixture_fails_numerics_on_the_gpu(name, tmp_path):
-    _, fragment, mistake = MISTAKES[name]
-    check = numerics(grade_fixture("self_attention", mistake_file(mistake, tmp_path)))
-    assert check.status == "failed" and check.details.get("code") == "mismatch", check.message
-    print(f"\n{mistake}: {check.message.splitlines()[0]}")
 
 
 @pytest.mark.bench

@@ -4,7 +4,8 @@ On the CPU: the spec keeps to the sizes the kernels tile, the stub, the solution
 (solutions/tk_gemm/ladder/) compile for sm_90a with ThunderKittens, `kcourse compare` shows the ladder (compiled
 only), and the classic mistakes, played in torch on the spec's cases, fail. On a Hopper GPU: the solution
 passes at 70% of cuBLAS or more (printed beside torch.matmul, same process), every rung passes numerics, the stub
-and the mistakes edited into the solution fail.
+fails. The mistakes edited into the solution are graded by tests/test_exercise_mistakes.py (the spec's
+[[mistakes]]).
 
 ThunderKittens is found from KCOURSE_TK_ROOT, else ../shared/thirdparty/ThunderKittens beside the repository;
 where neither is, the compile tests skip and say so."""
@@ -16,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 from conftest import HAS_GPU, ROOT, _session_cache
-from cuda_checks import figures, mutant, numerics
+from cuda_checks import figures, numerics
 from cuda_rows import verdict
 from tk_checks import NO_TK, TK, with_tk  # noqa: F401 (with_tk: a fixture the tests use)
 
@@ -181,32 +182,3 @@ def test_the_stub_compiles_runs_and_fails_numerics_on_the_gpu(with_tk):
 def test_every_rung_of_the_ladder_passes_numerics(with_tk, rung):
     result = grade(resolve(("tk_gemm",)), submission=rung, seed=5, record=False, quick=True)
     assert numerics(result).status == "passed", result.verdict
-
-
-# The solution with one classic mistake edited in: built and graded on the GPU.
-MISTAKES = {
-    "last_slice_dropped": (
-        [("args.num_iters = args.globals.A.cols() / 64;", "args.num_iters = args.globals.A.cols() / 64 - 1;")],
-        ("mismatch",),
-    ),
-    "one_task_per_block": (
-        [
-            (
-                "const int task = args.task_iter * gridDim.x + blockIdx.x;",
-                "if (args.task_iter > 0) { args.num_iters = -1; return; }\n        const int task = blockIdx.x;",
-            )
-        ],
-        ("partial_write", "not_written"),
-    ),
-}
-
-
-@pytest.mark.gpu
-@pytest.mark.solutions
-@pytest.mark.parametrize("mistake", sorted(MISTAKES))
-def test_each_mistake_edited_into_the_solution_fails(with_tk, mistake, tmp_path):
-    edits, codes = MISTAKES[mistake]
-    source = mutant(SOLUTION, mistake, edits, tmp_path)
-    result = grade(resolve(("tk_gemm",)), submission=source, seed=5, record=False, quick=True)
-    check = next(c for c in result.checks if c.status in ("failed", "error"))
-    assert check.name == "numerics" and check.details.get("code") in codes, result.verdict

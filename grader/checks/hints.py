@@ -148,7 +148,7 @@ def annotate(result: GradeResult, spec: ExerciseSpec) -> None:
 
 
 def hint_for(check: Check, context: Context) -> str | None:
-    own = exercise_hint(check, context)
+    own = None if _still_the_stub(check, context) else exercise_hint(check, context)
     if own:
         return own
     if check.name == "speed":
@@ -158,6 +158,13 @@ def hint_for(check: Check, context: Context) -> str | None:
         return next((hint for key, hint in _SANITIZER.items() if key in code), None)
     handler = _BY_CODE.get(check.details.get("code", ""))
     return handler(check, context) if handler else None
+
+
+def _still_the_stub(check: Check, context: Context) -> bool:
+    """Nothing written by a file that still has its TODOs: the stub's failure, whose hint is the stub's (fill in the
+    TODOs), never a classic mistake's that writes nothing too (embedding_backward's dweight never zeroed, on a CPU,
+    keeps the poison NaN it adds into). A learner's file edits the stub in place, so its TODOs are what tell it apart."""
+    return check.details.get("code") == Code.NOT_WRITTEN and bool(_todo_lines(context.result))
 
 
 # --- the exercise's own mistakes ([[mistakes]] in spec.toml) ------------------------------------
