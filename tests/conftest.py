@@ -31,12 +31,18 @@ def _has_gpu() -> bool:
 
 
 HAS_GPU = _has_gpu()
-if (
-    HAS_GPU
-):  # tests may run in parallel (pytest -n): grades share the GPU, each times it alone (grader/core/gpu_lock.py)
+# With a GPU, tests may run in parallel (pytest -n): grades share it, each times it alone (grader/core/gpu_lock.py)
+if HAS_GPU:
     import tempfile
 
     os.environ.setdefault("KCOURSE_GPU_LOCK", str(Path(tempfile.gettempdir()) / f"kcourse-gpu-{os.getuid()}.lock"))
+else:
+    # Without a GPU every Triton kernel a test runs in its own process is interpreted. Triton's standard library
+    # (tl.zeros, tl.sum, ...) is interpreted only if TRITON_INTERPRET is set when triton.language is first
+    # imported, and `import torch._dynamo` (torch.compile, opcheck) imports it: a test that reached it first left
+    # its pytest worker unable to interpret any kernel that calls one ("Cannot call @triton.jit'd outside of the
+    # scope of a kernel"), failing whichever interpreter tests xdist then gave that worker.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 def pytest_collection_modifyitems(config, items):
