@@ -234,18 +234,22 @@ EDIT_SUFFIX = ".edit.toml"  # a fixture that is the solution with a few edits, n
 
 
 def edited_solution(name: str, solution: Path, folder: Path) -> Path:
-    """The learner's file a `.edit.toml` fixture describes: `solution` with each of its [[edit]] tables applied (a
-    one-line mistake needs no 200-line copy of the solution, and the edit follows the solution as it changes),
+    """The learner's file a `.edit.toml` fixture describes: `solution` (or the fixture its `base` names: a ladder's
+    step, for a mistake the solution has no line for) with each of its [[edit]] tables applied (a one-line mistake
+    needs no 200-line copy of the solution, and the edit follows the solution as it changes),
     written to `folder` under the solution's own name. Each `old` must be found `count` times (default 1), and every
     one is replaced: an edit that no longer finds its text fails, rather than grading the solution unchanged."""
     from grader.core.spec import tomllib  # the spec parser's (tomli before Python 3.11)
 
-    edits = tomllib.loads(submission(name).read_text())["edit"]
-    text = solution.read_text()
-    for edit in edits:
+    fixture = tomllib.loads(submission(name).read_text())
+    base = (
+        submission(fixture["base"]) if "base" in fixture else solution
+    )  # a ladder's step, where the solution lacks the line
+    text = base.read_text()
+    for edit in fixture["edit"]:
         found, wanted = text.count(edit["old"]), edit.get("count", 1)
         assert found == wanted, (
-            f"{name}: {edit['old']!r} is in {solution} {found} times, not {wanted}: quote more of the line, or say "
+            f"{name}: {edit['old']!r} is in {base} {found} times, not {wanted}: quote more of the line, or say "
             "count = N to replace all N"
         )
         text = text.replace(edit["old"], edit["new"])

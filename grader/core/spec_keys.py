@@ -198,7 +198,7 @@ MISTAKE = Table(
             "string",
             "none",
             "its file in tests/fixtures/submissions/, graded by the tests: a learner's file, or NAME.edit.toml, "
-            "the solution with the [[edit]]s it lists ({old, new, count})",
+            "the solution (or the fixture its base = names) with the [[edit]]s it lists ({old, new, count})",
         ),
         Key("tiers", "array of strings", '["cpu"]', 'where the tests grade the fixture: "cpu" and/or "gpu"'),
         Key("gpu_code", "string or array", "[]", "the code(s) a GPU's grade gets, where not `code`'s"),
