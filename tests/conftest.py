@@ -137,7 +137,7 @@ def isolated_state(tmp_path, monkeypatch, request):
         monkeypatch.setenv("KCOURSE_FORK_SERVER", "1")  # grading children forked after one torch import (forkserver.py)
     if HAS_GPU:
         _seed_ceilings(tmp_path / "home")
-    if not request.node.get_closest_marker("emulator") and not request.node.get_closest_marker("emulated"):
+    if not request.node.get_closest_marker("emulator"):
         # A CUDA grade without a GPU is compiled only, as before the emulator: tests about something else need not
         # spend seconds running kernels on the CPU (those that do are marked `emulator`)
         monkeypatch.setenv("KCOURSE_CUDA_CPU", "off")

@@ -127,7 +127,7 @@ def _compiled(function: Callable, args: list[Any], save, compiled: dict) -> dict
     backend, why = compile_backend(device)
     if backend is None:
         return {"skipped": why}
-    if "inductor_failed" in compiled:  # an earlier trial's fallback (below): its compiled function is reused
+    if "inductor_failed" in compiled:  # inductor failed before (below): aot_eager, compiled once as inductor was
         backend = "aot_eager"
     started = time.monotonic()
     try:
@@ -138,19 +138,18 @@ def _compiled(function: Callable, args: list[Any], save, compiled: dict) -> dict
         # Dynamo traced the learner's operator with fake tensors (what the check asks) and handed the graph on;
         # inductor's own code generation then failed (its C++ compiler or its cache, under load): the graph is
         # compiled again by AOTAutograd without inductor, which still traces the operator's fake implementation.
-        backend, compiled["inductor_failed"] = "aot_eager", short(exc)
         compiled.pop("function", None)
-        try:
-            result = _call_compiled(function, args, backend, compiled)
-        except Exception as again:
-            return {"error": short(again), "backend": backend}
+        compiled["inductor_failed"] = short(exc)
+        return _compiled(function, args, save, compiled)
     outputs = list(result) if isinstance(result, (tuple, list)) else [result]
     if not all(isinstance(t, torch.Tensor) for t in outputs):
         return {"error": f"the compiled entry point returned {type(result).__name__}, not tensors", "backend": backend}
-    ran = {"outputs": [save(f"compiled{i}", t) for i, t in enumerate(outputs)], "backend": backend}
-    if "inductor_failed" in compiled:
-        ran["inductor_failed"] = compiled["inductor_failed"]
-    return {**ran, "seconds": round(time.monotonic() - started, 3)}
+    return {
+        "outputs": [save(f"compiled{i}", t) for i, t in enumerate(outputs)],
+        "backend": backend,
+        "inductor_failed": compiled.get("inductor_failed"),
+        "seconds": round(time.monotonic() - started, 3),
+    }
 
 
 def _call_compiled(function: Callable, args: list[Any], backend: str, compiled: dict) -> Any:

@@ -58,13 +58,8 @@ class _Lock:
         self.exclusive += 1
         if self.exclusive > 1:
             return
-        if self.fd is not None:  # our own shared hold goes first: two graders each holding one would deadlock
-            self._close()
-        self.fd = self._open()
-        self.turn = self._open(".turn")
-        fcntl.flock(self.turn, fcntl.LOCK_EX)  # new readers now wait behind us
-        fcntl.flock(self.fd, fcntl.LOCK_EX)  # the readers already in finish
-        os.environ[HELD_ENV] = str(os.getpid())
+        self._close()  # our own shared hold goes first: two graders each holding one would deadlock
+        self._take_alone()
 
     def release_exclusive(self) -> None:
         self.exclusive -= 1
@@ -75,8 +70,7 @@ class _Lock:
             fcntl.flock(self.fd, fcntl.LOCK_SH)  # back to reading, before others may write
         else:
             self._close()
-        os.close(self.turn)
-        self.turn = None
+        self._leave_turnstile()
 
     @contextmanager
     def aside(self) -> Iterator[None]:
@@ -86,14 +80,22 @@ class _Lock:
             return
         os.environ.pop(HELD_ENV, None)
         self._close()
-        os.close(self.turn)
+        self._leave_turnstile()
         try:
             yield
         finally:
-            self.fd, self.turn = self._open(), self._open(".turn")
-            fcntl.flock(self.turn, fcntl.LOCK_EX)
-            fcntl.flock(self.fd, fcntl.LOCK_EX)
-            os.environ[HELD_ENV] = str(os.getpid())
+            self._take_alone()
+
+    def _take_alone(self) -> None:
+        """The exclusive hold itself, from holding nothing: the turnstile first, then the lock."""
+        self.fd, self.turn = self._open(), self._open(".turn")
+        fcntl.flock(self.turn, fcntl.LOCK_EX)  # new readers now wait behind us
+        fcntl.flock(self.fd, fcntl.LOCK_EX)  # the readers already in finish
+        os.environ[HELD_ENV] = str(os.getpid())
+
+    def _leave_turnstile(self) -> None:
+        os.close(self.turn)
+        self.turn = None
 
     @contextmanager
     def _turnstile(self) -> Iterator[None]:
