@@ -92,9 +92,28 @@ def run_torch(job: dict) -> None:
     case = Case(params=job["params"])
     tensors = {name: load_tensor(meta).cuda() for name, meta in job["inputs"].items()}
     tensors.update(make_outputs(spec, case, "cuda", tensors))
+    if job["kind"] == "triton":
+        autotune_once()
     caller = load(variant, Path(job["source"]), None, "learner")
     caller(tensors, case.params)
     torch.cuda.synchronize()
+
+
+def autotune_once() -> None:
+    """Under the sanitizer, Triton's autotuner runs each config once instead of benchmarking it: every config
+    still runs under the tool (the grade's own autotuning runs each of them too), but once, not the dozens of
+    times `do_bench` takes to time it, and without `do_bench` zeroing its 256 MB cache-flush buffer before each.
+    With no timings the first config is kept; nothing is written to (or read from) the on-disk autotune
+    cache that the grade itself uses."""
+    from triton.runtime.autotuner import Autotuner
+
+    def run_once(kernel_call, quantiles=None):
+        kernel_call()
+        return [1.0, 1.0, 1.0] if quantiles else 1.0
+
+    # a property that ignores sets: older Tritons assign self.do_bench in __init__, newer ones cache it
+    Autotuner.do_bench = property(lambda self: run_once, lambda self, value: None)
+    Autotuner.check_disk_cache = lambda self, tuning_key, configs, bench_fn: bench_fn() or False
 
 
 def main() -> int:
