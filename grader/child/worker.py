@@ -352,7 +352,7 @@ class Worker:
         for message in cases:
             self.read_message()  # the parent's go: it is listening, so its clock brackets this case
             case = self.spec.performance.cases[message["case"]]
-            self.progress(f"timing {case.label()}")
+            self.progress(f"{'peak memory at' if message.get('memory_only') else 'timing'} {case.label()}")
             inputs, mine = self._tensors(case, message)
             theirs = self.host_memory(make_outputs(self.spec, case, self.tensor_device, inputs))
             # tensors updated in place as they were before any timed run (torch's own in-place step, timed
@@ -364,6 +364,9 @@ class Worker:
                 last["result"] = learner({**inputs, **mine}, case.params)
                 return last["result"]
 
+            if message.get("memory_only"):
+                self._memory_only(message, case, run_learner, mine, start, last)
+                continue
             functions = {"learner": run_learner}
             if solution is not None:
                 functions["solution"] = lambda: solution({**inputs, **theirs}, case.params)
@@ -391,6 +394,26 @@ class Worker:
             self.events.send(Event.TIMED, k=message["k"], measured=measured, outputs=files, memory=peaks)
             if message.get("probe"):
                 self._probe_while_asked(functions, host)
+
+    def _memory_only(self, message: dict, case: Case, run_learner: Callable, mine: dict, start: dict, last: dict):
+        """A size the grade checks memory at but does not time (kcourse grade without --full, kcourse watch): the
+        learner's run once (compiling and autotuning), then the run whose peak memory is measured and whose
+        outputs the parent checks. No solution, no PyTorch, no timer: the speed verdict is another size's."""
+        self.events.send(Event.TIMING_START, k=message["k"])
+        run_learner()
+        self.sync()
+        if start:
+            start_in_place(mine, start)
+        peaks = {}
+        if self.device == "cuda":
+            peaks["learner"] = memory.peak_extra_bytes(run_learner, returns_outputs=self.variant.returns_outputs)[0]
+        else:
+            run_learner()
+        got = self._outputs_from(last.get("result"), mine, case.label())
+        files = {
+            s.name: save_tensor(out, self._out_path(message["k"], s.name)) for s, out in zip(self.spec.outputs, got)
+        }
+        self.events.send(Event.TIMED, k=message["k"], measured={}, outputs=files, memory=peaks)
 
     def _peak_memory(self, functions: dict) -> dict[str, int]:
         """Bytes each contestant allocates beyond what is live before its run, over one untimed run after

@@ -108,6 +108,9 @@ def format_timing(t) -> str:
     def rate(value):
         return f" ({value:.4g} {t.unit})" if value else ""
 
+    if t.learner_ms is None:  # a size run for the memory check alone (judge._memory_only)
+        parts = [f"{t.case} (memory only, not timed: `--full` times it)"]
+        return ", ".join(parts + _memory_parts(t))
     parts = [f"timed {t.case}: you {t.learner_ms:.4g} ms{rate(t.learner_rate)}"]
     if t.roofline_pct:
         parts.append(f"{t.roofline_pct:.0f}% of roofline")
@@ -116,13 +119,18 @@ def format_timing(t) -> str:
     if t.torch_ms:
         parts.append(f"torch {t.torch_ms:.4g} ms{rate(t.torch_rate)}")
     parts.append(f"{t.runs} runs, spread {100 * (t.learner_spread or 0):.1f}%")
-    if getattr(t, "learner_extra_bytes", None) is not None:  # peak GPU memory beyond inputs and outputs
-        from grader.checks.memory import size_text
+    return ", ".join(parts + _memory_parts(t))
 
-        limit = f" (limit {size_text(t.extra_bytes_limit)})" if t.extra_bytes_limit is not None else ""
-        torch_extra = f", torch {size_text(t.torch_extra_bytes)}" if t.torch_extra_bytes is not None else ""
-        parts.append(f"extra memory: you {size_text(t.learner_extra_bytes)}{limit}{torch_extra}")
-    return ", ".join(parts)
+
+def _memory_parts(t) -> list[str]:
+    """Peak GPU memory beyond inputs and outputs, where it was measured."""
+    if getattr(t, "learner_extra_bytes", None) is None:
+        return []
+    from grader.checks.memory import size_text
+
+    limit = f" (limit {size_text(t.extra_bytes_limit)})" if t.extra_bytes_limit is not None else ""
+    torch_extra = f", torch {size_text(t.torch_extra_bytes)}" if t.torch_extra_bytes is not None else ""
+    return [f"extra memory: you {size_text(t.learner_extra_bytes)}{limit}{torch_extra}"]
 
 
 def num(value, fmt: str = "{:.4g}") -> str:

@@ -22,7 +22,7 @@ from grader.checks.inputs import element_size, load_tensor, shape_of
 from grader.child.timing import BUDGET_S
 from grader.core import gpu_lock, hostload
 from grader.core.job import Job
-from grader.core.records import ERROR, FAILED, PASSED, Check, GradeResult
+from grader.core.records import ERROR, FAILED, PASSED, Check, GradeResult, Timing
 from grader.core.spec import Case, ExerciseSpec, Variant
 from grader.core.vocabulary import CheckName, Code, Event, Order
 from grader.run import probe
@@ -318,11 +318,11 @@ class Judge:
 
     # --- timing -------------------------------------------------------------------------------------
     def _timed_cases(self, job: Job) -> list[tuple[int, Case]]:
-        """(index in [performance.cases], case) of the sizes to time: all of them, or with job.timed_sizes =
+        """(index in [performance.cases], case) of the sizes to run: all of them, or with job.timed_sizes =
         "verdict" (kcourse grade without --full, kcourse watch) only the last, the size the speed verdict is taken
         at, with the same budget: the verdict is as trustworthy, and the other sizes' inputs, references and runs
-        are saved.
-        An exercise with a memory bar times every size anyway: its O(N) check needs the long, thin ones."""
+        are saved. An exercise with a memory bar runs every size (its O(N) check needs the long, thin ones),
+        but times only the last in that mode (`memory_only`)."""
         indexed = list(enumerate(self.spec.performance.cases))
         verdict_only = job.timed_sizes == "verdict" and self.spec.performance.max_extra_bytes is None
         return indexed[-1:] if verdict_only else indexed
@@ -335,7 +335,7 @@ class Judge:
         self.feed.wait_for_timed([f"t{index}" for index, _ in timed])
         self._stage_solution()
         self.child.send({Order.TIME: messages})
-        records = [self._one_timed_case(index, case) for index, case in timed]
+        records = [self._one_timed_case(index, case, m["memory_only"]) for (index, case), m in zip(timed, messages)]
         self.result.timings = records
         check = speed.verdict(
             self.spec, self.variant, records[-1] if records else None, self.calibration, self.result.device
@@ -371,26 +371,19 @@ class Judge:
                     # kcourse watch: PyTorch is not timed beside you (the verdict does not use it):
                     # two contestants take two thirds of three's time; a one-shot grade asks for it
                     "anchor": job.anchor,
+                    "memory_only": memory_only(self.spec, job, index),
                 }
             )
         return messages
 
-    def _one_timed_case(self, index: int, case: Case):
+    def _one_timed_case(self, index: int, case: Case, memory_only: bool = False):
         self.child.send({Order.GO: True})  # the child waits for it: events are read as they happen, not buffered
         self.link.expect(Event.TIMING_START)
         begun = time.monotonic()
         event = self.link.expect(Event.TIMED)
-        wall = time.monotonic() - begun
         measured = event.get("measured", {})
-        if "learner" not in measured:
-            self.link.fail(
-                CheckName.INTEGRITY,
-                "the timing of your run came back without your kernel's figures",
-                code=Code.TIMING_FORGED,
-            )
-        claim = speed.implausible_claim(measured, wall)
-        if claim:
-            self.link.fail(CheckName.INTEGRITY, claim + ": was the timer patched?", code=Code.TIMING_FORGED)
+        if not memory_only:
+            self._check_claim(measured, time.monotonic() - begun)
         got = self._outputs(event, case)
         for spec_out, out, ref in zip(self.spec.outputs, got, self.feed.expected(f"t{index}")):
             tol = self.spec.tolerance_of(case, spec_out)
@@ -402,8 +395,31 @@ class Judge:
                     code=comparison.code,
                 )
         self.feed.forget(f"t{index}")
-        record = speed.timing_record(self.spec, self.variant, case, measured, self.result.device)
+        if memory_only:
+            record = Timing(case=case.label())
+        else:
+            record = speed.timing_record(self.spec, self.variant, case, measured, self.result.device)
         return memory.annotate(record, self.spec, case, event.get("memory"), element_size(case.dtype))
+
+    def _check_claim(self, measured: dict, wall: float) -> None:
+        """The child's figures are there and could have happened in the time the parent saw go by."""
+        if "learner" not in measured:
+            self.link.fail(
+                CheckName.INTEGRITY,
+                "the timing of your run came back without your kernel's figures",
+                code=Code.TIMING_FORGED,
+            )
+        claim = speed.implausible_claim(measured, wall)
+        if claim:
+            self.link.fail(CheckName.INTEGRITY, claim + ": was the timer patched?", code=Code.TIMING_FORGED)
+
+
+def memory_only(spec: ExerciseSpec, job: Job, index: int) -> bool:
+    """Whether timed size `index` is run for the memory check alone: the learner's kernel once to compile, once
+    measured, its outputs checked; no solution, no PyTorch, no timer. So are the sizes before the last of an
+    exercise with a memory bar in a grade that times only the verdict's size."""
+    last = index == len(spec.performance.cases) - 1
+    return job.timed_sizes == "verdict" and not last and spec.performance.max_extra_bytes is not None
 
 
 def _other_dtypes_note(spec: ExerciseSpec, variant: Variant) -> str:

@@ -64,6 +64,7 @@ class FakeChild:
             "solution": {"median_ms": 1.0, "runs": 10},
         }
         self.burst_s: dict[str, float] = {}
+        self.peak_bytes: dict[str, int] = {}  # the peak memory beyond inputs and outputs each timed size reports
         self.timed: list[dict] = []
         self.state = "numerics"
         self.bursts: list[str] = []
@@ -141,9 +142,11 @@ class FakeChild:
         if self.state == "timing":
             message = self.timed.pop(0)
             outputs = self._run(message, self.spec.performance.cases[message["case"]].params)
+            memory_only = message.get("memory_only")  # worker._memory_only: one measured run, no timer
+            measured, peaks = ({}, {"learner": self.peak_bytes.get("learner")}) if memory_only else (self.measured, {})
             self._put(
                 {"event": "timing_start", "k": message["k"]},
-                {"event": "timed", "k": message["k"], "measured": self.measured, "outputs": outputs},
+                {"event": "timed", "k": message["k"], "measured": measured, "outputs": outputs, "memory": peaks},
             )
             if not self.timed:
                 self.state = "probe" if message["probe"] else "done"

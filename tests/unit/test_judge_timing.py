@@ -7,6 +7,7 @@ import pytest
 
 from grader.core import gpushare
 from grader.core.records import ERROR, FAILED, PASSED, SKIPPED
+from grader.reports.console import format_timing
 
 from .fake_child import grade, last, verdicts
 
@@ -75,6 +76,46 @@ def test_watch_times_only_the_verdict_size(spec_of, toy_child):
     timed = next(m["time"] for m in child.sent if "time" in m)
     assert [m["case"] for m in timed] == [1] and [t.case for t in result.timings] == ["n=128"]
     assert timed[0]["anchor"] is False  # torch is not timed beside you in watch
+
+
+def _memory_bar_spec(spec_of):
+    """The toy with an O(1) memory bar (64 bytes of scratch) and a second, larger timed size: the verdict's."""
+    return spec_of(performance='max_extra_bytes = "64"\n', after="[[performance.cases]]\nn = 128\n")
+
+
+def test_a_memory_bar_runs_every_size_in_watch_but_times_only_the_verdicts(spec_of, toy_child):
+    spec = _memory_bar_spec(spec_of)
+    child = toy_child(spec)
+    child.peak_bytes = {"learner": 32}
+    result = grade(spec, child, timing=True, timed_sizes="verdict")
+    timed = next(m["time"] for m in child.sent if "time" in m)
+    assert [(m["case"], m["memory_only"]) for m in timed] == [(0, True), (1, False)]
+    first, verdict = result.timings
+    assert (first.case, first.learner_ms, first.solution_ms, first.extra_bytes_limit) == ("n=64", None, None, 64.0)
+    assert first.learner_extra_bytes == 32.0
+    assert verdict.learner_ms == 1.0 and verdict.solution_ms == 1.0
+    assert [(c.name, c.status) for c in result.checks][-2:] == [("speed", PASSED), ("memory", PASSED)]
+    assert (
+        format_timing(first) == "n=64 (memory only, not timed: `--full` times it), extra memory: you 32 B (limit 64 B)"
+    )
+
+
+def test_memory_over_the_bar_at_a_size_that_is_not_timed_fails(spec_of, toy_child):
+    spec = _memory_bar_spec(spec_of)
+    child = toy_child(spec)
+    child.peak_bytes = {"learner": 4096}
+    check = last(grade(spec, child, timing=True, timed_sizes="verdict"))
+    assert (check.name, check.status, check.details["code"]) == ("memory", FAILED, "too_much_memory")
+    assert "at n=64" in check.message
+
+
+def test_every_size_is_timed_when_all_are_asked_for(spec_of, toy_child):
+    spec = _memory_bar_spec(spec_of)
+    child = toy_child(spec)
+    result = grade(spec, child, timing=True)
+    timed = next(m["time"] for m in child.sent if "time" in m)
+    assert [m["memory_only"] for m in timed] == [False, False]
+    assert all(t.learner_ms == 1.0 for t in result.timings)
 
 
 def test_a_claim_of_zero_milliseconds_is_a_forged_timing_not_a_grader_error(toy, toy_child):
