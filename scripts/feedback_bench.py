@@ -3,7 +3,11 @@
 machine and read the figures.   Usage: python scripts/feedback_bench.py [EXERCISE ...]
 `--one-shot`: the floor and one-shot grades only, twice each.
 `--steps EXERCISE [LANG]`: instead, grade the solution twice in this process (cold, then warm) and print the
-longest waits between the grading child's events: where a slow grade's seconds go, case by case."""
+longest waits between the grading child's events: where a slow grade's seconds go, case by case.
+`--table [--shard K/N] [EXERCISE ...]`: every exercise's version (or those named; slice K of N of them, so that the
+catalog can be measured over several calls), as markdown rows: the one-shot grade of the solution cold and warm
+(`kcourse grade <id> --lang <lang> --source solutions`, the second with every cache warm) and `kcourse watch`'s save
+-> verdict (the second of two saves). The table issue 42 asks docs/measurements.md to publish."""
 
 from __future__ import annotations
 
@@ -68,6 +72,7 @@ def watch_latencies(words, lang, solution: str, saves: int = 3, quick: bool = Fa
     folder = Path(tempfile.mkdtemp())
     path = folder / Path(solution).name
     shutil.copy(ROOT / "solutions" / solution, path)
+    comment = "//" if path.suffix in (".cu", ".cuh", ".cpp") else "#"
     done = threading.Event()
     seen: list[tuple[float, str]] = []
 
@@ -98,7 +103,7 @@ def watch_latencies(words, lang, solution: str, saves: int = 3, quick: bool = Fa
         time.sleep(8)  # the learner reads the verdict; the next worker warms up meanwhile
         done.clear()
         with open(path, "a") as f:
-            f.write(f"\n{'#' if path.suffix == '.py' else '//'} save {i}\n")
+            f.write(f"\n{comment} save {i}\n")
         saved = time.perf_counter()
         done.wait(300)
         time.sleep(0.5) if not later or later[-1] < saved else None
@@ -153,9 +158,32 @@ def slowest_steps(exercise: str, lang: str | None, shown: int = 12) -> None:
             print(f"  {seconds:6.2f} s after {text}")
 
 
+def table(args: list[str]) -> None:
+    """One markdown row per exercise version: one-shot cold and warm, watch's save -> verdict."""
+    from grader.core.discovery import all_targets, solution_file
+
+    shard = next((a.split("=", 1)[1] for a in args if a.startswith("--shard=")), "1/1")
+    k, n = (int(x) for x in shard.split("/"))
+    named = [a for a in args if not a.startswith("--")]
+    targets = sorted((t for t in all_targets() if not named or t.spec.id in named), key=lambda t: t.key)
+    print("| exercise | version | one-shot cold | one-shot warm | watch | verdict |\n|---|---|---|---|---|---|")
+    for target in targets[k - 1 :: n]:
+        words, lang = (target.spec.id,), target.variant.lang
+        solution = str(solution_file(target.spec, target.variant).relative_to(ROOT / "solutions"))
+        (cold, _), (warm, phases) = one_shot(words, lang, solution), one_shot(words, lang, solution)
+        saves = watch_latencies(words, lang, solution, saves=2)
+        status = saves[-1][1].split(";")[0] if saves else "no verdict"
+        watch_s = f"{saves[-1][0]:.1f} s" if saves else "—"
+        print(f"| {target.spec.id} | {lang} | {cold:.1f} s | {warm:.1f} s | {watch_s} | {status[:80]} |", flush=True)
+        print(f"<!-- {target.key} warm {phases} -->", flush=True)
+
+
 def main() -> None:
     if sys.argv[1:2] == ["--steps"]:
         slowest_steps(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None)
+        return
+    if sys.argv[1:2] == ["--table"]:
+        table(sys.argv[2:])
         return
     one_shot_only = "--one-shot" in sys.argv  # twice each (the second with nvcc's and the sanitizer's caches warm)
     only = [a for a in sys.argv[1:] if a != "--one-shot"]  # exercise ids to bench (default: all of EXERCISES)
