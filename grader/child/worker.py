@@ -343,9 +343,6 @@ class Worker:
 
     # --- timing --------------------------------------------------------------------------------
     def time_cases(self, learner: loading.Caller, cases: list[dict]) -> None:
-        from grader.checks.checking import reference_keywords
-        from grader.child import timing
-
         solution = None
         if self.job.solution:
             solution = self._load(Path(self.job.solution), self.job.solution_library, "solution")
@@ -354,7 +351,6 @@ class Worker:
             case = self.spec.performance.cases[message["case"]]
             self.progress(f"{'peak memory at' if message.get('memory_only') else 'timing'} {case.label()}")
             inputs, mine = self._tensors(case, message)
-            theirs = self.host_memory(make_outputs(self.spec, case, self.tensor_device, inputs))
             # tensors updated in place as they were before any timed run (torch's own in-place step, timed
             # as the "torch" figure, updates the inputs themselves)
             start = {name: inputs[name].clone() for name in in_place_names(self.spec)}
@@ -364,56 +360,66 @@ class Worker:
                 last["result"] = learner({**inputs, **mine}, case.params)
                 return last["result"]
 
-            if message.get("memory_only"):
-                self._memory_only(message, case, run_learner, mine, start, last)
-                continue
-            functions = {"learner": run_learner}
-            if solution is not None:
-                functions["solution"] = lambda: solution({**inputs, **theirs}, case.params)
-            functions.update(self._baseline(learner, inputs, case))
-            if not self.variant.kind_of.host_side and message.get("anchor", True):
-                keywords = reference_keywords(self.reference, case.params, self.tensor_device)
-                functions["torch"] = lambda: self.reference(*inputs.values(), **keywords)
+            functions = {}
+            if not message.get("memory_only"):
+                functions = {"learner": run_learner, **self._others(solution, learner, inputs, case, message)}
             self.events.send(Event.TIMING_START, k=message["k"])
-            host = self.variant.kind_of.host_side
-            measured = (
-                timing.time_host_alternating(functions, budget_s=message["budget_s"])
-                if host
-                else timing.time_alternating(functions, budget_s=message["budget_s"])
-            )
-            self.sync()
-            peaks = self._peak_memory(functions) if self.device == "cuda" and not host else {}
-            if start:  # every timed run stepped the outputs again: the parent checks one step from the start
-                start_in_place(mine, start)
-                run_learner()
-                self.sync()
-            got = self._outputs_from(last.get("result"), mine, case.label())
-            files = {
-                s.name: save_tensor(out, self._out_path(message["k"], s.name)) for s, out in zip(self.spec.outputs, got)
-            }
+            if functions:
+                measured, peaks = self._timed(functions, mine, start, run_learner, message["budget_s"])
+            else:
+                measured, peaks = {}, self._memory_only(run_learner, mine, start)
+            files = self._saved_outputs(message["k"], case, last.get("result"), mine)
             self.events.send(Event.TIMED, k=message["k"], measured=measured, outputs=files, memory=peaks)
             if message.get("probe"):
-                self._probe_while_asked(functions, host)
+                self._probe_while_asked(functions, self.variant.kind_of.host_side)
 
-    def _memory_only(self, message: dict, case: Case, run_learner: Callable, mine: dict, start: dict, last: dict):
+    def _others(self, solution, learner, inputs: dict, case: Case, message: dict) -> dict[str, Callable]:
+        """The contestants timed beside the learner: the solution, the learner's own baseline (spec
+        baseline_args), and PyTorch (the reference) unless the message leaves it out (kcourse watch)."""
+        from grader.checks.checking import reference_keywords
+
+        functions = {}
+        if solution is not None:
+            theirs = self.host_memory(make_outputs(self.spec, case, self.tensor_device, inputs))
+            functions["solution"] = lambda: solution({**inputs, **theirs}, case.params)
+        functions.update(self._baseline(learner, inputs, case))
+        if not self.variant.kind_of.host_side and message.get("anchor", True):
+            keywords = reference_keywords(self.reference, case.params, self.tensor_device)
+            functions["torch"] = lambda: self.reference(*inputs.values(), **keywords)
+        return functions
+
+    def _timed(self, functions: dict, mine: dict, start: dict, run_learner: Callable, budget_s: float):
+        """(the contestants' figures, their peak memory): alternating timed runs, then one untimed run each."""
+        from grader.child import timing
+
+        host = self.variant.kind_of.host_side
+        alternate = timing.time_host_alternating if host else timing.time_alternating
+        measured = alternate(functions, budget_s=budget_s)
+        self.sync()
+        peaks = self._peak_memory(functions) if self.device == "cuda" and not host else {}
+        if start:  # every timed run stepped the outputs again: the parent checks one step from the start
+            start_in_place(mine, start)
+            run_learner()
+            self.sync()
+        return measured, peaks
+
+    def _memory_only(self, run_learner: Callable, mine: dict, start: dict) -> dict[str, int]:
         """A size the grade checks memory at but does not time (kcourse grade without --full, kcourse watch): the
         learner's run once (compiling and autotuning), then the run whose peak memory is measured and whose
         outputs the parent checks. No solution, no PyTorch, no timer: the speed verdict is another size's."""
-        self.events.send(Event.TIMING_START, k=message["k"])
         run_learner()
         self.sync()
         if start:
             start_in_place(mine, start)
-        peaks = {}
-        if self.device == "cuda":
-            peaks["learner"] = memory.peak_extra_bytes(run_learner, returns_outputs=self.variant.returns_outputs)[0]
-        else:
+        if self.device != "cuda":
             run_learner()
-        got = self._outputs_from(last.get("result"), mine, case.label())
-        files = {
-            s.name: save_tensor(out, self._out_path(message["k"], s.name)) for s, out in zip(self.spec.outputs, got)
-        }
-        self.events.send(Event.TIMED, k=message["k"], measured={}, outputs=files, memory=peaks)
+            return {}
+        return {"learner": memory.peak_extra_bytes(run_learner, returns_outputs=self.variant.returns_outputs)[0]}
+
+    def _saved_outputs(self, k: Any, case: Case, result: Any, mine: dict) -> dict[str, dict]:
+        """The outputs of the learner's last run, in files for the parent to check."""
+        got = self._outputs_from(result, mine, case.label())
+        return {s.name: save_tensor(out, self._out_path(k, s.name)) for s, out in zip(self.spec.outputs, got)}
 
     def _peak_memory(self, functions: dict) -> dict[str, int]:
         """Bytes each contestant allocates beyond what is live before its run, over one untimed run after
