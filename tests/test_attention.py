@@ -202,10 +202,14 @@ def test_flash_solution_allocates_nothing_and_a_kernel_holding_the_scores_fails_
             f"{memory.size_text(t.torch_extra_bytes)} (limit {memory.size_text(t.extra_bytes_limit)})"
         )
         assert t.learner_extra_bytes < 2**20
-    bad = grade(resolve(("flash_attention_v1",)), submission=materialising_flash(tmp_path), seed=3)
+    # as kcourse grade and watch do: every size but the verdict's is run for its memory alone, untimed
+    bad = grade(
+        resolve(("flash_attention_v1",)), submission=materialising_flash(tmp_path), seed=3, timed_sizes="verdict"
+    )
     check = next(c for c in bad.checks if c.name == "memory")
     assert check.status == FAILED, check.message
     assert "beyond its inputs and outputs at B=" in check.message and "do not materialise" in check.message
+    assert [t.learner_ms is None for t in bad.timings] == [True] * (len(bad.timings) - 1) + [False]
     print("\n" + check.message)
 
 
