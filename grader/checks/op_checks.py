@@ -163,13 +163,15 @@ def _call_compiled(function: Callable, args: list[Any], backend: str, compiled: 
 
 
 def _backend_failed(exc: Exception, backend: str) -> bool:
-    """inductor failed after Dynamo's trace succeeded: torch wraps the backend's exception in BackendCompilerFailed,
-    whose cause is not a Dynamo error (a fake implementation that raises surfaces as one of those)."""
-    if backend != "inductor" or type(exc).__name__ != "BackendCompilerFailed":
-        return False
+    """inductor failed after Dynamo's trace succeeded: torch wraps the backend's exception in BackendCompilerFailed
+    (or its subclass InductorError, which keeps it as `inner_exception`), whose cause is not a Dynamo error (a fake
+    implementation that raises surfaces as one of those)."""
     import torch._dynamo.exc as dynamo_exc
 
-    return not isinstance(exc.__cause__ or exc.__context__, dynamo_exc.TorchDynamoException)
+    if backend != "inductor" or not isinstance(exc, dynamo_exc.BackendCompilerFailed):
+        return False
+    inner = getattr(exc, "inner_exception", None) or exc.__cause__ or exc.__context__
+    return not isinstance(inner, dynamo_exc.TorchDynamoException)
 
 
 def _gradients(function: Callable, args: list[Any], grad_outputs: list, save) -> dict[str, Any]:

@@ -55,6 +55,17 @@ def test_inductor_failing_after_the_trace_compiles_again_without_it_and_says_so(
     assert calls["backends"] == ["inductor", "aot_eager", "aot_eager"] and again["backend"] == "aot_eager"
 
 
+def test_inductors_own_error_type_is_retried_too(calls):
+    """torch 2.13 raises InductorError (a BackendCompilerFailed) from inductor's code generation; CI saw one in a
+    full run, on the solution."""
+    from torch._inductor.exc import InductorError
+
+    calls["inductor"] = InductorError(PermissionError("[Errno 13] Permission denied: 'cache'"), None)
+    ran = op_checks._compiled(_double, [torch.ones(3)], _saved, {})
+    assert calls["backends"] == ["inductor", "aot_eager"] and ran["backend"] == "aot_eager"
+    assert "InductorError" in ran["inductor_failed"] and "Permission denied" in ran["inductor_failed"]
+
+
 def test_a_failure_of_the_trace_is_the_learners_and_is_not_retried(calls):
     calls["inductor"] = dynamo_exc.Unsupported("graph break: .item()")
     ran = op_checks._compiled(_double, [torch.ones(3)], _saved, {})
