@@ -376,26 +376,26 @@ class Judge:
             )
         return messages
 
-    def _one_timed_case(self, index: int, case: Case, memory_only: bool = False):
+    def _one_timed_case(self, index: int, case: Case, untimed: bool = False):
+        """The record of one [performance] size; `untimed`: run for its memory alone (`memory_only`)."""
         self.child.send({Order.GO: True})  # the child waits for it: events are read as they happen, not buffered
         self.link.expect(Event.TIMING_START)
         begun = time.monotonic()
         event = self.link.expect(Event.TIMED)
         measured = event.get("measured", {})
-        if not memory_only:
+        if not untimed:
             self._check_claim(measured, time.monotonic() - begun)
         got = self._outputs(event, case)
+        which = "your run at this size" if untimed else "your last timed run"
         for spec_out, out, ref in zip(self.spec.outputs, got, self.feed.expected(f"t{index}")):
             tol = self.spec.tolerance_of(case, spec_out)
             comparison = self._judge_output(spec_out, out, ref, tol, f"timed size {case.label()}", f"t{index}", case)
             if not comparison.ok:
                 self.link.fail(
-                    CheckName.NUMERICS,
-                    comparison.message + " (the output of your last timed run)",
-                    code=comparison.code,
+                    CheckName.NUMERICS, f"{comparison.message} (the output of {which})", code=comparison.code
                 )
         self.feed.forget(f"t{index}")
-        if memory_only:
+        if untimed:
             record = Timing(case=case.label())
         else:
             record = speed.timing_record(self.spec, self.variant, case, measured, self.result.device)

@@ -109,6 +109,16 @@ def test_memory_over_the_bar_at_a_size_that_is_not_timed_fails(spec_of, toy_chil
     assert "at n=64" in check.message
 
 
+def test_a_wrong_output_at_a_size_run_for_memory_alone_fails_numerics(spec_of, toy_child):
+    def wrong_when_timed(inputs, params, k):
+        return {"c": inputs["a"] + inputs["b"] + (1.0 if str(k).startswith("t") else 0.0)}
+
+    spec = _memory_bar_spec(spec_of)
+    check = last(grade(spec, toy_child(spec, kernel=wrong_when_timed), timing=True, timed_sizes="verdict"))
+    assert (check.name, check.details["code"]) == ("numerics", "mismatch")
+    assert "n=64" in check.message and check.message.endswith("(the output of your run at this size)")
+
+
 def test_every_size_is_timed_when_all_are_asked_for(spec_of, toy_child):
     spec = _memory_bar_spec(spec_of)
     child = toy_child(spec)
