@@ -360,14 +360,15 @@ class Worker:
                 last["result"] = learner({**inputs, **mine}, case.params)
                 return last["result"]
 
-            functions = {}
-            if not message.get("memory_only"):
-                functions = {"learner": run_learner, **self._others(solution, learner, inputs, case, message)}
+            untimed = message.get("memory_only", False)
+            functions = (
+                {} if untimed else {"learner": run_learner, **self._others(solution, learner, inputs, case, message)}
+            )
             self.events.send(Event.TIMING_START, k=message["k"])
-            if functions:
-                measured, peaks = self._timed(functions, mine, start, run_learner, message["budget_s"])
-            else:
+            if untimed:
                 measured, peaks = {}, self._memory_only(run_learner, mine, start)
+            else:
+                measured, peaks = self._timed(functions, mine, start, run_learner, message["budget_s"])
             files = self._saved_outputs(message["k"], case, last.get("result"), mine)
             self.events.send(Event.TIMED, k=message["k"], measured=measured, outputs=files, memory=peaks)
             if message.get("probe"):

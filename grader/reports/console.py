@@ -108,9 +108,8 @@ def format_timing(t) -> str:
     def rate(value):
         return f" ({value:.4g} {t.unit})" if value else ""
 
-    if t.learner_ms is None:  # a size run for the memory check alone (judge._memory_only)
-        parts = [f"{t.case} (memory only, not timed: `--full` times it)"]
-        return ", ".join(parts + _memory_parts(t))
+    if t.learner_ms is None:  # a size run for the memory check alone (judge.memory_only)
+        return ", ".join([f"{t.case} (memory only, not timed: `--full` times it)", *_memory_parts(t)])
     parts = [f"timed {t.case}: you {t.learner_ms:.4g} ms{rate(t.learner_rate)}"]
     if t.roofline_pct:
         parts.append(f"{t.roofline_pct:.0f}% of roofline")
