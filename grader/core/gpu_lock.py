@@ -158,3 +158,28 @@ def _holding(mode: str) -> Iterator[None]:
         yield
     finally:
         getattr(lock, f"release_{mode}")()
+
+
+def held_alone() -> bool:
+    """Whether this process, or one that started it, holds the lock exclusively (timing): then no other
+    participant of the lock uses the GPU, whatever CUDA contexts they keep open."""
+    return bool(os.environ.get(ENV) and os.environ.get(HELD_ENV))
+
+
+def participant(pid: int) -> bool:
+    """Whether process `pid` takes part in this lock: it, or a process above it, started with `KCOURSE_GPU_LOCK`
+    naming the same file (a pytest worker and the grading children it starts, whose environment the box clears).
+    Linux's /proc; False where it cannot be read."""
+    mark = f"{ENV}={os.environ.get(ENV)}".encode()
+    for _ in range(32):  # up the parent chain to init
+        if pid <= 1:
+            return False
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if mark in f.read().split(b"\0"):
+                    return True
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rpartition(")")[2].split()[1])  # the field after the state: the parent's pid
+        except (OSError, ValueError, IndexError):
+            return False
+    return False

@@ -5,7 +5,10 @@ Another program's work on the GPU slows the grader's wall-clock probe more than 
 burst of many runs spans several of the GPU's time slices, one short run rarely does), so the two disagree
 and an honest kernel would look as if its timer were patched. Where the probe disagrees and another program
 shares the GPU, the grade says so and gives no speed verdict, instead of accusing anyone. A learner's code
-gains nothing from starting such a program: the speed check then fails to pass."""
+gains nothing from starting such a program: the speed check then fails to pass.
+
+Under the GPU lock (the kit's tests grading in parallel, core/gpu_lock.py) a grade that times holds the lock alone:
+the lock's other participants keep their CUDA contexts open but stay off the GPU, so they do not count."""
 
 from __future__ import annotations
 
@@ -13,6 +16,8 @@ import glob
 import os
 import shutil
 import subprocess
+
+from grader.core import gpu_lock
 
 
 def nvidia_smi_ids(visible_devices: str | None, uuid: str | None = None) -> list[str]:
@@ -47,9 +52,10 @@ def other_gpu_processes(*devices: str) -> list[str]:
     own = {os.getpid(), *descendants(os.getpid())}
     # a pid this machine's /proc does not show is another PID namespace's (a container's view of the host's
     # pids): whose it is cannot be told, so it is not counted, and the probe's verdict stands
-    return [
-        f"{pid} {name}" for pid, name in parse_apps(out.stdout) if pid not in own and os.path.exists(f"/proc/{pid}")
-    ]
+    others = [(pid, name) for pid, name in parse_apps(out.stdout) if pid not in own and os.path.exists(f"/proc/{pid}")]
+    if gpu_lock.held_alone():  # parallel grades of the kit's tests: the lock keeps them off the GPU while we time
+        others = [(pid, name) for pid, name in others if not gpu_lock.participant(pid)]
+    return [f"{pid} {name}" for pid, name in others]
 
 
 def parse_apps(text: str) -> list[tuple[int, str]]:

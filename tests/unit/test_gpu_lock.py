@@ -168,3 +168,62 @@ def test_building_without_an_exclusive_hold_changes_nothing(tmp_path, env):
             assert not writer.holds(within=0.5)  # a reader's hold is not set aside
     assert writer.holds()
     writer.let_go()
+
+
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
+
+
+def _sleeper(env: dict) -> subprocess.Popen:
+    return subprocess.Popen(SLEEPER, env=env)
+
+
+def test_a_participant_is_a_process_started_under_the_lock_or_below_one(env):
+    outsider = _sleeper({k: v for k, v in env.items() if k != gpu_lock.ENV})
+    worker = subprocess.Popen(  # a pytest worker under the lock starting a grading child with a cleared environment
+        [sys.executable, "-c", f"import subprocess; subprocess.run({SLEEPER!r}, env={{}})"], env=env
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while not gpushare_children(worker.pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        (child,) = gpushare_children(worker.pid)
+        assert gpu_lock.participant(worker.pid) and gpu_lock.participant(child)
+        assert not gpu_lock.participant(outsider.pid)
+        assert not gpu_lock.participant(os.getppid())  # above this test: started without the lock's variable
+    finally:
+        for proc in (outsider, worker):
+            proc.kill()
+            proc.wait()
+
+
+def gpushare_children(pid: int) -> list[int]:
+    from grader.core import gpushare
+
+    return gpushare.descendants(pid)
+
+
+def _detached(env: dict) -> int:
+    """A sleeper this process did not start (its shell exits, so it is nobody's descendant here): its pid."""
+    command = " ".join(SLEEPER[:2]) + " 'import time; time.sleep(60)' >/dev/null 2>&1 & echo $!"
+    return int(subprocess.run(["sh", "-c", command], env=env, capture_output=True, text=True, check=True).stdout)
+
+
+def test_while_timing_alone_the_locks_participants_on_the_gpu_are_not_counted_as_sharers(tmp_path, env, monkeypatch):
+    import signal
+
+    from grader.core import gpushare
+
+    outsider, worker = _detached({k: v for k, v in env.items() if k != gpu_lock.ENV}), _detached(env)
+    smi = tmp_path / "nvidia-smi"  # lists both on the GPU, as the real one lists every compute context
+    smi.write_text(f"#!/bin/sh\necho '{outsider}, /usr/bin/python3'\necho '{worker}, /usr/bin/python3'\n")
+    smi.chmod(0o755)
+    monkeypatch.setattr(gpushare.shutil, "which", lambda name: str(smi))
+    try:
+        with gpu_lock.shared():  # numerics: another grade's child may well be working
+            assert len(gpushare.other_gpu_processes()) == 2 and not gpu_lock.held_alone()
+        with gpu_lock.exclusive():
+            assert gpu_lock.held_alone()
+            assert gpushare.other_gpu_processes() == [f"{outsider} python3"]
+    finally:
+        for pid in (outsider, worker):
+            os.kill(pid, signal.SIGKILL)
