@@ -215,6 +215,7 @@ def test_the_stub_leaves_p_unchanged_and_fails_numerics():
 
 @pytest.mark.gpu
 @pytest.mark.solutions
+@pytest.mark.slow  # a sweep (every ladder step timed): gpu and slow, out of the GPU tier
 def test_ladder_figures_beside_torch_fused_and_foreach_adamw():
     """Step 1 (one thread per element) and the solution, with torch's fused and foreach AdamW, at n = 2^25."""
     from cuda_rows import cuda_caller, gbps

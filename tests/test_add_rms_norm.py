@@ -158,6 +158,7 @@ def test_the_solution_passes_and_the_stub_fails_under_the_interpreter():
 @pytest.mark.gpu
 @pytest.mark.solutions
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.slow  # a sweep (every ladder step timed): gpu and slow, out of the GPU tier
 def test_ladder_figures_and_the_solution_beats_eager_torch_near_copy_bandwidth(dtype):
     from grader.child import timing
 

@@ -131,6 +131,7 @@ def test_the_solution_passes_and_prints_its_figures_beside_eager_pytorch():
 @pytest.mark.gpu
 @pytest.mark.solutions
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.slow  # a sweep (every ladder step timed): gpu and slow, out of the GPU tier
 def test_ladder_figures_at_8192_square_and_the_solution_beats_eager_near_copy_bandwidth(dtype):
     from grader.child import timing
 

@@ -277,6 +277,7 @@ def _solution_with(**defines):
 
 @pytest.mark.gpu
 @pytest.mark.solutions
+@pytest.mark.slow  # a sweep (every ladder step timed): gpu and slow, out of the GPU tier
 def test_ladder_figures_beside_torch_forward_and_backward():
     """Step 1 (three passes) and the solution at M = 8192, V = 32,768, with PyTorch's forward and backward
     (the grader's "torch" figure) and its forward alone (F.cross_entropy, the issue's anchor: 1,231 GB/s

@@ -9,7 +9,9 @@ hint the learner reads (grader/checks/hints.py). `tiers` says where the fixture 
   (docs/cuda-on-cpu.md). Every matcher must hold for the first failing check (its name, code, first case, NaN,
   message), and the learner reads the mistake's own hint, or, for a mistake without one, no other mistake's.
 - "gpu": on a GPU (marked `gpu`: skipped without one). The first failing check has the mistake's check name and
-  its code, `gpu_code` where a GPU's differs (a GPU's first failing case may come earlier, a race shows).
+  its code, `gpu_code` where a GPU's differs (a GPU's first failing case may come earlier, a race shows). A mistake
+  that has both tiers is marked `slow` on the GPU as well: the GPU tier (`gpu and not slow`) keeps the mistakes only
+  a GPU can show, and the whole GPU suite (`-m gpu`) grades every row.
 
 A test's grade is the grader's own pipeline (grade(): build, the sandboxed child, the checks, the hints), with
 one seed. The solutions and the stubs are graded on the CPU by tests/test_grading_cpu.py; what is specific to
@@ -38,8 +40,8 @@ def _catalog() -> list:
             lang = mistake.lang or _lang_of(spec, mistake.fixture or "")
             cuda = spec.variant(lang).kind in NVCC_KINDS
             for tier in mistake.tiers:
-                if tier == "gpu":
-                    marks = [pytest.mark.gpu]
+                if tier == "gpu":  # a mistake the CPU tier grades too: its GPU run is in `gpu and slow`, not the tier
+                    marks = [pytest.mark.gpu] + ([pytest.mark.slow] if "cpu" in mistake.tiers else [])
                 elif cuda:  # the emulator runs it; `pytest -m emulated` picks every CUDA mistake run there
                     marks = [pytest.mark.slow, CPU_ONLY, pytest.mark.nvcc, pytest.mark.emulator, pytest.mark.emulated]
                 else:

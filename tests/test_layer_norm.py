@@ -73,6 +73,7 @@ def test_a_classic_mistake_fails_on_its_case(tmp_path, name, case):
 
 
 @pytest.mark.gpu
+@pytest.mark.slow  # a sweep (every ladder step timed): gpu and slow, out of the GPU tier
 def test_ladder_figures_at_4096_square_and_the_solution_beats_torch_near_copy_bandwidth():
     import torch
 

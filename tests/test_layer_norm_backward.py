@@ -266,6 +266,7 @@ def gpu_inputs(M, N, dtype):
 # The bar, as a fraction of a copy of the same bytes: 85% at the largest timed size. At 4096x4096 float32 the
 # kernel is 64 us, and stage 2's launch and the programs' last rows are a few of them: 0.8 (H200: 83-86%).
 @pytest.mark.parametrize("M, N, dtype, bar", [(4096, 4096, torch.float32, 0.8), (16384, 4096, torch.bfloat16, 0.85)])
+@pytest.mark.slow  # a sweep (every ladder step timed): gpu and slow, out of the GPU tier
 def test_ladder_figures_and_the_solution_beats_torch_near_copy_bandwidth(M, N, dtype, bar):
     from grader.child import timing
 

@@ -243,6 +243,7 @@ def test_the_given_kernel_is_correct_and_fails_only_the_speed_bar():
 
 
 @pytest.mark.gpu
+@pytest.mark.slow  # a sweep (every ladder step timed): gpu and slow, out of the GPU tier
 def test_bigger_blocks_with_the_same_staging_print_their_ladder_figure():
     result = grade_fixture("occupancy", "occupancy_staged_256.cu")
     assert next(c for c in result.checks if c.name == "numerics").status == "passed", result.verdict

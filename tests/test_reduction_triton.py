@@ -138,6 +138,7 @@ def test_the_stub_imports_and_says_what_to_write():
 
 
 @pytest.mark.gpu
+@pytest.mark.slow  # a sweep (every ladder step timed): gpu and slow, out of the GPU tier
 def test_the_triton_ladder_beside_the_cuda_solution_and_torch_sum_at_2_to_the_28():
     from cuda_rows import cuda_caller
 

@@ -163,6 +163,7 @@ def built():
 
 @pytest.mark.gpu
 @pytest.mark.solutions
+@pytest.mark.slow  # a sweep (every ladder step timed): gpu and slow, out of the GPU tier
 def test_the_ladders_figures_and_the_solution_beats_the_unfused_formula_near_copy_bandwidth(built):
     from torch_op_checks import op_caller, race_at_copy_bandwidth
 

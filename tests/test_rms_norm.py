@@ -129,6 +129,7 @@ def test_the_solution_and_stub_build_for_sm_90():
 
 @pytest.mark.gpu
 @pytest.mark.solutions
+@pytest.mark.slow  # a sweep (every ladder step timed): gpu and slow, out of the GPU tier
 def test_the_three_versions_figures_and_the_solution_beats_torch_near_copy_bandwidth(tmp_path):
     from grader.child import timing
 

@@ -140,6 +140,7 @@ def load_module(path, name):
 @pytest.mark.gpu
 @pytest.mark.solutions
 @pytest.mark.parametrize("N", [781, 2000, 4096])
+@pytest.mark.slow  # a sweep (every ladder step timed): gpu and slow, out of the GPU tier
 def test_ladder_figures_and_the_solution_beats_torch_near_copy_bandwidth(N):
     from grader.child import timing
 

@@ -94,6 +94,7 @@ def test_the_solution_builds_for_sm_90_without_spills():
 
 @pytest.mark.gpu
 @pytest.mark.solutions
+@pytest.mark.slow  # a sweep (every ladder step timed): gpu and slow, out of the GPU tier
 def test_ladder_figures_at_4096_square_and_the_solution_beats_torch_near_copy_bandwidth(tmp_path):
     from grader.child import timing
 
