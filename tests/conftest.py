@@ -212,6 +212,27 @@ def pytest_configure(config):
 
 _OWN_SHARED: list[str] = []
 
+# The [[mistakes]] table's test: one file, about a third of the CPU tiers' time, each row an independent grade
+MISTAKES_TABLE = "tests/test_exercise_mistakes.py::test_each_mistakes_fixture_fails_as_its_spec_says["
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: without it installed, never called
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile` (a file's tests on one worker, in order: module fixtures and the interpreter tests that
+    need their file's order), except the [[mistakes]] table, whose rows go out by exercise: as one file it ran
+    on one worker for over ten minutes of a 2-core CI run while the other worker ran everything else."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class FileOrExercise(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            if nodeid.startswith(MISTAKES_TABLE):  # "...says[add_rms_norm-triton-one_row_stride-cpu]"
+                return MISTAKES_TABLE + nodeid[len(MISTAKES_TABLE) :].split("-", 1)[0]
+            return super()._split_scope(nodeid)
+
+    return FileOrExercise(config, log)
+
 
 def pytest_sessionfinish(session, exitstatus):
     """The session's build cache goes with the session: left behind, each run of the suite kept 78 MB in /tmp
