@@ -219,8 +219,9 @@ MISTAKES_TABLE = "tests/test_exercise_mistakes.py::test_each_mistakes_fixture_fa
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: without it installed, never called
 def pytest_xdist_make_scheduler(config, log):
     """`--dist loadfile` (a file's tests on one worker, in order: module fixtures and the interpreter tests that
-    need their file's order), except the [[mistakes]] table, whose rows go out by exercise: as one file it ran
-    on one worker for over ten minutes of a 2-core CI run while the other worker ran everything else."""
+    need their file's order), except the [[mistakes]] table, whose rows go out by exercise: as one file, its nine
+    minutes of grades (of a 2-core CI run's seventeen) could only run on one worker; split, both workers stay
+    busy to the run's last ten seconds."""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
