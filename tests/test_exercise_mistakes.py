@@ -19,6 +19,8 @@ an exercise (its cases, its ladder's figures, mistakes edited into a solution) s
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 from conftest import EDIT_SUFFIX, HAS_GPU, SUBMISSIONS, edited_solution, submission
 from unit.conftest import toy_spec, write_exercise
@@ -75,6 +77,12 @@ def learner_file(target, mistake, tmp_path):
 CATALOG = _catalog()
 
 
+@functools.cache
+def target_of(exercise: str, lang: str):
+    """resolve() once per version and process: each call reads every spec (0.3 s), and the table has 400 rows."""
+    return resolve((exercise,), lang=lang)
+
+
 def test_every_mistake_names_a_fixture_that_exists():
     assert CATALOG, "no exercise declares [[mistakes]]"
     if not SUBMISSIONS.is_dir():
@@ -89,12 +97,12 @@ def test_every_edited_solution_still_finds_the_text_it_edits(tmp_path):
     edited = {(p.values[0], p.values[1], p.values[2].name): p.values[2] for p in CATALOG}
     for (exercise, lang, name), mistake in edited.items():
         if mistake.fixture.endswith(EDIT_SUFFIX):
-            learner_file(resolve((exercise,), lang=lang), mistake, tmp_path / exercise / name)
+            learner_file(target_of(exercise, lang), mistake, tmp_path / exercise / name)
 
 
 @pytest.mark.parametrize("exercise, lang, mistake, tier", CATALOG)
 def test_each_mistakes_fixture_fails_as_its_spec_says(exercise, lang, mistake, tier, tmp_path):
-    target = resolve((exercise,), lang=lang)
+    target = target_of(exercise, lang)
     if tier == "cpu" and target.variant.kind in NVCC_KINDS:
         from grader import cuda_cpu
 

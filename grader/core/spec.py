@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import pickle
 import re
 import sys
 from dataclasses import dataclass, field
@@ -312,10 +313,22 @@ class ExerciseSpec:
         return case.trials if case.trials is not None else self.trials
 
 
+_parsed: dict[str, bytes] = {}  # a spec.toml's text -> its parsed tables, pickled
+
+
+def _read_toml(path: Path) -> dict:
+    """spec.toml's tables. Discovery reads every spec on each resolve (a tenth of a second, mostly TOML parsing), so
+    the parse is kept per process by the file's text: an edited spec parses again. Each call gets its own copy."""
+    text = path.read_text()
+    if text not in _parsed:
+        _parsed[text] = pickle.dumps(tomllib.loads(text))
+    return pickle.loads(_parsed[text])
+
+
 def load_spec(folder: Path) -> ExerciseSpec:
     path = folder / "spec.toml"
     try:
-        data = tomllib.loads(path.read_text())
+        data = _read_toml(path)
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise SpecError(f"{path}: {exc}") from exc
     try:

@@ -9,6 +9,7 @@ an exercise's spec names checks and codes in its [[mistakes]] and is checked aga
 
 from __future__ import annotations
 
+import functools
 from enum import Enum
 
 
@@ -21,7 +22,13 @@ class Vocab(str, Enum):
 
     @classmethod
     def values(cls) -> list[str]:
-        return [member.value for member in cls]
+        return list(_values(cls))
+
+
+@functools.cache
+def _values(vocab: type[Vocab]) -> tuple[str, ...]:
+    """A vocabulary's values, read once (the spec parser checks each spec's names against them)."""
+    return tuple(member.value for member in vocab)
 
 
 class Status(Vocab):

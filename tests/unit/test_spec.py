@@ -301,3 +301,14 @@ def test_spec_expressions_evaluate_from_many_threads_at_once():
     with ThreadPoolExecutor(8) as pool:
         results = list(pool.map(many, range(0, 8 * 300, 300)))
     assert [r for chunk in results for r in chunk] == [3 * i + 1 for i in range(8 * 300)]
+
+
+def test_a_spec_edited_in_place_is_read_again_and_each_load_is_a_spec_of_its_own(tmp_path):
+    from .conftest import write_exercise
+
+    folder = write_exercise(tmp_path, toy_spec(replace={"trials = 2": "trials = 3"}))
+    first = load_spec(folder)
+    first.cases.clear()  # what one caller does to its spec is not the next one's
+    assert load_spec(folder).cases and load_spec(folder).trials == 3
+    (folder / "spec.toml").write_text(toy_spec(replace={"trials = 2": "trials = 4"}))  # same size, same instant
+    assert load_spec(folder).trials == 4
