@@ -168,7 +168,7 @@ def held_alone() -> bool:
 
 def participant(pid: int) -> bool:
     """Whether process `pid` takes part in this lock: it, or a process above it, started with `KCOURSE_GPU_LOCK`
-    naming the same file (a pytest worker and the grading children it starts, whose environment the box clears).
+    naming the same file (a pytest worker, and the grading children below it whatever their own environment).
     Linux's /proc; False where it cannot be read."""
     mark = f"{ENV}={os.environ.get(ENV)}".encode()
     for _ in range(32):  # up the parent chain to init

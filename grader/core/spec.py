@@ -313,16 +313,17 @@ class ExerciseSpec:
         return case.trials if case.trials is not None else self.trials
 
 
-_parsed: dict[str, bytes] = {}  # a spec.toml's text -> its parsed tables, pickled
+_parsed: dict[Path, tuple[str, bytes]] = {}  # a spec.toml -> its text when last read, and its tables pickled
 
 
 def _read_toml(path: Path) -> dict:
     """spec.toml's tables. Discovery reads every spec on each resolve (a tenth of a second, mostly TOML parsing), so
-    the parse is kept per process by the file's text: an edited spec parses again. Each call gets its own copy."""
+    the parse is kept per process and file while the file's text is the same: an edited spec parses again. Each
+    call gets its own copy."""
     text = path.read_text()
-    if text not in _parsed:
-        _parsed[text] = pickle.dumps(tomllib.loads(text))
-    return pickle.loads(_parsed[text])
+    if path not in _parsed or _parsed[path][0] != text:
+        _parsed[path] = (text, pickle.dumps(tomllib.loads(text)))
+    return pickle.loads(_parsed[path][1])
 
 
 def load_spec(folder: Path) -> ExerciseSpec:
