@@ -79,7 +79,7 @@ CATALOG = _catalog()
 
 @functools.cache
 def target_of(exercise: str, lang: str):
-    """resolve() once per version and process: each call reads every spec (0.3 s), and the table has 400 rows."""
+    """resolve() once per version and process: each call reads every spec, and the table has 400 rows."""
     return resolve((exercise,), lang=lang)
 
 

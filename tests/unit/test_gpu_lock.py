@@ -5,6 +5,8 @@ starts never waiting for it."""
 from __future__ import annotations
 
 import os
+import shlex
+import signal
 import subprocess
 import sys
 import textwrap
@@ -13,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.core import gpu_lock
+from grader.core import gpu_lock, gpushare
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,6 +49,16 @@ HOLDER = textwrap.dedent(
 )
 
 
+def _soon(condition, within: float = 10.0) -> bool:
+    """Whether `condition()` holds within `within` seconds (polled)."""
+    deadline = time.monotonic() + within
+    while not condition():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
 class Holder:
     def __init__(self, tmp_path: Path, name: str, mode: str, env: dict):
         self.got, self.release = tmp_path / f"{name}.got", tmp_path / f"{name}.release"
@@ -55,12 +67,7 @@ class Holder:
         )
 
     def holds(self, within: float = 10.0) -> bool:
-        deadline = time.monotonic() + within
-        while time.monotonic() < deadline:
-            if self.got.exists():
-                return True
-            time.sleep(0.02)
-        return False
+        return _soon(self.got.exists, within)
 
     def let_go(self) -> None:
         self.release.write_text("")
@@ -119,10 +126,8 @@ def test_a_waiting_timer_goes_before_new_numerics(tmp_path, env):
 def test_two_grades_that_both_move_from_numerics_to_timing_do_not_deadlock(tmp_path, env):
     first = Holder(tmp_path, "a", "shared+exclusive", env)
     second = Holder(tmp_path, "b", "shared+exclusive", env)
-    deadline = time.monotonic() + 10
-    while not (first.got.exists() or second.got.exists()) and time.monotonic() < deadline:
-        time.sleep(0.02)  # either may win: waiting on one alone waited out its 10 s whenever the other won
-    assert first.got.exists() or second.got.exists()
+    # either may win: waiting on one alone waited out its 10 s whenever the other won
+    assert _soon(lambda: first.got.exists() or second.got.exists())
     one, other = (first, second) if first.got.exists() else (second, first)
     assert not other.holds(within=0.5)
     one.let_go()
@@ -176,20 +181,19 @@ def test_building_without_an_exclusive_hold_changes_nothing(tmp_path, env):
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 
 
-def _sleeper(env: dict) -> subprocess.Popen:
-    return subprocess.Popen(SLEEPER, env=env)
+def _outside(env: dict) -> dict:
+    """`env` without the lock's variable: a process that takes no part in it."""
+    return {k: v for k, v in env.items() if k != gpu_lock.ENV}
 
 
 def test_a_participant_is_a_process_started_under_the_lock_or_below_one(env):
-    outsider = _sleeper({k: v for k, v in env.items() if k != gpu_lock.ENV})
+    outsider = subprocess.Popen(SLEEPER, env=_outside(env))
     worker = subprocess.Popen(  # a pytest worker under the lock starting a grading child with a cleared environment
         [sys.executable, "-c", f"import subprocess; subprocess.run({SLEEPER!r}, env={{}})"], env=env
     )
     try:
-        deadline = time.monotonic() + 10
-        while not gpushare_children(worker.pid) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        (child,) = gpushare_children(worker.pid)
+        assert _soon(lambda: gpushare.descendants(worker.pid))
+        (child,) = gpushare.descendants(worker.pid)
         assert gpu_lock.participant(worker.pid) and gpu_lock.participant(child)
         assert not gpu_lock.participant(outsider.pid)
         assert not gpu_lock.participant(os.getppid())  # above this test: started without the lock's variable
@@ -199,24 +203,14 @@ def test_a_participant_is_a_process_started_under_the_lock_or_below_one(env):
             proc.wait()
 
 
-def gpushare_children(pid: int) -> list[int]:
-    from grader.core import gpushare
-
-    return gpushare.descendants(pid)
-
-
 def _detached(env: dict) -> int:
     """A sleeper this process did not start (its shell exits, so it is nobody's descendant here): its pid."""
-    command = " ".join(SLEEPER[:2]) + " 'import time; time.sleep(60)' >/dev/null 2>&1 & echo $!"
+    command = shlex.join(SLEEPER) + " >/dev/null 2>&1 & echo $!"
     return int(subprocess.run(["sh", "-c", command], env=env, capture_output=True, text=True, check=True).stdout)
 
 
 def test_while_timing_alone_the_locks_participants_on_the_gpu_are_not_counted_as_sharers(tmp_path, env, monkeypatch):
-    import signal
-
-    from grader.core import gpushare
-
-    outsider, worker = _detached({k: v for k, v in env.items() if k != gpu_lock.ENV}), _detached(env)
+    outsider, worker = _detached(_outside(env)), _detached(env)
     smi = tmp_path / "nvidia-smi"  # lists both on the GPU, as the real one lists every compute context
     smi.write_text(f"#!/bin/sh\necho '{outsider}, /usr/bin/python3'\necho '{worker}, /usr/bin/python3'\n")
     smi.chmod(0o755)
