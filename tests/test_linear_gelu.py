@@ -67,12 +67,14 @@ MISTAKES = {
         "mismatch",
         None,
     ),
-    # the K tail loaded unmasked: with w stored N x K the loads run on into the next row's values
+    # the K tail loaded unmasked: with w stored N x K the loads run on into the next row's values, and w's last row
+    # past the tensor's end into whatever the interpreter's heap holds there: its column comes out wrong, or as the
+    # output's poison (never written), as the heap lies that run
     "no_k_mask": (
         "gelu_erf",
         [('"EVEN_K": lambda args: args["K"] % args["BLOCK_K"] == 0', '"EVEN_K": lambda args: True')],
         W_T,
-        "mismatch",
+        ("mismatch", "partial_write"),
         None,
     ),
     # the running sum rounded to the inputs' 16 bits after every BLOCK_K step (what a 16-bit accumulator does)
@@ -260,7 +262,7 @@ def test_a_classic_mistake_fails_on_its_case_and_passes_a_plain_one(tmp_path, na
     path.write_text(mistaken(name))
     entry = getattr(load_interpreted(path, f"linear_gelu_{name}"), SPEC.variants[version].entry)
     result = judged(version, entry, case_named(failing))
-    assert result.code == code and failing in result.message, result.message
+    assert result.code in ((code,) if isinstance(code, str) else code) and failing in result.message, result.message
     if name == "tanh_by_exp":
         assert " NaN (first at index " in result.message, result.message  # "128 NaN": computed, not left unwritten
     if passing:
