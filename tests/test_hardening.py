@@ -92,6 +92,30 @@ def test_a_missing_cuda_entry_point_fails_without_a_gpu_too():
     assert "does not export `reduction`" in check.message
 
 
+@pytest.mark.emulator
+@pytest.mark.slow
+@pytest.mark.nvcc
+def test_on_the_emulator_nvcc_builds_the_kernels_alone_and_host_code_errors_and_entry_points_still_fail(tmp_path):
+    solution = (ROOT / "solutions/vector_add/vector_add.cu").read_text()
+    entry = 'extern "C" void vector_add('
+    files = {  # device code compiles: the first error hides from nvcc's kernels-only pass, the second is no error
+        "host_only_error.cu": solution.replace(
+            entry, "#ifndef __CUDA_ARCH__\nint h = undefined_here;\n#endif\n" + entry
+        ),
+        "no_extern.cu": solution.replace(entry, "void vector_add("),
+    }
+    results = {}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+        results[name] = grade(resolve(VECTOR_ADD, lang="cuda"), submission=tmp_path / name, seed=5, record=False)
+    built = failing(results["host_only_error.cu"])  # the emulator's build failed: nvcc's whole build says why
+    assert built.name == "build" and built.details["code"] == "build_error" and "undefined_here" in built.message
+    assert [c.name for c in results["host_only_error.cu"].checks].count("build") == 1
+    loaded = failing(results["no_extern.cu"])  # checked on the emulator's library, nvcc having built no host code
+    assert loaded.name == "load" and loaded.details["code"] == "missing_entry"
+    assert "the CPU emulator compiles the host code" in results["no_extern.cu"].checks[0].message
+
+
 @pytest.mark.gpu
 def test_a_patched_timer_cannot_claim_a_speed_the_kernel_did_not_reach():
     result = grade_file(SOFTMAX, "softmax_patches_timer.py", source="learner")

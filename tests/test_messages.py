@@ -69,7 +69,7 @@ def test_a_silent_compiler_failure_gives_the_nvcc_command_to_run_by_hand(monkeyp
     source = tmp_path / "quiet.cu"
     source.write_text("// nvcc was killed before it said anything\n")
     ninja_only = "FAILED: lib.partial.so\n/usr/bin/nvcc -O3 ... -Xptxas -v -shared ...\nninja: build stopped: subcommand failed.\n"
-    monkeypatch.setattr(build, "_run_ninja", lambda out_dir, nvcc, flags, src: (False, ninja_only))
+    monkeypatch.setattr(build, "_run_ninja", lambda out_dir, nvcc, flags, src, name: (False, ninja_only))
     monkeypatch.setattr(build, "nvcc_version", lambda nvcc: "13.0")
     result = build.build_shared_library(source, nvcc="/usr/bin/nvcc")
     assert not result.ok

@@ -629,7 +629,8 @@ def _calibration(target: Target) -> tuple[dict | None, str | None]:
 
 def _build_raw_cuda(path: Path, solution: Path | None, job: Job, result: GradeResult, gpu: bool, variant) -> bool:
     arch = build.gpu_arch() if gpu else None
-    built = build.build_variant(path, variant, arch)
+    # On the CPU emulator nvcc compiles the kernels alone: the emulator's own build compiles the host code
+    built = build.build_variant(path, variant, arch, device_only=job.emulated)
     result.build = built.to_dict()
     if (
         built.skipped
@@ -649,7 +650,7 @@ def _build_raw_cuda(path: Path, solution: Path | None, job: Job, result: GradeRe
                 {"code": Code.NO_NVCC},
             )
         )
-        return _build_emulated(path, job, result, nvcc_checked=False)
+        return _build_emulated(path, job, result, variant, nvcc_checked=False)
     if not built.ok:
         code = Code.NO_NVCC if built.log == build.NVCC_HINT else Code.BUILD_ERROR
         result.add(
@@ -662,6 +663,7 @@ def _build_raw_cuda(path: Path, solution: Path | None, job: Job, result: GradeRe
         )
         return False
     timing = "cached" if built.cached else f"{built.seconds:.2f} s"
+    timing += "; the kernels: the CPU emulator compiles the host code" if job.emulated else ""
     report, occupied = _resource_report(built, path, variant, gpu)
     result.add(
         Check(
@@ -671,13 +673,10 @@ def _build_raw_cuda(path: Path, solution: Path | None, job: Job, result: GradeRe
             {"resources": built.resources, "occupancy": occupied},
         )
     )
-    entry_problem = build.check_entry_point(Path(built.library), path, variant.entry, len(variant.args))
-    if entry_problem:
-        code, message = entry_problem
-        result.add(Check(CheckName.LOAD, FAILED, message, {"code": code}))
+    if built.library is not None and not _has_entry_point(Path(built.library), path, variant, result):
         return False
     if not gpu:
-        return _build_emulated(path, job, result)
+        return _build_emulated(path, job, result, variant)
     job.learner_library = built.library
     if solution is not None:
         solution_build = build.build_variant(solution, variant, arch)
@@ -687,7 +686,16 @@ def _build_raw_cuda(path: Path, solution: Path | None, job: Job, result: GradeRe
     return True
 
 
-def _build_emulated(path: Path, job: Job, result: GradeResult, nvcc_checked: bool = True) -> bool:
+def _has_entry_point(library: Path, path: Path, variant, result: GradeResult) -> bool:
+    """The library exports the stub's `extern "C"` function with its parameters; else a failed load check."""
+    problem = build.check_entry_point(library, path, variant.entry, len(variant.args))
+    if problem:
+        code, message = problem
+        result.add(Check(CheckName.LOAD, FAILED, message, {"code": code}))
+    return problem is None
+
+
+def _build_emulated(path: Path, job: Job, result: GradeResult, variant, nvcc_checked: bool = True) -> bool:
     """No GPU: the file built for the CPU emulator (cuda_cpu), whose library the child runs; or the numerics
     skipped, saying why (the file uses what the emulator lacks, or the emulator's own build failed)."""
     if not job.emulated:
@@ -719,6 +727,8 @@ def _build_emulated(path: Path, job: Job, result: GradeResult, nvcc_checked: boo
             )
         )
         return False
+    if not built.ok and _host_code_fails(path, variant, result):
+        return False
     if not built.ok:  # nvcc accepted the file: what the emulator's header lacks, not the learner's mistake
         result.add(
             Check(
@@ -731,7 +741,20 @@ def _build_emulated(path: Path, job: Job, result: GradeResult, nvcc_checked: boo
             )
         )
         return False
+    if not _has_entry_point(Path(built.library), path, variant, result):
+        return False
     job.learner_library = built.library
+    return True
+
+
+def _host_code_fails(path: Path, variant, result: GradeResult) -> bool:
+    """nvcc compiled the kernels alone and the emulator's build failed: nvcc's whole build (host code too) says
+    whether the error is the learner's (then the build check fails with nvcc's errors) or the emulator's gap."""
+    whole = build.build_variant(path, variant, None)
+    if whole.ok:
+        return False
+    result.checks = [c for c in result.checks if c.name != "build"]  # the kernels' check it replaces
+    result.add(Check(CheckName.BUILD, FAILED, build.failure_message(path, whole.log), {"code": Code.BUILD_ERROR}))
     return True
 
 

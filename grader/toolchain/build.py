@@ -111,11 +111,15 @@ def build_shared_library(
     defines: dict[str, object] | None = None,
     link: list[str] | None = None,
     requires: list[str] | None = None,
+    device_only: bool = False,
 ) -> BuildResult:
     """Compile one .cu file to a shared library for `arch` (default: sm_90), reusing a cached build.
     `defines` become -DNAME=VALUE (how `kcourse tune` tries a CUDA exercise's compile-time block sizes);
     `link` names CUDA libraries to link (a spec's `link = ["cublas"]`, see link_flags); `requires` names
-    libraries found through a setting (a spec's `requires = ["thunderkittens"]`, see requirement_options)."""
+    libraries found through a setting (a spec's `requires = ["thunderkittens"]`, see requirement_options).
+    `device_only`: the kernels alone, to a cubin (no library: `library` stays None), for a machine without a GPU
+    whose CPU emulator compiles the host code itself; nvcc's errors in device code and ptxas's report, in half
+    the time (no host compile, no link)."""
     started = time.perf_counter()
     nvcc = nvcc or find_nvcc()
     if nvcc is None:
@@ -126,7 +130,8 @@ def build_shared_library(
         return BuildResult(
             ok=False, seconds=0.0, arch=arch, skipped=True, skip_code=Code.REQUIREMENT_MISSING, log=unmet
         )
-    flags = ["-O3", "-std=c++17", *arch_flags(arch), "-lineinfo", "-Xptxas", "-v", "-shared", "-Xcompiler", "-fPIC"]
+    output = ["-cubin"] if device_only else ["-shared", "-Xcompiler", "-fPIC"]
+    flags = ["-O3", "-std=c++17", *arch_flags(arch), "-lineinfo", "-Xptxas", "-v", *output]
     if extra:  # the library's own language standard replaces the kit's
         flags = [f for f in flags if not f.startswith("-std=")] + extra
     flags += [f"-D{name}={value}" for name, value in sorted((defines or {}).items())]
@@ -140,28 +145,29 @@ def build_shared_library(
             skip_code=Code.LIBRARY_MISSING,
             log=missing_library_message(missing),
         )
-    flags += library_flags
+    flags += [] if device_only else library_flags
     out_dir = build_cache_dir() / _source_key([source], flags, nvcc_version(nvcc) + nvcc + fingerprint)
-    library, report = out_dir / "lib.so", out_dir / "ptxas.txt"
+    name = "kernels.cubin" if device_only else "lib.so"
+    library, report = out_dir / name, out_dir / "ptxas.txt"
     if library.exists():
         return BuildResult(
             ok=True,
             seconds=time.perf_counter() - started,
             cached=True,
-            library=str(library),
+            library=None if device_only else str(library),
             arch=arch,
             resources=parse_resources(report.read_text() if report.exists() else ""),
         )
     out_dir.mkdir(parents=True, exist_ok=True)
     with _locked(out_dir):  # several graders (grade-batch) may build the same source at once
         if library.exists():
-            return build_shared_library(source, arch, nvcc, defines, link, requires)
-        ok, log = _run_ninja(out_dir, nvcc, flags, source)
+            return build_shared_library(source, arch, nvcc, defines, link, requires, device_only)
+        ok, log = _run_ninja(out_dir, nvcc, flags, source, name)
         result = BuildResult(ok=ok, seconds=time.perf_counter() - started, arch=arch, resources=parse_resources(log))
         if ok:
             report.write_text(log)
-            os.replace(out_dir / "lib.partial.so", library)  # a build cut short never looks finished
-            result.library = str(library)
+            os.replace(out_dir / f"partial.{name}", library)  # a build cut short never looks finished
+            result.library = None if device_only else str(library)
         else:
             by_hand = [nvcc, *flags, "-o", f"/tmp/{source.stem}.so", str(source.resolve())]
             result.log = format_compiler_errors(
@@ -170,11 +176,15 @@ def build_shared_library(
     return result
 
 
-def build_variant(source: Path, variant, arch: str | None, defines: dict[str, object] | None = None) -> BuildResult:
+def build_variant(
+    source: Path, variant, arch: str | None, defines: dict[str, object] | None = None, device_only: bool = False
+) -> BuildResult:
     """A CUDA exercise's file built as its spec says (the libraries it links, what it requires). The grade, the
     early build of `kcourse grade` and the capstone all build through here, so they share one cache key;
-    `kcourse tune` adds the configuration's `defines`."""
-    return build_shared_library(source, arch, defines=defines, link=variant.link, requires=variant.requires)
+    `kcourse tune` adds the configuration's `defines`; a grade on the CPU emulator builds the kernels alone."""
+    return build_shared_library(
+        source, arch, defines=defines, link=variant.link, requires=variant.requires, device_only=device_only
+    )
 
 
 def arch_flags(arch: str) -> list[str]:
@@ -255,12 +265,12 @@ def _locked(folder: Path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _run_ninja(out_dir: Path, nvcc: str, flags: list[str], source: Path) -> tuple[bool, str]:
+def _run_ninja(out_dir: Path, nvcc: str, flags: list[str], source: Path, name: str) -> tuple[bool, str]:
     (out_dir / "build.ninja").write_text(
         "rule nvcc\n"
         f"  command = {nvcc} {' '.join(flags)} -o $out $in\n"
         "  description = nvcc $in\n"
-        f"build lib.partial.so: nvcc {source.resolve()}\n"
+        f"build partial.{name}: nvcc {source.resolve()}\n"
     )
     ninja = shutil.which("ninja") or str(Path(sys.executable).parent / "ninja")
     try:
@@ -272,7 +282,7 @@ def _run_ninja(out_dir: Path, nvcc: str, flags: list[str], source: Path) -> tupl
     return proc.returncode == 0, proc.stdout + proc.stderr
 
 
-_NVCC_COMMAND_MARKER = " -Xptxas -v -shared "  # ninja echoes the failing command line: not for the learner
+_NVCC_COMMAND_MARKER = " -Xptxas -v "  # ninja echoes the failing command line: not for the learner
 _NVCC_LOCATION = re.compile(r"^(?P<path>[^\s:()]+\.(?:cu|cuh|h|cpp))\((?P<line>\d+)\): ", re.M)
 
 
