@@ -786,7 +786,8 @@ def _compile_check_torch_op(path: Path, result: GradeResult, variant=None) -> No
         Check(
             CheckName.BUILD,
             PASSED,
-            f"compiled against torch's headers for {built.arch} (compile only{later})\n" + report,
+            f"compiled against torch's headers for {built.arch} "
+            f"(compile only: nvcc's device pass, which reads the host code too{later})\n" + report,
             {"resources": built.resources, "occupancy": occupied},
         )
     )

@@ -399,13 +399,16 @@ def torch_op_compile_flags() -> list[str]:
 
 
 def compile_check_torch_op(source: Path, arch: str | None = None) -> BuildResult:
-    """Without a GPU: compile (not link) an operator source against torch's headers, with ptxas's report."""
+    """Without a GPU: compile an operator source against torch's headers, with ptxas's report. The device pass
+    alone (-cubin): nvcc's CUDA front end reads the whole file, host code included (its errors are reported),
+    and the kernels are compiled; the host compiler's own pass, half the time of a check, is left to the
+    operator's build on a GPU."""
     started = time.perf_counter()
     nvcc = find_nvcc()
     arch = arch or DEFAULT_ARCH
     if nvcc is None:
         return BuildResult(ok=False, seconds=0.0, arch=arch, log=NVCC_HINT)
-    flags = ["-O3", "-std=c++17", f"-arch={arch}", "-Xptxas", "-v", "-c"] + torch_op_compile_flags()
+    flags = ["-O3", "-std=c++17", f"-arch={arch}", "-Xptxas", "-v", "-cubin"] + torch_op_compile_flags()
     out_dir = build_cache_dir() / ("check-" + _source_key([source], flags, nvcc))
     report = out_dir / "ptxas.txt"
     if report.exists():
@@ -419,7 +422,7 @@ def compile_check_torch_op(source: Path, arch: str | None = None) -> BuildResult
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
         proc = subprocess.run(
-            [nvcc, *flags, "-o", str(out_dir / "op.o"), str(source.resolve())],
+            [nvcc, *flags, "-o", str(out_dir / "op.cubin"), str(source.resolve())],
             capture_output=True,
             text=True,
             timeout=BUILD_TIMEOUT_S,
@@ -441,7 +444,7 @@ def compile_check_torch_op(source: Path, arch: str | None = None) -> BuildResult
     if result.ok:
         report.write_text(log)
     else:
-        by_hand = [nvcc, *flags, "-o", f"/tmp/{source.stem}.o", str(source.resolve())]
+        by_hand = [nvcc, *flags, "-o", f"/tmp/{source.stem}.cubin", str(source.resolve())]
         result.log = format_compiler_errors(
             log, source, fallback=False, full_log=_keep_log(out_dir, log)
         ) or silent_compiler_hint(by_hand)
