@@ -16,7 +16,7 @@ def build_without_spills(sources: list[Path], defines: dict[str, int] | None = N
     """Each source builds for sm_90 (the session's build cache is shared with test_grading_cpu), with `defines`;
     the last one, the solution, spills nothing."""
     for source in sources:
-        result = build.build_shared_library(source, "sm_90", defines=defines)
+        result = build.build_shared_library(source, "sm_90", defines=defines, device_only=True)
         assert result.ok, f"{source.name}: {result.log}"
     assert result.resources and not any(r["spill_stores"] for r in result.resources), result.resources
 

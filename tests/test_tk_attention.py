@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
-from conftest import ROOT, _session_cache
+from conftest import HAS_GPU, ROOT, _session_cache
 from cuda_checks import figures, numerics
 from cuda_rows import verdict
 from tk_checks import NO_TK, TK, with_tk  # noqa: F401 (with_tk: a fixture the tests use)
@@ -71,7 +71,10 @@ def builds():
         patch.setenv(thunderkittens.ENV_VAR, str(TK))
         patch.setenv("KCOURSE_CACHE", str(_session_cache()))  # the grades below find these builds
         with ThreadPoolExecutor(2) as pool:
-            results = pool.map(lambda s: build.build_shared_library(s, None, requires=["thunderkittens"]), sources)
+            results = pool.map(
+                lambda s: build.build_shared_library(s, None, requires=["thunderkittens"], device_only=not HAS_GPU),
+                sources,
+            )
             return dict(zip(sources, results))
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT, _session_cache
+from conftest import HAS_GPU, ROOT, _session_cache
 from cuda_checks import figures, numerics
 from cuda_rows import verdict
 from tk_checks import SHARED_COPY, TK, needs_tk, with_tk  # noqa: F401 (with_tk: a fixture the tests use)
@@ -136,7 +136,8 @@ def builds(tmp_path_factory):
         patch.setenv("KCOURSE_CACHE", str(_session_cache()))
         with ThreadPoolExecutor(len(sources)) as pool:
             results = pool.map(
-                lambda s: build.build_shared_library(s, None, requires=["thunderkittens"]), sources.values()
+                lambda s: build.build_shared_library(s, None, requires=["thunderkittens"], device_only=not HAS_GPU),
+                sources.values(),
             )
             return dict(zip(sources, results)) | {"wrong_source": wrong}
 

@@ -629,8 +629,9 @@ def _calibration(target: Target) -> tuple[dict | None, str | None]:
 
 def _build_raw_cuda(path: Path, solution: Path | None, job: Job, result: GradeResult, gpu: bool, variant) -> bool:
     arch = build.gpu_arch() if gpu else None
-    # On the CPU emulator nvcc compiles the kernels alone: the emulator's own build compiles the host code
-    built = build.build_variant(path, variant, arch, device_only=job.emulated)
+    # Without a GPU nvcc compiles the kernels alone (errors, resources): no host library can run here, and the CPU
+    # emulator's own build compiles the host code
+    built = build.build_variant(path, variant, arch, device_only=not gpu)
     result.build = built.to_dict()
     if (
         built.skipped
@@ -663,7 +664,8 @@ def _build_raw_cuda(path: Path, solution: Path | None, job: Job, result: GradeRe
         )
         return False
     timing = "cached" if built.cached else f"{built.seconds:.2f} s"
-    timing += "; the kernels: the CPU emulator compiles the host code" if job.emulated else ""
+    if not gpu:
+        timing += "; the kernels: " + ("the CPU emulator compiles the host code" if job.emulated else "no GPU here")
     report, occupied = _resource_report(built, path, variant, gpu)
     result.add(
         Check(
@@ -673,8 +675,8 @@ def _build_raw_cuda(path: Path, solution: Path | None, job: Job, result: GradeRe
             {"resources": built.resources, "occupancy": occupied},
         )
     )
-    if built.library is not None and not _has_entry_point(Path(built.library), path, variant, result):
-        return False
+    if not job.emulated and not _has_entry_point(built.library and Path(built.library), path, variant, result):
+        return False  # (an emulated file's entry point is checked on the emulator's library)
     if not gpu:
         return _build_emulated(path, job, result, variant)
     job.learner_library = built.library
@@ -686,7 +688,7 @@ def _build_raw_cuda(path: Path, solution: Path | None, job: Job, result: GradeRe
     return True
 
 
-def _has_entry_point(library: Path, path: Path, variant, result: GradeResult) -> bool:
+def _has_entry_point(library: Path | None, path: Path, variant, result: GradeResult) -> bool:
     """The library exports the stub's `extern "C"` function with its parameters; else a failed load check."""
     problem = build.check_entry_point(library, path, variant.entry, len(variant.args))
     if problem:

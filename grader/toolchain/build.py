@@ -1,7 +1,9 @@
 """Compiling the learner's CUDA: nvcc through ninja, cached by the hash of sources, flags and compiler.
 
 A raw CUDA exercise becomes a shared library loaded with ctypes: a cold build is one nvcc call
-(about a second for a small kernel), a cache hit in a new process is a file lookup. Torch operator
+(about a second for a small kernel), a cache hit in a new process is a file lookup. Without a GPU nothing
+built here can run, so a grade compiles the kernels alone (-cubin, half the time): nvcc's errors and ptxas's
+report, the learner's feedback there; the CPU emulator compiles the host code itself. Torch operator
 exercises are built with torch's extension builder (also ninja) inside the sandboxed child, because
 loading them runs the learner's static initialisers.
 """
@@ -463,11 +465,17 @@ def exported_symbols(library: Path) -> set[str] | None:
     return {line.split()[-1] for line in listed.stdout.splitlines() if line.split()}
 
 
-def check_entry_point(library: Path, source: Path, entry: str, n_args: int) -> tuple[str, str] | None:
+def check_entry_point(library: Path | None, source: Path, entry: str, n_args: int) -> tuple[str, str] | None:
     """(code, message) when the compiled file lacks the `extern "C"` entry point or its parameter
-    count is not the stub's; checked on any machine, GPU or not."""
-
-    symbols = exported_symbols(library)
+    count is not the stub's; checked on any machine, GPU or not (from the source text where no library was
+    built: a compile-only check without a GPU)."""
+    text = source.read_text(errors="replace")
+    symbols = exported_symbols(library) if library is not None else None
+    if library is None and not (re.search(rf"\b{re.escape(entry)}\s*\(", text) and 'extern "C"' in text):
+        return Code.MISSING_ENTRY, (
+            f'{source.name} defines no `extern "C"` function `{entry}`: keep `extern "C"` and the '
+            "stub's function name and signature"
+        )
     if symbols is not None and entry not in symbols:
         mangled = sorted(s for s in symbols if entry in s)
         note = f' (found {mangled[0]}: a C++ name — is `extern "C"` missing?)' if mangled else ""
@@ -475,7 +483,7 @@ def check_entry_point(library: Path, source: Path, entry: str, n_args: int) -> t
             f'{source.name} does not export `{entry}`{note}: keep `extern "C"` and the '
             "stub's function name and signature"
         )
-    declared = c_parameter_count(source.read_text(errors="replace"), entry)
+    declared = c_parameter_count(text, entry)
     if declared is not None and declared != n_args:
         return Code.BAD_SIGNATURE, (
             f"{source.name}: `{entry}` takes {declared} parameters; the grader passes {n_args}: "
