@@ -338,12 +338,39 @@ def _compile(source: Path, out_dir: Path, compiler: str, options: list[str]):
     rewritten = out_dir / "kernel.cpp"
     rewritten.write_text(f'#line 1 "{source.resolve()}"\n' + rewrite(source.read_text(errors="replace")))
     partial = out_dir / "lib.partial.so"
-    command = [compiler, *options, f"-I{source.resolve().parent}", str(rewritten), "-o", str(partial)]
+    pch = precompiled_header(compiler, options)
+    first = [f"-I{pch}"] if pch else []  # g++ takes kcourse_cuda_cpu.h.gch there before the header itself
+    command = [compiler, *first, *options, f"-I{source.resolve().parent}", str(rewritten), "-o", str(partial)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     if done.returncode != 0:
         return BuildResult(ok=False, seconds=0.0, arch="cpu-emulation", log=done.stderr[-6000:])
     os.replace(partial, out_dir / "lib.so")
     return BuildResult(ok=True, seconds=0.0, library=str(out_dir / "lib.so"), arch="cpu-emulation")
+
+
+def precompiled_header(compiler: str, options: list[str]) -> Path | None:
+    """A folder holding the emulator's header precompiled by g++ with these options (a third of a small file's
+    build is parsing it), built once per cache; None for another compiler, with -D defines (`kcourse tune`'s, which
+    the header must see), or when it fails to build. g++ checks a .gch against the build's options and reads the
+    header itself instead where it does not fit, so a stale one slows a build, never changes it."""
+    from grader.core.paths import build_cache_dir
+    from grader.toolchain.build import _locked
+
+    if "g++" not in Path(compiler).name or any(o.startswith("-D") for o in options):
+        return None
+    kept = [o for o in options if o not in ("-x", "c++", "-shared", "-include", "kcourse_cuda_cpu.h")]
+    folder = build_cache_dir() / ("cpu-pch-" + _key(INCLUDE / "kcourse_cuda_cpu.h", kept, compiler))
+    header = folder / "kcourse_cuda_cpu.h.gch"
+    if not header.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        with _locked(folder):
+            if not header.exists():
+                partial = folder / "partial.gch"
+                command = [compiler, *kept, "-x", "c++-header", str(INCLUDE / "kcourse_cuda_cpu.h"), "-o", str(partial)]
+                if subprocess.run(command, capture_output=True, timeout=300).returncode != 0:
+                    return None
+                os.replace(partial, header)
+    return folder
 
 
 def child_env() -> dict[str, str]:
