@@ -119,9 +119,9 @@ def build_shared_library(
     `defines` become -DNAME=VALUE (how `kcourse tune` tries a CUDA exercise's compile-time block sizes);
     `link` names CUDA libraries to link (a spec's `link = ["cublas"]`, see link_flags); `requires` names
     libraries found through a setting (a spec's `requires = ["thunderkittens"]`, see requirement_options).
-    `device_only`: the kernels alone, to a cubin (no library: `library` stays None), for a machine without a GPU
-    whose CPU emulator compiles the host code itself; nvcc's errors in device code and ptxas's report, in half
-    the time (no host compile, no link)."""
+    `device_only`: the kernels alone, to a cubin (no library: `library` stays None), for a machine without a GPU,
+    where no host library could run (the CPU emulator compiles the host code itself): nvcc's errors and ptxas's
+    report in half the time (no host compile, no link)."""
     started = time.perf_counter()
     nvcc = nvcc or find_nvcc()
     if nvcc is None:
@@ -171,7 +171,7 @@ def build_shared_library(
             os.replace(out_dir / f"partial.{name}", library)  # a build cut short never looks finished
             result.library = None if device_only else str(library)
         else:
-            by_hand = [nvcc, *flags, "-o", f"/tmp/{source.stem}.so", str(source.resolve())]
+            by_hand = [nvcc, *flags, "-o", f"/tmp/{source.stem}{Path(name).suffix}", str(source.resolve())]
             result.log = format_compiler_errors(
                 log, source, fallback=False, full_log=_keep_log(out_dir, log)
             ) or silent_compiler_hint(by_hand)
@@ -183,7 +183,7 @@ def build_variant(
 ) -> BuildResult:
     """A CUDA exercise's file built as its spec says (the libraries it links, what it requires). The grade, the
     early build of `kcourse grade` and the capstone all build through here, so they share one cache key;
-    `kcourse tune` adds the configuration's `defines`; a grade on the CPU emulator builds the kernels alone."""
+    `kcourse tune` adds the configuration's `defines`; a grade without a GPU builds the kernels alone."""
     return build_shared_library(
         source, arch, defines=defines, link=variant.link, requires=variant.requires, device_only=device_only
     )
