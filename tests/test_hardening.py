@@ -97,13 +97,11 @@ def test_a_missing_cuda_entry_point_fails_without_a_gpu_too():
 @pytest.mark.slow
 @pytest.mark.nvcc
 def test_on_the_emulator_nvcc_builds_the_kernels_alone_and_host_code_errors_and_entry_points_still_fail(tmp_path):
-    solution = (ROOT / "solutions/vector_add/vector_add.cu").read_text()
+    stub = (ROOT / "exercises/vector_add/vector_add.cu").read_text()  # compiles; a learner's kit has it too
     entry = 'extern "C" void vector_add('
     files = {  # device code compiles: the first error hides from nvcc's kernels-only pass, the second is no error
-        "host_only_error.cu": solution.replace(
-            entry, "#ifndef __CUDA_ARCH__\nint h = undefined_here;\n#endif\n" + entry
-        ),
-        "no_extern.cu": solution.replace(entry, "void vector_add("),
+        "host_only_error.cu": stub.replace(entry, "#ifndef __CUDA_ARCH__\nint h = undefined_here;\n#endif\n" + entry),
+        "no_extern.cu": stub.replace(entry, "void vector_add("),
     }
     results = {}
     for name, text in files.items():
