@@ -13,8 +13,8 @@ from grader.toolchain import build
 
 
 def build_without_spills(sources: list[Path], defines: dict[str, int] | None = None) -> None:
-    """Each source builds for sm_90 (the session's build cache is shared with test_grading_cpu), with `defines`;
-    the last one, the solution, spills nothing."""
+    """Each source's kernels build for sm_90 with `defines`, as a grade without a GPU builds them (the session's
+    build cache is shared with the CPU grades); the last one, the solution, spills nothing."""
     for source in sources:
         result = build.build_shared_library(source, "sm_90", defines=defines, device_only=True)
         assert result.ok, f"{source.name}: {result.log}"
