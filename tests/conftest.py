@@ -216,55 +216,21 @@ _OWN_SHARED: list[str] = []
 MISTAKES_TABLE = "tests/test_exercise_mistakes.py::test_each_mistakes_fixture_fails_as_its_spec_says["
 
 
-# Files whose tests take long for their number, in seconds of a 2-core CI run's test time (session 54,
-# docs/measurements.md): sent to the workers first, longest first, so that none is left running alone at the end
-SLOW_FILES = {
-    "tests/test_grading_cpu_cuda.py": 205,
-    "tests/test_release.py": 145,
-    "tests/test_grading_cpu.py": 120,
-    "tests/test_cuda_cpu.py": 73,
-    "tests/test_flash_attention_v2_cuda.py": 68,
-    "tests/test_capstone.py": 41,
-    "tests/test_scan.py": 40,
-    "tests/test_tk_gemm.py": 37,
-    "tests/test_grade_class.py": 30,
-}
-ROW_S, TEST_S = 2.2, 0.1  # a table row's grade; any other test, on average
-
-
-def _scope_seconds(scope: str, tests: int) -> float:
-    """A scope's estimated test time, for the longest-first order."""
-    if scope.startswith(MISTAKES_TABLE):
-        return ROW_S * tests
-    return SLOW_FILES.get(scope, TEST_S * tests)
-
-
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: without it installed, never called
 def pytest_xdist_make_scheduler(config, log):
     """`--dist loadfile` (a file's tests on one worker, in order: module fixtures and the interpreter tests that
     need their file's order), except the [[mistakes]] table, whose rows go out by exercise: as one file, its nine
-    minutes of grades (of a 2-core CI run's seventeen) could only run on one worker. Scopes go out longest first
-    (xdist's own order is by number of tests: the release test's 10 tests, two minutes, started late and ran on
-    alone while the other worker idled)."""
+    minutes of grades (of a 2-core CI run's seventeen) could only run on one worker; split, both workers stay
+    busy to the run's last ten seconds."""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
 
     class FileOrExercise(LoadFileScheduling):
-        ordered = False
-
         def _split_scope(self, nodeid: str) -> str:
             if nodeid.startswith(MISTAKES_TABLE):  # "...says[add_rms_norm-triton-one_row_stride-cpu]"
                 return MISTAKES_TABLE + nodeid[len(MISTAKES_TABLE) :].split("-", 1)[0]
             return super()._split_scope(nodeid)
-
-        def _assign_work_unit(self, node) -> None:
-            if not self.ordered:  # the first call comes once the work queue is whole
-                self.ordered = True
-                longest = sorted(self.workqueue.items(), key=lambda item: -_scope_seconds(item[0], len(item[1])))
-                self.workqueue.clear()
-                self.workqueue.update(longest)
-            super()._assign_work_unit(node)
 
     return FileOrExercise(config, log)
 
