@@ -113,6 +113,21 @@ def gpu_alone(request, isolated_state):
 
 
 @pytest.fixture(autouse=True)
+def grade_as_the_learner(request, monkeypatch):
+    """On a GPU a test's grade() times what `kcourse grade` times: the verdict's size, PyTorch beside it. Every
+    size (`kcourse grade --full`, validate) ran all of them with PyTorch beside each, and their timing phases queue
+    under the GPU lock: the GPU tier's tests took 85-250 s each where a grade takes about ten. A test that reads
+    another size's figures is marked `all_sizes`; a memory limit still times every size (judge.py)."""
+    if not HAS_GPU or "gpu" not in request.keywords or request.node.get_closest_marker("all_sizes"):
+        return
+    from grader.run import grade as grading
+
+    defaults = dict(grading.grade.__kwdefaults__)
+    defaults.update(timed_sizes="verdict", job_extra={"torch_anchor": True})
+    monkeypatch.setattr(grading.grade, "__kwdefaults__", defaults)
+
+
+@pytest.fixture(autouse=True)
 def seeded(request):
     """torch's and random's global generators seeded from the test's id: a test that draws unseeded values draws
     the same ones on every run, so its outcome never depends on luck (rope's reference test, comparing float64 with

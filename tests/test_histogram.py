@@ -191,6 +191,7 @@ def test_the_fixtures_compile_for_sm_90():
 
 @pytest.mark.gpu
 @pytest.mark.solutions
+@pytest.mark.all_sizes  # the one-bin size beside the verdict's uniform one
 def test_the_solution_passes_near_copy_bandwidth_and_beats_torch_histc():
     result = grade(resolve(("histogram",)), source="solutions", seed=SEED, record=False)
     assert result.status == "passed", result.verdict

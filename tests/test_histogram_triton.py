@@ -135,6 +135,7 @@ def test_the_race_played_as_a_gpu_interleaves_it_fails_once_two_programs_overlap
 
 @pytest.mark.gpu
 @pytest.mark.solutions
+@pytest.mark.all_sizes  # the one-bin size beside the verdict's uniform one
 def test_the_solution_passes_and_beats_torch_histc():
     from cuda_checks import figures
 
