@@ -16,17 +16,22 @@ by the kernel when the process dies. A process that holds it exclusively exports
 `kcourse` processes it starts (a test that times in its own process and runs the CLI) do not wait for it. A build
 sets an exclusive hold aside (`set_aside`): compiling needs no GPU.
 
-One thread per process takes the lock (the grade's main thread)."""
+One thread per process takes the lock (the grade's main thread). `KCOURSE_GPU_LOCK_LOG` names a file where each hold
+appends a JSON line (mode, when asked, seconds waited and held, the pytest test): where a parallel GPU test run's
+time goes (scripts/gpu_lock_report.py sums it)."""
 
 from __future__ import annotations
 
 import fcntl
+import json
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 ENV = "KCOURSE_GPU_LOCK"
 HELD_ENV = "KCOURSE_GPU_LOCK_HELD"
+LOG_ENV = "KCOURSE_GPU_LOCK_LOG"
 
 
 class _Lock:
@@ -153,11 +158,24 @@ def _holding(mode: str) -> Iterator[None]:
     if lock is None:
         yield
         return
+    asked = time.time()
     getattr(lock, f"acquire_{mode}")()
+    got = time.time()
     try:
         yield
     finally:
         getattr(lock, f"release_{mode}")()
+        _log(mode, asked, got)
+
+
+def _log(mode: str, asked: float, got: float) -> None:
+    path = os.environ.get(LOG_ENV)
+    if not path:
+        return
+    line = {"mode": mode, "pid": os.getpid(), "asked": asked, "waited": got - asked, "held": time.time() - got}
+    line["test"] = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0]
+    with open(path, "a") as f:  # one short write per line: appends from many processes stay whole
+        f.write(json.dumps(line) + "\n")
 
 
 def held_alone() -> bool:
