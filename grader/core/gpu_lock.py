@@ -8,8 +8,11 @@ workers on one GPU machine, docs/testing.md); a learner's one grade at a time ne
 - it holds the lock *exclusive* while the child times (and while a tool such as `tune` runs): no other process
   of ours uses the GPU then, so the timings and the probe are what a lone grade would measure.
 
-Writers come first: a grade that waits to time stops new grades from starting their numerics (a turnstile,
-`<file>.turn`, taken before the lock), so timing is never starved by a stream of readers.
+Readers first, for a while: a grade that waits to time lets other grades start their numerics for `PATIENCE_S`
+(trying the lock every `POLL_S`), and takes it the moment no grade holds it. Writers first made one long holder (a
+compute-sanitizer run, a hung kernel's time-out) stall every worker: the waiting timer stopped new numerics while
+that one ran on. Past its patience it stops new grades from starting their numerics (a turnstile, `<file>.turn`,
+taken before the lock), so timing is never starved by a stream of readers. `KCOURSE_GPU_LOCK_PATIENCE_S` sets it.
 
 The lock is `flock(2)` on open files: held by the trusted grader process, never by the boxed child, and released
 by the kernel when the process dies. A process that holds it exclusively exports `KCOURSE_GPU_LOCK_HELD`, so the
@@ -31,6 +34,9 @@ from contextlib import contextmanager
 
 ENV = "KCOURSE_GPU_LOCK"
 HELD_ENV = "KCOURSE_GPU_LOCK_HELD"
+PATIENCE_ENV = "KCOURSE_GPU_LOCK_PATIENCE_S"
+PATIENCE_S = 60.0  # how long a timer waits beside new numerics before it stops them
+POLL_S = 0.02
 LOG_ENV = "KCOURSE_GPU_LOCK_LOG"
 
 
@@ -92,15 +98,19 @@ class _Lock:
             self._take_alone()
 
     def _take_alone(self) -> None:
-        """The exclusive hold itself, from holding nothing: the turnstile first, then the lock."""
-        self.fd, self.turn = self._open(), self._open(".turn")
-        fcntl.flock(self.turn, fcntl.LOCK_EX)  # new readers now wait behind us
-        fcntl.flock(self.fd, fcntl.LOCK_EX)  # the readers already in finish
+        """The exclusive hold itself, from holding nothing: tried while readers come and go, for our patience; then
+        the turnstile, and the lock once the readers already in finish."""
+        self.fd = self._open()
+        if not _try_for(self.fd, _patience()):
+            self.turn = self._open(".turn")
+            fcntl.flock(self.turn, fcntl.LOCK_EX)  # new readers now wait behind us
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
         os.environ[HELD_ENV] = str(os.getpid())
 
     def _leave_turnstile(self) -> None:
-        os.close(self.turn)
-        self.turn = None
+        if self.turn is not None:
+            os.close(self.turn)
+            self.turn = None
 
     @contextmanager
     def _turnstile(self) -> Iterator[None]:
@@ -115,6 +125,24 @@ class _Lock:
         if self.fd is not None:
             os.close(self.fd)  # closing the file releases its lock
             self.fd = None
+
+
+def _try_for(fd: int, seconds: float) -> bool:
+    """Whether `fd`'s exclusive lock was taken within `seconds`, trying every POLL_S without stopping readers."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(POLL_S)
+
+
+def _patience() -> float:
+    value = os.environ.get(PATIENCE_ENV)
+    return float(value) if value else PATIENCE_S
 
 
 _locks: dict[str, _Lock] = {}

@@ -1,5 +1,5 @@
 """The GPU lock that lets parallel test workers share one GPU (grader/core/gpu_lock.py): shared holders together,
-an exclusive holder alone, writers first, nesting within a process, and the processes an exclusive holder
+an exclusive holder alone, readers first for a timer's patience and writers after it, nesting within a process, and the processes an exclusive holder
 starts never waiting for it."""
 
 from __future__ import annotations
@@ -108,11 +108,26 @@ def test_timing_waits_for_numerics_and_numerics_for_timing(tmp_path, env):
     late.let_go()
 
 
-def test_a_waiting_timer_goes_before_new_numerics(tmp_path, env):
+def test_new_numerics_run_beside_a_waiting_timer_while_it_is_patient(tmp_path, env):
+    reader = Holder(tmp_path, "reader", "shared", env)
+    assert reader.holds()
+    writer = Holder(tmp_path, "writer", "exclusive", env)  # patient for 60 s
+    time.sleep(0.5)
+    newcomer = Holder(tmp_path, "newcomer", "shared", env)
+    assert newcomer.holds()  # one long numerics phase no longer stalls every other grade
+    reader.let_go()
+    assert not writer.holds(within=0.5)
+    newcomer.let_go()
+    assert writer.holds()
+    writer.let_go()
+
+
+def test_a_timer_past_its_patience_goes_before_new_numerics(tmp_path, env):
+    env = dict(env, **{gpu_lock.PATIENCE_ENV: "0.3"})
     reader = Holder(tmp_path, "reader", "shared", env)
     assert reader.holds()
     writer = Holder(tmp_path, "writer", "exclusive", env)
-    time.sleep(0.5)  # the writer now waits at the lock, holding the turnstile
+    time.sleep(1.5)  # the writer, past its patience, now waits at the lock holding the turnstile
     newcomer = Holder(tmp_path, "newcomer", "shared", env)
     assert not newcomer.holds(within=0.5)  # it would get in beside the reader, were readers first
     reader.let_go()
