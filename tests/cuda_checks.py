@@ -4,7 +4,7 @@ the mistake and ladder fixtures, and printing a grade's figures beside torch's."
 from __future__ import annotations
 
 import os
-import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from conftest import submission
@@ -29,21 +29,14 @@ def solution_edits_apply(solution: Path, edits: dict[str, tuple]) -> None:
 
 
 def compile_fixtures(names: list[str | Path]) -> None:
-    """Device code only (-cubin), all at once: the GPU tests grade them, this catches a typo without one. A name
-    is a fixture's; a Path (a `mutant`) is compiled where it is."""
-    nvcc = build.find_nvcc()
+    """Device code only, all at once, as a grade without a GPU builds it (through the session's build cache, so a
+    fixture the [[mistakes]] table also grades is built once): the GPU tests grade them, this catches a typo
+    without one. A name is a fixture's; a Path (a `mutant`) is compiled where it is."""
     sources = [name if isinstance(name, Path) else submission(name) for name in names]
-    jobs = [
-        subprocess.Popen(
-            [nvcc, "-std=c++17", "-arch=sm_90", "-cubin", "-o", os.devnull, str(source)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for source in sources
-    ]
-    for name, job in zip(names, jobs):
-        assert job.wait() == 0, f"{name}: {job.stdout.read()}"
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
+        results = list(pool.map(lambda source: build.build_shared_library(source, "sm_90", device_only=True), sources))
+    for name, result in zip(names, results):
+        assert result.ok, f"{name}: {result.log}"
 
 
 def numerics(result):

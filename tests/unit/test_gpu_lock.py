@@ -4,6 +4,7 @@ starts never waiting for it."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import signal
@@ -239,3 +240,21 @@ def test_while_timing_alone_the_locks_participants_on_the_gpu_are_not_counted_as
     finally:
         for pid in (outsider, worker):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_each_hold_is_logged_and_the_report_sums_them(tmp_path, env, monkeypatch):
+    log = tmp_path / "lock.jsonl"
+    monkeypatch.setenv(gpu_lock.LOG_ENV, str(log))
+    with gpu_lock.shared():
+        with gpu_lock.exclusive():
+            time.sleep(0.05)
+    holds = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [h["mode"] for h in holds] == ["exclusive", "shared"]  # the inner hold ends first
+    assert holds[0]["held"] >= 0.05 and holds[1]["held"] >= holds[0]["held"]
+    assert holds[0]["test"].endswith("test_each_hold_is_logged_and_the_report_sums_them")
+    script = ROOT / "scripts" / "gpu_lock_report.py"
+    if not script.exists():
+        pytest.skip("scripts/gpu_lock_report.py is the instructors' (not in the learner's kit)")
+    report = subprocess.run([sys.executable, str(script), str(log)], capture_output=True, text=True, check=True).stdout
+    assert "exclusive: 1 holds" in report and "shared: 1 holds" in report
+    assert "test_each_hold_is_logged_and_the_report_sums_them" in report.splitlines()[-1]
