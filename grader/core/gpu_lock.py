@@ -19,6 +19,10 @@ by the kernel when the process dies. A process that holds it exclusively exports
 `kcourse` processes it starts (a test that times in its own process and runs the CLI) do not wait for it. A build
 sets an exclusive hold aside (`set_aside`): compiling needs no GPU.
 
+A grade's helper process (the references' GPU process, run/heavy.py) holds it `beside` the grade: shared, but not
+queued behind a waiting timer, since its grade may hold the lock shared and wait for its results; it waits only while
+a timer holds the lock, and at most `BESIDE_LIMIT_S`, then goes on unlocked.
+
 One thread per process takes the lock (the grade's main thread). `KCOURSE_GPU_LOCK_LOG` names a file where each hold
 appends a JSON line (mode, when asked, seconds waited and held, the pytest test): where a parallel GPU test run's
 time goes (scripts/gpu_lock_report.py sums it)."""
@@ -37,6 +41,7 @@ HELD_ENV = "KCOURSE_GPU_LOCK_HELD"
 PATIENCE_ENV = "KCOURSE_GPU_LOCK_PATIENCE_S"
 PATIENCE_S = 60.0  # how long a timer waits beside new numerics before it stops them
 POLL_S = 0.02
+BESIDE_LIMIT_S = 120.0  # a helper waits this long for a timer to finish, then works unlocked (never a deadlock)
 LOG_ENV = "KCOURSE_GPU_LOCK_LOG"
 
 
@@ -127,12 +132,13 @@ class _Lock:
             self.fd = None
 
 
-def _try_for(fd: int, seconds: float) -> bool:
-    """Whether `fd`'s exclusive lock was taken within `seconds`, trying every POLL_S without stopping readers."""
+def _try_for(fd: int, seconds: float, mode: int = fcntl.LOCK_EX) -> bool:
+    """Whether `fd`'s lock (exclusive, or `mode`) was taken within `seconds`, trying every POLL_S without the
+    turnstile (readers are not stopped)."""
     deadline = time.monotonic() + seconds
     while True:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
             return True
         except BlockingIOError:
             if time.monotonic() >= deadline:
@@ -204,6 +210,26 @@ def _log(mode: str, asked: float, got: float) -> None:
     line["test"] = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0]
     with open(path, "a") as f:  # one short write per line: appends from many processes stay whole
         f.write(json.dumps(line) + "\n")
+
+
+@contextmanager
+def beside() -> Iterator[None]:
+    """Held while a grade's helper process uses the GPU (heavy.py's draws and references): shared, without the
+    turnstile, so a timer waiting for its grade's shared hold to end cannot also stop it; it waits for a timer
+    that holds the lock, for BESIDE_LIMIT_S at most. A hold per block: the helper holds nothing between tasks."""
+    path = os.environ.get(ENV)
+    if not path or os.environ.get(HELD_ENV):
+        yield
+        return
+    asked = got = time.time()
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        _try_for(fd, BESIDE_LIMIT_S, fcntl.LOCK_SH)
+        got = time.time()
+        yield
+    finally:
+        os.close(fd)  # closing the file releases its lock
+        _log("beside", asked, got)
 
 
 def held_alone() -> bool:

@@ -8,7 +8,8 @@ transforms (an attention forward) and computes the float64 references there, for
 to be worth it (worth_it: the timed sizes; the small numerics cases stay on the CPU, ready at once). The
 random draws stay on the CPU, so the values are the same on every machine; only the float64 arithmetic
 moves. The judge waits for the timed sizes' references before timing starts: nothing of ours runs on the
-GPU while it is timed.
+GPU while it is timed; where several grades share a GPU (the kit's parallel tests), this process holds the GPU lock
+beside its grade, so neither does another grade's (core/gpu_lock.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import threading
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from grader.core import gpu_lock
 from grader.core.spec import Case, ExerciseSpec, Variant
 
 if TYPE_CHECKING:  # torch is imported where it is used: `kcourse grade` starts this process before its own import
@@ -164,7 +166,8 @@ def _reference_function(spec: ExerciseSpec, function: str):
 def _generate(spec: ExerciseSpec, case: Case, seed: int, trial: int) -> dict[str, torch.Tensor]:
     from grader.checks.inputs import generate
 
-    return generate(spec, case, seed, trial, device="cuda")
+    with gpu_lock.beside():  # where grades share the GPU, never while another one times
+        return generate(spec, case, seed, trial, device="cuda")
 
 
 def _reference(
@@ -174,8 +177,9 @@ def _reference(
 
     from grader.checks.checking import reference_outputs
 
-    on_gpu = {name: t.to("cuda") for name, t in inputs.items()}
-    outs = [o.cpu() for o in reference_outputs(_reference_function(spec, function), spec, on_gpu, params)]
-    del on_gpu
-    torch.cuda.empty_cache()  # hand the memory back before the learner's code is timed
+    with gpu_lock.beside():  # where grades share the GPU, never while another one times
+        on_gpu = {name: t.to("cuda") for name, t in inputs.items()}
+        outs = [o.cpu() for o in reference_outputs(_reference_function(spec, function), spec, on_gpu, params)]
+        del on_gpu
+        torch.cuda.empty_cache()  # hand the memory back before the learner's code is timed
     return outs

@@ -20,8 +20,8 @@ from grader.core import gpu_lock, gpushare
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# A holder in another process: takes the lock as `argv[1]` says ("shared", "exclusive", or "shared+exclusive": the
-# grade's case, shared and then exclusive inside it), writes `argv[2]` once it holds it, and lets go when `argv[3]`
+# A holder in another process: takes the lock as `argv[1]` says ("shared", "exclusive", "beside" (a grade's helper),
+# or "shared+exclusive": the grade's case, shared and then exclusive inside it), writes `argv[2]` once it holds it, and lets go when `argv[3]`
 # exists.
 HOLDER = textwrap.dedent(
     """
@@ -41,6 +41,9 @@ HOLDER = textwrap.dedent(
             hold()
     elif mode == "exclusive":
         with gpu_lock.exclusive():
+            hold()
+    elif mode == "beside":
+        with gpu_lock.beside():
             hold()
     else:
         with gpu_lock.shared():
@@ -258,3 +261,21 @@ def test_each_hold_is_logged_and_the_report_sums_them(tmp_path, env, monkeypatch
     report = subprocess.run([sys.executable, str(script), str(log)], capture_output=True, text=True, check=True).stdout
     assert "exclusive: 1 holds" in report and "shared: 1 holds" in report
     assert "test_each_hold_is_logged_and_the_report_sums_them" in report.splitlines()[-1]
+
+
+def test_a_grades_helper_gets_in_past_a_waiting_timer_but_never_beside_a_timing_one(tmp_path, env):
+    env = dict(env, **{gpu_lock.PATIENCE_ENV: "0.3"})
+    grade = Holder(tmp_path, "grade", "shared", env)  # it waits for its helper's references, holding the lock
+    assert grade.holds()
+    timer = Holder(tmp_path, "timer", "exclusive", env)
+    time.sleep(1.5)  # past its patience: it holds the turnstile and waits for the grade
+    helper = Holder(tmp_path, "helper", "beside", env)
+    assert helper.holds()  # queued behind the timer, it would never finish and the grade never let go
+    helper.let_go()
+    grade.let_go()
+    assert timer.holds()
+    late_helper = Holder(tmp_path, "late", "beside", env)
+    assert not late_helper.holds(within=0.5)  # the timer times alone
+    timer.let_go()
+    assert late_helper.holds()
+    late_helper.let_go()
