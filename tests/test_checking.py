@@ -138,3 +138,38 @@ def test_caching_is_named_only_when_the_previous_answer_is_far_from_this_one():
     slightly_off = torch.tensor([1.0000e8])
     assert not looks_cached(slightly_off, previous, now, tol)  # two sums 5e-5 apart: rounding, not caching
     assert looks_cached(torch.tensor([1.0e8]), previous, previous * 1.5, tol)
+
+
+def _whole_tensor_max_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    err = (out.double() - ref.double()).abs()
+    return float(torch.where(torch.isfinite(err), err, torch.zeros_like(err)).max())
+
+
+def test_a_passing_output_is_checked_in_chunks_with_the_whole_tensors_verdict_and_error(monkeypatch):
+    from grader.checks import checking
+
+    monkeypatch.setattr(checking, "CHUNK", 7)  # 100 elements: 15 chunks, the last one short
+    ref = torch.randn(10, 10, dtype=torch.float64)
+    out = ref.float()
+    out[9, 9] += 5e-6  # the largest error sits in the short last chunk
+    result = compare("y", out, ref, Tolerance(atol=1e-5, rtol=0), "case")
+    assert result.ok and result.details["max_abs_error"] == _whole_tensor_max_error(out, ref)
+    out[9, 9] += 1.0  # and a wrong element there is caught
+    wrong = compare("y", out, ref, Tolerance(atol=1e-5, rtol=0), "case")
+    assert not wrong.ok and wrong.details["first_index"] == 99 and wrong.details["wrong"] == 1
+
+
+def test_a_float64_output_is_not_changed_by_its_check():
+    ref = torch.randn(64, dtype=torch.float64)
+    out = ref + 1e-9
+    kept = out.clone()
+    assert compare("y", out, ref, TOL, "case").ok
+    assert torch.equal(out, kept)
+
+
+def test_equal_infinities_and_expected_nans_still_pass_and_a_nan_where_a_number_is_expected_fails():
+    ref = torch.tensor([1.0, float("inf"), float("nan"), -float("inf")], dtype=torch.float64)
+    assert compare("y", ref.float(), ref, TOL, "case").ok  # the whole-tensor path decides these
+    got = ref.float()
+    got[0] = float("nan")
+    assert not compare("y", got, ref, TOL, "case").ok
