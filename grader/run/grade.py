@@ -353,8 +353,7 @@ def _judge(run: GradeRun, judge: Judge, calibration_error: str | None) -> None:
             before_timing()  # the caller's (grade-batch: the next grade's child warming up)
 
     judge.before_timing = quiet_gpu
-    with gpu_lock.shared():  # other grades' numerics may share the GPU, never their timing (gpu_lock)
-        _child_and_tools(judge, job, memory_safety, background, early=not variant.kind_of.builds_in_child)
+    _child_and_tools(judge, job, memory_safety, background, early=not variant.kind_of.builds_in_child)
     if variant.kind_of.interpreted and not gpu:
         _lint_for_the_gpu(path, result)
     result.phases.update(judge.phases)
@@ -369,11 +368,25 @@ def _judge(run: GradeRun, judge: Judge, calibration_error: str | None) -> None:
 def _child_and_tools(judge: Judge, job: Job, memory_safety: _MemorySafety, background: bool, early: bool) -> None:
     """The child's run and the sanitizer's: raw CUDA and Triton (`early`) start the tools at once, to overlap the
     child's start and numerics; a torch operator after the child built it (one build at a time in its folder).
-    In the background (watch), after timing, so the tools never share the GPU with it; watch settles them."""
-    if early and not background:
-        memory_safety.start()
-    judge.run(job)
-    memory_safety.start()
+    In the background (watch), after timing, so the tools never share the GPU with it; watch settles them.
+    The GPU lock is held shared throughout (other grades' numerics may share the GPU, never their timing): for a
+    torch operator from the child's load on, since the child's build before it (tens of seconds of CPU work
+    cold) needs no GPU and, held, kept timers waiting (gpu_lock)."""
+    if early:
+        with gpu_lock.shared():
+            if not background:
+                memory_safety.start()
+            judge.run(job)
+            _tools_after_the_child(memory_safety, background)
+    else:
+        judge.gpu_hold = gpu_lock.shared
+        judge.run(job)
+        with gpu_lock.shared():
+            _tools_after_the_child(memory_safety, background)
+
+
+def _tools_after_the_child(memory_safety: _MemorySafety, background: bool) -> None:
+    memory_safety.start()  # where not started yet
     if background:
         memory_safety.leave_running()
     else:

@@ -8,12 +8,13 @@ agrees (probe.py). What the child may send and how its death reads is child_link
 
 from __future__ import annotations
 
+import contextlib
 import math
 import shutil
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, ContextManager
 
 from grader import cuda_cpu
 from grader.checks import integrity, memory, op_checks, speed
@@ -55,6 +56,8 @@ class Judge:
         self.op_judged: list[dict[str, Check]] = []
         self.phases: dict[str, float] = {}
         self.before_timing: Callable[[], None] = lambda: None
+        # held from the learner's code loaded to the end (grade.py: where the child builds an operator first)
+        self.gpu_hold: Callable[[], ContextManager] = contextlib.nullcontext
         self.staged_solution: dict[Path, Path] = {}  # the solution's files -> their place in the child's folder
 
     @property
@@ -75,13 +78,8 @@ class Judge:
         self.link.start(job, started)
         try:
             self._load(job, started)
-            if self._numerics() and self.timing:
-                self.before_timing()  # e.g. the sanitizer's processes end: nothing else on the GPU while timing
-                with gpu_lock.exclusive():  # nor another grade's (where grades share a GPU: gpu_lock)
-                    self._timing(job)
-            else:
-                self.child.send({Order.STOP: True})
-                self._add_if(memory.not_measured(self.spec, on_gpu=self.child.device == "cuda"))
+            with self.gpu_hold():
+                self._numerics_and_timing(job)
         except Finished:
             pass
         except (ChildTimeout, ChildGone) as exc:
@@ -94,6 +92,15 @@ class Judge:
             self._grader_error(exc, traceback.format_exc())
         finally:
             self.close()
+
+    def _numerics_and_timing(self, job: Job) -> None:
+        if self._numerics() and self.timing:
+            self.before_timing()  # e.g. the sanitizer's processes end: nothing else on the GPU while timing
+            with gpu_lock.exclusive():  # nor another grade's (where grades share a GPU: gpu_lock)
+                self._timing(job)
+        else:
+            self.child.send({Order.STOP: True})
+            self._add_if(memory.not_measured(self.spec, on_gpu=self.child.device == "cuda"))
 
     def prefetch(self, job: Job) -> None:
         """Start drawing the large trials and the timed sizes, before the build (input_feed.InputFeed.prefetch)."""

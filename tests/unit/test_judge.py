@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import re
 import time
+from contextlib import contextmanager
 
 import pytest
 import torch
 
 from grader.checks.inputs import generate, make_outputs
+from grader.core.job import Job
 from grader.core.paths import course_root
-from grader.core.records import ERROR, FAILED, PASSED
+from grader.core.records import ERROR, FAILED, PASSED, GradeResult
 from grader.run.input_feed import input_bytes
+from grader.run.judge import Judge
 
 from .conftest import TOY_REFERENCE
 from .fake_child import GONE, grade, last, verdicts
@@ -321,3 +324,21 @@ def test_a_check_event_without_its_check_is_an_integrity_failure(toy, toy_child)
     child = toy_child()
     child.at_trial[0] = [{"event": "check"}]
     assert verdicts(grade(toy, child))[-1][:2] == ("integrity", FAILED)
+
+
+def test_the_gpu_hold_a_grade_gives_is_taken_once_the_code_is_loaded_and_kept_to_the_end(toy, toy_child):
+    """A torch operator's child builds it at load (tens of seconds cold, no GPU): the grade hands the judge the GPU
+    lock's shared hold (grade._child_and_tools), taken from then on, so that build keeps no timer waiting."""
+    result = GradeResult(exercise=toy.id, lang="triton", source="learner", seed=1)
+    seen = []
+
+    @contextmanager
+    def hold():
+        seen.append([c.name for c in result.checks])
+        yield
+        seen.append([c.name for c in result.checks])
+
+    judge = Judge(toy, toy.variant(None), toy_child(), result, 1, 60.0, False, None)
+    judge.gpu_hold = hold
+    judge.run(Job(learner="/x/toy.py"))
+    assert seen == [["load"], ["load", "numerics", "integrity"]]
