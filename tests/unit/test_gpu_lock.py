@@ -279,3 +279,14 @@ def test_a_grades_helper_gets_in_past_a_waiting_timer_but_never_beside_a_timing_
     timer.let_go()
     assert late_helper.holds()
     late_helper.let_go()
+
+
+def test_a_helper_that_waits_past_its_limit_goes_on_unlocked(tmp_path, env, monkeypatch):
+    monkeypatch.setattr(gpu_lock, "BESIDE_LIMIT_S", 0.3)
+    timer = Holder(tmp_path, "timer", "exclusive", env)
+    assert timer.holds()
+    started = time.monotonic()
+    with gpu_lock.beside():  # never a deadlock: a grade stuck behind its own helper would otherwise wait forever
+        waited = time.monotonic() - started
+    assert 0.3 <= waited < 5
+    timer.let_go()
