@@ -114,10 +114,10 @@ def gpu_alone(request, isolated_state):
 
 @pytest.fixture(autouse=True)
 def grade_as_the_learner(request, monkeypatch):
-    """On a GPU a test's grade() times what `kcourse grade` times: the verdict's size, PyTorch beside it. Every
-    size (`kcourse grade --full`, validate) ran all of them with PyTorch beside each, and their timing phases queue
-    under the GPU lock: the GPU tier's tests took 85-250 s each where a grade takes about ten. A test that reads
-    another size's figures is marked `all_sizes`; a memory limit still times every size (judge.py)."""
+    """On a GPU a test's grade() times what `kcourse grade` times: the verdict's size, PyTorch beside it, not every
+    size with PyTorch beside each (`kcourse grade --full`, validate): timing phases queue under the GPU lock, one
+    grade at a time. A test that reads another size's figures is marked `all_sizes`. An exercise with a memory
+    limit still runs every size, for its memory alone but the verdict's (judge.memory_only)."""
     if not HAS_GPU or "gpu" not in request.keywords or request.node.get_closest_marker("all_sizes"):
         return
     from grader.run import grade as grading

@@ -15,7 +15,7 @@ def reference(x: torch.Tensor) -> torch.Tensor:
     if x.device.type != "cpu":  # on the GPU it is the "torch" figure a grade times: PyTorch's own kernels
         return gelu_tanh(x)
     # The grader's float64 truth, up to 2^28 elements: a piece at a time, so the temporaries stay in the CPU's
-    # cache. The same values, in a third of the time the whole tensor at once took.
+    # cache (the same values as the whole tensor at once)
     flat = x.reshape(-1)
     out = torch.empty_like(flat)
     for start in range(0, flat.numel(), PIECE):

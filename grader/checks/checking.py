@@ -158,8 +158,7 @@ def compare(name: str, out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, lab
 def _max_error_if_within(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance) -> float | None:
     """An output's max abs error where every element is within tolerance and finite (a passing output, the common
     case), taken CHUNK elements at a time so the float64 temporaries stay in the CPU's cache: the whole-tensor
-    path below makes a dozen of the output's size (a 67M-element gradient took seconds). None where any element is
-    not: the whole path then decides, with equal infs, expected NaNs and the account of what is wrong."""
+    path below makes a dozen of the output's size. None where any element is not: the whole path then decides, with equal infs, expected NaNs and the account of what is wrong."""
     got, want = out.detach().cpu().flatten(), ref.detach().cpu().flatten()
     worst = 0.0
     for start in range(0, got.numel(), CHUNK):
