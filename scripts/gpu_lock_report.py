@@ -4,7 +4,8 @@
     python scripts/gpu_lock_report.py /tmp/lock.jsonl
 
 Prints the run's span, the seconds the GPU was held exclusively (timing: one process at a time, so their sum bounds
-the run from below), the seconds spent waiting for the lock by mode, and the tests that held it exclusively longest.
+the run from below), the seconds held and waited for by mode (beside: a grade's references process), and the
+tests that held it exclusively longest.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def report(holds: list[dict], top: int = 15) -> str:
     start = min(h["asked"] for h in holds)
     end = max(h["asked"] + h["waited"] + h["held"] for h in holds)
     lines = [f"span {end - start:.0f} s, {len(holds)} holds"]
-    for mode in ("exclusive", "shared"):
+    for mode in ("exclusive", "shared", "beside"):
         mine = [h for h in holds if h["mode"] == mode]
         held = sum(h["held"] for h in mine)
         waited = sum(h["waited"] for h in mine)
