@@ -74,10 +74,15 @@ def _index(flat_index: int, shape: tuple[int, ...]) -> list[int] | int:
     return list(reversed(coords))
 
 
+def _bound(want: torch.Tensor, tol: Tolerance) -> torch.Tensor:
+    """The largest error each element may have: atol + rtol |want| (one new tensor, the rest in place)."""
+    return want.abs().mul_(tol.rtol).add_(tol.atol)
+
+
 def _within(got: torch.Tensor, want: torch.Tensor, tol: Tolerance) -> torch.Tensor:
     """Elementwise pass mask: equal values pass (inf == inf), NaN never does unless expected."""
     err = (got - want).abs()
-    ok = err <= tol.atol + tol.rtol * want.abs()
+    ok = err <= _bound(want, tol)
     return ok | (got == want) | (torch.isnan(got) & torch.isnan(want))
 
 
@@ -164,7 +169,7 @@ def _max_error_if_within(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance) -
     for start in range(0, got.numel(), CHUNK):
         g, w = got[start : start + CHUNK].double(), want[start : start + CHUNK].double()
         err = torch.sub(g, w).abs_()  # never in place on g: it is the output itself where that is float64
-        if not bool((err <= w.abs().mul_(tol.rtol).add_(tol.atol)).all()):
+        if not bool((err <= _bound(w, tol)).all()):
             return None
         worst = max(worst, float(err.max()))
     return worst if math.isfinite(worst) else None

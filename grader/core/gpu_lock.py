@@ -217,12 +217,12 @@ def beside() -> Iterator[None]:
     """Held while a grade's helper process uses the GPU (heavy.py's draws and references): shared, without the
     turnstile, so a timer waiting for its grade's shared hold to end cannot also stop it; it waits for a timer
     that holds the lock, for BESIDE_LIMIT_S at most. A hold per block: the helper holds nothing between tasks."""
-    path = os.environ.get(ENV)
-    if not path or os.environ.get(HELD_ENV):
+    lock = _lock()
+    if lock is None:  # no lock asked for, or the process that started this one holds it alone
         yield
         return
     asked = got = time.time()
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    fd = lock._open()  # a file of its own, not the process's hold: the helper holds nothing between tasks
     try:
         _try_for(fd, BESIDE_LIMIT_S, fcntl.LOCK_SH)
         got = time.time()
