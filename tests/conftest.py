@@ -117,13 +117,20 @@ def grade_as_the_learner(request, monkeypatch):
     """On a GPU a test's grade() times what `kcourse grade` times: the verdict's size, PyTorch beside it, not every
     size with PyTorch beside each (`kcourse grade --full`, validate): timing phases queue under the GPU lock, one
     grade at a time. A test that reads another size's figures is marked `all_sizes`. An exercise with a memory
-    limit still runs every size, for its memory alone but the verdict's (judge.memory_only)."""
-    if not HAS_GPU or "gpu" not in request.keywords or request.node.get_closest_marker("all_sizes"):
+    limit still runs every size, for its memory alone but the verdict's (judge.memory_only).
+
+    compute-sanitizer runs only in the tests about it (marked `sanitizer`: tests/test_sanitizer.py, the mistakes it
+    must catch, every solution's grade in tests/test_gpu.py): elsewhere it held the GPU lock shared for 5-80 s a
+    grade beside the numerics, which the test does not read, while other workers' timers waited for the lock."""
+    if not HAS_GPU or "gpu" not in request.keywords:
         return
     from grader.run import grade as grading
 
     defaults = dict(grading.grade.__kwdefaults__)
-    defaults.update(timed_sizes="verdict", job_extra={"torch_anchor": True})
+    if not request.node.get_closest_marker("all_sizes"):
+        defaults.update(timed_sizes="verdict", job_extra={"torch_anchor": True})
+    if not request.node.get_closest_marker("sanitizer"):
+        defaults.update(sanitize_code=False)
     monkeypatch.setattr(grading.grade, "__kwdefaults__", defaults)
 
 

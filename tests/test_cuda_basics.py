@@ -345,6 +345,7 @@ def test_the_stub_fails_numerics_on_the_gpu(exercise):
 
 
 @pytest.mark.gpu
+@pytest.mark.sanitizer
 def test_a_tile_without_a_barrier_fails_numerics_or_the_race_check():
     result = grade(
         resolve(("transpose",)), submission=submission("transpose_no_sync.cu"), seed=11, record=False, quick=True

@@ -28,9 +28,13 @@ from unit.conftest import toy_spec, write_exercise
 from grader.checks import hints
 from grader.core.discovery import discover_exercises, resolve, solution_file
 from grader.core.spec import SpecError, load_spec
+from grader.core.vocabulary import Code
 from grader.kinds import NVCC_KINDS
+from grader.run import sanitize
 
 SEED = 11
+# The codes of compute-sanitizer's findings: a row that may fail with one grades with the sanitizer on (conftest.py)
+SANITIZER_CODES = {Code.LEAK, *sanitize.CODES.values()}
 CPU_ONLY = pytest.mark.skipif(HAS_GPU, reason="the cpu tier checks the no-GPU path (the gpu tier runs here)")
 
 
@@ -44,6 +48,7 @@ def _catalog() -> list:
             for tier in mistake.tiers:
                 if tier == "gpu":  # a mistake the CPU tier grades too: its GPU run is in `gpu and slow`, not the tier
                     marks = [pytest.mark.gpu] + ([pytest.mark.slow] if "cpu" in mistake.tiers else [])
+                    marks += [pytest.mark.sanitizer] if _sanitizer_may_catch(mistake) else []
                 elif cuda:  # the emulator runs it; `pytest -m emulated` picks every CUDA mistake run there
                     marks = [pytest.mark.slow, CPU_ONLY, pytest.mark.nvcc, pytest.mark.emulator, pytest.mark.emulated]
                 else:
@@ -54,6 +59,10 @@ def _catalog() -> list:
                     )
                 )
     return params
+
+
+def _sanitizer_may_catch(mistake) -> bool:
+    return mistake.check == "sanitizer" or bool(SANITIZER_CODES & set(mistake.gpu_code or mistake.code))
 
 
 def _lang_of(spec, fixture: str) -> str:

@@ -21,6 +21,7 @@ def failing_check(result):
 
 
 @pytest.mark.slow
+@pytest.mark.sanitizer
 @pytest.mark.parametrize("target", all_targets(), ids=lambda t: t.key)
 def test_solution_passes_every_check_including_speed(target):
     result = grade(target, source="solutions", seed=123)

@@ -13,6 +13,8 @@ from grader.core.discovery import resolve
 from grader.run import sanitize
 from grader.run.grade import grade
 
+pytestmark = pytest.mark.sanitizer  # its GPU grades run compute-sanitizer (the other tests' leave it out: conftest.py)
+
 RACECHECK_LOG = """========= COMPUTE-SANITIZER
 ========= Error: Race reported between Write access at sum_kernel(const float *, float *, int)+0x1b0 in /tmp/k/try.cu:11
 =========     and Read access at sum_kernel(const float *, float *, int)+0x230 in /tmp/k/try.cu:11 [62 hazards]
