@@ -11,8 +11,11 @@ workers on one GPU machine, docs/testing.md); a learner's one grade at a time ne
 Readers first, for a while: a grade that waits to time lets other grades start their numerics for `PATIENCE_S`
 (trying the lock every `POLL_S`), and takes it the moment no grade holds it. Writers first made one long holder (a
 compute-sanitizer run, a hung kernel's time-out) stall every worker: the waiting timer stopped new numerics while
-that one ran on. Past its patience it stops new grades from starting their numerics (a turnstile, `<file>.turn`,
-taken before the lock), so timing is never starved by a stream of readers. `KCOURSE_GPU_LOCK_PATIENCE_S` sets it.
+that one ran on. Past its patience it stops new grades from starting their numerics: it holds a turnstile
+(`<file>.turn`) shared, and a grade takes the turnstile exclusively, for an instant, before its shared hold of the
+lock. Timers go in batches: a timer that finds the turnstile held joins at once, without its patience, so every
+grade waiting to time does so after one wait for the numerics already running (the drain), not one drain each.
+Numerics start again when the batch's last timer is done. `KCOURSE_GPU_LOCK_PATIENCE_S` sets the patience.
 
 The lock is `flock(2)` on open files: held by the trusted grader process, never by the boxed child, and released
 by the kernel when the process dies. A process that holds it exclusively exports `KCOURSE_GPU_LOCK_HELD`, so the
@@ -39,7 +42,7 @@ from contextlib import contextmanager
 ENV = "KCOURSE_GPU_LOCK"
 HELD_ENV = "KCOURSE_GPU_LOCK_HELD"
 PATIENCE_ENV = "KCOURSE_GPU_LOCK_PATIENCE_S"
-PATIENCE_S = 60.0  # how long a timer waits beside new numerics before it stops them
+PATIENCE_S = 30.0  # how long a timer waits beside new numerics before it stops them
 POLL_S = 0.02
 BESIDE_LIMIT_S = 120.0  # a helper waits this long for a timer to finish, then works unlocked (never a deadlock)
 LOG_ENV = "KCOURSE_GPU_LOCK_LOG"
@@ -103,12 +106,16 @@ class _Lock:
             self._take_alone()
 
     def _take_alone(self) -> None:
-        """The exclusive hold itself, from holding nothing: tried while readers come and go, for our patience; then
-        the turnstile, and the lock once the readers already in finish."""
+        """The exclusive hold itself, from holding nothing: tried while readers come and go, for our patience or
+        until a batch of timers forms; then in the batch (the turnstile held shared), once the readers already in
+        finish and the timers before us are done."""
         self.fd = self._open()
-        if not _try_for(self.fd, _patience()):
-            self.turn = self._open(".turn")
-            fcntl.flock(self.turn, fcntl.LOCK_EX)  # new readers now wait behind us
+        turn = self._open(".turn")
+        if _patient(self.fd, turn, _patience()):
+            os.close(turn)
+        else:
+            self.turn = turn
+            fcntl.flock(self.turn, fcntl.LOCK_SH)  # new readers now wait until the batch is done
             fcntl.flock(self.fd, fcntl.LOCK_EX)
         os.environ[HELD_ENV] = str(os.getpid())
 
@@ -132,9 +139,8 @@ class _Lock:
             self.fd = None
 
 
-def _try_for(fd: int, seconds: float, mode: int = fcntl.LOCK_EX) -> bool:
-    """Whether `fd`'s lock (exclusive, or `mode`) was taken within `seconds`, trying every POLL_S without the
-    turnstile (readers are not stopped)."""
+def _try_for(fd: int, seconds: float, mode: int) -> bool:
+    """Whether `fd`'s lock (`mode`) was taken within `seconds`, trying every POLL_S without the turnstile."""
     deadline = time.monotonic() + seconds
     while True:
         try:
@@ -144,6 +150,31 @@ def _try_for(fd: int, seconds: float, mode: int = fcntl.LOCK_EX) -> bool:
             if time.monotonic() >= deadline:
                 return False
             time.sleep(POLL_S)
+
+
+def _patient(fd: int, turn: int, seconds: float) -> bool:
+    """Whether the lock `fd` was taken alone while readers come and go (True), or our patience ran out or a batch
+    of timers formed meanwhile (False: join it)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if _batch_forming(turn) or time.monotonic() >= deadline:
+                return False
+            time.sleep(POLL_S)
+
+
+def _batch_forming(turn: int) -> bool:
+    """Whether timers hold the turnstile (a grade starting its numerics holds it for an instant: then a batch
+    forms a little early, no harm)."""
+    try:
+        fcntl.flock(turn, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    fcntl.flock(turn, fcntl.LOCK_UN)
+    return False
 
 
 def _patience() -> float:

@@ -142,6 +142,26 @@ def test_a_timer_past_its_patience_goes_before_new_numerics(tmp_path, env):
     newcomer.let_go()
 
 
+def test_timers_go_in_a_batch_one_joining_without_its_patience_before_new_numerics(tmp_path, env):
+    reader = Holder(tmp_path, "reader", "shared", env)
+    assert reader.holds()
+    first = Holder(tmp_path, "first", "exclusive", dict(env, **{gpu_lock.PATIENCE_ENV: "0.3"}))
+    time.sleep(1.5)  # past its patience: the batch has formed, waiting for the reader to finish
+    newcomer = Holder(tmp_path, "newcomer", "shared", env)
+    second = Holder(tmp_path, "second", "exclusive", env)  # patient for the default 30 s, were there no batch
+    time.sleep(1.0)
+    reader.let_go()
+    assert _soon(lambda: first.got.exists() or second.got.exists())
+    one, other = (first, second) if first.got.exists() else (second, first)
+    assert not newcomer.holds(within=0.5)
+    one.let_go()
+    assert other.holds()  # the batch's second timer, before the numerics that waited since before it came
+    assert not newcomer.holds(within=0.5)
+    other.let_go()
+    assert newcomer.holds()
+    newcomer.let_go()
+
+
 def test_two_grades_that_both_move_from_numerics_to_timing_do_not_deadlock(tmp_path, env):
     first = Holder(tmp_path, "a", "shared+exclusive", env)
     second = Holder(tmp_path, "b", "shared+exclusive", env)
