@@ -96,8 +96,7 @@ class Judge:
     def _numerics_and_timing(self, job: Job) -> None:
         if self._numerics() and self.timing:
             self.before_timing()  # e.g. the sanitizer's processes end: nothing else on the GPU while timing
-            with gpu_lock.exclusive():  # nor another grade's (where grades share a GPU: gpu_lock)
-                self._timing(job)
+            self._timing(job)
         else:
             self.child.send({Order.STOP: True})
             self._add_if(memory.not_measured(self.spec, on_gpu=self.child.device == "cuda"))
@@ -342,13 +341,17 @@ class Judge:
         self.feed.wait_for_timed([f"t{index}" for index, _ in timed])
         self._stage_solution()
         self.child.send({Order.TIME: messages})
-        records = [self._one_timed_case(index, case, m["memory_only"]) for (index, case), m in zip(timed, messages)]
-        self.result.timings = records
-        check = speed.verdict(
-            self.spec, self.variant, records[-1] if records else None, self.calibration, self.result.device
-        )
-        if records and messages[-1]["probe"]:
-            check = self._cross_check_probe(records[-1]) or check
+        first = sum(1 for m in messages if m["memory_only"])  # the sizes run for their memory alone come first
+        records = [self._one_timed_case(index, case, untimed=True) for index, case in timed[:first]]
+        with gpu_lock.exclusive():  # timing: no other grade's work on the GPU (where grades share one: gpu_lock)
+            self.link.deadline = max(self.link.deadline, time.monotonic() + self.timeout_s)  # the lock's wait is ours
+            records += [self._one_timed_case(index, case) for index, case in timed[first:]]
+            self.result.timings = records
+            check = speed.verdict(
+                self.spec, self.variant, records[-1] if records else None, self.calibration, self.result.device
+            )
+            if records and messages[-1]["probe"]:
+                check = self._cross_check_probe(records[-1]) or check
         self.result.add(check)
         self._add_if(memory.verdict(self.spec, records))
         self._mark("timing", started)

@@ -161,3 +161,24 @@ def test_the_child_times_with_the_gpu_lock_held_exclusively_and_checks_numerics_
     child = toy_child(kernel=kernel, measured={"learner": {"median_ms": 1.0, "runs": 10}})
     assert last(grade(toy, child, timing=True)).name == "speed"
     assert held == {"t": True, **{k: False for k in held if k != "t"}} and len(held) > 1, held
+
+
+def test_a_size_run_for_its_memory_alone_does_not_wait_for_the_gpu_to_itself(spec_of, toy_child, tmp_path, monkeypatch):
+    """Only timing needs the GPU alone: a memory bar's other sizes (a peak of the learner's own allocations) run
+    beside other grades' numerics, so they do not lengthen the time other grades' timers wait."""
+    import os
+
+    from grader.core import gpu_lock
+
+    monkeypatch.setenv(gpu_lock.ENV, str(tmp_path / "gpu.lock"))
+    held = {}
+
+    def kernel(inputs, params, k):
+        held[str(k)] = os.environ.get(gpu_lock.HELD_ENV) == str(os.getpid())
+        return {"c": inputs["a"] + inputs["b"]}
+
+    spec = _memory_bar_spec(spec_of)
+    child = toy_child(spec, kernel=kernel)
+    child.peak_bytes = {"learner": 32}
+    grade(spec, child, timing=True, timed_sizes="verdict")
+    assert (held["t0"], held["t1"]) == (False, True), held
