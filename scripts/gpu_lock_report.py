@@ -1,11 +1,12 @@
 """Where a parallel GPU test run's time went, from the GPU lock's log (KCOURSE_GPU_LOCK_LOG, grader/core/gpu_lock.py).
 
-    KCOURSE_GPU_LOCK_LOG=/tmp/lock.jsonl python -m pytest -m gpu -n 12 ...
-    python scripts/gpu_lock_report.py /tmp/lock.jsonl
+    KCOURSE_GPU_LOCK_LOG=/tmp/lock.jsonl KCOURSE_TEST_PHASES_LOG=/tmp/phases.jsonl python -m pytest -m gpu -n 12 ...
+    python scripts/gpu_lock_report.py /tmp/lock.jsonl [/tmp/phases.jsonl]
 
 Prints the run's span, the seconds the GPU was held exclusively (timing: one process at a time, so their sum bounds
 the run from below), the seconds held and waited for by mode (beside: a grade's references process), and the
-tests that held it exclusively longest.
+tests that held it exclusively longest. With the tests' phases log (tests/conftest.py: a line per grade), each
+phase's seconds summed over the run's grades and the grades longest in it.
 """
 
 from __future__ import annotations
@@ -41,7 +42,29 @@ def report(holds: list[dict], top: int = 15) -> str:
     return "\n".join(lines)
 
 
+def phases_report(grades: list[dict], top: int = 3) -> str:
+    """Each phase's sum over the grades, longest first, with the grades that spent most in it."""
+    if not grades:
+        return "no grades logged"
+    totals: dict[str, float] = defaultdict(float)
+    for grade in grades:
+        for phase, seconds in grade["phases"].items():
+            totals[phase] += seconds
+    wall = sum(g.get("wall", 0.0) for g in grades)
+    lines = [f"{len(grades)} grades, {wall:.0f} s of wall time in all, their phases summed:"]
+    for phase, total in sorted(totals.items(), key=lambda kv: -kv[1]):
+        longest = sorted(grades, key=lambda g: -g["phases"].get(phase, 0.0))[:top]
+        names = ", ".join(f"{g['exercise']} {g['phases'][phase]:.0f} s" for g in longest if phase in g["phases"])
+        lines.append(f"  {phase:>14} {total:7.0f} s  (longest: {names})")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: python scripts/gpu_lock_report.py LOG (the file KCOURSE_GPU_LOCK_LOG named)")
+    if len(sys.argv) not in (2, 3):
+        sys.exit(
+            "usage: python scripts/gpu_lock_report.py LOG [PHASES] (the files KCOURSE_GPU_LOCK_LOG and "
+            "KCOURSE_TEST_PHASES_LOG named)"
+        )
     print(report(load(sys.argv[1])))
+    if len(sys.argv) == 3:
+        print(phases_report(load(sys.argv[2])))

@@ -135,6 +135,32 @@ def grade_as_the_learner(request, monkeypatch):
 
 
 @pytest.fixture(autouse=True)
+def phases_log(request, monkeypatch):
+    """`KCOURSE_TEST_PHASES_LOG=FILE`: each grade a test runs appends a JSON line (the test, the exercise, its
+    status, wall time and phases in seconds, when it ended). Beside the GPU lock's log (KCOURSE_GPU_LOCK_LOG), where a parallel
+    run's time goes inside its grades: `scripts/gpu_lock_report.py LOCK_LOG PHASES_LOG`."""
+    path = os.environ.get("KCOURSE_TEST_PHASES_LOG")
+    if not path:
+        return
+    import json
+    import time
+
+    from grader.core.records import GradeResult
+
+    finish = GradeResult.finish
+
+    def finish_and_log(result):
+        finish(result)
+        line = {"test": request.node.nodeid, "exercise": result.exercise, "lang": result.lang}
+        line.update(status=result.status, wall=result.duration_s, phases=dict(result.phases), ended=time.time())
+        with open(path, "a") as f:  # one short write per line: appends from many workers stay whole
+            f.write(json.dumps(line) + "\n")
+        return result
+
+    monkeypatch.setattr(GradeResult, "finish", finish_and_log)
+
+
+@pytest.fixture(autouse=True)
 def seeded(request):
     """torch's and random's global generators seeded from the test's id: a test that draws unseeded values draws
     the same ones on every run, so its outcome never depends on luck (rope's reference test, comparing float64 with

@@ -1,0 +1,48 @@
+"""The tests' phases log (tests/conftest.py's `phases_log`, KCOURSE_TEST_PHASES_LOG) and its report: with the GPU
+lock's log, where a parallel GPU test run's time goes inside its grades (docs/testing.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grader.core.discovery import resolve
+from grader.run.grade import grade
+
+ROOT = Path(__file__).resolve().parents[2]
+REPORT = ROOT / "scripts" / "gpu_lock_report.py"
+
+
+def test_a_file_that_is_not_there_is_a_load_error(tmp_path):
+    result = grade(resolve(("vector_add",), lang="triton"), submission=tmp_path / "nope.py", seed=1, record=False)
+    assert result.status == "error" and "does not exist" in result.verdict
+
+
+@pytest.mark.slow
+def test_each_grade_of_a_test_is_logged_with_its_phases_and_the_report_sums_them(tmp_path):
+    log = tmp_path / "phases.jsonl"
+    test = f"{Path(__file__).relative_to(ROOT)}::test_a_file_that_is_not_there_is_a_load_error"
+    env = dict(os.environ, KCOURSE_TEST_PHASES_LOG=str(log))
+    ran = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test], cwd=ROOT, env=env)
+    assert ran.returncode == 0
+    (line,) = [json.loads(text) for text in log.read_text().splitlines()]
+    assert (line["test"], line["exercise"], line["lang"], line["status"]) == (test, "vector_add", "triton", "error")
+    assert line["wall"] >= 0 and isinstance(line["phases"], dict)
+    if not REPORT.exists():
+        pytest.skip("scripts/gpu_lock_report.py is the instructors' (not in the learner's kit)")
+    sys.path.insert(0, str(REPORT.parent))
+    try:
+        from gpu_lock_report import phases_report
+    finally:
+        sys.path.remove(str(REPORT.parent))
+    grades = [line, dict(line, exercise="softmax", phases={"numerics": 3.0, "start": 1.0})]
+    grades.append(dict(line, exercise="scan", phases={"numerics": 5.0}))
+    report = phases_report(grades).splitlines()
+    assert report[0].startswith("3 grades")
+    assert report[1].split() == ["numerics", "8", "s", "(longest:", "scan", "5", "s,", "softmax", "3", "s)"]
+    assert report[2].split()[:3] == ["start", "1", "s"]
