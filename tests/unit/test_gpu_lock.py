@@ -64,11 +64,14 @@ def _soon(condition, within: float = 10.0) -> bool:
 
 
 class Holder:
+    running: list[subprocess.Popen] = []  # killed after each test (`no_holder_left`), passed or failed
+
     def __init__(self, tmp_path: Path, name: str, mode: str, env: dict):
         self.got, self.release = tmp_path / f"{name}.got", tmp_path / f"{name}.release"
         self.proc = subprocess.Popen(
             [sys.executable, "-c", HOLDER, mode, str(self.got), str(self.release)], cwd=ROOT, env=env
         )
+        Holder.running.append(self.proc)
 
     def holds(self, within: float = 10.0) -> bool:
         return _soon(self.got.exists, within)
@@ -76,6 +79,17 @@ class Holder:
     def let_go(self) -> None:
         self.release.write_text("")
         assert self.proc.wait(timeout=10) == 0
+
+
+@pytest.fixture(autouse=True)
+def no_holder_left():
+    """A failed assertion leaves the holders it had started waiting for a release that never comes: end them."""
+    yield
+    while Holder.running:
+        proc = Holder.running.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 @pytest.fixture
