@@ -39,7 +39,26 @@ def report(holds: list[dict], top: int = 15) -> str:
     lines.append("held exclusively longest:")
     for test, held in sorted(per_test.items(), key=lambda kv: -kv[1])[:top]:
         lines.append(f"  {held:7.1f} s  {test}")
+    own = sorted(((own_shared(h, holds), h["test"] or f"pid {h['pid']}") for h in holds if h["mode"] == "shared"))
+    if own:
+        middle = own[len(own) // 2][0]
+        lines.append(
+            f"shared holds less the timing nested in them: {sum(s for s, _ in own):.0f} s, median {middle:.1f} s"
+        )
+        lines += [f"  {seconds:7.1f} s  {test}" for seconds, test in own[::-1][:5]]
     return "\n".join(lines)
+
+
+def own_shared(hold: dict, holds: list[dict]) -> float:
+    """A shared hold's own seconds: less the exclusive holds of its process inside it (a grade moving to timing lets
+    its shared hold go while it waits and times, but the hold's context spans both)."""
+    got = hold["asked"] + hold["waited"]
+    nested = [
+        h["waited"] + h["held"]
+        for h in holds
+        if h["mode"] == "exclusive" and h["pid"] == hold["pid"] and got <= h["asked"] <= got + hold["held"]
+    ]
+    return hold["held"] - sum(nested)
 
 
 def phases_report(grades: list[dict], top: int = 3) -> str:
