@@ -28,7 +28,7 @@ from unit.conftest import toy_spec, write_exercise
 from grader.checks import hints
 from grader.core.discovery import discover_exercises, resolve, solution_file
 from grader.core.spec import SpecError, load_spec
-from grader.core.vocabulary import Code
+from grader.core.vocabulary import CheckName, Code
 from grader.kinds import NVCC_KINDS
 from grader.run import sanitize
 
@@ -62,7 +62,7 @@ def _catalog() -> list:
 
 
 def _sanitizer_may_catch(mistake) -> bool:
-    return mistake.check == "sanitizer" or bool(SANITIZER_CODES & set(mistake.gpu_code or mistake.code))
+    return mistake.check == CheckName.SANITIZER or bool(SANITIZER_CODES & set(mistake.gpu_code or mistake.code))
 
 
 def _lang_of(spec, fixture: str) -> str:

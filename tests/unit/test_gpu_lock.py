@@ -1,6 +1,6 @@
 """The GPU lock that lets parallel test workers share one GPU (grader/core/gpu_lock.py): shared holders together,
-an exclusive holder alone, readers first for a timer's patience and writers after it, nesting within a process, and the processes an exclusive holder
-starts never waiting for it."""
+an exclusive holder alone, readers first for a timer's patience and timers in a batch after it, nesting within a
+process, and the processes an exclusive holder starts never waiting for it."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from grader.core import gpu_lock, gpushare
 ROOT = Path(__file__).resolve().parents[2]
 
 # A holder in another process: takes the lock as `argv[1]` says ("shared", "exclusive", "beside" (a grade's helper),
-# or "shared+exclusive": the grade's case, shared and then exclusive inside it), writes `argv[2]` once it holds it, and lets go when `argv[3]`
-# exists.
+# or "shared+exclusive": the grade's case, shared and then exclusive inside it), writes `argv[2]` once it holds it,
+# and lets go when `argv[3]` exists.
 HOLDER = textwrap.dedent(
     """
     import os, sys, time
