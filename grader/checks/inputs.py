@@ -60,6 +60,7 @@ CHUNK = 1 << 22  # elements drawn per generator: chunks are drawn in parallel, a
 ROW_SLICE_PAD = 37  # a row slice of a tensor this many columns wider: its row stride is not its width
 GUARD = 1 << 16  # poisoned elements after each contiguous output: a store past its end (a missing bounds
 #                  check writes index n first) changes them, see written_outside
+INPUT_TAIL = GUARD  # plain NaNs after each float input under the Triton interpreter (with_nan_tail)
 TRIAL_SCALE = 0.5  # trial t multiplies float inputs by (1 + 0.5 t): answers of two trials are far apart
 
 
@@ -237,6 +238,19 @@ def place(values: torch.Tensor, layout: str | None, device: str) -> torch.Tensor
     if layout == "interleaved":
         return values.to(device).transpose(1, 2).contiguous().transpose(1, 2)
     raise ValueError(f"unknown layout {layout!r}")
+
+
+def with_nan_tail(tensor: torch.Tensor) -> torch.Tensor:
+    """A contiguous float input followed by INPUT_TAIL plain NaNs in its allocation. Under the Triton
+    interpreter a load past an input's end (a missing mask) reads host memory; with the tail it reads NaN
+    in every run instead of whatever follows, which may be an output's poison (its NaN payload would then
+    read as never written, not as a wrong sum). A plain NaN, as a row slice's padding, for the same reason."""
+    if not tensor.is_floating_point() or not tensor.is_contiguous():
+        return tensor
+    flat = torch.full((tensor.numel() + INPUT_TAIL,), float("nan"), dtype=tensor.dtype, device=tensor.device)
+    view = flat[: tensor.numel()].view(tensor.shape)
+    view.copy_(tensor)
+    return view
 
 
 def poison(tensor: torch.Tensor) -> torch.Tensor:

@@ -31,6 +31,7 @@ from grader.checks.inputs import (
     place,
     save_tensor,
     start_in_place,
+    with_nan_tail,
     written_outside,
 )
 from grader.child import learner_errors, loading, staging
@@ -76,6 +77,7 @@ class Worker:
         # host-pointer exercises get CPU tensors: the learner's own code copies them to the GPU
         self.tensor_device = "cpu" if self.variant.kind_of.host_side else self.device
         # (page-locked memory needs CUDA: the CPU emulator reads plain host memory)
+        self.interpreted = self.variant.kind_of.interpreted and self.device == "cpu"  # the Triton interpreter
         self.pinned = self.variant.kind_of.host_side and self.variant.host_memory == "pinned" and self.device == "cuda"
         self.learner_path = Path(job.learner)
         self.device_info = device_info
@@ -275,6 +277,8 @@ class Worker:
             values = staging.load(meta, self.tensor_device)
             os.unlink(meta["path"])
             placed = place(values, case.inputs.get(name, {}).get("layout"), self.tensor_device)
+            if self.interpreted:
+                placed = with_nan_tail(placed)  # a load past the end reads NaN in every run
             inputs[name] = staging.tracked(placed, values) if self.job.emulated else placed  # ASan sees past it
         return self.host_memory(inputs), self.host_memory(make_outputs(self.spec, case, self.tensor_device, inputs))
 

@@ -139,15 +139,16 @@ class _Lock:
             self.fd = None
 
 
-def _try_for(fd: int, seconds: float, mode: int) -> bool:
-    """Whether `fd`'s lock (`mode`) was taken within `seconds`, trying every POLL_S without the turnstile."""
+def _try_for(fd: int, seconds: float, mode: int, give_up=lambda: False) -> bool:
+    """Whether `fd`'s lock (`mode`) was taken within `seconds`, trying every POLL_S without the turnstile and
+    stopping early (False) once `give_up()` says so."""
     deadline = time.monotonic() + seconds
     while True:
         try:
             fcntl.flock(fd, mode | fcntl.LOCK_NB)
             return True
         except BlockingIOError:
-            if time.monotonic() >= deadline:
+            if give_up() or time.monotonic() >= deadline:
                 return False
             time.sleep(POLL_S)
 
@@ -155,15 +156,7 @@ def _try_for(fd: int, seconds: float, mode: int) -> bool:
 def _patient(fd: int, turn: int, seconds: float) -> bool:
     """Whether the lock `fd` was taken alone while readers come and go (True), or our patience ran out or a batch
     of timers formed meanwhile (False: join it)."""
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            if _batch_forming(turn) or time.monotonic() >= deadline:
-                return False
-            time.sleep(POLL_S)
+    return _try_for(fd, seconds, fcntl.LOCK_EX, give_up=lambda: _batch_forming(turn))
 
 
 def _batch_forming(turn: int) -> bool:

@@ -9,6 +9,7 @@ import torch
 from grader.checks import inputs
 from grader.checks.inputs import (
     GUARD,
+    INPUT_TAIL,
     ROW_SLICE_PAD,
     generate,
     in_place_names,
@@ -18,6 +19,7 @@ from grader.checks.inputs import (
     poison,
     save_tensor,
     unwritten,
+    with_nan_tail,
     written_outside,
 )
 from grader.core.spec import Case, SpecError, load_spec
@@ -217,6 +219,16 @@ def test_no_layout_is_contiguous(layout):
 def test_an_unknown_layout_is_refused():
     with pytest.raises(ValueError, match="unknown layout 'diagonal'"):
         place(VALUES, "diagonal", "cpu")
+
+
+def test_an_interpreted_float_input_is_followed_by_plain_nans_and_others_are_left_as_they_are():
+    x = with_nan_tail(VALUES.clone())
+    assert torch.equal(x, VALUES) and x.is_contiguous()
+    past = x.new_empty(0).set_(x.untyped_storage())[VALUES.numel() :]  # what a load past its end reads
+    assert past.numel() == INPUT_TAIL and past.isnan().all()
+    assert not unwritten(past.to(torch.float16)).any()  # a plain NaN: read past an input, not an output's poison
+    ints, transposed = torch.arange(6), place(VALUES, "transposed", "cpu")
+    assert with_nan_tail(ints) is ints and with_nan_tail(transposed) is transposed
 
 
 # --- poisoned outputs ----------------------------------------------------------------------------
