@@ -211,7 +211,7 @@ def _probe_judge(burst_s: float = 0.0, rounds: int = 1):
     sent = []
 
     class FakeChild:
-        ready, visible_devices = {"pid": 1}, None
+        ready, visible_devices, pid = {"pid": 1}, None, 1
         proc = type("P", (), {"pid": 1})()
 
         def __init__(self):
@@ -345,7 +345,7 @@ def test_the_judge_and_a_real_childs_probe_agree_on_every_message_when_it_probes
         _once, _probe = Worker._once, Worker._probe
 
     class Pipes:
-        ready, visible_devices = {"pid": 1}, None
+        ready, visible_devices, pid = {"pid": 1}, None, 1
         proc = type("P", (), {"pid": 1})()
         send = lambda self, message: to_child.put(message)  # noqa: E731
         event = lambda self, deadline: to_parent.get(timeout=10)  # noqa: E731

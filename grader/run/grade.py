@@ -573,7 +573,7 @@ def _run_tool(child: sandbox.Child, job: Job, timeout: float, result: GradeResul
     link = ChildLink(child, result, timeout, timeout)
     link.start(job, time.monotonic())
     try:
-        with gpu_lock.exclusive():  # tune and profile time: no other grade of ours on the GPU meanwhile
+        with gpu_lock.exclusive(child.pid):  # tune and profile time: no other grade of ours on the GPU, the CPU first
             _tool_events(link, job, result)
     except (sandbox.ChildTimeout, sandbox.ChildGone) as exc:
         child.kill()

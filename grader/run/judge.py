@@ -343,7 +343,7 @@ class Judge:
         self.child.send({Order.TIME: messages})
         first = sum(1 for m in messages if m["memory_only"])  # the sizes run for their memory alone come first
         records = [self._one_timed_case(index, case, untimed=True) for index, case in timed[:first]]
-        with gpu_lock.exclusive():  # timing: no other grade's work on the GPU (where grades share one: gpu_lock)
+        with gpu_lock.exclusive(self.child.pid):  # timing: no other grade's work on the GPU, the CPU first
             self.link.deadline = max(self.link.deadline, time.monotonic() + self.timeout_s)  # the lock's wait is ours
             records += [self._one_timed_case(index, case) for index, case in timed[first:]]
             self.result.timings = records

@@ -26,7 +26,7 @@ def cross_check(
     A disagreement is probed once more before it counts: a moment when the whole GPU runs slow (baseline,
     solution and learner alike) passes the second look; a patched timer disagrees again."""
     child = link.child
-    pid = int((child.ready or {}).get("pid") or child.proc.pid)  # sent before learner code ran
+    pid = child.pid  # sent before learner code ran
     child.send({Order.GO: True})
     link.quiet = True  # no terminal writes while this process's clock times the bursts
     waiting.hold(True)

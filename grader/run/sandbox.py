@@ -178,6 +178,12 @@ class Child:
             self.ready = message
         return self.ready
 
+    @property
+    def pid(self) -> int:
+        """The worker's own pid, as its ready event said before learner code ran (the process started may be a
+        wrapper, ncu); the process started until then."""
+        return int((self.ready or {}).get("pid") or self.proc.pid)
+
     # --- ending ----------------------------------------------------------------------------------
     def kill(self) -> None:
         try:

@@ -47,6 +47,7 @@ class FakeChild:
         self.last_step = "starting"
         self.returncode: int | None = None
         self.proc = SimpleNamespace(pid=os.getpid(), wait=lambda timeout=None: self.returncode)
+        self.pid = os.getpid()
         self.events: queue.Queue = queue.Queue()
         self.sent: list[dict] = []
         self.inputs: dict[Any, dict] = {}  # what each trial was handed

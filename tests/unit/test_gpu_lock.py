@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -198,6 +199,25 @@ def test_within_one_process_the_lock_nests_and_shared_is_kept_after_timing(tmp_p
         assert not writer.holds(within=0.5)  # still reading
     assert writer.holds()
     writer.let_go()
+
+
+def test_while_timing_alone_the_timer_and_its_child_get_the_cpu_first_and_their_priorities_come_back(env):
+    child = subprocess.Popen(SLEEPER)
+    try:
+        priority = lambda tid: os.getpriority(os.PRIO_PROCESS, tid)  # noqa: E731
+        me, before = threading.get_native_id(), (priority(threading.get_native_id()), priority(child.pid))
+        with gpu_lock.exclusive(child.pid):
+            during = (priority(me), priority(child.pid))
+        assert (priority(me), priority(child.pid)) == before
+    finally:
+        child.kill()
+        child.wait()
+    if os.geteuid() == 0:  # only root may raise a priority; for anyone else the hold is the same without it
+        assert during == (gpu_lock.FAVOURED_NICE, gpu_lock.FAVOURED_NICE)
+    else:
+        assert during == before
+    with gpu_lock.shared():  # numerics: no one favoured
+        assert priority(me) == before[0]
 
 
 def test_what_an_exclusive_holder_starts_does_not_wait_for_it(tmp_path, env):

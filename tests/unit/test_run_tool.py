@@ -4,6 +4,7 @@ a verdict of its own as a forgery, a hang as the run's failure, and each step th
 
 from __future__ import annotations
 
+import os
 import time
 from types import SimpleNamespace
 
@@ -25,6 +26,7 @@ class ScriptedChild:
         self.script, self.sent, self.killed = list(script), [], False
         self.dir, self.last_step = tmp_path, "starting"
         self.proc = SimpleNamespace(wait=lambda timeout=None: -9 if self.killed else 0)
+        self.pid = os.getpid()  # (the GPU lock, where one is on, favours it while the tool times)
 
     def wait_ready(self):
         return {"event": Event.READY, "device": {"type": "cpu", "name": "fake"}}
