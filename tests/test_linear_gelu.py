@@ -213,21 +213,6 @@ def test_the_ladder_has_four_steps_with_estimated_figures():
     assert len(steps) == 4 and all(s.roofline_pct for s in steps)
 
 
-@pytest.mark.slow
-@pytest.mark.solutions
-def test_the_solution_passes_and_the_stub_fails_a_real_grade():
-    target = resolve(("linear_gelu",))
-    passed = next(
-        c for c in grade(target, source="solutions", seed=5, record=False, quick=True).checks if c.name == "numerics"
-    )
-    assert passed.status == "passed" and "GPU-only case(s) skipped" in passed.message, passed.message
-    stub = next(
-        c for c in grade(target, source="stubs", seed=5, record=False, quick=True).checks if c.name == "numerics"
-    )
-    assert stub.status == "failed" and stub.details["code"] == "not_implemented", stub.message
-    assert "write linear_gelu_kernel" in stub.message
-
-
 @pytest.fixture(scope="module")
 def solution():
     return load_interpreted(SOLUTION, "linear_gelu_solution")
