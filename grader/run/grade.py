@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -643,7 +645,8 @@ def _calibration(target: Target) -> tuple[dict | None, str | None]:
 def _build_raw_cuda(path: Path, solution: Path | None, job: Job, result: GradeResult, gpu: bool, variant) -> bool:
     arch = build.gpu_arch() if gpu else None
     # Without a GPU nvcc compiles the kernels alone (errors, resources): no host library can run here, and the CPU
-    # emulator's own build compiles the host code
+    # emulator's own build compiles the host code, beside nvcc's
+    emulator = _emulator_build_ahead(path) if not gpu and job.emulated else None
     built = build.build_variant(path, variant, arch, device_only=not gpu)
     result.build = built.to_dict()
     if (
@@ -664,7 +667,7 @@ def _build_raw_cuda(path: Path, solution: Path | None, job: Job, result: GradeRe
                 {"code": Code.NO_NVCC},
             )
         )
-        return _build_emulated(path, job, result, variant, nvcc_checked=False)
+        return _build_emulated(path, job, result, variant, nvcc_checked=False, ahead=emulator)
     if not built.ok:
         code = Code.NO_NVCC if built.log == build.NVCC_HINT else Code.BUILD_ERROR
         result.add(
@@ -691,7 +694,7 @@ def _build_raw_cuda(path: Path, solution: Path | None, job: Job, result: GradeRe
     if not job.emulated and not _has_entry_point(built.library and Path(built.library), path, variant, result):
         return False  # (an emulated file's entry point is checked on the emulator's library)
     if not gpu:
-        return _build_emulated(path, job, result, variant)
+        return _build_emulated(path, job, result, variant, ahead=emulator)
     job.learner_library = built.library
     if solution is not None:
         solution_build = build.build_variant(solution, variant, arch)
@@ -710,7 +713,25 @@ def _has_entry_point(library: Path | None, path: Path, variant, result: GradeRes
     return problem is None
 
 
-def _build_emulated(path: Path, job: Job, result: GradeResult, variant, nvcc_checked: bool = True) -> bool:
+def _emulator_build_ahead(path: Path) -> Future:
+    """The CPU emulator's build of the learner's file, started now in a thread beside nvcc's compile of its kernels:
+    both only compile, so on a machine of several cores the grade waits for the longer, not for both. A grade that
+    ends at nvcc's errors leaves it to finish (its library lands whole in the build cache, or not at all)."""
+    future: Future = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(cuda_cpu.build(path))
+        except BaseException as exc:  # handed to the grade, which reads it as it would the call's own
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="kcourse-emulator-build", daemon=True).start()
+    return future
+
+
+def _build_emulated(
+    path: Path, job: Job, result: GradeResult, variant, nvcc_checked: bool = True, ahead: Future | None = None
+) -> bool:
     """No GPU: the file built for the CPU emulator (cuda_cpu), whose library the child runs; or the numerics
     skipped, saying why (the file uses what the emulator lacks, or the emulator's own build failed)."""
     if not job.emulated:
@@ -727,8 +748,8 @@ def _build_emulated(path: Path, job: Job, result: GradeResult, variant, nvcc_che
         result.add(Check(CheckName.SPEED, SKIPPED, "no GPU found: timing skipped", {"code": Code.NO_GPU}))
         return False
     started = time.monotonic()
-    built = cuda_cpu.build(path)
-    result.phases["emulator_build"] = round(time.monotonic() - started, 3)
+    built = ahead.result() if ahead is not None else cuda_cpu.build(path)
+    result.phases["emulator_build"] = round(time.monotonic() - started, 3)  # what the grade waited for, after nvcc
     if (
         not built.ok and not nvcc_checked
     ):  # the host compiler is the only one that read the file: its errors are the learner's
