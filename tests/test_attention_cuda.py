@@ -266,6 +266,7 @@ def holding_the_scores(tmp_path):
 @pytest.mark.solutions
 def test_an_operator_holding_the_scores_fails_the_memory_check(tmp_path):
     result = grade(resolve(("flash_attention_v1",), lang="cuda"), submission=holding_the_scores(tmp_path), seed=3)
-    check = checks_by_name(result)["memory"]
+    check = checks_by_name(result).get("memory")
+    assert check is not None, [(c.name, c.status, c.message[:300]) for c in result.checks]
     assert check.status == FAILED and "do not materialise" in check.message, check.message
     print("\n" + check.message)

@@ -42,6 +42,23 @@ def test_transforms_give_the_same_inputs_whatever_device_computes_them():
     assert all(torch.equal(on_cpu[name], again[name]) for name in on_cpu)
 
 
+def test_a_gpu_out_of_memory_computes_the_reference_on_the_cpu_not_an_error(monkeypatch):
+    """Twelve grades beside one another (the GPU tier), or a learner's operator holding N x N scores in its cache, can
+    fill the GPU: the float64 reference is then made on the CPU, as exact, and the grade goes on."""
+    from grader.checks.checking import load_reference, reference_outputs
+
+    def full(*args):
+        raise getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)("CUDA out of memory")
+
+    monkeypatch.setattr(heavy, "_on_the_gpu", full)
+    target = _backward()
+    case = target.spec.cases[1]
+    inputs = generate(target.spec, case, seed=3)
+    got = heavy._reference(target.spec, inputs, case.params)
+    want = reference_outputs(load_reference(target.spec.folder / "reference.py"), target.spec, inputs, case.params)
+    assert len(got) == len(want) and all(torch.equal(g, w) for g, w in zip(got, want))
+
+
 @pytest.mark.gpu
 def test_gpu_references_equal_the_cpu_ones():
     from grader.checks.checking import load_reference, reference_outputs

@@ -108,7 +108,10 @@ def run_child(
     except (sandbox.ChildTimeout, sandbox.ChildGone) as exc:
         child.kill()
         death = sandbox.Death(isinstance(exc, sandbox.ChildTimeout), child.proc.wait(), child.last_step)
-        ended = sandbox.death_message(death, timeout_s)[1]
+        if child.ready is None:  # no learner code had run: not the learner's
+            ended = sandbox.start_failure(exc, death.returncode)[1]
+        else:
+            ended = sandbox.death_message(death, timeout_s)[1]
     finally:
         output = child.output()
         child.close()

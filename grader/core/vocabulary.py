@@ -86,6 +86,7 @@ class Code(Vocab):
     NOT_IMPLEMENTED = "not_implemented"
     LOAD_TIMEOUT = "load_timeout"
     BOX_FAILED = "box_failed"
+    CHILD_START = "child_start"  # the grading process never became ready (before any learner code ran)
     # run: the child's end
     CRASH = "crash"
     TIMEOUT = "timeout"

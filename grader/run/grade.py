@@ -571,17 +571,25 @@ def _run_tool(child: sandbox.Child, job: Job, timeout: float, result: GradeResul
     """profile / tune: the child reports findings, not verdicts (failures of the learner's code still are). The
     wait goes through a ChildLink, as a grade's does: "still running" lines at a terminal, and each step the child
     names (tune: the configuration it tries) on the live line where one is drawn."""
-    result.device = child.wait_ready().get("device", {})  # the GPU the figures were taken on, as a grade names it
-    link = ChildLink(child, result, timeout, timeout)
-    link.start(job, time.monotonic())
     try:
+        result.device = child.wait_ready().get("device", {})  # the GPU the figures were taken on, as a grade says
+        link = ChildLink(child, result, timeout, timeout)
+        link.start(job, time.monotonic())
         with gpu_lock.exclusive(child.pid):  # tune and profile time: no other grade of ours on the GPU, the CPU first
             _tool_events(link, job, result)
     except (sandbox.ChildTimeout, sandbox.ChildGone) as exc:
-        child.kill()
-        death = sandbox.Death(isinstance(exc, sandbox.ChildTimeout), child.proc.wait(), child.last_step)
-        code, message = sandbox.death_message(death, timeout)
-        result.add(Check(CheckName.RUN, FAILED, message, {"code": code}))
+        result.add(_tool_stopped(child, exc, timeout))
+
+
+def _tool_stopped(child: sandbox.Child, exc: Exception, timeout: float) -> Check:
+    """The tool run's child stopped answering: before it was ready (not the learner's code), or after."""
+    child.kill()
+    if child.ready is None:
+        code, message = sandbox.start_failure(exc, child.proc.wait())
+        return Check(CheckName.GRADER, ERROR, message, {"code": code})
+    death = sandbox.Death(isinstance(exc, sandbox.ChildTimeout), child.proc.wait(), child.last_step)
+    code, message = sandbox.death_message(death, timeout)
+    return Check(CheckName.RUN, FAILED, message, {"code": code})
 
 
 def _tool_events(link: ChildLink, job: Job, result: GradeResult) -> None:

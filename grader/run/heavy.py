@@ -177,9 +177,24 @@ def _reference(
 
     from grader.checks.checking import reference_outputs
 
+    reference = _reference_function(spec, function)
     with gpu_lock.beside():  # where grades share the GPU, never while another one times
+        try:
+            return _on_the_gpu(reference, spec, inputs, params)
+        except getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError):
+            torch.cuda.empty_cache()  # the GPU is full (the learner's cached blocks, other grades): not an error
+    on_cpu = {name: t.cpu() for name, t in inputs.items()}
+    return list(reference_outputs(reference, spec, on_cpu, params))  # on the CPU: slower, as exact
+
+
+def _on_the_gpu(reference, spec: ExerciseSpec, inputs: dict[str, torch.Tensor], params: dict[str, Any]) -> list:
+    import torch
+
+    from grader.checks.checking import reference_outputs
+
+    try:
         on_gpu = {name: t.to("cuda") for name, t in inputs.items()}
-        outs = [o.cpu() for o in reference_outputs(_reference_function(spec, function), spec, on_gpu, params)]
-        del on_gpu
+        return [o.cpu() for o in reference_outputs(reference, spec, on_gpu, params)]
+    finally:
+        on_gpu = None
         torch.cuda.empty_cache()  # hand the memory back before the learner's code is timed
-    return outs

@@ -29,7 +29,7 @@ from grader.core.vocabulary import CheckName, Code, Event, Order
 from grader.run import probe
 from grader.run.child_link import ChildLink, Finished
 from grader.run.input_feed import InputFeed, Trial
-from grader.run.sandbox import Child, ChildGone, ChildTimeout
+from grader.run.sandbox import Child, ChildGone, ChildTimeout, start_failure
 
 __all__ = ["Finished", "Judge"]
 
@@ -70,28 +70,41 @@ class Judge:
 
     # --- the whole grade -------------------------------------------------------------------------
     def run(self, job: Job) -> None:
-        ready = self.child.wait_ready()
-        self.feed.child_ready.set()
-        self.result.device = cuda_cpu.DEVICE if job.emulated else ready.get("device", {})
-        started = time.monotonic()
-        self.phases["start"] = round(started - self.child.started, 3)
-        self.link.start(job, started)
         try:
+            started = self._start(job)
             self._load(job, started)
             with self.gpu_hold():
                 self._numerics_and_timing(job)
         except Finished:
             pass
         except (ChildTimeout, ChildGone) as exc:
-            if self.feed.producer_error is not None:  # the child waited for a trial that never came: not its fault
-                self._grader_error(*self.feed.producer_error)
-            else:
-                self.link.died(timed_out=isinstance(exc, ChildTimeout))
+            self._stopped(exc)
         except Exception as exc:  # a grader bug (or a broken reference): say so, never a traceback
             self.child.kill()
             self._grader_error(exc, traceback.format_exc())
         finally:
             self.close()
+
+    def _start(self, job: Job) -> float:
+        """Wait for the child to be ready, then send it the job; returns when the job was sent."""
+        ready = self.child.wait_ready()
+        self.feed.child_ready.set()
+        self.result.device = cuda_cpu.DEVICE if job.emulated else ready.get("device", {})
+        started = time.monotonic()
+        self.phases["start"] = round(started - self.child.started, 3)
+        self.link.start(job, started)
+        return started
+
+    def _stopped(self, exc: ChildTimeout | ChildGone) -> None:
+        """The child stopped answering: a start that failed, a trial that never came, or the learner's code."""
+        if self.child.ready is None:  # it never became ready: no learner code had run
+            self.child.kill()
+            code, message = start_failure(exc, self.child.proc.wait())
+            self.result.add(Check(CheckName.GRADER, ERROR, message, {"code": code}))  # its output: the result's
+        elif self.feed.producer_error is not None:  # the child waited for a trial that never came: not its fault
+            self._grader_error(*self.feed.producer_error)
+        else:
+            self.link.died(timed_out=isinstance(exc, ChildTimeout))
 
     def _numerics_and_timing(self, job: Job) -> None:
         if self._numerics() and self.timing:

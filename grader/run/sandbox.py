@@ -37,7 +37,11 @@ _PROFILER_NOISE = re.compile(r"^(USDT|INFO|WARNING|ERROR):\d{4}-\d\d-\d\d [^\]]*
 
 
 class ChildGone(Exception):
-    """The child exited or closed its event pipe."""
+    """The child exited or closed its event pipe; `check`: the failure it reported instead of being ready."""
+
+    def __init__(self, check: dict | None = None):
+        super().__init__()
+        self.check = check
 
 
 class ChildTimeout(Exception):
@@ -147,9 +151,9 @@ class Child:
     def event(self, deadline: float) -> dict[str, Any]:
         """The next event (a dict with "event"); raises ChildTimeout past `deadline`, ChildGone at EOF."""
         while b"\n" not in self._buffer:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise ChildTimeout
+            # past the deadline, what the child already sent is still read: a caller that comes late (a grade
+            # that waited for the GPU lock) finds the event that came in time
+            left = max(0.0, deadline - time.monotonic())
             ready, _, _ = select.select([self._events], [], [], left)
             if not ready:
                 raise ChildTimeout
@@ -174,7 +178,7 @@ class Child:
             while message["event"] == Event.STEP:
                 message = self.event(self.started + limit_s)
             if message["event"] != Event.READY:
-                raise ChildGone
+                raise ChildGone(message.get("check") if message["event"] == Event.CHECK else None)
             self.ready = message
         return self.ready
 
@@ -279,6 +283,21 @@ def death_message(death: Death, timeout_s: float) -> tuple[str, str]:
     return Code.CRASH, (
         f"the grading process ended unexpectedly (exit status {code}){where} — does your code call "
         "exit() or close file descriptors? Look at your program's output below"
+    )
+
+
+def start_failure(exc: Exception, returncode: int | None) -> tuple[str, str]:
+    """(code, message) for a child that never became ready: no learner code had run, so it is not the learner's."""
+    if isinstance(exc, ChildGone) and exc.check:
+        said = str(exc.check.get("message", "")).removeprefix("internal grader error: ")
+        why = f"it reported: {said}"
+    elif isinstance(exc, ChildTimeout):
+        why = f"it was not ready within {START_LIMIT_S:g} s (importing torch, creating the GPU context)"
+    else:
+        why = f"it ended before it was ready (exit status {returncode})"
+    return Code.CHILD_START, (
+        f"the grading process could not start, before your code ran: {why} — grade again; where this machine "
+        "is short of memory or busy, when it is quieter; if it persists, run `kcourse env-check`"
     )
 
 

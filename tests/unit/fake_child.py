@@ -70,9 +70,13 @@ class FakeChild:
         self.state = "numerics"
         self.bursts: list[str] = []
         self.printed = ""  # what the child wrote to its stdout/stderr (the judge reads it when the child dies)
+        self.start_fails: Exception | None = None  # raised by wait_ready: the child never became ready
 
     # --- what the judge calls --------------------------------------------------------------------
     def wait_ready(self, limit_s: float = 0) -> dict:
+        if self.start_fails is not None:  # as sandbox.Child: no ready event came, and what came instead is raised
+            self.ready = None
+            raise self.start_fails
         return self.ready
 
     def output(self, limit: int = OUTPUT_LIMIT) -> str:

@@ -17,6 +17,7 @@ from grader.core.paths import course_root
 from grader.core.records import ERROR, FAILED, PASSED, GradeResult
 from grader.run.input_feed import input_bytes
 from grader.run.judge import Judge
+from grader.run.sandbox import ChildGone, ChildTimeout
 
 from .conftest import TOY_REFERENCE
 from .fake_child import GONE, grade, last, verdicts
@@ -266,6 +267,24 @@ def test_an_emulator_fault_report_longer_than_the_shown_output_still_gives_the_m
     check = last(grade(toy, child))
     assert (check.name, check.details["code"], check.details["emulator"]) == ("numerics", "cuda_error", "memory_error")
     assert "toy.cu:12" in check.message and "(read of 2 bytes)" in check.message
+
+
+@pytest.mark.parametrize(
+    "fails, said",
+    [
+        (ChildGone({"message": "internal grader error: OutOfMemoryError: CUDA out of memory"}), "it reported: Out"),
+        (ChildTimeout(), "it was not ready within 180 s"),
+        (ChildGone(), "it ended before it was ready (exit status -9)"),
+    ],
+)
+def test_a_child_that_never_became_ready_is_the_graders_error_before_any_learner_code(toy, toy_child, fails, said):
+    """Twelve workers of the GPU tier on one host once left two children unready: a verdict, never a traceback."""
+    child = toy_child()
+    child.start_fails, child.returncode = fails, -9
+    result = grade(toy, child)
+    assert verdicts(result) == [("grader", ERROR, "child_start")]
+    assert last(result).message.startswith(f"the grading process could not start, before your code ran: {said}")
+    assert child.sent == []  # no job was sent: no learner code ran
 
 
 def test_a_crash_by_an_unnamed_signal_is_still_a_verdict(toy, toy_child):

@@ -27,9 +27,13 @@ class ScriptedChild:
         self.dir, self.last_step = tmp_path, "starting"
         self.proc = SimpleNamespace(wait=lambda timeout=None: -9 if self.killed else 0)
         self.pid = os.getpid()  # (the GPU lock, where one is on, favours it while the tool times)
+        self.ready, self.start_fails = None, None
 
     def wait_ready(self):
-        return {"event": Event.READY, "device": {"type": "cpu", "name": "fake"}}
+        if self.start_fails is not None:  # as sandbox.Child: no ready event came, and what came instead is raised
+            raise self.start_fails
+        self.ready = {"event": Event.READY, "device": {"type": "cpu", "name": "fake"}}
+        return self.ready
 
     def send(self, message):
         self.sent.append(message)
@@ -108,3 +112,12 @@ def test_a_hang_is_stopped_at_the_limit_and_a_death_is_the_runs_failure(tmp_path
     assert (hung.name, hung.status) == ("run", FAILED) and "tuning configuration 1 of 2" in hung.message
     died = run(ScriptedChild(tmp_path, "GONE")).checks[-1]
     assert (died.name, died.status) == ("run", FAILED)
+
+
+def test_a_child_that_never_became_ready_is_the_graders_error_and_no_job_is_sent(tmp_path):
+    child = ScriptedChild(tmp_path)
+    child.start_fails = sandbox.ChildGone({"message": "internal grader error: CUDA out of memory"})
+    check = run(child).checks[-1]
+    assert (check.name, check.status, check.details["code"]) == ("grader", "error", Code.CHILD_START)
+    assert "could not start, before your code ran: it reported: CUDA out of memory" in check.message
+    assert child.sent == [] and child.killed

@@ -203,10 +203,38 @@ def test_a_silent_child_times_out_at_the_deadline(fake_child):
     assert 0.25 < time.monotonic() - begun < 2.0
 
 
-def test_a_deadline_already_past_times_out_without_reading(fake_child):
-    child = fake_child(READY)
-    with pytest.raises(ChildTimeout):
-        child.event(time.monotonic() - 1)
+def test_a_deadline_already_past_still_reads_what_the_child_sent_in_time(fake_child):
+    # a caller that comes late (a grade that waited for a build or the GPU lock) finds the ready the child sent
+    child = fake_child(READY, {"sleep": 10})
+    time.sleep(0.5)  # the child has written its ready by now
+    assert child.wait_ready(limit_s=0.0)["device"] == {"type": "cpu"}
+    begun = time.monotonic()
+    with pytest.raises(ChildTimeout):  # nothing more was sent: past the deadline, it times out at once
+        child.event(begun - 1)
+    assert time.monotonic() - begun < 0.5
+
+
+def test_a_failure_reported_instead_of_ready_is_kept_for_the_verdict(fake_child):
+    check = {"name": "grader", "status": "error", "message": "internal grader error: CUDA out of memory"}
+    child = fake_child({"event": {"event": "check", "check": check}}, {"event": {"event": "done"}})
+    with pytest.raises(ChildGone) as gone:
+        child.wait_ready(5.0)
+    assert gone.value.check == check and child.ready is None
+
+
+@pytest.mark.parametrize(
+    "exc, said",
+    [
+        (ChildGone({"message": "internal grader error: CUDA out of memory"}), "it reported: CUDA out of memory"),
+        (ChildTimeout(), "it was not ready within 180 s (importing torch, creating the GPU context)"),
+        (ChildGone(), "it ended before it was ready (exit status -9)"),
+    ],
+)
+def test_a_child_that_never_started_is_not_blamed_on_the_learners_code(exc, said):
+    code, message = sandbox.start_failure(exc, -9)
+    assert code == "child_start"
+    assert message.startswith(f"the grading process could not start, before your code ran: {said} — grade again")
+    assert "kcourse env-check" in message and "your code crashed" not in message
 
 
 def test_a_child_that_exits_is_gone_and_its_status_kept(fake_child):
