@@ -27,7 +27,7 @@ def report(holds: list[dict], top: int = 15) -> str:
     start = min(h["asked"] for h in holds)
     end = max(h["asked"] + h["waited"] + h["held"] for h in holds)
     lines = [f"span {end - start:.0f} s, {len(holds)} holds"]
-    for mode in ("exclusive", "shared", "beside"):
+    for mode in ("exclusive", "shared", "beside", "paused"):
         mine = [h for h in holds if h["mode"] == mode]
         held = sum(h["held"] for h in mine)
         waited = sum(h["waited"] for h in mine)

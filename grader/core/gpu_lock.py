@@ -19,6 +19,9 @@ that one ran on. Past its patience it stops new grades from starting their numer
 lock. Timers go in batches: a timer that finds the turnstile held joins at once, without its patience, so every
 grade waiting to time does so after one wait for the numerics already running (the drain), not one drain each.
 Numerics start again when the batch's last timer is done. `KCOURSE_GPU_LOCK_PATIENCE_S` sets the patience.
+A grade whose numerics are under way lets a waiting batch go first at a pause in them (`let_timers_go`: between
+trials, its child idle): the batch then waits for one trial of each grade, not for the longest numerics phase
+running (a cold attention backward's, over a minute), while the GPU does little.
 
 The lock is `flock(2)` on open files: held by the trusted grader process, never by the boxed child, and released
 by the kernel when the process dies. A process that holds it exclusively exports `KCOURSE_GPU_LOCK_HELD`, so the
@@ -62,6 +65,7 @@ class _Lock:
         self.exclusive = 0
         self.fd: int | None = None  # the lock file, open while this process holds it
         self.turn: int | None = None  # the turnstile, open while this process holds it exclusively
+        self._mutex = threading.Lock()  # let_timers_go (a grade's input thread) against the releases
 
     def _open(self, suffix: str = "") -> int:
         return os.open(self.path + suffix, os.O_RDWR | os.O_CREAT, 0o666)
@@ -74,9 +78,36 @@ class _Lock:
                 fcntl.flock(self.fd, fcntl.LOCK_SH)
 
     def release_shared(self) -> None:
-        self.shared -= 1
-        if self.shared == 0 and not self.exclusive:
+        with self._mutex:
+            self.shared -= 1
+            if self.shared == 0 and not self.exclusive:
+                self._close()
+
+    def batch_waiting(self) -> bool:
+        """Whether this process reads while a batch of timers waits for it."""
+        if not self.shared or self.exclusive:
+            return False
+        turn = self._open(".turn")
+        try:
+            return _batch_forming(turn)
+        finally:
+            os.close(turn)
+
+    def let_timers_go(self) -> None:
+        """The shared hold let go while a waiting batch of timers goes, and taken again after it (through the
+        turnstile, as new numerics are); kept where no batch waits. A hold that ended meanwhile stays ended."""
+        with self._mutex:
+            if not self.batch_waiting():
+                return
             self._close()
+        fd = self._open()
+        with self._turnstile():  # open again once the batch is done
+            fcntl.flock(fd, fcntl.LOCK_SH)
+        with self._mutex:
+            if self.shared and not self.exclusive and self.fd is None:
+                self.fd, fd = fd, None
+        if fd is not None:
+            os.close(fd)
 
     def acquire_exclusive(self) -> None:
         self.exclusive += 1
@@ -201,6 +232,24 @@ def exclusive(*favoured: int):
     """Held while this process's child times: no other holder of the lock uses the GPU meanwhile. `favoured`: the
     pids of the processes that time (the child), which with this thread get the CPU first while it is held."""
     return _holding("exclusive", favoured)
+
+
+def timers_waiting() -> bool:
+    """Whether a batch of timers waits for this process's shared hold: its numerics should pause (let_timers_go)."""
+    lock = _lock()
+    return lock is not None and lock.batch_waiting()
+
+
+def let_timers_go() -> None:
+    """At a pause in this process's GPU work (no kernel of its grade running): a batch of timers waiting for its shared
+    hold goes first, and the hold is taken again after it. Nothing where no batch waits or no lock is on."""
+    lock = _lock()
+    if lock is None:
+        return
+    asked = time.time()
+    lock.let_timers_go()
+    if time.time() - asked > POLL_S:
+        _log("paused", asked, time.time())
 
 
 @contextmanager

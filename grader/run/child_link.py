@@ -6,8 +6,11 @@ unreadable, or a "passed" it claims, is an integrity failure; its death or silen
 
 from __future__ import annotations
 
+import math
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable
 
@@ -52,6 +55,15 @@ class ChildLink:
         job.work_dir = str(self.child.dir)
         self.child.send(job.to_message())
 
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """The child waits, not runs (its numerics paused for other grades' timers): its deadline stops meanwhile."""
+        deadline, self.deadline, started = self.deadline, math.inf, time.monotonic()
+        try:
+            yield
+        finally:
+            self.deadline = deadline + (time.monotonic() - started)
+
     def expect_loaded(self, started: float) -> None:
         """The learner's file imported within load_limit_s of the job (the whole run's limit counts it too)."""
         whole, self.deadline = self.deadline, min(self.deadline, started + self.load_limit_s)
@@ -83,7 +95,12 @@ class ChildLink:
         if not self.quiet:  # the live line at a terminal, where one is drawn, shows the step
             waiting.report(time.monotonic() - self.waited_from, self.deadline - self.waited_from, self.child.last_step)
         if self.quiet or not waiting.waiting_lines_wanted():
-            return self.child.event(self.deadline)
+            while True:  # the deadline read again each second: a pause for other grades' timers stops it (paused)
+                try:
+                    return self.child.event(min(self.deadline, time.monotonic() + 1.0))
+                except ChildTimeout:
+                    if time.monotonic() >= self.deadline:
+                        raise
         while True:
             now = time.monotonic()
             if now >= self.line_due:

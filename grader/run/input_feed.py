@@ -8,15 +8,17 @@ own (heavy.py). Learner code never runs here."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any, Callable, ContextManager
 
 from grader.checks import op_checks
 from grader.checks.checking import reference_outputs
 from grader.checks.inputs import dtype_of, element_size, generate, save_tensor, shape_of
+from grader.core import gpu_lock
 from grader.core.spec import Case, ExerciseSpec, Variant
 from grader.core.vocabulary import Order
 from grader.run import heavy
@@ -55,6 +57,12 @@ class InputFeed:
         self.keep_inputs = any(t.check for t in spec.outputs)
         self.drawn: dict[Any, Future] = {}  # trial k or "t{index}" -> (file metadata, inputs), drawn ahead
         self.producer_error: tuple[BaseException, str] | None = None  # (error, traceback) of the producer thread
+        # Where grades share the GPU (gpu_lock): whether this grade's numerics may pause for other grades' timers (not
+        # while its sanitizer runs on the GPU), and what stops the child's deadline meanwhile (ChildLink.paused)
+        self.may_pause: Callable[[], bool] = lambda: False
+        self.pausing: Callable[[], ContextManager] = contextlib.nullcontext
+        self.judged = 0  # trials whose outputs came back
+        self._judged_more = threading.Condition()
 
     # --- the producer --------------------------------------------------------------------------------
     def start(self, trials: list[Trial], label: Callable[[Case, int], str]) -> None:
@@ -63,6 +71,9 @@ class InputFeed:
 
     def next_slot(self) -> None:
         """A trial's outputs came: the producer may send one more."""
+        with self._judged_more:
+            self.judged += 1
+            self._judged_more.notify_all()
         self.slots.release()
 
     def _produce(self, trials: list[Trial], label: Callable[[Case, int], str]) -> None:
@@ -82,6 +93,7 @@ class InputFeed:
             if self.stop.is_set():
                 return
             metas, inputs = self.take(k, case, trial_seed, trial)
+            self._pause_for_timers(k)
             self.child.send(
                 {
                     "case": index,
@@ -93,6 +105,17 @@ class InputFeed:
                 }
             )
         self.child.send({Order.END_TRIALS: True})
+
+    def _pause_for_timers(self, k: int) -> None:
+        """Before trial k, where other grades' timers wait in a batch for this grade's shared hold: once the child
+        has handed back every trial sent (its GPU idle), they go first; the child's deadline stops meanwhile."""
+        if not self.may_pause() or not gpu_lock.timers_waiting():
+            return
+        with self._judged_more:
+            self._judged_more.wait_for(lambda: self.judged >= k or self.stop.is_set())
+        if not self.stop.is_set():
+            with self.pausing():
+                gpu_lock.let_timers_go()
 
     # --- drawing -------------------------------------------------------------------------------------
     def prefetch(self, trials: list[Trial], timed: list[tuple[Any, Case, int]]) -> None:

@@ -53,6 +53,7 @@ class Judge:
         hostload.limit_threads()  # references and draws in one GPU's share of the CPUs
         self.feed = InputFeed(spec, variant, child, load_reference(spec.folder / "reference.py", variant.reference))
         self.link = ChildLink(child, result, timeout_s, self.load_limit_s(), on_fail=self.feed.stop.set)
+        self.feed.pausing = self.link.paused
         self.op_judged: list[dict[str, Check]] = []
         self.phases: dict[str, float] = {}
         self.before_timing: Callable[[], None] = lambda: None

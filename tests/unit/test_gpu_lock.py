@@ -177,6 +177,42 @@ def test_timers_go_in_a_batch_one_joining_without_its_patience_before_new_numeri
     newcomer.let_go()
 
 
+def test_numerics_at_a_pause_let_a_waiting_batch_of_timers_go_first_and_read_again_after_it(tmp_path, env):
+    with gpu_lock.shared():
+        assert not gpu_lock.timers_waiting()
+        gpu_lock.let_timers_go()  # no batch waits: the hold is kept, at once
+        timer = Holder(tmp_path, "timer", "exclusive", dict(env, **{gpu_lock.PATIENCE_ENV: "0.3"}))
+        assert not timer.holds(within=1.5)  # past its patience, waiting in a batch for this reader
+        assert gpu_lock.timers_waiting()
+        pause = threading.Thread(target=gpu_lock.let_timers_go)
+        pause.start()
+        assert timer.holds()  # the batch went while this grade's numerics paused
+        assert pause.is_alive()  # and they wait until it is done
+        timer.let_go()
+        pause.join(timeout=10)
+        assert not pause.is_alive()
+        late = Holder(tmp_path, "late", "exclusive", env)
+        assert not late.holds(within=0.5)  # reading again
+    assert late.holds()
+    late.let_go()
+
+
+def test_a_shared_hold_that_ends_during_a_pause_stays_ended(tmp_path, env):
+    shared = gpu_lock.shared()
+    shared.__enter__()
+    timer = Holder(tmp_path, "timer", "exclusive", dict(env, **{gpu_lock.PATIENCE_ENV: "0.3"}))
+    time.sleep(1.5)
+    pause = threading.Thread(target=gpu_lock.let_timers_go)
+    pause.start()
+    assert timer.holds()
+    shared.__exit__(None, None, None)  # the grade failed meanwhile: its hold ends while the pause waits
+    timer.let_go()
+    pause.join(timeout=10)
+    after = Holder(tmp_path, "after", "exclusive", env)
+    assert after.holds()  # nothing of the paused grade is left holding the lock
+    after.let_go()
+
+
 def test_two_grades_that_both_move_from_numerics_to_timing_do_not_deadlock(tmp_path, env):
     first = Holder(tmp_path, "a", "shared+exclusive", env)
     second = Holder(tmp_path, "b", "shared+exclusive", env)

@@ -224,6 +224,33 @@ def test_an_unreadable_message_from_the_child_is_an_integrity_failure(toy, toy_c
     assert "unreadable message ('hello')" in check.message
 
 
+def test_numerics_pause_for_other_grades_timers_with_the_child_idle_and_its_deadline_moved(toy, toy_child, monkeypatch):
+    """Where grades share a GPU (gpu_lock), a batch of timers waiting for this grade's shared hold goes first at a
+    pause between trials: only once every trial sent came back, and the pause (longer than the grade's whole limit
+    here) is no time of the learner's."""
+    from grader.core import gpu_lock
+
+    child, paused = toy_child(), []
+    monkeypatch.setattr(gpu_lock, "timers_waiting", lambda: judge.feed.judged >= 1 and not paused)
+    pause = lambda: paused.append((len(child.inputs), judge.feed.judged)) or time.sleep(1.5)  # noqa: E731
+    monkeypatch.setattr(gpu_lock, "let_timers_go", pause)
+    result = GradeResult(exercise=toy.id, lang="triton", source="learner", seed=1)
+    judge = Judge(toy, toy.variant(None), child, result, 1, 1.0, False, None)
+    judge.feed.may_pause = lambda: True
+    judge.run(Job(learner="/x/toy.py"))
+    assert verdicts(result) == [LOADED, ("numerics", PASSED, None), ("integrity", PASSED, None)]
+    (sent, judged), *more = paused
+    assert sent == judged >= 1 and not more  # once, with every trial sent ahead come back: the child idle
+
+
+def test_numerics_never_pause_where_the_grade_says_they_may_not(toy, toy_child, monkeypatch):
+    from grader.core import gpu_lock
+
+    monkeypatch.setattr(gpu_lock, "timers_waiting", lambda: True)
+    monkeypatch.setattr(gpu_lock, "let_timers_go", lambda: pytest.fail("paused while the sanitizer ran"))
+    assert verdicts(grade(toy, toy_child()))[1] == ("numerics", PASSED, None)  # may_pause: False by default
+
+
 # --- a child that dies or hangs -------------------------------------------------------------------
 
 
