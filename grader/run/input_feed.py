@@ -213,6 +213,8 @@ class InputFeed:
         (another judge will write the same names in this child's folder)."""
         self.stop.set()
         self.child_ready.set()  # a draw waiting to use the GPU process goes on, and finds it shut down
+        with self._judged_more:
+            self._judged_more.notify_all()  # a producer waiting to pause sees `stop` and ends
         for _ in range(AHEAD):
             self.slots.release()  # a producer waiting for a slot sees `stop` and ends
         self.drawer.shutdown(wait=wait_for_draws, cancel_futures=True)  # a failure's verdict does not wait for a draw

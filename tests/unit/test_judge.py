@@ -5,6 +5,7 @@ hands back outputs and evidence, or crashes, hangs, forges and garbles as a lear
 from __future__ import annotations
 
 import re
+import threading
 import time
 from contextlib import contextmanager
 
@@ -241,6 +242,30 @@ def test_numerics_pause_for_other_grades_timers_with_the_child_idle_and_its_dead
     assert verdicts(result) == [LOADED, ("numerics", PASSED, None), ("integrity", PASSED, None)]
     (sent, judged), *more = paused
     assert sent == judged >= 1 and not more  # once, with every trial sent ahead come back: the child idle
+
+
+def test_a_grade_that_ends_while_its_numerics_wait_to_pause_leaves_no_producer_waiting(toy, toy_child, monkeypatch):
+    from grader.core import gpu_lock
+
+    child = toy_child()
+    child.at_trial[0] = []  # the first trial hangs: the pause before the next never comes
+    asked = []
+    monkeypatch.setattr(gpu_lock, "timers_waiting", lambda: asked.append(1) or len(asked) > 1)  # after trial 0 is out
+    monkeypatch.setattr(gpu_lock, "let_timers_go", lambda: pytest.fail("paused after the grade ended"))
+    result = GradeResult(exercise=toy.id, lang="triton", source="learner", seed=1)
+    judge = Judge(toy, toy.variant(None), child, result, 1, 1.0, False, None)
+    judge.feed.may_pause = lambda: True
+    before = {t.ident for t in threading.enumerate()}
+    judge.run(Job(learner="/x/toy.py"))
+    assert verdicts(result)[-1] == ("run", FAILED, "timeout")
+    assert _soon(lambda: not [t for t in threading.enumerate() if t.ident not in before and t.is_alive()])
+
+
+def _soon(condition, within: float = 5.0) -> bool:
+    deadline = time.monotonic() + within
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return condition()
 
 
 def test_numerics_never_pause_where_the_grade_says_they_may_not(toy, toy_child, monkeypatch):
