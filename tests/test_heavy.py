@@ -59,6 +59,24 @@ def test_a_gpu_out_of_memory_computes_the_reference_on_the_cpu_not_an_error(monk
     assert len(got) == len(want) and all(torch.equal(g, w) for g, w in zip(got, want))
 
 
+def test_a_gpu_out_of_memory_draws_the_inputs_with_the_transforms_on_the_cpu(monkeypatch):
+    import grader.checks.inputs as inputs
+
+    real = inputs.generate
+
+    def full_on_the_gpu(spec, case, seed, trial=0, device="cpu"):
+        if device == "cuda":
+            raise getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)("CUDA out of memory")
+        return real(spec, case, seed, trial, device)
+
+    monkeypatch.setattr(inputs, "generate", full_on_the_gpu)
+    target = _backward()
+    case = target.spec.cases[1]
+    got = heavy._generate(target.spec, case, 3, 0)
+    want = real(target.spec, case, 3)
+    assert got.keys() == want.keys() and all(torch.equal(got[n], want[n]) for n in want)
+
+
 @pytest.mark.gpu
 def test_gpu_references_equal_the_cpu_ones():
     from grader.checks.checking import load_reference, reference_outputs

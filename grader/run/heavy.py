@@ -153,6 +153,13 @@ def _warm_up(spec: ExerciseSpec, function: str) -> None:
         pass
 
 
+def _out_of_memory() -> type[Exception]:
+    """torch's out-of-memory error (torch.OutOfMemoryError since torch 2.1; the older name is the same class)."""
+    import torch
+
+    return getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
+
+
 def _reference_function(spec: ExerciseSpec, function: str):
     """reference.py's function, loaded once per process (by the warm-up, or by the first reference)."""
     from grader.checks.checking import load_reference
@@ -164,10 +171,16 @@ def _reference_function(spec: ExerciseSpec, function: str):
 
 
 def _generate(spec: ExerciseSpec, case: Case, seed: int, trial: int) -> dict[str, torch.Tensor]:
+    import torch
+
     from grader.checks.inputs import generate
 
     with gpu_lock.beside():  # where grades share the GPU, never while another one times
-        return generate(spec, case, seed, trial, device="cuda")
+        try:
+            return generate(spec, case, seed, trial, device="cuda")
+        except _out_of_memory():
+            torch.cuda.empty_cache()  # the GPU is full: the transforms on the CPU give the same inputs, slower
+    return generate(spec, case, seed, trial)
 
 
 def _reference(
@@ -181,7 +194,7 @@ def _reference(
     with gpu_lock.beside():  # where grades share the GPU, never while another one times
         try:
             return _on_the_gpu(reference, spec, inputs, params)
-        except getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError):
+        except _out_of_memory():
             torch.cuda.empty_cache()  # the GPU is full (the learner's cached blocks, other grades): not an error
     on_cpu = {name: t.cpu() for name, t in inputs.items()}
     return list(reference_outputs(reference, spec, on_cpu, params))  # on the CPU: slower, as exact
