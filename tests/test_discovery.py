@@ -83,15 +83,20 @@ def test_finding_an_exercise_does_not_import_torch():
     assert found.stdout.strip() == "False"
 
 
-def test_without_a_gpu_the_interpreters_worker_starts_early_and_a_cuda_file_gets_none(monkeypatch):
+def test_without_a_gpu_the_interpreters_and_the_emulators_workers_start_early_and_a_torch_operator_gets_none(
+    monkeypatch,
+):
     """The early worker overlaps its torch import with the grader's on a CPU machine too (a one-shot Triton
-    grade 10 s -> 4 s on two cores); a CUDA file there is only compiled, so no worker is started for it."""
+    grade 10 s -> 4 s on two cores), the CUDA emulator's as well; a torch operator there is only compiled."""
+    from grader import cuda_cpu
     from grader.run import sandbox
     from grader.toolchain import build
 
     monkeypatch.setattr(build, "gpu_arch", lambda: None)
+    monkeypatch.setattr(cuda_cpu, "mode", lambda: (True, "CPU emulation"))
     started = []
     monkeypatch.setattr(sandbox, "Child", lambda device, env: started.append((device, env)) or device)
     assert sandbox.early_child("triton") == "cpu"
     assert started == [("cpu", {"KCOURSE_CHILD_PREWARM": "triton"})]
-    assert all(sandbox.early_child(kind) is None for kind in ("cuda", "cuda_host", "torch_op"))
+    assert sandbox.early_child("cuda") == "cpu" and started[-1] == ("cpu", cuda_cpu.child_env())
+    assert sandbox.early_child("torch_op") is None

@@ -9,7 +9,7 @@ import time
 
 import pytest
 import torch
-from conftest import ROOT
+from conftest import HAS_GPU, ROOT
 
 from grader.checks.inputs import generate
 from grader.commands.watch import watch
@@ -69,12 +69,12 @@ def test_nothing_pending_changes_nothing():
     assert not settle_sanitizer(result, resolve(["reduction"]).spec, superseded=lambda: False)
 
 
-def _watch_two_saves(tmp_path, before_the_save=lambda deadline: None) -> list[GradeResult]:
-    """Watch a copy of the Triton vector_add solution (quick grades): its first grade, then
-    `before_the_save(deadline)`, then a save and the second grade. The grades, as shown."""
-    target = resolve(["vector_add"], lang="triton")
-    path = tmp_path / "vector_add.py"
-    shutil.copy(ROOT / "solutions" / "vector_add" / "vector_add.py", path)
+def _watch_two_saves(tmp_path, before_the_save=lambda deadline: None, lang="triton") -> list[GradeResult]:
+    """Watch a copy of the vector_add solution (quick grades): its first grade, then `before_the_save(deadline)`,
+    then a save and the second grade. The grades, as shown."""
+    target = resolve(["vector_add"], lang=lang)
+    path = tmp_path / f"vector_add{target.variant.kind_of.suffixes[0]}"
+    shutil.copy(ROOT / "solutions" / "vector_add" / path.name, path)
     seen = []
     thread = threading.Thread(
         target=watch, args=(target, "learner", path, seen.append), kwargs={"quick": True, "max_grades": 2}, daemon=True
@@ -85,7 +85,7 @@ def _watch_two_saves(tmp_path, before_the_save=lambda deadline: None) -> list[Gr
         time.sleep(0.1)
     before_the_save(deadline)
     with open(path, "a") as f:
-        f.write("\n# saved again\n")
+        f.write("\n// saved again\n" if path.suffix == ".cu" else "\n# saved again\n")
     thread.join(120)
     return seen
 
@@ -96,6 +96,16 @@ def test_watch_grades_each_save_once_and_records_each_grade(tmp_path):
     seen = _watch_two_saves(tmp_path)
     assert [r.status for r in seen] == [PASSED, PASSED], [r.verdict for r in seen]
     assert len([r for r in store.read_all() if r.get("exercise") == "vector_add"]) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.solutions
+@pytest.mark.emulator
+@pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU path: the CUDA emulator's warm worker")
+def test_without_a_gpu_watch_grades_each_save_of_a_cuda_file_on_the_emulator(tmp_path):
+    seen = _watch_two_saves(tmp_path, lang="cuda")
+    assert [r.status for r in seen] == [PASSED, PASSED], [r.verdict for r in seen]
+    assert all("emulat" in r.device.get("name", "") for r in seen), seen[0].device
 
 
 @pytest.mark.slow

@@ -233,7 +233,7 @@ class Child:
 def early_child(kind: str = "") -> Child | None:
     """The worker, started before the grader imports torch, so that the two start-ups overlap (a one-shot
     `kcourse grade` pays them once, not one after the other): a GPU worker where nvidia-smi sees a GPU, else
-    the interpreter's (KCOURSE_DEVICE=cpu too); None where no child will run. grade() replaces a guess that
+    the interpreter's or the CUDA emulator's (KCOURSE_DEVICE=cpu too); None where no child will run. grade() replaces a guess that
     turns out wrong (torch without CUDA). `kind`: the exercise's, for what the worker pre-warms."""
     from grader.toolchain.build import gpu_arch
 
@@ -241,11 +241,22 @@ def early_child(kind: str = "") -> Child | None:
 
 
 def child_for(kind: str, gpu: bool) -> Child | None:
-    """The worker for an exercise of this kind, pre-warmed for it: on the GPU, or the interpreter's; None
-    where no child runs (a CUDA file without a GPU is only compiled)."""
+    """The worker for an exercise of this kind, pre-warmed for it: on the GPU, the interpreter's, or the CUDA
+    emulator's; None where no child runs (a torch operator without a GPU is only compiled)."""
     if not gpu and kind_named(kind).gpu_to_run:
-        return None
+        return _emulator_child(kind)
     return Child("cuda" if gpu else "cpu", prewarm_env(kind))
+
+
+def _emulator_child(kind: str) -> Child | None:
+    """Without a GPU, a raw CUDA file's worker runs it on the CPU emulator, AddressSanitizer's runtime preloaded;
+    None for a kind only compiled here or where this machine cannot emulate. A file the emulator turns out not to
+    take (a library it links, a feature it lacks) has this child closed by its grade (grade._grade_file)."""
+    from grader import cuda_cpu
+
+    if not kind_named(kind).nvcc or not cuda_cpu.mode()[0]:
+        return None
+    return Child("cpu", {**prewarm_env(kind), **cuda_cpu.child_env()})
 
 
 # What a worker pays while it waits for the job (worker.warm_up reads it), by kind: a torch operator's

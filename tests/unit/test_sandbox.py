@@ -114,8 +114,17 @@ def test_the_visible_gpu_is_the_batchs_else_the_graders(monkeypatch):
     assert Child.visible_devices_for(None) == "3"
 
 
-def test_compiled_kinds_start_no_child_without_a_gpu():
-    assert all(sandbox.child_for(kind, gpu=False) is None for kind in GPU_TO_RUN)
+def test_without_a_gpu_raw_cuda_gets_the_emulators_child_and_a_torch_operator_none(monkeypatch):
+    from grader import cuda_cpu
+
+    started = []
+    monkeypatch.setattr(sandbox, "Child", lambda device, env: started.append((device, env)) or device)
+    monkeypatch.setattr(cuda_cpu, "child_env", lambda: {"LD_PRELOAD": "libasan.so"})
+    monkeypatch.setattr(cuda_cpu, "mode", lambda: (True, "CPU emulation"))
+    assert [sandbox.child_for(kind, gpu=False) for kind in ("cuda", "cuda_host", "torch_op")] == ["cpu", "cpu", None]
+    assert started == [("cpu", {"LD_PRELOAD": "libasan.so"})] * 2  # the emulated library's runtime first
+    monkeypatch.setattr(cuda_cpu, "mode", lambda: (False, "compile only"))
+    assert all(sandbox.child_for(kind, gpu=False) is None for kind in GPU_TO_RUN)  # no emulator here: only compiled
 
 
 def test_prewarming_is_asked_for_the_kinds_that_pay_for_it():
