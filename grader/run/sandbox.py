@@ -233,8 +233,9 @@ class Child:
 def early_child(kind: str = "") -> Child | None:
     """The worker, started before the grader imports torch, so that the two start-ups overlap (a one-shot
     `kcourse grade` pays them once, not one after the other): a GPU worker where nvidia-smi sees a GPU, else
-    the interpreter's or the CUDA emulator's (KCOURSE_DEVICE=cpu too); None where no child will run. grade() replaces a guess that
-    turns out wrong (torch without CUDA). `kind`: the exercise's, for what the worker pre-warms."""
+    the interpreter's or the CUDA emulator's (KCOURSE_DEVICE=cpu too); None where no child will run. grade()
+    replaces a guess that turns out wrong (torch without CUDA). `kind`: the exercise's, for what the worker
+    pre-warms."""
     from grader.toolchain.build import gpu_arch
 
     return child_for(kind, os.environ.get("KCOURSE_DEVICE", "").lower() != "cpu" and bool(gpu_arch()))
@@ -307,8 +308,8 @@ def start_failure(exc: Exception, returncode: int | None) -> tuple[str, str]:
     else:
         why = f"it ended before it was ready (exit status {returncode})"
     return Code.CHILD_START, (
-        f"the grading process could not start, before your code ran: {why} — grade again; where this machine "
-        "is short of memory or busy, when it is quieter; if it persists, run `kcourse env-check`"
+        f"the grading process could not start, before your code ran: {why} — grade again (on a busy machine, "
+        "once it is quieter); if it persists, run `kcourse env-check`"
     )
 
 
