@@ -374,7 +374,7 @@ def _child_and_tools(judge: Judge, job: Job, memory_safety: _MemorySafety, backg
     The GPU lock is held shared throughout (other grades' numerics may share the GPU, never their timing): for a
     torch operator from the child's load on, since the child's build before it (tens of seconds of CPU work
     cold) needs no GPU and, held, kept timers waiting (gpu_lock)."""
-    judge.feed.may_pause = lambda: not memory_safety.on_the_gpu()  # its GPU work would go on during the pause
+    judge.may_pause = lambda: not memory_safety.on_the_gpu()  # its GPU work would go on during the pause
     if early:
         with gpu_lock.shared():
             if not background:

@@ -53,7 +53,10 @@ class Judge:
         hostload.limit_threads()  # references and draws in one GPU's share of the CPUs
         self.feed = InputFeed(spec, variant, child, load_reference(spec.folder / "reference.py", variant.reference))
         self.link = ChildLink(child, result, timeout_s, self.load_limit_s(), on_fail=self.feed.stop.set)
-        self.feed.pausing = self.link.paused
+        # where grades share the GPU (gpu_lock): whether the numerics may pause for other grades' timers (grade.py:
+        # not while the grade's compute-sanitizer runs), the child's deadline stopped meanwhile
+        self.may_pause: Callable[[], bool] = lambda: False
+        self.feed.may_pause, self.feed.pausing = lambda: self.may_pause(), self.link.paused
         self.op_judged: list[dict[str, Check]] = []
         self.phases: dict[str, float] = {}
         self.before_timing: Callable[[], None] = lambda: None

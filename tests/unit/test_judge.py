@@ -237,7 +237,7 @@ def test_numerics_pause_for_other_grades_timers_with_the_child_idle_and_its_dead
     monkeypatch.setattr(gpu_lock, "let_timers_go", pause)
     result = GradeResult(exercise=toy.id, lang="triton", source="learner", seed=1)
     judge = Judge(toy, toy.variant(None), child, result, 1, 1.0, False, None)
-    judge.feed.may_pause = lambda: True
+    judge.may_pause = lambda: True
     judge.run(Job(learner="/x/toy.py"))
     assert verdicts(result) == [LOADED, ("numerics", PASSED, None), ("integrity", PASSED, None)]
     (sent, judged), *more = paused
@@ -254,7 +254,7 @@ def test_a_grade_that_ends_while_its_numerics_wait_to_pause_leaves_no_producer_w
     monkeypatch.setattr(gpu_lock, "let_timers_go", lambda: pytest.fail("paused after the grade ended"))
     result = GradeResult(exercise=toy.id, lang="triton", source="learner", seed=1)
     judge = Judge(toy, toy.variant(None), child, result, 1, 1.0, False, None)
-    judge.feed.may_pause = lambda: True
+    judge.may_pause = lambda: True
     before = {t.ident for t in threading.enumerate()}
     judge.run(Job(learner="/x/toy.py"))
     assert verdicts(result)[-1] == ("run", FAILED, "timeout")
