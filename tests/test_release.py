@@ -178,14 +178,15 @@ def test_the_kits_own_tests_pass_and_those_that_need_the_instructors_files_skip_
         tmp_path,
         "pytest",
         "-q",
-        "-rs",
+        "-rfEs",
         "-p",
         "no:cacheprovider",
         "-m",
         "not slow and not bench and not gpu",
         timeout=1500,
     )  # the README's `pytest`: the fast tier
-    assert proc.returncode == 0, proc.stdout[-3000:]
+    failures = [line for line in proc.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]
+    assert proc.returncode == 0, "\n".join(failures) + "\n" + proc.stdout[-3000:]  # the kit's failures named first
     assert "failed" not in proc.stdout
     assert "tests/fixtures/submissions/ is absent (a learner's kit)" in proc.stdout
     assert "solutions/ is absent (a learner's kit)" in proc.stdout
