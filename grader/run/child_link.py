@@ -19,7 +19,7 @@ from grader.core.job import Job
 from grader.core.records import ERROR, FAILED, PASSED, Check, GradeResult
 from grader.core.vocabulary import CheckName, Code, Event
 from grader.run import waiting
-from grader.run.sandbox import Child, ChildGone, ChildTimeout, Death, death_message
+from grader.run.sandbox import Child, ChildGone, ChildTimeout, Death, death_message, start_failure
 
 REPORT_LIMIT = 1 << 16  # characters of a dead child's output read for the emulator's fault report
 
@@ -94,16 +94,10 @@ class ChildLink:
         waiting.STILL_RUNNING_S (not during the probe, whose bursts this process's clock times)."""
         if not self.quiet:  # the live line at a terminal, where one is drawn, shows the step
             waiting.report(time.monotonic() - self.waited_from, self.deadline - self.waited_from, self.child.last_step)
-        if self.quiet or not waiting.waiting_lines_wanted():
-            while True:  # the deadline read again each second: a pause for other grades' timers stops it (paused)
-                try:
-                    return self.child.event(min(self.deadline, time.monotonic() + 1.0))
-                except ChildTimeout:
-                    if time.monotonic() >= self.deadline:
-                        raise
-        while True:
+        lines = not self.quiet and waiting.waiting_lines_wanted()
+        while True:  # the deadline read again each second: a pause for other grades' timers stops it (paused)
             now = time.monotonic()
-            if now >= self.line_due:
+            if lines and now >= self.line_due:
                 print(
                     waiting.still_running(
                         now - self.waited_from, self.deadline - self.waited_from, self.child.last_step
@@ -113,7 +107,7 @@ class ChildLink:
                 )
                 self.line_due = now + waiting.STILL_RUNNING_S
             try:
-                return self.child.event(min(self.deadline, self.line_due))
+                return self.child.event(min(self.deadline, now + 1.0, self.line_due if lines else math.inf))
             except ChildTimeout:
                 if time.monotonic() >= self.deadline:
                     raise
@@ -171,3 +165,11 @@ class ChildLink:
             "its module-level code runs when the grader loads it — a loop there that never ends, or a test call "
             'left at the top level? Put test code under `if __name__ == "__main__":` and grade again'
         )
+
+
+def not_started(child: Child, exc: Exception) -> Check:
+    """The verdict on a child that never became ready (a grade's or a tool run's): no learner code had run, so it is
+    the grader's error, saying what the child reported or how it ended."""
+    child.kill()
+    code, message = start_failure(exc, child.proc.wait())
+    return Check(CheckName.GRADER, ERROR, message, {"code": code})

@@ -25,7 +25,7 @@ from grader.core.records import ERROR, FAILED, PASSED, SKIPPED, Check, GradeResu
 from grader.core.spec import BUILDS
 from grader.core.vocabulary import CheckName, Code, Event
 from grader.run import heavy, kit, sandbox, sanitize, waiting
-from grader.run.child_link import ChildLink
+from grader.run.child_link import ChildLink, not_started
 from grader.run.judge import Judge
 from grader.toolchain import build, occupancy, op_build
 
@@ -588,10 +588,9 @@ def _run_tool(child: sandbox.Child, job: Job, timeout: float, result: GradeResul
 
 def _tool_stopped(child: sandbox.Child, exc: Exception, timeout: float) -> Check:
     """The tool run's child stopped answering: before it was ready (not the learner's code), or after."""
-    child.kill()
     if child.ready is None:
-        code, message = sandbox.start_failure(exc, child.proc.wait())
-        return Check(CheckName.GRADER, ERROR, message, {"code": code})
+        return not_started(child, exc)
+    child.kill()
     death = sandbox.Death(isinstance(exc, sandbox.ChildTimeout), child.proc.wait(), child.last_step)
     code, message = sandbox.death_message(death, timeout)
     return Check(CheckName.RUN, FAILED, message, {"code": code})

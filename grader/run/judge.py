@@ -27,9 +27,9 @@ from grader.core.records import ERROR, FAILED, PASSED, Check, GradeResult, Timin
 from grader.core.spec import Case, ExerciseSpec, Variant
 from grader.core.vocabulary import CheckName, Code, Event, Order
 from grader.run import probe
-from grader.run.child_link import ChildLink, Finished
+from grader.run.child_link import ChildLink, Finished, not_started
 from grader.run.input_feed import InputFeed, Trial
-from grader.run.sandbox import Child, ChildGone, ChildTimeout, start_failure
+from grader.run.sandbox import Child, ChildGone, ChildTimeout
 
 __all__ = ["Finished", "Judge"]
 
@@ -102,9 +102,7 @@ class Judge:
     def _stopped(self, exc: ChildTimeout | ChildGone) -> None:
         """The child stopped answering: a start that failed, a trial that never came, or the learner's code."""
         if self.child.ready is None:  # it never became ready: no learner code had run
-            self.child.kill()
-            code, message = start_failure(exc, self.child.proc.wait())
-            self.result.add(Check(CheckName.GRADER, ERROR, message, {"code": code}))  # its output: the result's
+            self.result.add(not_started(self.child, exc))  # its output: the result's
         elif self.feed.producer_error is not None:  # the child waited for a trial that never came: not its fault
             self._grader_error(*self.feed.producer_error)
         else:
