@@ -104,52 +104,19 @@ def grade(
     `before_timing`: called before the timed runs, to end what the caller has going on this GPU (grade-batch:
     the next grade's child warming up); the grade's own compute-sanitizer run always ends first."""
     seed = seed if seed is not None else random.randrange(1, 2**31)
-    result = GradeResult(
-        exercise=target.spec.id,
-        lang=target.variant.lang,
-        source=str(submission or source),
-        seed=seed,
-        unit=target.unit,
-        plan=target.plan,
-        threshold=target.spec.performance.threshold,
-    )
+    result = _new_result(target, submission or source, seed)
     path = learner_file(target, source, submission)
-    result.scoring = dict(target.spec.scoring)
     result.file = _relative(path)
-    tampered = kit.differs_from_shipped()
-    result.kit_changes = kit.differs_from_git() or []
-    if tampered:
-        result.add(
-            Check(
-                CheckName.KIT,
-                ERROR,
-                f"these files of the kit differ from the kit as shipped: {', '.join(tampered[:5])}. "
-                "Restore them (git checkout -- FILE, or download the kit again): a grade made with a changed "
-                "grader, spec or reference is not valid",
-                {"code": Code.KIT_MODIFIED, "files": tampered},
-            )
-        )
-    elif not path.exists():
-        hint = " (solutions/ is absent from a learner's kit)" if source == "solutions" else ""
-        result.add(
-            Check(
-                CheckName.LOAD,
-                ERROR,
-                f"{path} does not exist{hint}: check the path, or run `kcourse list` for the exercises and their files",
-                {"code": Code.MISSING_FILE},
-            )
-        )
+    refusal = _refusal(path, source)
+    if refusal is not None:
+        result.add(refusal)
     else:
         job = Job(mode=mode, sanitize=sanitize_code, timed_sizes=timed_sizes, **(job_extra or {}))
         run = GradeRun(target, path, result, seed, job, quick, timeout_s, child=child, ahead=ahead)
         run.before_timing = before_timing
         _grade_file(run, child_env or {})
         child = None  # _grade_file closed it
-    if child is not None:  # started early for a grade that never ran
-        child.close()
-    heavy.discard_early()  # the same for the references' GPU process
-    if ahead is not None and ahead.result is not result:  # not taken up by this grade (it adopts it in _build_and_run)
-        ahead.close()
+    _close_unused(child, ahead, result)
     hints.annotate(result, target.spec)
     result.finish()
     if record:
@@ -157,6 +124,54 @@ def grade(
         store.append(result.to_dict())
         result.phases["record"] = round(time.monotonic() - started, 3)
     return result
+
+
+def _new_result(target: Target, source: str | Path, seed: int) -> GradeResult:
+    result = GradeResult(
+        exercise=target.spec.id,
+        lang=target.variant.lang,
+        source=str(source),
+        seed=seed,
+        unit=target.unit,
+        plan=target.plan,
+        threshold=target.spec.performance.threshold,
+    )
+    result.scoring = dict(target.spec.scoring)
+    result.kit_changes = kit.differs_from_git() or []
+    return result
+
+
+def _refusal(path: Path, source: str) -> Check | None:
+    """Why no code is run at all: the kit differs from the kit as shipped, or the file is not there."""
+    tampered = kit.differs_from_shipped()
+    if tampered:
+        return Check(
+            CheckName.KIT,
+            ERROR,
+            f"these files of the kit differ from the kit as shipped: {', '.join(tampered[:5])}. "
+            "Restore them (git checkout -- FILE, or download the kit again): a grade made with a changed "
+            "grader, spec or reference is not valid",
+            {"code": Code.KIT_MODIFIED, "files": tampered},
+        )
+    if not path.exists():
+        hint = " (solutions/ is absent from a learner's kit)" if source == "solutions" else ""
+        return Check(
+            CheckName.LOAD,
+            ERROR,
+            f"{path} does not exist{hint}: check the path, or run `kcourse list` for the exercises and their files",
+            {"code": Code.MISSING_FILE},
+        )
+    return None
+
+
+def _close_unused(child: sandbox.Child | None, ahead: Judge | None, result: GradeResult) -> None:
+    """End what was started early for a grade that never ran: its child, the references' GPU process, and a
+    judge made ahead that this grade did not take up (it adopts it in _build_and_run)."""
+    if child is not None:
+        child.close()
+    heavy.discard_early()
+    if ahead is not None and ahead.result is not result:
+        ahead.close()
 
 
 def _relative(path: Path) -> str:
