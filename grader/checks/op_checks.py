@@ -399,32 +399,59 @@ def _compile_verdict(spec, variant, label: str, ran: dict, refs: list, tol) -> C
 
 
 def _gradient_verdict(spec, variant, case, label: str, ran: dict, ref_grads: dict, tol) -> Check:
-    if "grads" not in ran:
-        how = (
-            "register it with <op>.register_autograd(backward, setup_context=setup_context)"
-            if spec.checks.schema
-            else "your autograd.Function's backward must return one gradient per forward argument, in their order, "
-            "None for those that are not tensors (a float, an int)"
-        )
-        return Check(
-            CheckName.GRADIENTS,
-            FAILED,
-            f"{label}: backward through `{variant.entry}` failed: {ran.get('error', 'no evidence')}\n{how}",
-            {"code": Code.NO_BACKWARD},
-        )
+    """The gradients check: the first of its failures, in the order the learner should fix them, or a pass."""
+    failed = (
+        _no_backward(spec, variant, label, ran)
+        or _torch_in_backward(spec, label, ran)
+        or _wrong_gradient(spec, variant, case, label, ran, ref_grads, tol)
+        or _gradcheck_failed(label, ran)
+    )
+    if failed is not None:
+        return failed
+    return Check(
+        CheckName.GRADIENTS,
+        PASSED,
+        f"gradients of {', '.join(ref_grads)} matched the float64 reference"
+        + (" and torch.autograd.gradcheck (float64)" if ran.get("gradcheck") else ""),
+    )
+
+
+def _no_backward(spec, variant, label: str, ran: dict) -> Check | None:
+    if "grads" in ran:
+        return None
+    how = (
+        "register it with <op>.register_autograd(backward, setup_context=setup_context)"
+        if spec.checks.schema
+        else "your autograd.Function's backward must return one gradient per forward argument, in their order, "
+        "None for those that are not tensors (a float, an int)"
+    )
+    return Check(
+        CheckName.GRADIENTS,
+        FAILED,
+        f"{label}: backward through `{variant.entry}` failed: {ran.get('error', 'no evidence')}\n{how}",
+        {"code": Code.NO_BACKWARD},
+    )
+
+
+def _torch_in_backward(spec, label: str, ran: dict) -> Check | None:
     from grader.checks import integrity
-    from grader.checks.checking import compare
 
     bad_ops = integrity.forbidden_ops(set(ran.get("ops", []))) if spec.checks.kernel_backward else []
-    if bad_ops:
-        return Check(
-            CheckName.GRADIENTS,
-            FAILED,
-            f"{label}: your backward called torch's {', '.join(bad_ops[:5])}: compute the "
-            "gradients in your own backward kernel (launch it from backward; allowed there: allocation, views, "
-            "copies, ctx.saved_tensors)",
-            {"code": Code.TORCH_COMPUTE_BACKWARD, "ops": bad_ops},
-        )
+    if not bad_ops:
+        return None
+    return Check(
+        CheckName.GRADIENTS,
+        FAILED,
+        f"{label}: your backward called torch's {', '.join(bad_ops[:5])}: compute the "
+        "gradients in your own backward kernel (launch it from backward; allowed there: allocation, views, "
+        "copies, ctx.saved_tensors)",
+        {"code": Code.TORCH_COMPUTE_BACKWARD, "ops": bad_ops},
+    )
+
+
+def _wrong_gradient(spec, variant, case, label: str, ran: dict, ref_grads: dict, tol) -> Check | None:
+    """The first gradient missing or outside its tolerance (summed_tolerance) against the float64 reference."""
+    from grader.checks.checking import compare
 
     positions = {a.name: str(i) for i, a in enumerate(variant.args)}
     for name, ref in ref_grads.items():
@@ -446,21 +473,20 @@ def _gradient_verdict(spec, variant, case, label: str, ran: dict, ref_grads: dic
                 "input's gradient is summed over the dimensions it was broadcast along)",
                 {"code": Code.GRADIENT_MISMATCH},
             )
+    return None
+
+
+def _gradcheck_failed(label: str, ran: dict) -> Check | None:
     checked = ran.get("gradcheck")
-    if checked is not None and not checked.get("passed"):
-        return Check(
-            CheckName.GRADIENTS,
-            FAILED,
-            f"{label}: torch.autograd.gradcheck on float64 copies failed: {checked.get('error')}"
-            "\nyour kernels must take float64 and compute in it (tl.float32 casts lose the precision gradcheck "
-            "needs), and the backward must be the forward's exact derivative",
-            {"code": Code.GRADCHECK_FAILED},
-        )
+    if checked is None or checked.get("passed"):
+        return None
     return Check(
         CheckName.GRADIENTS,
-        PASSED,
-        f"gradients of {', '.join(ref_grads)} matched the float64 reference"
-        + (" and torch.autograd.gradcheck (float64)" if checked else ""),
+        FAILED,
+        f"{label}: torch.autograd.gradcheck on float64 copies failed: {checked.get('error')}"
+        "\nyour kernels must take float64 and compute in it (tl.float32 casts lose the precision gradcheck "
+        "needs), and the backward must be the forward's exact derivative",
+        {"code": Code.GRADCHECK_FAILED},
     )
 
 

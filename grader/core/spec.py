@@ -343,35 +343,7 @@ def load_spec(folder: Path) -> ExerciseSpec:
 def _parse(data: dict[str, Any], folder: Path) -> ExerciseSpec:
     path = folder / "spec.toml"
     check_keys(data, str(path))  # a key no table takes (spec_keys.py lists them) is refused, not ignored
-    variants = {}
-    for lang, raw in data["variants"].items():
-        kind = raw.get("kind", lang)
-        if kind not in KINDS:
-            raise SpecError(
-                f"{path}: variants.{lang}.kind = {kind!r}; known kinds: "
-                + "; ".join(f"{k.name} ({k.entry})" for k in KINDS.values())
-            )
-        variants[lang] = Variant(
-            lang=_variant_name(lang, kind, path),
-            kind=kind,
-            stub=raw["stub"],
-            entry=raw["entry"],
-            args=[_argument(a) for a in raw["args"]],
-            timeout_s=float(raw.get("timeout_s", 60)),
-            host_memory=raw.get("host_memory", "pageable"),
-            dtypes=list(raw["dtypes"]) if "dtypes" in raw else None,
-            link=_libraries(raw.get("link", []), kind, f"{path}: variants.{lang}.link"),
-            requires=_requirements(raw.get("requires", []), kind, f"{path}: variants.{lang}.requires"),
-            build=raw.get("build", "jit"),
-            files=[folder / name for name in raw.get("files", [])],
-            reference=_reference_name(raw.get("reference", "reference"), folder, f"{path}: variants.{lang}.reference"),
-            returns=bool(raw.get("returns", False)),
-            sanitizer_skip=_sanitizer_skip(raw.get("sanitizer_skip", {}), f"{path}: variants.{lang}.sanitizer_skip"),
-            flops=raw.get("flops"),
-            bytes=raw.get("bytes"),
-            summary=str(raw.get("summary", "")),
-            measured=str(raw.get("measured", "")),
-        )
+    variants = {lang: _variant(lang, raw, folder) for lang, raw in data["variants"].items()}
     inputs = [_tensor(name, raw, path) for name, raw in data.get("inputs", {}).items()]
     outputs = [_tensor(name, raw, path, output=True) for name, raw in data["outputs"].items()]
     perf = data.get("performance", {})
@@ -386,16 +358,7 @@ def _parse(data: dict[str, Any], folder: Path) -> ExerciseSpec:
         tolerance={
             k: Tolerance(float(v["atol"]), float(v["rtol"]), v.get("accumulate")) for k, v in data["tolerance"].items()
         },
-        performance=Performance(
-            cases=[_case(c) for c in perf.get("cases", [])],
-            threshold=float(perf.get("threshold", 0.5)),
-            bytes=perf.get("bytes"),
-            flops=perf.get("flops"),
-            bound=perf.get("bound", ""),
-            max_extra_bytes=perf.get("max_extra_bytes"),
-            memory_hint=perf.get("memory_hint", ""),
-            baseline_args=dict(perf.get("baseline_args", {})),
-        ),
+        performance=_performance(perf),
         tuning={lang: dict(params) for lang, params in data.get("tuning", {}).items()},
         trials=int(data.get("trials", 2)),
         scoring={k: float(v) for k, v in data.get("scoring", {"numerics": 7, "speed": 3}).items()},
@@ -409,6 +372,52 @@ def _parse(data: dict[str, Any], folder: Path) -> ExerciseSpec:
     return spec
 
 
+def _variant(lang: str, raw: dict[str, Any], folder: Path) -> Variant:
+    """One [variants.<lang>] table: its kind must be known (kinds/), the rest as spec_keys.py describes."""
+    path = folder / "spec.toml"
+    kind = raw.get("kind", lang)
+    if kind not in KINDS:
+        raise SpecError(
+            f"{path}: variants.{lang}.kind = {kind!r}; known kinds: "
+            + "; ".join(f"{k.name} ({k.entry})" for k in KINDS.values())
+        )
+    return Variant(
+        lang=_variant_name(lang, kind, path),
+        kind=kind,
+        stub=raw["stub"],
+        entry=raw["entry"],
+        args=[_argument(a) for a in raw["args"]],
+        timeout_s=float(raw.get("timeout_s", 60)),
+        host_memory=raw.get("host_memory", "pageable"),
+        dtypes=list(raw["dtypes"]) if "dtypes" in raw else None,
+        link=_libraries(raw.get("link", []), kind, f"{path}: variants.{lang}.link"),
+        requires=_requirements(raw.get("requires", []), kind, f"{path}: variants.{lang}.requires"),
+        build=raw.get("build", "jit"),
+        files=[folder / name for name in raw.get("files", [])],
+        reference=_reference_name(raw.get("reference", "reference"), folder, f"{path}: variants.{lang}.reference"),
+        returns=bool(raw.get("returns", False)),
+        sanitizer_skip=_sanitizer_skip(raw.get("sanitizer_skip", {}), f"{path}: variants.{lang}.sanitizer_skip"),
+        flops=raw.get("flops"),
+        bytes=raw.get("bytes"),
+        summary=str(raw.get("summary", "")),
+        measured=str(raw.get("measured", "")),
+    )
+
+
+def _performance(perf: dict[str, Any]) -> Performance:
+    """[performance]: the timed sizes and what the speed and memory verdicts are taken against."""
+    return Performance(
+        cases=[_case(c) for c in perf.get("cases", [])],
+        threshold=float(perf.get("threshold", 0.5)),
+        bytes=perf.get("bytes"),
+        flops=perf.get("flops"),
+        bound=perf.get("bound", ""),
+        max_extra_bytes=perf.get("max_extra_bytes"),
+        memory_hint=perf.get("memory_hint", ""),
+        baseline_args=dict(perf.get("baseline_args", {})),
+    )
+
+
 def _mistakes(entries: Any, path: Path) -> list[Mistake]:
     """`[[mistakes]]`: each a name, a hint (optional) and at least one matcher besides check and lang (see Mistake)."""
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
@@ -418,54 +427,65 @@ def _mistakes(entries: Any, path: Path) -> list[Mistake]:
     mistakes: list[Mistake] = []
     for number, raw in enumerate(entries, 1):
         where = f"{path}: [[mistakes]] #{number}" + (f" ({raw['name']})" if isinstance(raw.get("name"), str) else "")
-        unknown = sorted(set(raw) - set(MISTAKE_KEYS))
-        if unknown:
-            raise SpecError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(MISTAKE_KEYS)}")
-        name, hint = raw.get("name"), raw.get("hint")
-        if not isinstance(name, str) or not re.fullmatch(r"[a-z0-9][a-z0-9_]*", name):
-            raise SpecError(
-                f"{where}: name = {name!r}: name the mistake in lower case letters, digits and _ (n_minus_1)"
-            )
-        if any(m.name == name for m in mistakes):
-            raise SpecError(f"{where}: a second mistake named {name!r}: names are unique")
-        if hint is not None and (not isinstance(hint, str) or not hint.strip()):
-            raise SpecError(
-                f"{where}: hint = {hint!r}: give the text the learner reads under the failing check (or "
-                "leave hint out where the grader's generic hint says it)"
-            )
-        for key in ("check", "message", "lang", "fixture"):
-            if key in raw and (not isinstance(raw[key], str) or not raw[key].strip()):
-                raise SpecError(f"{where}: {key} = {raw[key]!r}: give a non-empty string")
-        if "nan" in raw and not isinstance(raw["nan"], bool):
-            raise SpecError(f"{where}: nan = {raw['nan']!r}: true (NaN or inf in the output) or false (none)")
-        _known(raw, "check", CheckName, where)
-        _known(raw, "code", Code, where)
-        if "message" in raw:
-            try:
-                re.compile(raw["message"])
-            except re.error as exc:
-                raise SpecError(f"{where}: message = {raw['message']!r} is not a regular expression: {exc}") from None
-        tiers, gpu_code = _tiers(raw, where)
-        mistake = Mistake(
-            name=name,
-            hint=hint.strip() if hint else None,
-            check=raw.get("check"),
-            code=_strings(raw, "code", where),
-            first_case=_strings(raw, "first_case", where),
-            nan=raw.get("nan"),
-            message=raw.get("message"),
-            lang=raw.get("lang"),
-            fixture=raw.get("fixture"),
-            tiers=tiers,
-            gpu_code=gpu_code,
-        )
-        if not (mistake.code or mistake.first_case or mistake.nan is not None or mistake.message):
-            raise SpecError(
-                f"{where}: give at least one of code, first_case, nan, message: a mistake matched by its "
-                "check alone would take the hint of every failure"
-            )
+        mistake = _mistake(raw, where)
+        if any(m.name == mistake.name for m in mistakes):
+            raise SpecError(f"{where}: a second mistake named {mistake.name!r}: names are unique")
         mistakes.append(mistake)
     return mistakes
+
+
+def _mistake(raw: dict[str, Any], where: str) -> Mistake:
+    """One [[mistakes]] entry, its keys checked (_check_mistake_values) and at least one matcher given."""
+    _check_mistake_values(raw, where)
+    tiers, gpu_code = _tiers(raw, where)
+    hint = raw.get("hint")
+    mistake = Mistake(
+        name=raw["name"],
+        hint=hint.strip() if hint else None,
+        check=raw.get("check"),
+        code=_strings(raw, "code", where),
+        first_case=_strings(raw, "first_case", where),
+        nan=raw.get("nan"),
+        message=raw.get("message"),
+        lang=raw.get("lang"),
+        fixture=raw.get("fixture"),
+        tiers=tiers,
+        gpu_code=gpu_code,
+    )
+    if not (mistake.code or mistake.first_case or mistake.nan is not None or mistake.message):
+        raise SpecError(
+            f"{where}: give at least one of code, first_case, nan, message: a mistake matched by its "
+            "check alone would take the hint of every failure"
+        )
+    return mistake
+
+
+def _check_mistake_values(raw: dict[str, Any], where: str) -> None:
+    """Known keys only; a name fit for a test id, a hint with text, non-empty strings, a boolean nan, a known check
+    name and failure code, a message that compiles as a regular expression."""
+    unknown = sorted(set(raw) - set(MISTAKE_KEYS))
+    if unknown:
+        raise SpecError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(MISTAKE_KEYS)}")
+    name, hint = raw.get("name"), raw.get("hint")
+    if not isinstance(name, str) or not re.fullmatch(r"[a-z0-9][a-z0-9_]*", name):
+        raise SpecError(f"{where}: name = {name!r}: name the mistake in lower case letters, digits and _ (n_minus_1)")
+    if hint is not None and (not isinstance(hint, str) or not hint.strip()):
+        raise SpecError(
+            f"{where}: hint = {hint!r}: give the text the learner reads under the failing check (or "
+            "leave hint out where the grader's generic hint says it)"
+        )
+    for key in ("check", "message", "lang", "fixture"):
+        if key in raw and (not isinstance(raw[key], str) or not raw[key].strip()):
+            raise SpecError(f"{where}: {key} = {raw[key]!r}: give a non-empty string")
+    if "nan" in raw and not isinstance(raw["nan"], bool):
+        raise SpecError(f"{where}: nan = {raw['nan']!r}: true (NaN or inf in the output) or false (none)")
+    _known(raw, "check", CheckName, where)
+    _known(raw, "code", Code, where)
+    if "message" in raw:
+        try:
+            re.compile(raw["message"])
+        except re.error as exc:
+            raise SpecError(f"{where}: message = {raw['message']!r} is not a regular expression: {exc}") from None
 
 
 def _tiers(raw: dict[str, Any], where: str) -> tuple[list[str], list[str]]:

@@ -676,48 +676,9 @@ def _build_raw_cuda(path: Path, solution: Path | None, job: Job, result: GradeRe
     emulator = _emulator_build_ahead(path) if not gpu and job.emulated else None
     built = build.build_variant(path, variant, arch, device_only=not gpu)
     result.build = built.to_dict()
-    if (
-        built.skipped
-    ):  # the machine lacks a library the spec links or requires (cuBLAS, ThunderKittens): not the learner's
-        result.add(Check(CheckName.BUILD, SKIPPED, built.log, {"code": built.skip_code}))
-        result.add(
-            Check(CheckName.NUMERICS, SKIPPED, "not built: " + built.log.split(":")[0], {"code": built.skip_code})
-        )
-        return False
-    if not built.ok and built.log == build.NVCC_HINT and not gpu and job.emulated:
-        result.add(
-            Check(
-                CheckName.BUILD,
-                SKIPPED,
-                "no nvcc here: your file was not compiled for a GPU (nvcc's errors and its "
-                f"resource report need it: {build.NVCC_HINT}); its kernels still run on the CPU emulator",
-                {"code": Code.NO_NVCC},
-            )
-        )
-        return _build_emulated(path, job, result, variant, nvcc_checked=False, ahead=emulator)
-    if not built.ok:
-        code = Code.NO_NVCC if built.log == build.NVCC_HINT else Code.BUILD_ERROR
-        result.add(
-            Check(
-                CheckName.BUILD,
-                ERROR if code == "no_nvcc" else FAILED,
-                build.failure_message(path, built.log) if code == "build_error" else built.log,
-                {"code": code},
-            )
-        )
-        return False
-    timing = "cached" if built.cached else f"{built.seconds:.2f} s"
-    if not gpu:
-        timing += "; the kernels: " + ("the CPU emulator compiles the host code" if job.emulated else "no GPU here")
-    report, occupied = _resource_report(built, path, variant, gpu)
-    result.add(
-        Check(
-            CheckName.BUILD,
-            PASSED,
-            f"compiled for {built.arch} ({timing})\n{report}",
-            {"resources": built.resources, "occupancy": occupied},
-        )
-    )
+    if built.skipped or not built.ok:
+        return _not_built(built, path, job, result, gpu, variant, emulator)
+    result.add(_built_check(built, path, variant, job, gpu))
     if not job.emulated and not _has_entry_point(built.library and Path(built.library), path, variant, result):
         return False  # (an emulated file's entry point is checked on the emulator's library)
     if not gpu:
@@ -729,6 +690,52 @@ def _build_raw_cuda(path: Path, solution: Path | None, job: Job, result: GradeRe
         if not solution_build.ok:
             job.solution = None
     return True
+
+
+def _not_built(built, path: Path, job: Job, result: GradeResult, gpu: bool, variant, emulator: Future | None) -> bool:
+    """nvcc's build did not give a library: a library the machine lacks (skipped, not the learner's), no nvcc
+    where the emulator can still run the file, or the learner's compile errors. True where the grade goes on."""
+    if built.skipped:  # the machine lacks a library the spec links or requires (cuBLAS, ThunderKittens)
+        result.add(Check(CheckName.BUILD, SKIPPED, built.log, {"code": built.skip_code}))
+        result.add(
+            Check(CheckName.NUMERICS, SKIPPED, "not built: " + built.log.split(":")[0], {"code": built.skip_code})
+        )
+        return False
+    if built.log == build.NVCC_HINT and not gpu and job.emulated:
+        result.add(
+            Check(
+                CheckName.BUILD,
+                SKIPPED,
+                "no nvcc here: your file was not compiled for a GPU (nvcc's errors and its "
+                f"resource report need it: {build.NVCC_HINT}); its kernels still run on the CPU emulator",
+                {"code": Code.NO_NVCC},
+            )
+        )
+        return _build_emulated(path, job, result, variant, nvcc_checked=False, ahead=emulator)
+    code = Code.NO_NVCC if built.log == build.NVCC_HINT else Code.BUILD_ERROR
+    result.add(
+        Check(
+            CheckName.BUILD,
+            ERROR if code == "no_nvcc" else FAILED,
+            build.failure_message(path, built.log) if code == "build_error" else built.log,
+            {"code": code},
+        )
+    )
+    return False
+
+
+def _built_check(built, path: Path, variant, job: Job, gpu: bool) -> Check:
+    """The passed build check: for which GPU, how long (or cached), and the kernels' resource report."""
+    timing = "cached" if built.cached else f"{built.seconds:.2f} s"
+    if not gpu:
+        timing += "; the kernels: " + ("the CPU emulator compiles the host code" if job.emulated else "no GPU here")
+    report, occupied = _resource_report(built, path, variant, gpu)
+    return Check(
+        CheckName.BUILD,
+        PASSED,
+        f"compiled for {built.arch} ({timing})\n{report}",
+        {"resources": built.resources, "occupancy": occupied},
+    )
 
 
 def _has_entry_point(library: Path | None, path: Path, variant, result: GradeResult) -> bool:

@@ -78,7 +78,7 @@ def test_a_version_takes_summary_and_measured(spec_of):
 # Where the parser reads each table's keys: (module, function, the object the keys are read off).
 READERS = {
     "top level": [("grader/core/spec.py", "_parse", "data")],
-    "[variants.<name>]": [("grader/core/spec.py", "_parse", "raw")],
+    "[variants.<name>]": [("grader/core/spec.py", "_variant", "raw")],
     "[inputs.<name>] / [outputs.<name>]": [("grader/core/spec.py", "_tensor", "raw")],
     "[[cases]] / [[performance.cases]]": [("grader/core/spec.py", "_case", "raw")],
     "[[cases]] inputs.<name> / outputs.<name>": [
@@ -87,8 +87,12 @@ READERS = {
         ("grader/checks/inputs.py", "make_outputs", "case.outputs.get(t.name, {})"),
     ],
     "[tolerance.<name>]": [("grader/core/spec.py", "_parse", "v")],
-    "[performance]": [("grader/core/spec.py", "_parse", "perf")],
-    "[[mistakes]]": [("grader/core/spec.py", "_mistakes", "raw"), ("grader/core/spec.py", "_tiers", "raw")],
+    "[performance]": [("grader/core/spec.py", "_performance", "perf")],
+    "[[mistakes]]": [
+        ("grader/core/spec.py", "_mistake", "raw"),
+        ("grader/core/spec.py", "_check_mistake_values", "raw"),
+        ("grader/core/spec.py", "_tiers", "raw"),
+    ],
     "[checks]": [("grader/core/op_spec.py", "parse", "raw")],
 }
 
