@@ -132,11 +132,6 @@ def build_shared_library(
         return BuildResult(
             ok=False, seconds=0.0, arch=arch, skipped=True, skip_code=Code.REQUIREMENT_MISSING, log=unmet
         )
-    output = ["-cubin"] if device_only else ["-shared", "-Xcompiler", "-fPIC"]
-    flags = ["-O3", "-std=c++17", *arch_flags(arch), "-lineinfo", "-Xptxas", "-v", *output]
-    if extra:  # the library's own language standard replaces the kit's
-        flags = [f for f in flags if not f.startswith("-std=")] + extra
-    flags += [f"-D{name}={value}" for name, value in sorted((defines or {}).items())]
     library_flags, missing = link_flags(link or [], nvcc)
     if missing:
         return BuildResult(
@@ -147,7 +142,7 @@ def build_shared_library(
             skip_code=Code.LIBRARY_MISSING,
             log=missing_library_message(missing),
         )
-    flags += [] if device_only else library_flags
+    flags = _nvcc_flags(arch, extra, defines, [] if device_only else library_flags, device_only)
     out_dir = build_cache_dir() / _source_key([source], flags, nvcc_version(nvcc) + nvcc + fingerprint)
     name = "kernels.cubin" if device_only else "lib.so"
     library, report = out_dir / name, out_dir / "ptxas.txt"
@@ -164,17 +159,38 @@ def build_shared_library(
     with _locked(out_dir):  # several graders (grade-batch) may build the same source at once
         if library.exists():
             return build_shared_library(source, arch, nvcc, defines, link, requires, device_only)
-        ok, log = _run_ninja(out_dir, nvcc, flags, source, name)
-        result = BuildResult(ok=ok, seconds=time.perf_counter() - started, arch=arch, resources=parse_resources(log))
-        if ok:
-            report.write_text(log)
-            os.replace(out_dir / f"partial.{name}", library)  # a build cut short never looks finished
-            result.library = None if device_only else str(library)
-        else:
-            by_hand = [nvcc, *flags, "-o", f"/tmp/{source.stem}{Path(name).suffix}", str(source.resolve())]
-            result.log = format_compiler_errors(
-                log, source, fallback=False, full_log=_keep_log(out_dir, log)
-            ) or silent_compiler_hint(by_hand)
+        return _compile(out_dir, nvcc, flags, source, name, arch, started, keep_library=not device_only)
+
+
+def _nvcc_flags(
+    arch: str, extra: list[str], defines: dict[str, object] | None, library_flags: list[str], device_only: bool
+) -> list[str]:
+    """nvcc's flags: optimised, C++17 (or a required library's own standard: `extra`), line info and ptxas's
+    resource report, for `arch`; a cubin of the kernels alone, or a shared library linking `library_flags`."""
+    output = ["-cubin"] if device_only else ["-shared", "-Xcompiler", "-fPIC"]
+    flags = ["-O3", "-std=c++17", *arch_flags(arch), "-lineinfo", "-Xptxas", "-v", *output]
+    if extra:  # the library's own language standard replaces the kit's
+        flags = [f for f in flags if not f.startswith("-std=")] + extra
+    flags += [f"-D{name}={value}" for name, value in sorted((defines or {}).items())]
+    return flags + library_flags
+
+
+def _compile(
+    out_dir: Path, nvcc: str, flags: list[str], source: Path, name: str, arch: str, started: float, keep_library: bool
+) -> BuildResult:
+    """nvcc through ninja into out_dir (its lock held); the output lands under its final name only when whole."""
+    ok, log = _run_ninja(out_dir, nvcc, flags, source, name)
+    result = BuildResult(ok=ok, seconds=time.perf_counter() - started, arch=arch, resources=parse_resources(log))
+    library = out_dir / name
+    if ok:
+        (out_dir / "ptxas.txt").write_text(log)
+        os.replace(out_dir / f"partial.{name}", library)  # a build cut short never looks finished
+        result.library = str(library) if keep_library else None
+    else:
+        by_hand = [nvcc, *flags, "-o", f"/tmp/{source.stem}{Path(name).suffix}", str(source.resolve())]
+        result.log = format_compiler_errors(
+            log, source, fallback=False, full_log=_keep_log(out_dir, log)
+        ) or silent_compiler_hint(by_hand)
     return result
 
 
