@@ -117,28 +117,7 @@ def _load_python(variant: Variant, source: Path, role: str, renamed: dict[str, s
     module_name = f"kcourse_{role}_{source.stem}"
     spec = importlib.util.spec_from_file_location(module_name, source)
     if spec is None or spec.loader is None:  # Python has no loader for this suffix: a .cu, .txt, ... file
-        from grader.core.discovery import discover_exercises
-
-        try:
-            owner = next((s for s in discover_exercises().values() if variant in s.variants.values()), None)
-        except Exception:  # a broken spec elsewhere must not hide this verdict
-            owner = None
-        if owner is None:
-            message = (
-                f"{source.name} is not a Python file: this exercise's Triton version expects a .py file like "
-                f"{variant.stub} (given with --file); a CUDA version, where the exercise has one, is picked with --lang cuda"
-            )
-        elif any(v.lang == "cuda" for v in owner.variants.values()):
-            message = (
-                f"{source.name} is not a Python file: the Triton version of {owner.id} expects a .py file like "
-                f"{variant.stub}; to grade a .cu file, pick the CUDA version with --lang cuda"
-            )
-        else:
-            message = (
-                f"{source.name} is not a Python file, and {owner.id} has no CUDA version: give a .py file like "
-                f"{variant.stub} with --file"
-            )
-        raise EntryError(Code.WRONG_LANGUAGE, message)
+        raise EntryError(Code.WRONG_LANGUAGE, _not_python_message(variant, source))
     sys.path.insert(0, str(source.parent))  # the learner's helper modules next to the stub
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
@@ -152,6 +131,35 @@ def _load_python(variant: Variant, source: Path, role: str, renamed: dict[str, s
             Code.SYNTAX_ERROR,
             f"{Path(exc.filename or source).name}:{exc.lineno}: syntax error: {exc.msg}\n    {(exc.text or '').rstrip()}",
         ) from None
+    return _entry_function(module, variant, source)
+
+
+def _not_python_message(variant: Variant, source: Path) -> str:
+    """What to give instead of a file Python cannot import, by what the exercise offers."""
+    from grader.core.discovery import discover_exercises
+
+    try:
+        owner = next((s for s in discover_exercises().values() if variant in s.variants.values()), None)
+    except Exception:  # a broken spec elsewhere must not hide this verdict
+        owner = None
+    if owner is None:
+        return (
+            f"{source.name} is not a Python file: this exercise's Triton version expects a .py file like "
+            f"{variant.stub} (given with --file); a CUDA version, where the exercise has one, is picked with --lang cuda"
+        )
+    if any(v.lang == "cuda" for v in owner.variants.values()):
+        return (
+            f"{source.name} is not a Python file: the Triton version of {owner.id} expects a .py file like "
+            f"{variant.stub}; to grade a .cu file, pick the CUDA version with --lang cuda"
+        )
+    return (
+        f"{source.name} is not a Python file, and {owner.id} has no CUDA version: give a .py file like "
+        f"{variant.stub} with --file"
+    )
+
+
+def _entry_function(module, variant: Variant, source: Path) -> Callable:
+    """The module's entry point, callable with the stub's arguments; else the load check's failure."""
     function = getattr(module, variant.entry, None)
     if not callable(function):
         raise EntryError(
