@@ -112,27 +112,14 @@ def grade_batch(
     forkserver.enable()  # many grades: children forked after one torch import, where no GPU is
     _require_box(allow_unisolated)
     _require_committed_kit(allow_modified_kit)
-    from grader.commands import batch, validation
+    from grader.commands import batch
     from grader.commands.batch_progress import Progress
-    from grader.commands.cluster import ClusterError
-    from grader.commands.cluster_start import ClusterOptions, close, start
-    from grader.reports import leaderboard
+    from grader.commands.cluster_start import close
 
-    options = ClusterOptions(workers=workers, **cluster)
-    options.check()
-    try:
-        targets = validation.select(only=set(only), lang=lang, plan_id=plan_id, unit=unit)
-        runner, opened = start(options) if options.wanted else (batch.LocalRunner(workers), [])
-    except (ResolveError, ClusterError) as exc:
-        raise click.UsageError(str(exc)) from None
-    if runner is None:  # --dry-run
+    started = _runner_and_targets(submissions, workers, cluster, every_exercise, only, lang, plan_id, unit)
+    if started is None:  # --dry-run
         return
-    if not every_exercise:
-        try:
-            targets = _submitted(submissions, targets)
-        except click.UsageError:
-            close(opened)
-            raise
+    runner, opened, targets = started
     click.echo(f"grading on {runner.describe()}", err=True)
     progress = Progress(stream=sys.stderr)
     try:
@@ -148,6 +135,39 @@ def grade_batch(
         )
     finally:
         close(opened)
+    _write_and_show(rows, submissions, out_dir, progress)
+
+
+def _runner_and_targets(submissions, workers, cluster, every_exercise, only, lang, plan_id, unit):
+    """(runner, what it opened, the exercises to grade), or None for --dry-run; a usage error for options or a
+    selection that cannot be met, with what it opened closed."""
+    from grader.commands import batch, validation
+    from grader.commands.cluster import ClusterError
+    from grader.commands.cluster_start import ClusterOptions, close, start
+
+    options = ClusterOptions(workers=workers, **cluster)
+    options.check()
+    try:
+        targets = validation.select(only=set(only), lang=lang, plan_id=plan_id, unit=unit)
+        runner, opened = start(options) if options.wanted else (batch.LocalRunner(workers), [])
+    except (ResolveError, ClusterError) as exc:
+        raise click.UsageError(str(exc)) from None
+    if runner is None:
+        return None
+    if not every_exercise:
+        try:
+            targets = _submitted(submissions, targets)
+        except click.UsageError:
+            close(opened)
+            raise
+    return runner, opened, targets
+
+
+def _write_and_show(rows: list[dict], submissions: Path, out_dir: Path, progress) -> None:
+    """The gradebook's files and the leaderboard written, then the table and the summary on the terminal."""
+    from grader.commands import batch
+    from grader.reports import leaderboard
+
     csv_path, json_path = batch.write_gradebook(rows, out_dir)
     md_path, _ = leaderboard.write(rows, submissions, out_dir)
     table_rows = [
