@@ -5,7 +5,8 @@
 #   bash scripts/device_bg.sh wait SECONDS                wait again; when it has ended, its files come back in $OUT
 # COMMAND runs in the repository root with the wheels of .whl/ on PYTHONPATH and BG=/tmp/kcourse-bg, its folder:
 # it writes there what should come back (a junit file, the GPU lock's log; at most 7 files). Its output goes to
-# $BG/log.txt; each call prints how far it got. The GPU tier in one run (docs/testing.md):
+# $BG/log.txt; each call prints how far it got and brings back what is there so far (a run the session's device
+# time cuts off still leaves the logs of the last call). The GPU tier in one run (docs/testing.md):
 #   bash scripts/device_bg.sh start 560 env KCOURSE_TEST_BUILD_CACHE=/tmp/kc KCOURSE_GPU_LOCK_LOG=/tmp/kcourse-bg/lock.jsonl \
 #     python3 -m pytest -m "gpu and not slow and not bench" -n 12 --dist worksteal -q -p no:cacheprovider -rfE
 set -u
@@ -22,9 +23,9 @@ if [ "$verb" = start ]; then
 fi
 end=$(( $(date +%s) + wait_s ))
 while [ ! -f "$BG/rc" ] && [ "$(date +%s)" -lt "$end" ]; do sleep 2; done
+for f in "$BG"/*; do case "$f" in */t0|*/t1|*/rc|*/command) ;; *) cp "$f" "${OUT:-/tmp}/" ;; esac; done
 if [ ! -f "$BG/rc" ]; then
   echo "still running after $(( $(date +%s) - $(cat "$BG/t0") )) s: call 'wait' again within 30 s"; tail -c 1500 "$BG/log.txt"
   exit 0
 fi
 echo "ended: rc $(cat "$BG/rc") in $(( $(cat "$BG/t1") - $(cat "$BG/t0") )) s"; tail -60 "$BG/log.txt"
-for f in "$BG"/*; do case "$f" in */t0|*/t1|*/rc|*/command) ;; *) cp "$f" "${OUT:-/tmp}/" ;; esac; done
