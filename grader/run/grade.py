@@ -769,24 +769,38 @@ def _build_emulated(
     """No GPU: the file built for the CPU emulator (cuda_cpu), whose library the child runs; or the numerics
     skipped, saying why (the file uses what the emulator lacks, or the emulator's own build failed)."""
     if not job.emulated:
-        why = getattr(result, "emulation", "") or "the CPU emulation is not available here"
-        result.add(
-            Check(
-                CheckName.NUMERICS,
-                SKIPPED,
-                f"no GPU found and {why}: compiled and checked the resource report "
-                "only; run `kcourse grade` on a machine with an NVIDIA GPU to check numerics",
-                {"code": Code.NO_GPU},
-            )
-        )
-        result.add(Check(CheckName.SPEED, SKIPPED, "no GPU found: timing skipped", {"code": Code.NO_GPU}))
+        _no_gpu_no_emulator(result)
         return False
     started = time.monotonic()
     built = ahead.result() if ahead is not None else cuda_cpu.build(path)
     result.phases["emulator_build"] = round(time.monotonic() - started, 3)  # what the grade waited for, after nvcc
-    if (
-        not built.ok and not nvcc_checked
-    ):  # the host compiler is the only one that read the file: its errors are the learner's
+    if not built.ok:
+        _emulator_build_failed(built, path, result, variant, nvcc_checked)
+        return False
+    if not _has_entry_point(Path(built.library), path, variant, result):
+        return False
+    job.learner_library = built.library
+    return True
+
+
+def _no_gpu_no_emulator(result: GradeResult) -> None:
+    why = getattr(result, "emulation", "") or "the CPU emulation is not available here"
+    result.add(
+        Check(
+            CheckName.NUMERICS,
+            SKIPPED,
+            f"no GPU found and {why}: compiled and checked the resource report "
+            "only; run `kcourse grade` on a machine with an NVIDIA GPU to check numerics",
+            {"code": Code.NO_GPU},
+        )
+    )
+    result.add(Check(CheckName.SPEED, SKIPPED, "no GPU found: timing skipped", {"code": Code.NO_GPU}))
+
+
+def _emulator_build_failed(built, path: Path, result: GradeResult, variant, nvcc_checked: bool) -> None:
+    """Whose the failure is: the learner's where no nvcc read the file, or where nvcc's whole build fails too
+    (_host_code_fails); else the emulator's gap, and the numerics are skipped, saying so."""
+    if not nvcc_checked:  # the host compiler is the only one that read the file: its errors are the learner's
         result.checks = [c for c in result.checks if c.name != "build"]  # the skipped nvcc check it replaces
         result.add(
             Check(
@@ -796,25 +810,19 @@ def _build_emulated(
                 {"code": Code.BUILD_ERROR},
             )
         )
-        return False
-    if not built.ok and _host_code_fails(path, variant, result):
-        return False
-    if not built.ok:  # nvcc accepted the file: what the emulator's header lacks, not the learner's mistake
-        result.add(
-            Check(
-                CheckName.NUMERICS,
-                SKIPPED,
-                "the CPU emulator could not build your file (nvcc could): "
-                f"{_first_error(built.log)} — "
-                "numerics need a GPU for this file; tell your instructor, it is the emulator's gap",
-                {"code": Code.EMULATOR_BUILD_ERROR, "log": built.log[-4000:]},
-            )
+        return
+    if _host_code_fails(path, variant, result):
+        return
+    result.add(  # nvcc accepted the file: what the emulator's header lacks, not the learner's mistake
+        Check(
+            CheckName.NUMERICS,
+            SKIPPED,
+            "the CPU emulator could not build your file (nvcc could): "
+            f"{_first_error(built.log)} — "
+            "numerics need a GPU for this file; tell your instructor, it is the emulator's gap",
+            {"code": Code.EMULATOR_BUILD_ERROR, "log": built.log[-4000:]},
         )
-        return False
-    if not _has_entry_point(Path(built.library), path, variant, result):
-        return False
-    job.learner_library = built.library
-    return True
+    )
 
 
 def _host_code_fails(path: Path, variant, result: GradeResult) -> bool:
