@@ -37,9 +37,12 @@ def test_tune_checks_every_configuration_and_records_them():
     )  # the worker's own name for where it timed (a GPU's model there)
 
 
-def test_tune_of_an_exercise_without_tunables_says_so():
-    with pytest.raises(tools.ToolError, match=r"exposes no tunable parameters.*\[tuning.cuda\]"):
-        tools.run_tune(resolve(("reduction",)))
+def test_tune_of_a_version_without_tunables_says_so_and_names_the_version_that_has_them():
+    with pytest.raises(
+        tools.ToolError,
+        match=r"exposes no tunable parameters.*\[tuning.cuda\].*`kcourse tune reduction --lang triton`",
+    ):
+        tools.run_tune(resolve(("reduction",), lang="cuda"))
 
 
 @pytest.mark.slow

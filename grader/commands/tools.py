@@ -198,6 +198,16 @@ def not_your_kernel(record: dict[str, Any]) -> str:
     )
 
 
+def _tunable_instead(target: Target) -> str:
+    """What to do where this version has nothing to tune: the versions that do, or timing edits by hand."""
+    others = sorted(lang for lang in target.spec.tuning if lang in target.spec.variants)
+    if others:
+        return "tune a version that has them: " + " or ".join(
+            f"`kcourse tune {target.spec.id} --lang {x}`" for x in others
+        )
+    return f"change the sizes in your file and time each with `kcourse grade {target.spec.id}`"
+
+
 def run_tune(
     target: Target, submission: Path | None = None, source: str = "learner", show_progress: bool | None = None
 ) -> dict[str, Any]:
@@ -210,7 +220,7 @@ def run_tune(
     if not target.spec.tuning.get(target.variant.lang):
         raise ToolError(
             f"{target.spec.id} ({target.variant.lang}) exposes no tunable parameters "
-            "(its spec.toml has no [tuning." + target.variant.lang + "] table)"
+            "(its spec.toml has no [tuning." + target.variant.lang + "] table): " + _tunable_instead(target)
         )
     labels = [config_label(c) for c in configurations(target.spec, target.variant.lang)]
     job_extra, builds = {}, {}

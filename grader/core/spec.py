@@ -287,7 +287,10 @@ class ExerciseSpec:
             raise SpecError(
                 f"{self.id} has {len(same)} {language} versions: add --lang " + "|".join(sorted(v.lang for v in same))
             )
-        raise SpecError(f"{self.id} has no {language} version; it has: {', '.join(sorted(self.variants))}")
+        raise SpecError(
+            f"{self.id} has no {language} version; it has: {', '.join(sorted(self.variants))}: "
+            f"pick one with --lang {'|'.join(sorted(self.variants))}"
+        )
 
     def tolerance_for(self, dtype: str) -> Tolerance:
         if dtype not in self.tolerance:

@@ -95,7 +95,7 @@ def test_default_lang_picks_the_version_without_lang(exercise_dir):
 def test_a_language_finds_the_only_version_in_it_whatever_its_name(exercise_dir):
     spec = load_spec(exercise_dir(toy_spec(replace={"[variants.triton]": "[variants.fused]"})))
     assert spec.variant("triton").lang == "fused"
-    with pytest.raises(SpecError, match="toy has no cuda version; it has: fused"):
+    with pytest.raises(SpecError, match="toy has no cuda version; it has: fused: pick one with --lang fused"):
         spec.variant("cuda")
 
 
