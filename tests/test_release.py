@@ -134,6 +134,15 @@ def test_release_refuses_an_existing_folder_and_changes_nothing(tmp_path):
     assert [p.name for p in (tmp_path / "kit").iterdir()] == ["notes.txt"]
 
 
+def test_release_refuses_a_folder_inside_the_kit_and_writes_nothing():
+    from grader.core.paths import course_root
+
+    inside = course_root() / "kit-inside-the-kit"
+    result = CliRunner().invoke(main, ["release", str(inside)])
+    assert result.exit_code == 2 and "is inside the kit" in result.output and "outside it" in result.output
+    assert not inside.exists() and not (course_root() / ".kit-inside-the-kit.partial").exists()
+
+
 def test_the_kits_readme_is_the_learners_and_names_only_what_the_kit_has(course, tmp_path):
     release_from(course, tmp_path / "kit")
     readme = (tmp_path / "kit/README.md").read_text()

@@ -163,6 +163,8 @@ def release(target: Path, root: Path | None = None) -> Release:
     target = target.resolve()
     if target.exists():
         raise ReleaseError(f"{target} already exists: give a new folder (nothing was written)")
+    if target.is_relative_to(root):  # the kit would hold a copy of itself, and git would list it as untracked
+        raise ReleaseError(f"{target} is inside the kit ({root}): give a folder outside it (nothing was written)")
     files = planned_files(root)
     solutions = solution_lines(root) if (root / "solutions").exists() else {}
     staging = target.parent / f".{target.name}.partial"
