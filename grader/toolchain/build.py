@@ -29,6 +29,7 @@ from grader.core.paths import build_cache_dir
 from grader.core.toolkit import c_parameter_count, cuda_library_dirs
 from grader.core.vocabulary import Code
 
+PTXAS_REPORT = "ptxas.txt"  # beside each cached build: ptxas's resource report, read again on a cache hit
 DEFAULT_ARCH = "sm_90"  # compile checks without a GPU target the course's reference GPU (H100/H200)
 BUILD_TIMEOUT_S = 300
 NVCC_HINT = (
@@ -145,7 +146,7 @@ def build_shared_library(
     flags = _nvcc_flags(arch, extra, defines, [] if device_only else library_flags, device_only)
     out_dir = build_cache_dir() / _source_key([source], flags, nvcc_version(nvcc) + nvcc + fingerprint)
     name = "kernels.cubin" if device_only else "lib.so"
-    library, report = out_dir / name, out_dir / "ptxas.txt"
+    library, report = out_dir / name, out_dir / PTXAS_REPORT
     if library.exists():
         return BuildResult(
             ok=True,
@@ -183,7 +184,7 @@ def _compile(
     result = BuildResult(ok=ok, seconds=time.perf_counter() - started, arch=arch, resources=parse_resources(log))
     library = out_dir / name
     if ok:
-        (out_dir / "ptxas.txt").write_text(log)
+        (out_dir / PTXAS_REPORT).write_text(log)
         os.replace(out_dir / f"partial.{name}", library)  # a build cut short never looks finished
         result.library = str(library) if keep_library else None
     else:
@@ -428,7 +429,7 @@ def compile_check_torch_op(source: Path, arch: str | None = None) -> BuildResult
         return BuildResult(ok=False, seconds=0.0, arch=arch, log=NVCC_HINT)
     flags = ["-O3", "-std=c++17", f"-arch={arch}", "-Xptxas", "-v", "-cubin"] + torch_op_compile_flags()
     out_dir = build_cache_dir() / ("check-" + _source_key([source], flags, nvcc))
-    report = out_dir / "ptxas.txt"
+    report = out_dir / PTXAS_REPORT
     if report.exists():
         return BuildResult(
             ok=True,
