@@ -15,7 +15,7 @@ child imports torch and creates its CUDA context first, outside it). Three layer
   user; for root, which RLIMIT_NPROC does not bind, a pids cgroup where one can be made).
 
 The layer is a few ctypes calls rather than a package: the `landlock` package on PyPI is a pre-release,
-libseccomp is not on every GPU host, and the whole policy is a dozen rules (docs/design.md, threat model).
+libseccomp is not on every GPU host, and the whole policy is a dozen rules (docs/grading.md, the box).
 
 A known limit: Landlock before ABI 8 restricts the calling thread and the threads it starts, not the
 threads torch and CUDA started during warm-up. Code that takes over one of those (native code that
@@ -131,8 +131,9 @@ def policy(
     scratch: Path, learner: Path, course: Path, extra_read: list[Path] = (), extra_write: list[Path] = ()
 ) -> Policy:
     """The box for a child whose scratch folder is `scratch`, grading the file `learner` of the kit at `course`."""
-    read = [p for p in SYSTEM_READ if os.path.exists(p)]
-    read += _python_dirs(course) + [str(course / name) for name in COURSE_READ]
+    read = [p for p in SYSTEM_READ if os.path.exists(p)] + _python_dirs(course)
+    read = [p for folder in read for p in _beside_kit(Path(folder), course.resolve())]
+    read += [str(course / name) for name in COURSE_READ]
     read += [str(p) for p in [_learner_folder(learner, course), *extra_read]]
     devices = [p for p in DEVICES if os.path.exists(p)] + _nvidia_devices()
     write = [str(scratch), *(str(p) for p in extra_write)]
@@ -153,6 +154,23 @@ def _python_dirs(course: Path) -> list[str]:
             continue  # the home or the kit's root itself: only the named parts of them
         kept.append(real)
     return kept
+
+
+def _beside_kit(folder: Path, kit: Path) -> list[str]:
+    """`folder`, or where it holds the kit (a kit in /opt, PYTHONPATH=~/code with the kit in ~/code/kit), everything
+    in it but the kit: each folder's entries on the way down, less the one leading to the kit. A rule on a folder
+    opens all below it, and the kit's own parts (not solutions/, not the results store) are listed by name."""
+    folder = folder.resolve()
+    if not _inside(folder, kit):
+        return [str(folder)]
+    if folder == kit:
+        return []
+    step = folder / kit.relative_to(folder).parts[0]
+    try:
+        entries = [str(entry) for entry in sorted(folder.iterdir()) if entry != step]
+    except OSError:
+        entries = []
+    return entries + _beside_kit(step, kit)
 
 
 def _learner_folder(learner: Path, course: Path) -> Path:
