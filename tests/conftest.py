@@ -10,7 +10,9 @@ A -m on the command line replaces the default one: .ci/run runs `-m "not bench"`
 from __future__ import annotations
 
 import functools
+import inspect
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -54,6 +56,7 @@ def pytest_collection_modifyitems(config, items):
     from grader.toolchain.build import find_nvcc
 
     items.sort(key=lambda item: not item.nodeid.startswith(FIRST))  # stable: every other test keeps its order
+    _leave_out_what_passed_in_the_kit(config, items)
 
     no_gpu = pytest.mark.skip(reason="no NVIDIA GPU here: run `pytest -m gpu` on a GPU machine")
     no_nvcc = pytest.mark.skip(reason="nvcc not found: install the CUDA Toolkit")
@@ -69,6 +72,37 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(no_nvcc)
         if HAS_GPU and "gpu" in item.keywords and _times_in_process(item):
             item.add_marker(pytest.mark.gpu_exclusive)
+
+
+# .ci/run runs the learner kit's fast tier first, in a fresh release (the kit README's `pytest`), and logs the tests
+# that passed there (KCOURSE_PASSED_LOG); its run of the repository (KCOURSE_PASSED_IN_KIT: that log) leaves out
+# those whose own code names none of the instructor's files. The kit is the repository less those files, so such a
+# test ran the same code on the same files there. One that names them (a solution, a fixture) runs again here,
+# where they exist.
+PASSED_LOG, PASSED_IN_KIT = os.environ.get("KCOURSE_PASSED_LOG"), os.environ.get("KCOURSE_PASSED_IN_KIT")
+INSTRUCTORS_FILES = re.compile(r"solution|fixture|submission", re.IGNORECASE)
+
+
+def pytest_runtest_logreport(report):
+    if PASSED_LOG and report.when == "call" and report.passed and not os.environ.get("PYTEST_XDIST_WORKER"):
+        with open(PASSED_LOG, "a") as log:  # the controller's copy of each report (a worker's would be a second)
+            log.write(report.nodeid + "\n")
+
+
+def _leave_out_what_passed_in_the_kit(config, items) -> None:
+    if not PASSED_IN_KIT:
+        return
+    passed = set(Path(PASSED_IN_KIT).read_text().splitlines())
+    again = [item.nodeid not in passed or _names_instructors_files(item) for item in items]
+    config.hook.pytest_deselected(items=[item for item, run in zip(items, again) if not run])
+    items[:] = [item for item, run in zip(items, again) if run]
+
+
+def _names_instructors_files(item) -> bool:
+    try:
+        return bool(INSTRUCTORS_FILES.search(inspect.getsource(item.function)))
+    except (OSError, TypeError, AttributeError):
+        return True  # its code unreadable: run it
 
 
 # What a test calls when it times kernels in the test's own process, not through a grade's child (do_bench:
