@@ -80,21 +80,22 @@ def compare_command(
             f"{', '.join(given)}: for `kcourse compare attention` only; "
             f"`kcourse compare {exercise}` compares the files you name"
         )
+    _compare_files(exercise, files, lang, seed, timeout, as_json, no_sanitize)
+
+
+def _compare_files(exercise, files, lang, seed, timeout, as_json, no_sanitize) -> None:
+    """Each file graded as `kcourse grade EXERCISE --file FILE` (one line each as it is graded), then the table."""
     from grader.commands import compare
 
     try:
         entries = compare.entries_for_files(exercise, list(files), lang)
     except (ResolveError, SpecError) as exc:
         raise click.UsageError(str(exc)) from None
-    echo = (
-        (lambda entry, result: None)
-        if as_json
-        else (
-            lambda entry, result: click.echo(
-                f"graded {entry.label}: {result.status.upper()}: {result.verdict.splitlines()[0]}"
-            )
-        )
-    )
+
+    def echo(entry, result) -> None:
+        if not as_json:
+            click.echo(f"graded {entry.label}: {result.status.upper()}: {result.verdict.splitlines()[0]}")
+
     record, results = compare.compare(exercise, entries, seed, timeout, on_graded=echo, sanitize_code=not no_sanitize)
     click.echo(json.dumps(record, indent=2) if as_json else compare.format_comparison(record))
     sys.exit(exit_code([c.status for r in results for c in r.checks], strict=False))
