@@ -195,6 +195,19 @@ def format_environment(record: dict[str, Any]) -> str:
 SAMPLES, BATCH, EPOCHS, WARMUP_STEPS, BUDGET_S = 2048, 256, 5, 2, 2.0
 
 
+def _mlp_and_data(device: str, samples: int):
+    """Synthetic features and labels a linear map makes separable, and a seeded three-layer MLP with AdamW."""
+    import torch
+    from torch import nn
+
+    gen = torch.Generator().manual_seed(0)
+    features = torch.randn(samples, 256, generator=gen)
+    labels = (features @ torch.randn(256, 10, generator=gen)).argmax(dim=1)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10)).to(device)
+    return features.to(device), labels.to(device), model, torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+
 def time_training(
     device: str,
     epochs: int = EPOCHS,
@@ -210,14 +223,7 @@ def time_training(
     from torch import nn
 
     called = time.perf_counter()
-
-    gen = torch.Generator().manual_seed(0)
-    features = torch.randn(samples, 256, generator=gen)
-    labels = (features @ torch.randn(256, 10, generator=gen)).argmax(dim=1)
-    features, labels = features.to(device), labels.to(device)
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10)).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    features, labels, model, optimizer = _mlp_and_data(device, samples)
     per_epoch = -(-samples // batch)
 
     def step(index: int):
