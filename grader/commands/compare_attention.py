@@ -198,7 +198,6 @@ def sweep(
     implementation as it finishes (a sweep takes minutes). At a terminal, a progress bar on stderr meanwhile
     (implementations done, the one running now), unless `show_progress` is False (None: unless the command runs
     with --json); elsewhere nothing more is printed."""
-    from grader.commands.batch_progress import StepBar
 
     config = {**CONFIG, **(config or {})}
     require_gpu(source, config["dtype"])
@@ -207,19 +206,7 @@ def sweep(
     if not any(not c.reason for c in everyone):
         raise AttentionCompareError("nothing to compare: no attention implementation is ready\n" + roster(everyone))
     job = {"config": config, "lengths": list(lengths), "budget_s": BUDGET_S}
-    rows, device = [], {}
-    ready = [c for c in everyone if not c.reason]
-    with StepBar("comparing", len(ready), enabled=show_progress) as bar:
-        for contestant in everyone:
-            if contestant.reason:
-                row, found = _skipped(contestant), {}
-            else:
-                bar.working_on(contestant.label)
-                row, found = _run(contestant, source, seed, job, timeout_s)
-                bar.advance()
-            device = device or found
-            rows.append(row)
-            on_done(row)
+    rows, device = _run_everyone(everyone, source, seed, job, timeout_s, on_done, show_progress)
     record = {
         "kind": KIND,
         "at": time.time(),
@@ -235,6 +222,25 @@ def sweep(
     }
     store.append(record)
     return record
+
+
+def _run_everyone(everyone, source, seed, job, timeout_s, on_done, show_progress) -> tuple[list[dict], dict]:
+    """Each contestant's row (a skipped one's says why), in order, and the GPU the first run described."""
+    from grader.commands.batch_progress import StepBar
+
+    rows, device = [], {}
+    with StepBar("comparing", sum(1 for c in everyone if not c.reason), enabled=show_progress) as bar:
+        for contestant in everyone:
+            if contestant.reason:
+                row, found = _skipped(contestant), {}
+            else:
+                bar.working_on(contestant.label)
+                row, found = _run(contestant, source, seed, job, timeout_s)
+                bar.advance()
+            device = device or found
+            rows.append(row)
+            on_done(row)
+    return rows, device
 
 
 def _skipped(contestant: Contestant) -> dict[str, Any]:
