@@ -155,15 +155,7 @@ def capstone(
     """Train the three runs, judge, record; returns the record."""
     gpu, _ = _device()
     tiny = tiny or not gpu
-    config, shared = load_config(CAPSTONE, tiny)
-    if compile_baseline is not None:
-        config["compile"] = compile_baseline
-    if steps:  # the final loss stays a tail's median (the configured 100 of 800 steps), not the whole short run's
-        config.update(
-            steps=steps,
-            final_window=min(config["final_window"], max(1, steps // 8)),
-            warmup_steps=min(config["warmup_steps"], steps - 1),
-        )
+    config, shared = _configured(tiny, compile_baseline, steps)
     if data is not None and not Path(data).is_file():
         raise CapstoneError(f"--data {data}: no such file; give a text file (tinyshakespeare's input.txt, any .txt)")
     gpu, choices = choose(source, config["low_precision"], use or {}, interpret_all=False)
@@ -195,6 +187,20 @@ def capstone(
     if record:
         store.append(record_)
     return record_
+
+
+def _configured(tiny: bool, compile_baseline: bool | None, steps: int | None) -> tuple[dict[str, Any], dict]:
+    """configs.toml's run (tiny or full) with the command's overrides: the baseline compiled or not, fewer steps."""
+    config, shared = load_config(CAPSTONE, tiny)
+    if compile_baseline is not None:
+        config["compile"] = compile_baseline
+    if steps:  # the final loss stays a tail's median (the configured 100 of 800 steps), not the whole short run's
+        config.update(
+            steps=steps,
+            final_window=min(config["final_window"], max(1, steps // 8)),
+            warmup_steps=min(config["warmup_steps"], steps - 1),
+        )
+    return config, shared
 
 
 def final_loss(run: dict[str, Any], window: int) -> float | None:
