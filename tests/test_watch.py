@@ -317,3 +317,31 @@ def test_a_grading_child_keeps_triton_autotuning_results_on_disk(monkeypatch):
     assert child_env("cuda")["TRITON_CACHE_AUTOTUNING"] == "1"
     monkeypatch.setenv("TRITON_CACHE_AUTOTUNING", "0")
     assert child_env("cuda")["TRITON_CACHE_AUTOTUNING"] == "0"
+
+
+def test_the_watch_command_shows_each_verdict_then_the_sanitizers_and_stops_on_ctrl_c(monkeypatch):
+    """The command's own wiring: each grade printed with its phases and the line that it is watching, the
+    sanitizer's verdict printed when it comes, and Ctrl-C a plain goodbye, not a traceback."""
+    from click.testing import CliRunner
+
+    from grader.cli import main
+    from grader.commands import watch as watch_module
+
+    def fake_watch(target, source, submission, show, quick, sanitize_code, show_later):
+        assert (target.spec.id, quick, sanitize_code) == ("softmax", True, True)
+        result = GradeResult(exercise="softmax", lang="triton", source="learner", seed=1)
+        result.add(Check("numerics", PASSED, "every case within tolerance"))
+        show(result.finish())
+        result.add(Check("sanitizer", FAILED, "racecheck: Race reported in kernel `k`", {"code": "race"}))
+        result.verdict = ""  # as settle_sanitizer leaves it: the verdict taken again with the sanitizer's check
+        show_later(result.finish())
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(watch_module, "watch", fake_watch)
+    out = CliRunner().invoke(main, ["watch", "softmax", "--quick"])
+    assert out.exit_code == 0, out.output
+    lines = out.output
+    assert "every case within tolerance" in lines and "watching for changes (Ctrl-C to stop)" in lines
+    assert lines.index("watching for changes") < lines.index("racecheck: Race reported")
+    assert "=> FAILED: racecheck: Race reported" in lines  # the verdict printed again, now a failure
+    assert lines.rstrip().endswith("stopped watching")
