@@ -126,6 +126,21 @@ def test_notebook_has_a_baseline_a_tagged_cell_and_profiling(tmp_path):
         write_notebook(resolve(("softmax",)), path)
 
 
+def test_the_notebook_command_says_what_to_do_next_and_keeps_an_existing_notebook(tmp_path):
+    from click.testing import CliRunner
+
+    from grader.cli import main
+
+    path = tmp_path / "mine.ipynb"
+    first = CliRunner().invoke(main, ["notebook", "day4", "--out", str(path)])
+    assert first.exit_code == 0 and f"kcourse grade softmax --file {path}" in first.output
+    path.write_text("my work")
+    again = CliRunner().invoke(main, ["notebook", "day4", "--out", str(path)])
+    assert again.exit_code == 2 and "--force" in again.output and path.read_text() == "my work"
+    forced = CliRunner().invoke(main, ["notebook", "day4", "--out", str(path), "--force"])
+    assert forced.exit_code == 0 and nbformat.read(str(path), as_version=4).cells
+
+
 def notebook_with_solution(path):
     path = write_notebook(resolve(("softmax",)), path)
     nb = nbformat.read(str(path), as_version=4)
