@@ -129,38 +129,46 @@ def build_shared_library(
         return BuildResult(ok=False, seconds=0.0, arch=arch or DEFAULT_ARCH, log=NVCC_HINT)
     extra, arch, unmet, fingerprint = requirement_options(requires or [], arch, nvcc)
     arch = arch or DEFAULT_ARCH
-    if unmet:
-        return BuildResult(
-            ok=False, seconds=0.0, arch=arch, skipped=True, skip_code=Code.REQUIREMENT_MISSING, log=unmet
-        )
     library_flags, missing = link_flags(link or [], nvcc)
-    if missing:
-        return BuildResult(
-            ok=False,
-            seconds=0.0,
-            arch=arch,
-            skipped=True,
-            skip_code=Code.LIBRARY_MISSING,
-            log=missing_library_message(missing),
-        )
+    if unmet or missing:
+        return _unbuildable(arch, unmet, missing)
     flags = _nvcc_flags(arch, extra, defines, [] if device_only else library_flags, device_only)
     out_dir = build_cache_dir() / _source_key([source], flags, nvcc_version(nvcc) + nvcc + fingerprint)
     name = "kernels.cubin" if device_only else "lib.so"
-    library, report = out_dir / name, out_dir / PTXAS_REPORT
+    library = out_dir / name
     if library.exists():
-        return BuildResult(
-            ok=True,
-            seconds=time.perf_counter() - started,
-            cached=True,
-            library=None if device_only else str(library),
-            arch=arch,
-            resources=parse_resources(report.read_text() if report.exists() else ""),
-        )
+        result = _cached(out_dir, arch, started)
+        result.library = None if device_only else str(library)
+        return result
     out_dir.mkdir(parents=True, exist_ok=True)
     with _locked(out_dir):  # several graders (grade-batch) may build the same source at once
         if library.exists():
             return build_shared_library(source, arch, nvcc, defines, link, requires, device_only)
         return _compile(out_dir, nvcc, flags, source, name, arch, started, keep_library=not device_only)
+
+
+def _unbuildable(arch: str, unmet: str, missing: list[str]) -> BuildResult:
+    """A build skipped before nvcc runs: a requirement (ThunderKittens) or a library (cuBLAS) is not here."""
+    if unmet:
+        return BuildResult(
+            ok=False, seconds=0.0, arch=arch, skipped=True, skip_code=Code.REQUIREMENT_MISSING, log=unmet
+        )
+    log = missing_library_message(missing)
+    return BuildResult(ok=False, seconds=0.0, arch=arch, skipped=True, skip_code=Code.LIBRARY_MISSING, log=log)
+
+
+def _cached(out_dir: Path, arch: str, started: float) -> BuildResult:
+    """A build found whole in the cache, with the ptxas report it was built with."""
+    report = out_dir / PTXAS_REPORT
+    resources = parse_resources(report.read_text() if report.exists() else "")
+    return BuildResult(ok=True, seconds=time.perf_counter() - started, cached=True, arch=arch, resources=resources)
+
+
+def _errors_or_hint(log: str, source: Path, out_dir: Path, by_hand: list[str]) -> str:
+    """nvcc's errors at the learner's lines (its whole output kept beside the build), or, where it printed none
+    the learner can read, the command to run the same compile by hand."""
+    errors = format_compiler_errors(log, source, fallback=False, full_log=_keep_log(out_dir, log))
+    return errors or silent_compiler_hint(by_hand)
 
 
 def _nvcc_flags(
@@ -189,9 +197,7 @@ def _compile(
         result.library = str(library) if keep_library else None
     else:
         by_hand = [nvcc, *flags, "-o", f"/tmp/{source.stem}{Path(name).suffix}", str(source.resolve())]
-        result.log = format_compiler_errors(
-            log, source, fallback=False, full_log=_keep_log(out_dir, log)
-        ) or silent_compiler_hint(by_hand)
+        result.log = _errors_or_hint(log, source, out_dir, by_hand)
     return result
 
 
@@ -429,15 +435,8 @@ def compile_check_torch_op(source: Path, arch: str | None = None) -> BuildResult
         return BuildResult(ok=False, seconds=0.0, arch=arch, log=NVCC_HINT)
     flags = ["-O3", "-std=c++17", f"-arch={arch}", "-Xptxas", "-v", "-cubin"] + torch_op_compile_flags()
     out_dir = build_cache_dir() / ("check-" + _source_key([source], flags, nvcc))
-    report = out_dir / PTXAS_REPORT
-    if report.exists():
-        return BuildResult(
-            ok=True,
-            seconds=time.perf_counter() - started,
-            cached=True,
-            arch=arch,
-            resources=parse_resources(report.read_text()),
-        )
+    if (out_dir / PTXAS_REPORT).exists():
+        return _cached(out_dir, arch, started)
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
         proc = subprocess.run(
@@ -459,14 +458,12 @@ def compile_check_torch_op(source: Path, arch: str | None = None) -> BuildResult
             "the operator cannot be compile-checked here (install the full CUDA Toolkit)"
         )
         result.skipped = True
-        return result
-    if result.ok:
-        report.write_text(log)
+    elif result.ok:
+        (out_dir / PTXAS_REPORT).write_text(log)
     else:
-        by_hand = [nvcc, *flags, "-o", f"/tmp/{source.stem}.cubin", str(source.resolve())]
-        result.log = format_compiler_errors(
-            log, source, fallback=False, full_log=_keep_log(out_dir, log)
-        ) or silent_compiler_hint(by_hand)
+        result.log = _errors_or_hint(
+            log, source, out_dir, [nvcc, *flags, "-o", f"/tmp/{source.stem}.cubin", str(source.resolve())]
+        )
     return result
 
 
