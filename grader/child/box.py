@@ -131,8 +131,9 @@ def policy(
     scratch: Path, learner: Path, course: Path, extra_read: list[Path] = (), extra_write: list[Path] = ()
 ) -> Policy:
     """The box for a child whose scratch folder is `scratch`, grading the file `learner` of the kit at `course`."""
+    kit = course.resolve()
     read = [p for p in SYSTEM_READ if os.path.exists(p)] + _python_dirs(course)
-    read = [p for folder in read for p in _beside_kit(Path(folder), course.resolve())]
+    read = [p for folder in read for p in _beside_kit(Path(folder), kit)]
     read += [str(course / name) for name in COURSE_READ]
     read += [str(p) for p in [_learner_folder(learner, course), *extra_read]]
     devices = [p for p in DEVICES if os.path.exists(p)] + _nvidia_devices()

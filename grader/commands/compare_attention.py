@@ -198,7 +198,6 @@ def sweep(
     implementation as it finishes (a sweep takes minutes). At a terminal, a progress bar on stderr meanwhile
     (implementations done, the one running now), unless `show_progress` is False (None: unless the command runs
     with --json); elsewhere nothing more is printed."""
-
     config = {**CONFIG, **(config or {})}
     require_gpu(source, config["dtype"])
     seed = seed if seed is not None else random.randrange(1, 2**31)
