@@ -88,3 +88,47 @@ def test_a_server_per_sys_path_and_no_more_than_the_limit_kept_idle(forked, tmp_
     assert len({id(s) for s in servers}) == len(paths)  # one each
     assert len(forkserver._servers) <= forkserver.MAX_SERVERS and servers[-1] in forkserver._servers.values()
     assert servers[0].proc.poll() is not None  # the least recently used one was closed, and has ended
+
+
+def test_the_server_imports_only_the_listed_modules_a_request_names_and_survives_one_that_fails(monkeypatch):
+    import sys
+
+    from grader.checks import op_checks
+    from grader.child import zygote
+
+    monkeypatch.setattr(op_checks, "FIRST_USE_IMPORTS", ("json.tool", "kcourse_no_such_module"))
+    for name in ("json.tool", "xml.dom.minidom"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    zygote.import_first(["json.tool", "xml.dom.minidom", "kcourse_no_such_module"])
+    assert "json.tool" in sys.modules and "xml.dom.minidom" not in sys.modules
+
+
+def test_the_imports_a_grade_asks_for_follow_its_checks():
+    from grader.checks.op_checks import GRADIENT_IMPORTS, SCHEMA_IMPORTS, first_use_imports
+    from grader.core.discovery import resolve
+
+    spec = lambda name: resolve([name], lang="triton").spec  # noqa: E731
+    assert first_use_imports(spec("vector_add").checks) == []
+    assert first_use_imports(spec("autograd_function").checks) == list(GRADIENT_IMPORTS)
+    assert first_use_imports(spec("custom_op").checks) == [*SCHEMA_IMPORTS, *GRADIENT_IMPORTS]
+
+
+PRELOAD_PROBE = """import json, sys
+raise RuntimeError("PROBE" + json.dumps({m: m in sys.modules for m in %r}) + "PROBE")
+"""
+
+
+@pytest.mark.slow
+def test_a_custom_op_grades_child_starts_with_what_its_checks_import_first(monkeypatch, tmp_path):
+    """The server imported Dynamo, opcheck's tests, Inductor and sympy's shapes before forking the child, which runs
+    the learner's file with them already imported (each child paid 3-4 s of CPU for them: docs/measurements.md)."""
+    from grader.checks.op_checks import FIRST_USE_IMPORTS
+    from grader.core.discovery import resolve
+    from grader.run.grade import grade
+
+    monkeypatch.setenv(forkserver.ENV, "1")
+    learner = tmp_path / "custom_op.py"
+    learner.write_text(PRELOAD_PROBE % (list(FIRST_USE_IMPORTS),))
+    load = next(c for c in grade(resolve(["custom_op"]), submission=learner, seed=1).checks if c.name == "load")
+    facts = json.loads(re.search(r"PROBE(\{.*?\})PROBE", load.message).group(1))
+    assert facts == {m: True for m in FIRST_USE_IMPORTS}

@@ -34,6 +34,21 @@ from grader.core.vocabulary import CheckName, Code
 
 MESSAGE_LIMIT = 700  # characters of a torch error shown to the learner (Dynamo's run to pages)
 
+# What a grade with these checks imports on first use, seconds of CPU in a child that has only torch: a custom op's
+# first call imports Dynamo, opcheck its tests, torch.compile Inductor, torch.autograd.grad sympy's shapes. A fork
+# server imports them once, before forking such a grade's child (grader/child/zygote.py), for every child after it.
+SCHEMA_IMPORTS = ("torch._dynamo", "torch.testing._internal.optests", "torch._inductor.compile_fx")
+GRADIENT_IMPORTS = ("torch.fx.experimental.symbolic_shapes",)
+FIRST_USE_IMPORTS = SCHEMA_IMPORTS + GRADIENT_IMPORTS  # the only modules a fork server imports when asked
+
+
+def first_use_imports(checks: OpChecks | None) -> list[str]:
+    """The modules a grade with `checks` (None: the spec has no [checks]) imports on first use."""
+    if checks is None:
+        return []
+    schema = SCHEMA_IMPORTS if checks.schema is not None else ()
+    return [*schema, *(GRADIENT_IMPORTS if "gradients" in checks.names else ())]
+
 
 def wanted(spec, case, trial: int) -> bool:
     """Whether this trial runs the operator checks: the first trial of each case marked op_checks = true."""

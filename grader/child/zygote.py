@@ -10,13 +10,14 @@ CPU only: a process that has created a CUDA context cannot fork usable children.
 learner code and never touches torch beyond importing it (no thread pool is started before a fork).
 
 The control socket (SOCK_SEQPACKET: one JSON message per packet) carries:
-- from the parent: {"id": n, "env": {...}, "cwd": "..."} with three file descriptors (the child's stdin, its output
-  file, its event pipe);
+- from the parent: {"id": n, "env": {...}, "cwd": "...", "imports": [...]} with three file descriptors (the child's
+  stdin, its output file, its event pipe); the server imports `imports` (import_first) before it forks;
 - to the parent: {"forked": pid, "id": n} for each request, then {"exited": pid, "status": waitstatus} when it ends.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import select
@@ -60,6 +61,7 @@ def answer(control: socket.socket, *own_fds: int) -> bool:
     if not data:
         return False
     request = json.loads(data)
+    import_first(request.get("imports", []))
     in_session, set_up = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -72,6 +74,19 @@ def answer(control: socket.socket, *own_fds: int) -> bool:
         os.close(fd)
     control.send(json.dumps({"forked": pid, "id": request["id"]}).encode())
     return True
+
+
+def import_first(names: list[str]) -> None:
+    """Import what the request's grade will import on first use, for it and every later child (one of
+    op_checks.FIRST_USE_IMPORTS: no other name is imported here). A module that fails is left to the child."""
+    from grader.checks.op_checks import FIRST_USE_IMPORTS
+
+    for name in names:
+        if name in FIRST_USE_IMPORTS and name not in sys.modules:
+            try:
+                importlib.import_module(name)
+            except Exception:  # the child imports it again, where its error is reported
+                pass
 
 
 def become_child(request: dict, fds: list[int], control: socket.socket, own_fds: tuple[int, ...]) -> None:
@@ -104,6 +119,11 @@ def become_child(request: dict, fds: list[int], control: socket.socket, own_fds:
 
 def main(control_fd: int) -> None:
     import triton.language  # noqa: F401  (TRITON_INTERPRET=1 is in this server's environment, as in its children)
+
+    try:
+        import triton.experimental.gluon  # noqa: F401  (the interpreter's first launch imports it: every Triton grade)
+    except ImportError:  # a Triton without it
+        pass
 
     from grader.child import worker  # noqa: F401  (torch and everything a grade imports, paid once)
 

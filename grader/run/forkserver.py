@@ -112,13 +112,16 @@ class Server:
                     self.running -= 1
                 self.changed.notify_all()
 
-    def fork(self, env: dict[str, str], cwd: str, fds: tuple[int, int, int], limit_s: float = 30.0) -> int | None:
-        """A child's pid (None if the server is gone): its stdin, output and event fds are handed over."""
+    def fork(
+        self, env: dict[str, str], cwd: str, fds: tuple[int, int, int], imports: list[str], limit_s: float = 30.0
+    ) -> int | None:
+        """A child's pid (None if the server is gone): its stdin, output and event fds are handed over; the server
+        imports `imports` first (once: its later children have them too)."""
         with self.lock, self.changed:
             if not self.alive:
                 return None
             self.requests += 1
-            request = {"id": self.requests, "env": env, "cwd": cwd}
+            request = {"id": self.requests, "env": env, "cwd": cwd, "imports": imports}
             try:
                 socket.send_fds(self.control, [json.dumps(request).encode()], list(fds))
             except OSError:
@@ -152,9 +155,11 @@ _servers: dict[tuple, Server] = {}  # in order of last use
 _servers_lock = threading.Lock()
 
 
-def spawn(env: dict[str, str], cwd: str, output_fd: int, event_fd: int) -> ForkedChild | None:
+def spawn(
+    env: dict[str, str], cwd: str, output_fd: int, event_fd: int, imports: list[str] | None = None
+) -> ForkedChild | None:
     """A grading child forked by the server for this environment (started now if none runs), or None: the
-    caller then starts one the ordinary way."""
+    caller then starts one the ordinary way. `imports`: modules the server imports before forking it."""
     key = tuple((name, env.get(name)) for name in BEFORE_START)
     with _servers_lock:
         server = _servers.pop(key, None)
@@ -164,7 +169,7 @@ def spawn(env: dict[str, str], cwd: str, output_fd: int, event_fd: int) -> Forke
         _close_idle()
     stdin_read, stdin_write = os.pipe()
     try:
-        pid = server.fork(env, cwd, (stdin_read, output_fd, event_fd))
+        pid = server.fork(env, cwd, (stdin_read, output_fd, event_fd), imports or [])
     finally:
         os.close(stdin_read)
     if pid is None:

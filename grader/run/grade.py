@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from grader import cuda_cpu
-from grader.checks import hints
+from grader.checks import hints, op_checks
 from grader.child import box
 from grader.core import calibration, gpu_lock, store
 from grader.core.discovery import Target, learner_file, solution_file
@@ -209,7 +209,8 @@ def _grade_file(run: GradeRun, child_env: dict[str, str]) -> None:
         child.close()  # started early on a guess this machine turned out not to fit (e.g. torch without CUDA)
         child = None
     if child is None and not compile_only:  # it imports torch and starts CUDA while we build
-        child = sandbox.Child("cuda" if gpu else "cpu", {**child_env, **preload}, run.job.wrapper)
+        imports = op_checks.first_use_imports(run.target.spec.checks)
+        child = sandbox.Child("cuda" if gpu else "cpu", {**child_env, **preload}, run.job.wrapper, imports=imports)
     run.child = child
     run.job.emulated = emulated
     try:

@@ -108,8 +108,10 @@ class Child:
         extra_env: dict[str, str] | None = None,
         wrapper: list[str] | None = None,
         module: str = "grader.child.worker",
+        imports: list[str] | None = None,
     ):
-        """`module`: the child's program, speaking the worker protocol (grader.capstone.child does too)."""
+        """`module`: the child's program, speaking the worker protocol (grader.capstone.child does too). `imports`:
+        modules its grade will import on first use (op_checks.first_use_imports), for a fork server to import once."""
         self.device = device
         self.preload = {k: v for k, v in (extra_env or {}).items() if k in ("LD_PRELOAD", "ASAN_OPTIONS")}
         self.visible_devices = self.visible_devices_for(extra_env)
@@ -122,7 +124,7 @@ class Child:
         self._output = open(self.dir / "output.txt", "wb")
         env = child_env(device, extra_env, self.dir)
         self.proc = forkserver.wanted(device, wrapper, module) and forkserver.spawn(
-            env, str(self.dir), self._output.fileno(), write_fd
+            env, str(self.dir), self._output.fileno(), write_fd, imports or []
         )
         if not self.proc:  # a process of its own (the fork server's is for many grades without a GPU)
             command = [*(wrapper or []), sys.executable, "-m", module, str(write_fd)]
