@@ -70,8 +70,8 @@ class Events:
 def drop_dead_overflow_checks() -> None:
     """Triton's interpreter builds an overflow check for every integer add, sub and mul (int64 casts, two compares and
     an `and`), then drops it: the check's device_assert does nothing without `debug`, which the interpreter never
-    sets (its options are fixed). The build was a quarter of an interpreted kernel's time; a kernel's results and
-    errors are the same without it."""
+    sets (its options are fixed). Building it is wasted work (docs/measurements.md, session 61); a kernel's results
+    and errors are the same without it (tests/test_interpreter_options.py)."""
     from triton.runtime import interpreter
 
     builder = getattr(interpreter, "interpreter_builder", None)
