@@ -55,6 +55,12 @@ raise RuntimeError("PROBE" + json.dumps(facts) + "PROBE")
 """
 
 
+def probe_facts(result) -> dict:
+    """What a probe file (PROBE, PRELOAD_PROBE) found, from the error its load check reports."""
+    load = next(c for c in result.checks if c.name == "load")
+    return json.loads(re.search(r"PROBE(\{.*?\})PROBE", load.message).group(1))
+
+
 @pytest.mark.slow
 def test_a_forked_child_is_the_process_a_fresh_one_would_be(monkeypatch, tmp_path):
     """Its own session, its folder on sys.path where `python -m` puts it (behind the learner's, which the loader adds), argv ending in the event fd, the
@@ -67,12 +73,7 @@ def test_a_forked_child_is_the_process_a_fresh_one_would_be(monkeypatch, tmp_pat
     learner.write_text(PROBE)
     for mark in ("first", "second"):  # the second child comes from the server the first one started
         monkeypatch.setenv("KCOURSE_PROBE_MARK", mark)
-        load = next(
-            c
-            for c in grade(resolve(["vector_add"], lang="triton"), submission=learner, seed=1).checks
-            if c.name == "load"
-        )
-        facts = json.loads(re.search(r"PROBE(\{.*?\})PROBE", load.message).group(1))
+        facts = probe_facts(grade(resolve(["vector_add"], lang="triton"), submission=learner, seed=1))
         assert facts == {"sid": True, "path0": True, "argv": True, "worker": True, "mark": mark, "tmp": True}
 
 
@@ -129,6 +130,5 @@ def test_a_custom_op_grades_child_starts_with_what_its_checks_import_first(monke
     monkeypatch.setenv(forkserver.ENV, "1")
     learner = tmp_path / "custom_op.py"
     learner.write_text(PRELOAD_PROBE % (list(FIRST_USE_IMPORTS),))
-    load = next(c for c in grade(resolve(["custom_op"]), submission=learner, seed=1).checks if c.name == "load")
-    facts = json.loads(re.search(r"PROBE(\{.*?\})PROBE", load.message).group(1))
+    facts = probe_facts(grade(resolve(["custom_op"]), submission=learner, seed=1))
     assert facts == {m: True for m in FIRST_USE_IMPORTS}

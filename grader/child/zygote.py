@@ -82,7 +82,7 @@ def import_first(names: list[str]) -> None:
     from grader.checks.op_checks import FIRST_USE_IMPORTS
 
     for name in names:
-        if name in FIRST_USE_IMPORTS and name not in sys.modules:
+        if name in FIRST_USE_IMPORTS:
             try:
                 importlib.import_module(name)
             except Exception:  # the child imports it again, where its error is reported

@@ -124,7 +124,7 @@ class Child:
         self._output = open(self.dir / "output.txt", "wb")
         env = child_env(device, extra_env, self.dir)
         self.proc = forkserver.wanted(device, wrapper, module) and forkserver.spawn(
-            env, str(self.dir), self._output.fileno(), write_fd, imports or []
+            env, str(self.dir), self._output.fileno(), write_fd, imports
         )
         if not self.proc:  # a process of its own (the fork server's is for many grades without a GPU)
             command = [*(wrapper or []), sys.executable, "-m", module, str(write_fd)]
