@@ -95,8 +95,13 @@ def test_without_a_gpu_the_interpreters_and_the_emulators_workers_start_early_an
     monkeypatch.setattr(build, "gpu_arch", lambda: None)
     monkeypatch.setattr(cuda_cpu, "mode", lambda: (True, "CPU emulation"))
     started = []
-    monkeypatch.setattr(sandbox, "Child", lambda device, env: started.append((device, env)) or device)
-    assert sandbox.early_child("triton") == "cpu"
-    assert started == [("cpu", {"KCOURSE_CHILD_PREWARM": "triton"})]
+    imported = []
+    monkeypatch.setattr(
+        sandbox,
+        "Child",
+        lambda device, env, imports=None: started.append((device, env)) or imported.append(imports) or device,
+    )
+    assert sandbox.early_child("triton", ["torch._dynamo"]) == "cpu"
+    assert started == [("cpu", {"KCOURSE_CHILD_PREWARM": "triton"})] and imported == [["torch._dynamo"]]
     assert sandbox.early_child("cuda") == "cpu" and started[-1] == ("cpu", cuda_cpu.child_env())
     assert sandbox.early_child("torch_op") is None

@@ -18,7 +18,7 @@ class _Child:
 
 def _on_a_gpu_machine(monkeypatch, started_early):
     monkeypatch.setattr(build, "gpu_arch", lambda: "sm_90")
-    monkeypatch.setattr(sandbox, "early_child", lambda kind: _Child())
+    monkeypatch.setattr(sandbox, "early_child", lambda kind, imports=None: _Child())
     monkeypatch.setattr(heavy, "start_early", lambda spec, reference, devices: started_early.append(spec.id))
 
 

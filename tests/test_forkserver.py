@@ -95,12 +95,11 @@ def test_the_server_imports_only_the_listed_modules_a_request_names_and_survives
     import sys
 
     from grader.checks import op_checks
-    from grader.child import zygote
 
     monkeypatch.setattr(op_checks, "FIRST_USE_IMPORTS", ("json.tool", "kcourse_no_such_module"))
     for name in ("json.tool", "xml.dom.minidom"):
         monkeypatch.delitem(sys.modules, name, raising=False)
-    zygote.import_first(["json.tool", "xml.dom.minidom", "kcourse_no_such_module"])
+    op_checks.import_first_use(["json.tool", "xml.dom.minidom", "kcourse_no_such_module"])
     assert "json.tool" in sys.modules and "xml.dom.minidom" not in sys.modules
 
 
@@ -120,14 +119,16 @@ raise RuntimeError("PROBE" + json.dumps({m: m in sys.modules for m in %r}) + "PR
 
 
 @pytest.mark.slow
-def test_a_custom_op_grades_child_starts_with_what_its_checks_import_first(monkeypatch, tmp_path):
-    """The server imported Dynamo, opcheck's tests, Inductor and sympy's shapes before forking the child, which runs
-    the learner's file with them already imported (each child paid 3-4 s of CPU for them: docs/measurements.md)."""
+@pytest.mark.parametrize("server", ["1", "0"], ids=["forked", "fresh"])
+def test_a_custom_op_grades_child_starts_with_what_its_checks_import_first(monkeypatch, tmp_path, server):
+    """Dynamo, opcheck's tests, Inductor and sympy's shapes are imported before the learner's file runs (each child
+    paid 3-4 s of CPU for them on first use: docs/measurements.md): by the server before it forks the child, or by
+    a fresh child while it waits for its job (a one-shot grade's child starts before the build)."""
     from grader.checks.op_checks import FIRST_USE_IMPORTS
     from grader.core.discovery import resolve
     from grader.run.grade import grade
 
-    monkeypatch.setenv(forkserver.ENV, "1")
+    monkeypatch.setenv(forkserver.ENV, server)
     learner = tmp_path / "custom_op.py"
     learner.write_text(PRELOAD_PROBE % (list(FIRST_USE_IMPORTS),))
     facts = probe_facts(grade(resolve(["custom_op"]), submission=learner, seed=1))

@@ -20,6 +20,7 @@ reference's gradients in float64 (`reference_gradients`) and decides every verdi
 
 from __future__ import annotations
 
+import importlib
 import math
 import shutil
 import time
@@ -48,6 +49,18 @@ def first_use_imports(checks: OpChecks | None) -> list[str]:
         return []
     schema = SCHEMA_IMPORTS if checks.schema is not None else ()
     return [*schema, *(GRADIENT_IMPORTS if "gradients" in checks.names else ())]
+
+
+def import_first_use(names: list[str]) -> None:
+    """Import what a grade will import on first use, before its job comes: in a fork server, once for every child
+    after it; in a fresh child, while it waits. Only names on FIRST_USE_IMPORTS are imported; a module that fails
+    is left to the grade, which imports it again and reports its error."""
+    for name in names:
+        if name in FIRST_USE_IMPORTS:
+            try:
+                importlib.import_module(name)
+            except Exception:
+                pass
 
 
 def wanted(spec, case, trial: int) -> bool:

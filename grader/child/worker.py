@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import torch
 
-from grader.checks import integrity, memory
+from grader.checks import integrity, memory, op_checks
 from grader.checks.inputs import (
     in_place_names,
     load_tensor,
@@ -334,8 +334,6 @@ class Worker:
 
     def _op_checks(self, learner: loading.Caller, inputs: dict[str, torch.Tensor], case: Case, message: dict) -> dict:
         """Evidence for the registered operator's checks ([checks] in spec.toml) on this trial's inputs."""
-        from grader.checks import op_checks
-
         self.progress(f"checking the operator on {message['label']} (opcheck, torch.compile)")
         grads = [load_tensor(meta).to(self.tensor_device) for meta in message["op_checks"]["grad_outputs"]]
         save = lambda name, t: save_tensor(t, self._out_path(message["k"], name))  # noqa: E731
@@ -606,6 +604,9 @@ def main(event_fd: int) -> None:
         hostload.limit_threads()  # one GPU's share of the host's CPUs: other GPUs' grades may be running
         info = warm_up(device)
         events.send(Event.READY, device=info, pid=os.getpid())
+        # What the grade's checks import on first use (sandbox.Child's imports), after "ready": the parent goes on
+        # with its part of the grade meanwhile, and the job waits in the pipe until they are imported
+        op_checks.import_first_use(os.environ.get("KCOURSE_CHILD_IMPORTS", "").split(","))
         line = read_job_line(float(os.environ.get("KCOURSE_CHILD_IDLE_S", "0")))
         if line:
             Worker(dict(json.loads(line), device=device), events, info).run()

@@ -11,13 +11,12 @@ learner code and never touches torch beyond importing it (no thread pool is star
 
 The control socket (SOCK_SEQPACKET: one JSON message per packet) carries:
 - from the parent: {"id": n, "env": {...}, "cwd": "...", "imports": [...]} with three file descriptors (the child's
-  stdin, its output file, its event pipe); the server imports `imports` (import_first) before it forks;
+  stdin, its output file, its event pipe); the server imports `imports` (op_checks.import_first_use) before it forks;
 - to the parent: {"forked": pid, "id": n} for each request, then {"exited": pid, "status": waitstatus} when it ends.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import select
@@ -61,7 +60,9 @@ def answer(control: socket.socket, *own_fds: int) -> bool:
     if not data:
         return False
     request = json.loads(data)
-    import_first(request.get("imports", []))
+    from grader.checks import op_checks
+
+    op_checks.import_first_use(request.get("imports", []))
     in_session, set_up = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -74,19 +75,6 @@ def answer(control: socket.socket, *own_fds: int) -> bool:
         os.close(fd)
     control.send(json.dumps({"forked": pid, "id": request["id"]}).encode())
     return True
-
-
-def import_first(names: list[str]) -> None:
-    """Import what the request's grade will import on first use, for it and every later child (one of
-    op_checks.FIRST_USE_IMPORTS: no other name is imported here). A module that fails is left to the child."""
-    from grader.checks.op_checks import FIRST_USE_IMPORTS
-
-    for name in names:
-        if name in FIRST_USE_IMPORTS:
-            try:
-                importlib.import_module(name)
-            except Exception:  # the child imports it again, where its error is reported
-                pass
 
 
 def become_child(request: dict, fds: list[int], control: socket.socket, own_fds: tuple[int, ...]) -> None:

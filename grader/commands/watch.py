@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from grader.checks import op_checks
 from grader.core import store
 from grader.core.discovery import Target
 from grader.reports.console import grading_status
@@ -24,7 +25,7 @@ SETTLE_S = 0.1  # after a change, before grading: an editor that writes in sever
 
 
 def _fresh_child(target: Target) -> sandbox.Child | None:
-    return sandbox.child_for(target.variant.kind, cuda_available())
+    return sandbox.child_for(target.variant.kind, cuda_available(), op_checks.first_use_imports(target.spec.checks))
 
 
 def _next_grade(target: Target, child: sandbox.Child | None, quick: bool) -> tuple[int, Judge | None]:

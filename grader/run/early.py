@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+from grader.checks import op_checks
 from grader.core.discovery import Target, learner_file
 from grader.run import heavy, sandbox
 from grader.toolchain import build
@@ -16,7 +17,7 @@ from grader.toolchain import build
 
 def start(target: Target, source: str, submission: Path | None) -> sandbox.Child | None:
     """Start them; the child, for grade() to take up (None where no child will run here)."""
-    child = sandbox.early_child(target.variant.kind)
+    child = sandbox.early_child(target.variant.kind, op_checks.first_use_imports(target.spec.checks))
     if child is not None and child.device == "cuda":
         heavy.start_early(target.spec, target.variant.reference, child.visible_devices)
         if target.variant.kind_of.nvcc:

@@ -111,7 +111,8 @@ class Child:
         imports: list[str] | None = None,
     ):
         """`module`: the child's program, speaking the worker protocol (grader.capstone.child does too). `imports`:
-        modules its grade will import on first use (op_checks.first_use_imports), for a fork server to import once."""
+        modules its grade will import on first use (op_checks.first_use_imports), imported before the job comes:
+        by a fork server, once for all its children, else by the child while it waits."""
         self.device = device
         self.preload = {k: v for k, v in (extra_env or {}).items() if k in ("LD_PRELOAD", "ASAN_OPTIONS")}
         self.visible_devices = self.visible_devices_for(extra_env)
@@ -123,6 +124,8 @@ class Child:
         read_fd, write_fd = os.pipe()
         self._output = open(self.dir / "output.txt", "wb")
         env = child_env(device, extra_env, self.dir)
+        if imports:  # a fresh child imports them while it waits for its job (worker.warm_up)
+            env["KCOURSE_CHILD_IMPORTS"] = ",".join(imports)
         self.proc = forkserver.wanted(device, wrapper, module) and forkserver.spawn(
             env, str(self.dir), self._output.fileno(), write_fd, imports
         )
@@ -232,23 +235,23 @@ class Child:
 # Kinds of exercise that only compile on a machine without a GPU: no child runs them there.
 
 
-def early_child(kind: str = "") -> Child | None:
+def early_child(kind: str = "", imports: list[str] | None = None) -> Child | None:
     """The worker, started before the grader imports torch, so that the two start-ups overlap (a one-shot
     `kcourse grade` pays them once, not one after the other): a GPU worker where nvidia-smi sees a GPU, else
     the interpreter's or the CUDA emulator's (KCOURSE_DEVICE=cpu too); None where no child will run. grade()
     replaces a guess that turns out wrong (torch without CUDA). `kind`: the exercise's, for what the worker
-    pre-warms."""
+    pre-warms; `imports`: what its checks import on first use (op_checks.first_use_imports)."""
     from grader.toolchain.build import gpu_arch
 
-    return child_for(kind, os.environ.get("KCOURSE_DEVICE", "").lower() != "cpu" and bool(gpu_arch()))
+    return child_for(kind, os.environ.get("KCOURSE_DEVICE", "").lower() != "cpu" and bool(gpu_arch()), imports)
 
 
-def child_for(kind: str, gpu: bool) -> Child | None:
+def child_for(kind: str, gpu: bool, imports: list[str] | None = None) -> Child | None:
     """The worker for an exercise of this kind, pre-warmed for it: on the GPU, the interpreter's, or the CUDA
     emulator's; None where no child runs (a torch operator without a GPU is only compiled)."""
     if not gpu and kind_named(kind).gpu_to_run:
         return _emulator_child(kind)
-    return Child("cuda" if gpu else "cpu", prewarm_env(kind))
+    return Child("cuda" if gpu else "cpu", prewarm_env(kind), imports=imports)
 
 
 def _emulator_child(kind: str) -> Child | None:
