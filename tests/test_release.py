@@ -23,7 +23,7 @@ nbformat = pytest.importorskip("nbformat")
 pytestmark = pytest.mark.solutions  # a release is made from the instructor's tree
 
 QUICK_START = "bash scripts/setup.sh && .venv/bin/kcourse env-check && .venv/bin/kcourse grade week1 vector_add"
-TESTS = "bash scripts/setup.sh && .venv/bin/python -m pytest"
+TESTS = "bash scripts/setup.sh && .venv/bin/python -m pytest -n 2 --dist loadfile"
 
 
 def git(cwd, *args):
