@@ -12,7 +12,6 @@ fault) the parent can still say where it happened."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import select
@@ -35,7 +34,7 @@ from grader.checks.inputs import (
     with_nan_tail,
     written_outside,
 )
-from grader.child import learner_errors, loading, staging
+from grader.child import interpreter, learner_errors, loading, staging
 from grader.child.learner_errors import learner_error
 from grader.child.orphan import exit_with_parent
 from grader.core import hostload  # memory binds torch's allocator statistics before learner code loads
@@ -67,19 +66,6 @@ class Events:
             line = line[os.write(self.fd, line) :]
 
 
-def drop_dead_overflow_checks() -> None:
-    """Triton's interpreter builds an overflow check for every integer add, sub and mul (int64 casts, two compares and
-    an `and`), then drops it: the check's device_assert does nothing without `debug`, which the interpreter never
-    sets (its options are fixed). Building it is wasted work (docs/measurements.md, session 61); a kernel's results
-    and errors are the same without it (tests/test_interpreter_options.py)."""
-    from triton.runtime import interpreter
-
-    builder = getattr(interpreter, "interpreter_builder", None)
-    options = getattr(builder, "options", None)
-    if getattr(options, "sanitize_overflow", False) and not getattr(options, "debug", True):
-        builder.options = dataclasses.replace(options, sanitize_overflow=False)
-
-
 class Worker:
     def __init__(self, job: Job | dict[str, Any], events: Events, device_info: dict[str, Any]):
         """`job`: the parent's message (grader/core/job.py), or the Job made of it."""
@@ -93,7 +79,7 @@ class Worker:
         # (page-locked memory needs CUDA: the CPU emulator reads plain host memory)
         self.interpreted = self.variant.kind_of.interpreted and self.device == "cpu"  # the Triton interpreter
         if self.interpreted:
-            drop_dead_overflow_checks()
+            interpreter.speed_up()
         self.pinned = self.variant.kind_of.host_side and self.variant.host_memory == "pinned" and self.device == "cuda"
         self.learner_path = Path(job.learner)
         self.device_info = device_info
