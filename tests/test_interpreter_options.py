@@ -8,6 +8,14 @@ import sys
 import pytest
 from conftest import ROOT
 
+
+def run(probe: str, mode: str) -> str:
+    """What the probe printed, run in a fresh Python (the interpreter's patches are process-wide)."""
+    done = subprocess.run([sys.executable, "-c", probe, mode], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
 PROBE = """import os, sys
 os.environ["TRITON_INTERPRET"] = "1"
 import torch, triton, triton.language as tl
@@ -30,12 +38,7 @@ print(interpreter.interpreter_builder.options.sanitize_overflow, o.tolist())
 
 @pytest.mark.slow
 def test_without_the_overflow_checks_an_overflowing_kernel_gives_what_it_gave_with_them():
-    def run(mode):
-        done = subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True, cwd=ROOT)
-        assert done.returncode == 0, done.stderr[-2000:]
-        return done.stdout.split(" ", 1)
-
-    (checked, with_checks), (dropped, without) = run("as_is"), run("dropped")
+    (checked, with_checks), (dropped, without) = (run(PROBE, mode).split(" ", 1) for mode in ("as_is", "dropped"))
     assert (checked, dropped) == ("True", "False")  # the checks were built, then not
     assert with_checks == without == "[1410165408, 1410165408, 1410165408, 1410165408]\n"
 
@@ -82,12 +85,9 @@ print(tl.load.__name__, len(patches), o.tolist())
 
 @pytest.mark.slow
 def test_a_launch_patches_the_language_once_and_its_helpers_give_what_they_gave_patched_at_each_call():
-    def run(mode):
-        done = subprocess.run([sys.executable, "-c", HELPERS, mode], capture_output=True, text=True, cwd=ROOT)
-        assert done.returncode == 0, done.stderr[-2000:]
-        return done.stdout.split(" ", 2)
-
-    (load_after, every_call, expected), (load_once, once, got) = run("as_is"), run("once")
+    (load_after, every_call, expected), (load_once, once, got) = (
+        run(HELPERS, mode).split(" ", 2) for mode in ("as_is", "once")
+    )
     assert got == expected and load_after == load_once == "load"  # triton.language restored after each launch
     # per launch: the kernel, then in each of 4 programs 3 rounds of twice and 2 add_one, and 1 through_core
     assert int(every_call) == 2 * (1 + 4 * (3 * 3 + 1))
