@@ -124,7 +124,7 @@ class Child:
         read_fd, write_fd = os.pipe()
         self._output = open(self.dir / "output.txt", "wb")
         env = child_env(device, extra_env, self.dir)
-        if imports:  # a fresh child imports them while it waits for its job (worker.warm_up)
+        if imports:  # a fresh child imports them once it has said it is ready (worker.main)
             env["KCOURSE_CHILD_IMPORTS"] = ",".join(imports)
         self.proc = forkserver.wanted(device, wrapper, module) and forkserver.spawn(
             env, str(self.dir), self._output.fileno(), write_fd, imports
