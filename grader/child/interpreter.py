@@ -45,24 +45,26 @@ def patch_language_once_per_launch() -> None:
     original = getattr(interpreter, "_patch_lang", None)
     if original is None or getattr(original, "kcourse_once", False):
         return
-    patched: list[set[int]] = []  # the language modules the running launch has patched; empty between launches
+    launch: set[int] | None = None  # the language modules the running launch has patched; None between launches
 
     def patch_lang(fn: Callable) -> Any:
+        nonlocal launch
         wanted = _languages(fn)
-        if patched and wanted and wanted <= patched[0]:  # a helper inside a launch, its modules patched already
+        if launch is not None and wanted and wanted <= launch:  # a helper inside a launch, its modules patched
             return _Unchanged()
         scope = original(fn)
-        if patched:  # a helper with a module the launch had not patched: patched as Triton does
-            patched[0] |= wanted
-        else:  # a launch: its scope's restore ends it
-            patched.append(set(wanted))
-            restore = scope.restore
+        if launch is not None:  # a helper with a module the launch had not patched: patched as Triton does
+            launch |= wanted
+            return scope
+        launch = set(wanted)  # a launch: its scope's restore ends it
+        restore = scope.restore
 
-            def restore_and_end() -> None:
-                patched.clear()
-                restore()
+        def restore_and_end() -> None:
+            nonlocal launch
+            launch = None
+            restore()
 
-            scope.restore = restore_and_end
+        scope.restore = restore_and_end
         return scope
 
     patch_lang.kcourse_once = True
