@@ -178,7 +178,7 @@ def grade_as_the_learner(request, monkeypatch):
 @pytest.fixture(autouse=True)
 def phases_log(request, monkeypatch):
     """`KCOURSE_TEST_PHASES_LOG=FILE`: each grade a test runs appends a JSON line (the test, the exercise, its
-    status, wall time and phases in seconds, when it ended). Beside the GPU lock's log (KCOURSE_GPU_LOCK_LOG): where
+    file, source and seed, status, wall time and phases in seconds, when it ended). Beside the GPU lock's log (KCOURSE_GPU_LOCK_LOG): where
     a parallel run's time goes inside its grades (`scripts/gpu_lock_report.py LOCK_LOG PHASES_LOG`)."""
     path = os.environ.get("KCOURSE_TEST_PHASES_LOG")
     if not path:
@@ -192,7 +192,8 @@ def phases_log(request, monkeypatch):
 
     def finish_and_log(result):
         finish(result)
-        line = {"test": request.node.nodeid, "exercise": result.exercise, "lang": result.lang}
+        line = {"test": request.node.nodeid, "exercise": result.exercise, "lang": result.lang, "seed": result.seed}
+        line.update(source=result.source, file=result.file)  # the same file and seed graded twice: a duplicate
         line.update(status=result.status, wall=result.duration_s, phases=dict(result.phases), ended=time.time())
         with open(path, "a") as f:  # one short write per line: appends from many workers stay whole
             f.write(json.dumps(line) + "\n")
