@@ -178,8 +178,9 @@ def grade_as_the_learner(request, monkeypatch):
 @pytest.fixture(autouse=True)
 def phases_log(request, monkeypatch):
     """`KCOURSE_TEST_PHASES_LOG=FILE`: each grade a test runs appends a JSON line (the test, the exercise, its
-    file, source and seed, status, wall time and phases in seconds, when it ended). Beside the GPU lock's log (KCOURSE_GPU_LOCK_LOG): where
-    a parallel run's time goes inside its grades (`scripts/gpu_lock_report.py LOCK_LOG PHASES_LOG`)."""
+    file, source and seed, status, wall time and phases in seconds, when it ended). Beside the GPU lock's log
+    (KCOURSE_GPU_LOCK_LOG): where a parallel run's time goes inside its grades (`scripts/gpu_lock_report.py LOCK_LOG
+    PHASES_LOG`)."""
     path = os.environ.get("KCOURSE_TEST_PHASES_LOG")
     if not path:
         return
