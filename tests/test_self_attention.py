@@ -35,6 +35,7 @@ from grader.checks.hints import parse_ladder
 from grader.core.discovery import resolve
 from grader.core.records import PASSED
 from grader.run.grade import grade
+from grader.toolchain import build
 
 SPEC = exercise("self_attention")
 STUB = SPEC.folder / "self_attention.cu"
@@ -179,6 +180,8 @@ def test_the_honest_error_leaves_room_under_the_tolerance():
 @pytest.mark.solutions
 def test_the_stub_and_the_solution_build_for_sm_90_and_the_solution_spills_nothing():
     build_without_spills([STUB, SOLUTION])
+    kernels = {r["kernel"] for r in build.build_shared_library(SOLUTION, "sm_90", device_only=True).resources}
+    assert any("attention_tiled" in k for k in kernels), kernels  # the tiled kernel, found again in the cache
 
 
 @pytest.mark.slow
