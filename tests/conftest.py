@@ -18,6 +18,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import worker_order
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBMISSIONS = Path(__file__).resolve().parent / "fixtures" / "submissions"
@@ -57,6 +58,7 @@ def pytest_collection_modifyitems(config, items):
 
     items.sort(key=lambda item: not item.nodeid.startswith(FIRST))  # stable: every other test keeps its order
     _leave_out_what_passed_in_the_kit(config, items)
+    worker_order.longest_at_each_workers_head(config, items)
 
     no_gpu = pytest.mark.skip(reason="no NVIDIA GPU here: run `pytest -m gpu` on a GPU machine")
     no_nvcc = pytest.mark.skip(reason="nvcc not found: install the CUDA Toolkit")
@@ -292,7 +294,10 @@ def _measure_ceilings(path: Path) -> None:
 
 def pytest_configure(config):
     """Under `pytest -n N` the workers share one build cache, made here in the controller before they start (they
-    inherit its environment): the same stubs and solutions are built once, not once per worker."""
+    inherit its environment): the same stubs and solutions are built once, not once per worker. The workers are
+    told the scheduler too (their own `dist` option reads "no"): worker_order.py deals out the longest tests."""
+    if not os.environ.get("PYTEST_XDIST_WORKER") and getattr(config.option, "numprocesses", None):
+        os.environ[worker_order.DIST] = str(config.getvalue("dist"))
     if SHARED_CACHE or os.environ.get("PYTEST_XDIST_WORKER") or not getattr(config.option, "numprocesses", None):
         return
     import tempfile

@@ -77,10 +77,15 @@ def _configs():
     ]
 
 
+TUNE_FROM = 2048  # shorter sequences (the correctness sizes) take the first configuration that fits, untimed
+
+
 def _prune(configs, named_args, **kwargs):
-    """Blocks no longer than the sequence, so short sequences do not tune configurations that only pad."""
-    kept = [c for c in configs if c.kwargs["BLOCK_M"] <= max(64, named_args["N_KEY"])]
-    return kept or configs[:1]
+    """Blocks no longer than the sequence, so short sequences do not tune configurations that only pad; below
+    TUNE_FROM, the first that fits: a new kernel's first grade compiles one configuration per correctness size,
+    not every one, and times none of them."""
+    kept = [c for c in configs if c.kwargs["BLOCK_M"] <= max(64, named_args["N_KEY"])] or configs[:1]
+    return kept if named_args["N_KEY"] >= TUNE_FROM else kept[:1]
 
 
 @triton.autotune(configs=_configs(), key=["N_KEY", "HEAD_DIM", "DOCS"], prune_configs_by={"early_config_prune": _prune})

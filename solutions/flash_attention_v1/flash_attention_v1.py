@@ -81,11 +81,16 @@ def _configs():
     ]
 
 
+TUNE_FROM = 2048  # shorter sequences (the correctness sizes) take the first configuration that fits, untimed
+
+
 def _prune(configs, named_args, **kwargs):
-    """Blocks no longer than the sequence, so short sequences do not tune configurations that only pad."""
+    """Blocks no longer than the sequence, so short sequences do not tune configurations that only pad; below
+    TUNE_FROM, the first that fits: a new kernel's first grade compiles one configuration per correctness size,
+    not every one, and times none of them."""
     n_key = named_args["N_KEY"]
-    kept = [c for c in configs if c.kwargs["BLOCK_M"] <= max(64, n_key)]
-    return kept or configs[:1]
+    kept = [c for c in configs if c.kwargs["BLOCK_M"] <= max(64, n_key)] or configs[:1]
+    return kept if n_key >= TUNE_FROM else kept[:1]
 
 
 @triton.autotune(

@@ -1,0 +1,36 @@
+"""The order the GPU tier's tests go out in under `pytest -n N --dist worksteal`.
+
+worksteal hands each worker an equal run of the collection and later moves tests only from the backs of the
+queues, so a long test collected late also starts late: the tier's last minutes ran two workers of twelve. The
+longest tests (tests/gpu_longest.txt, longest first, made from a tier's junit file by scripts/longest_tests.py)
+are dealt out instead, one at a time, to the heads of the workers' runs. A test not in the file keeps its place."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+LONGEST = Path(__file__).resolve().parent / "gpu_longest.txt"
+DIST = "KCOURSE_TEST_DIST"  # the controller's --dist, which conftest's pytest_configure hands the workers
+
+
+def longest_at_each_workers_head(config, items: list) -> None:
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))  # set in each worker, which collects
+    if workers < 2 or os.environ.get(DIST) != "worksteal" or not LONGEST.is_file():
+        return
+    rank = {nodeid: i for i, nodeid in enumerate(LONGEST.read_text().split())}
+    longest = sorted((item for item in items if item.nodeid in rank), key=lambda item: rank[item.nodeid])
+    rest = [item for item in items if item.nodeid not in rank]
+    items[:] = deal(longest, rest, workers)
+
+
+def deal(longest: list, rest: list, workers: int) -> list:
+    """The order whose equal runs, as worksteal first cuts them, each start with every workers-th of `longest`."""
+    heads = [longest[i::workers] for i in range(workers)]
+    order, left = [], len(longest) + len(rest)
+    for i, head in enumerate(heads):
+        size = left // (workers - i)  # worksteal's first cut: what is left, shared by the workers left
+        fill = max(0, size - len(head))
+        order += head + rest[:fill]
+        rest, left = rest[fill:], left - len(head) - fill
+    return order + rest
