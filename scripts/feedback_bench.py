@@ -6,11 +6,14 @@ machine and read the figures.   Usage: python scripts/feedback_bench.py [EXERCIS
 longest waits between the grading child's events: where a slow grade's seconds go, case by case.
 `--table [--shard K/N] [EXERCISE ...]`: every exercise's version (or those named; slice K of N of them, so that the
 catalog can be measured over several calls), as markdown rows: the one-shot grade of the solution cold and warm
-(`kcourse grade <id> --lang <lang> --source solutions`, the second with every cache warm) and `kcourse watch`'s save
--> verdict (the second of two saves). The table issue 42 asks docs/measurements.md to publish."""
+(`kcourse grade <id> --lang <lang> --file <solution>`, the second with every cache warm), the one-shot grade after
+a kernel edit (the learner's loop: every kernel's source changed, so its compiles, autotuning and sanitizer run
+again; the solution's own stay cached) and `kcourse watch`'s save -> verdict (the second of two saves). The table
+issue 42 asks docs/measurements.md to publish."""
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -62,6 +65,39 @@ def one_shot(words, lang, solution: str) -> tuple[float, str]:
     )
     phases = next((line for line in run.stdout.splitlines() if line.startswith("phases:")), "no phases line")
     return time.perf_counter() - started, phases
+
+
+def kernel_edit(path: Path, n: int) -> None:
+    """Change every kernel's source as a learner's edit does, and nothing it computes. Triton: a comment line at the
+    top of each @triton.jit function's body (its source is its cache key: it compiles and tunes again); CUDA: a
+    comment at the end (the build is keyed by the file's content)."""
+    text = path.read_text()
+    if path.suffix != ".py":
+        path.write_text(f"{text}\n// kcourse bench: edit {n}\n")
+        return
+    lines = text.splitlines(keepends=True)
+    jitted = [
+        node.body[0].lineno
+        for node in ast.walk(ast.parse(text))
+        if isinstance(node, ast.FunctionDef) and any("jit" in ast.unparse(d) for d in node.decorator_list)
+    ]
+    for lineno in sorted(jitted, reverse=True):
+        first = lines[lineno - 1]
+        lines.insert(lineno - 1, f"{first[: len(first) - len(first.lstrip())]}# kcourse bench: edit {n}\n")
+    path.write_text("".join(lines))
+
+
+def after_an_edit(words, lang, solution: str) -> tuple[float, str]:
+    """The one-shot grade of the solution with its kernels edited, from a copy beside it (the same folder: the
+    same compile caches, which the grades before warmed)."""
+    original = ROOT / "solutions" / solution
+    copy = original.with_name(f"edited_{original.name}")
+    shutil.copy(original, copy)
+    try:
+        kernel_edit(copy, int(time.time()))
+        return one_shot(words, lang, str(copy.relative_to(ROOT / "solutions")))
+    finally:
+        copy.unlink()
 
 
 def watch_latencies(words, lang, solution: str, saves: int = 3, quick: bool = False) -> list[tuple[float, str]]:
@@ -166,16 +202,23 @@ def table(args: list[str]) -> None:
     k, n = (int(x) for x in shard.split("/"))
     named = [a for a in args if not a.startswith("--")]
     targets = sorted((t for t in all_targets() if not named or t.spec.id in named), key=lambda t: t.key)
-    print("| exercise | version | one-shot cold | one-shot warm | watch | verdict |\n|---|---|---|---|---|---|")
+    print(
+        "| exercise | version | one-shot cold | one-shot warm | after a kernel edit | watch | verdict |\n"
+        "|---|---|---|---|---|---|---|"
+    )
     for target in targets[k - 1 :: n]:
         words, lang = (target.spec.id,), target.variant.lang
         solution = str(solution_file(target.spec, target.variant).relative_to(ROOT / "solutions"))
         (cold, _), (warm, phases) = one_shot(words, lang, solution), one_shot(words, lang, solution)
+        edited, edited_phases = after_an_edit(words, lang, solution)
         saves = watch_latencies(words, lang, solution, saves=2)
         status = saves[-1][1].split(";")[0] if saves else "no verdict"
         watch_s = f"{saves[-1][0]:.1f} s" if saves else "—"
-        print(f"| {target.spec.id} | {lang} | {cold:.1f} s | {warm:.1f} s | {watch_s} | {status[:80]} |", flush=True)
-        print(f"<!-- {target.key} warm {phases} -->", flush=True)
+        row = (
+            f"| {target.spec.id} | {lang} | {cold:.1f} s | {warm:.1f} s | {edited:.1f} s | {watch_s} | {status[:80]} |"
+        )
+        print(row, flush=True)
+        print(f"<!-- {target.key} warm {phases} -->\n<!-- {target.key} edited {edited_phases} -->", flush=True)
 
 
 def main() -> None:

@@ -1,0 +1,65 @@
+"""scripts/feedback_bench.py's kernel edit: the learner's loop it times changes every kernel's source (so Triton
+compiles and tunes it again, and nvcc builds it again) and nothing the code computes."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _module(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+KEYS = """
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("edited", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+keys = {}
+for name, value in vars(module).items():
+    while type(value).__name__ in ("Autotuner", "Heuristics"):
+        value = value.fn
+    if type(value).__name__ == "JITFunction":
+        keys[name] = value.cache_key
+print(json.dumps(keys))
+"""
+
+
+def _kernels(path: Path) -> dict[str, str]:
+    """Each @triton.jit function's cache key (its source, first line and dependencies), autotuned ones included,
+    as Triton computes it for a GPU: in a process of its own, outside the interpreter these tests run under."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, "-c", KEYS, str(path)], capture_output=True, text=True, env=env, check=True)
+    return json.loads(run.stdout)
+
+
+def test_a_kernel_edit_changes_every_triton_kernels_cache_key_and_the_file_still_loads(tmp_path):
+    bench = _module(ROOT / "scripts" / "feedback_bench.py", "feedback_bench_under_test")
+    source = ROOT / "solutions" / "flash_attention_v2_backward" / "flash_attention_v2_backward.py"
+    before = _kernels(source)
+    copy = tmp_path / source.name
+    copy.write_text(source.read_text())
+    bench.kernel_edit(copy, 1)
+    after = _kernels(copy)
+    assert len(before) >= 4 and before.keys() == after.keys()
+    assert all(before[name] != after[name] for name in before)
+    assert copy.read_text().count("# kcourse bench: edit 1") == len(before)
+
+
+def test_a_cuda_edit_changes_the_files_content(tmp_path):
+    bench = _module(ROOT / "scripts" / "feedback_bench.py", "feedback_bench_under_test")
+    copy = tmp_path / "k.cu"
+    copy.write_text("__global__ void k() {}\n")
+    bench.kernel_edit(copy, 2)
+    assert copy.read_text() == "__global__ void k() {}\n\n// kcourse bench: edit 2\n"
