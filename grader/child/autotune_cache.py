@@ -26,8 +26,8 @@ def keep_hooked_tunings() -> None:
     """Patch Triton's autotuner (once per process) so that hooked configurations are kept on disk as well."""
     from triton.runtime.autotuner import Autotuner
 
-    tritons = Autotuner.check_disk_cache
-    if getattr(tritons, "keeps_hooks", False):
+    tritons = getattr(Autotuner, "check_disk_cache", None)  # Triton 3.2 on: older ones keep nothing on disk
+    if tritons is None or getattr(tritons, "keeps_hooks", False):
         return
 
     def check_disk_cache(self, tuning_key, configs, bench_fn) -> bool:
