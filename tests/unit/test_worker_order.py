@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import worker_order
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,6 +43,9 @@ def test_more_long_tests_than_room_still_keeps_every_test():
 
 
 def test_the_script_lists_a_junit_files_longest_tests_as_node_ids(tmp_path):
+    script = ROOT / "scripts" / "longest_tests.py"
+    if not script.is_file():
+        pytest.skip("scripts/longest_tests.py is the instructors' (not in the learner's kit)")
     junit = tmp_path / "junit.xml"
     junit.write_text(
         "<testsuites><testsuite>"
@@ -51,7 +55,7 @@ def test_the_script_lists_a_junit_files_longest_tests_as_node_ids(tmp_path):
         "</testsuite></testsuites>"
     )
     out = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "longest_tests.py"), str(junit), "2"],
+        [sys.executable, str(script), str(junit), "2"],
         capture_output=True,
         text=True,
         check=True,
