@@ -3,6 +3,10 @@ those of configurations without one, and read back as the autotuner's own object
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -96,3 +100,43 @@ def test_the_patch_leaves_configurations_without_hooks_to_triton(monkeypatch):
     hooked, hooked_configs = tuner(), configs()
     bench, calls = timed(hooked, hooked_configs, [[1.0] * 3, [2.0] * 3])
     assert Autotuner.check_disk_cache(hooked, KEY, hooked_configs, bench) is False and calls == [1] and seen == [KEY]
+
+
+REAL = """
+import sys, triton, triton.language as tl
+from grader.child import autotune_cache
+autotune_cache.triton_and_target = lambda: "no GPU here: the driver's target left out"
+
+def hook(nargs):
+    pass
+
+def make():
+    @triton.autotune(configs=[triton.Config({"B": b}, num_warps=4, pre_hook=hook) for b in (64, 128)], key=["n"])
+    @triton.jit
+    def kernel(x, n, B: tl.constexpr):
+        pass
+    return kernel
+
+autotune_cache.keep_hooked_tunings()
+for run in ("first", "later"):
+    tuner = make()  # a fresh autotuner each time, as in a new grading child
+    configs = tuner.configs
+    def bench():
+        tuner.configs_timings = {configs[0]: [2.0, 2.0, 2.0], configs[1]: [1.0, 1.0, 1.0]}
+        tuner.cache[(4096,)] = configs[1]
+    used = tuner.check_disk_cache((4096,), configs, bench)
+    chosen = tuner.cache[(4096,)]
+    print(run, used, chosen is configs[1], chosen.pre_hook is hook)
+"""
+
+
+def test_triton_s_own_autotuner_and_configurations_go_through_it(tmp_path):
+    """A real Autotuner, Config and JITFunction (outside the interpreter, which keeps nothing on disk): the first
+    tuning is stored, a fresh autotuner reads it back as its own hooked configuration."""
+    script = tmp_path / "tune.py"  # a file: Triton reads a kernel's source from it
+    script.write_text(REAL)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = str(Path(__file__).resolve().parents[2])
+    env.update(TRITON_CACHE_DIR=str(tmp_path / "triton"), PYTHONPATH=os.pathsep.join([root, env.get("PYTHONPATH", "")]))
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env)
+    assert run.stdout.split("\n")[:2] == ["first False True True", "later True True True"], run.stdout + run.stderr
