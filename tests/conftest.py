@@ -58,7 +58,6 @@ def pytest_collection_modifyitems(config, items):
 
     items.sort(key=lambda item: not item.nodeid.startswith(FIRST))  # stable: every other test keeps its order
     _leave_out_what_passed_in_the_kit(config, items)
-    worker_order.longest_at_each_workers_head(config, items)
 
     no_gpu = pytest.mark.skip(reason="no NVIDIA GPU here: run `pytest -m gpu` on a GPU machine")
     no_nvcc = pytest.mark.skip(reason="nvcc not found: install the CUDA Toolkit")
@@ -298,6 +297,7 @@ def pytest_configure(config):
     told the scheduler too (their own `dist` option reads "no"): worker_order.py deals out the longest tests."""
     if not os.environ.get("PYTEST_XDIST_WORKER") and getattr(config.option, "numprocesses", None):
         os.environ[worker_order.DIST] = str(config.getvalue("dist"))
+    config.pluginmanager.register(worker_order.LongestFirst(), "kcourse-longest-first")
     if SHARED_CACHE or os.environ.get("PYTEST_XDIST_WORKER") or not getattr(config.option, "numprocesses", None):
         return
     import tempfile

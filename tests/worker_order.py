@@ -10,8 +10,19 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 LONGEST = Path(__file__).resolve().parent / "gpu_longest.txt"
 DIST = "KCOURSE_TEST_DIST"  # the controller's --dist, which conftest's pytest_configure hands the workers
+
+
+class LongestFirst:
+    """The ordering as a plugin of its own (tests/conftest.py registers it), so that it runs last: after `-m` and
+    the kit's run have deselected what they leave out, whose count decides where worksteal cuts."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config, items):
+        longest_at_each_workers_head(config, items)
 
 
 def longest_at_each_workers_head(config, items: list) -> None:
