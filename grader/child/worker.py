@@ -34,7 +34,7 @@ from grader.checks.inputs import (
     with_nan_tail,
     written_outside,
 )
-from grader.child import autotune_cache, interpreter, learner_errors, loading, staging
+from grader.child import autotune_cache, compile_steps, interpreter, learner_errors, loading, staging
 from grader.child.learner_errors import learner_error
 from grader.child.orphan import exit_with_parent
 from grader.core import hostload  # memory binds torch's allocator statistics before learner code loads
@@ -127,8 +127,9 @@ class Worker:
         self.progress("loading your code")
         self.solution_watch = integrity.SolutionWatch(self.job.solutions_root or None, self.learner_path)
         learner = self._load(self.learner_path, self.job.learner_library, "learner")
-        if self.device == "cuda" and "triton.runtime.autotuner" in sys.modules:
-            autotune_cache.keep_hooked_tunings()  # before the first launch tunes anything
+        if self.device == "cuda" and "triton.runtime.autotuner" in sys.modules:  # before the first launch
+            autotune_cache.keep_hooked_tunings()
+            compile_steps.show_compiles(self.progress)
         mode = self.job.mode
         if mode != "grade":
             from grader.child import viz, worker_tools
