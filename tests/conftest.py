@@ -295,10 +295,11 @@ def pytest_configure(config):
     """Under `pytest -n N` the workers share one build cache, made here in the controller before they start (they
     inherit its environment): the same stubs and solutions are built once, not once per worker. The workers are
     told the scheduler too (their own `dist` option reads "no"): worker_order.py deals out the longest tests."""
-    if not os.environ.get("PYTEST_XDIST_WORKER") and getattr(config.option, "numprocesses", None):
-        os.environ[worker_order.DIST] = str(config.getvalue("dist"))
     config.pluginmanager.register(worker_order.LongestFirst(), "kcourse-longest-first")
-    if SHARED_CACHE or os.environ.get("PYTEST_XDIST_WORKER") or not getattr(config.option, "numprocesses", None):
+    controller = not os.environ.get("PYTEST_XDIST_WORKER") and getattr(config.option, "numprocesses", None)
+    if controller:
+        os.environ[worker_order.DIST] = str(config.getvalue("dist"))
+    if SHARED_CACHE or not controller:
         return
     import tempfile
 
