@@ -37,6 +37,28 @@ def test_each_workers_run_starts_with_its_share_of_the_longest_tests_and_nothing
     assert [t for t in order if t.startswith("t")] == rest  # the others keep their order
 
 
+class Item:
+    def __init__(self, nodeid: str):
+        self.nodeid = nodeid
+
+
+@pytest.mark.parametrize("enabled", ["", "1"])
+def test_the_deal_is_made_only_when_asked_for(monkeypatch, enabled):
+    listed = worker_order.LONGEST.read_text().split()[:2]
+    items = [Item(f"tests/test_x.py::test_{i}") for i in range(10)] + [Item(nodeid) for nodeid in listed]
+    before = [item.nodeid for item in items]
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
+    monkeypatch.setenv(worker_order.DIST, "worksteal")
+    monkeypatch.setenv(worker_order.ENABLE, enabled)
+    worker_order.longest_at_each_workers_head(None, items)
+    after = [item.nodeid for item in items]
+    assert sorted(after) == sorted(before)
+    if enabled:
+        assert [after[0], after[6]] == listed  # each of the two workers' runs starts with one of them
+    else:
+        assert after == before  # the collection's order: the default
+
+
 def test_more_long_tests_than_room_still_keeps_every_test():
     order = worker_order.deal([f"long{i}" for i in range(9)], ["t0"], 4)
     assert sorted(order) == sorted([f"long{i}" for i in range(9)] + ["t0"])
