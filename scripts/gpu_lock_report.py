@@ -21,6 +21,14 @@ def load(path: str) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+def favoured(holds: list[dict]) -> str:
+    """How many exclusive holds raised their timer's priority (gpu_lock.FAVOURED_NICE): none where the host forbids it."""
+    logged = [h["favoured"] for h in holds if h["mode"] == "exclusive" and "favoured" in h]
+    if not logged:
+        return "timers favoured: not logged (a log from before the field)"
+    return f"timers favoured: {sum(1 for n in logged if n)} of {len(logged)} exclusive holds raised a priority"
+
+
 def report(holds: list[dict], top: int = 15) -> str:
     if not holds:
         return "no holds logged"
@@ -32,6 +40,7 @@ def report(holds: list[dict], top: int = 15) -> str:
         held = sum(h["held"] for h in mine)
         waited = sum(h["waited"] for h in mine)
         lines.append(f"{mode}: {len(mine)} holds, held {held:.0f} s in all, waited {waited:.0f} s in all")
+    lines.append(favoured(holds))
     per_test: dict[str, float] = defaultdict(float)
     for h in holds:
         if h["mode"] == "exclusive":

@@ -280,7 +280,7 @@ def _holding(mode: str, favoured: tuple[int, ...] = ()) -> Iterator[None]:
     finally:
         _restore(before)
         getattr(lock, f"release_{mode}")()
-        _log(mode, asked, got)
+        _log(mode, asked, got, {"favoured": len(before)} if mode == "exclusive" else {})
 
 
 def _favour(tids: tuple[int, ...]) -> dict[int, int]:
@@ -305,11 +305,14 @@ def _restore(before: dict[int, int]) -> None:
             pass
 
 
-def _log(mode: str, asked: float, got: float) -> None:
+def _log(mode: str, asked: float, got: float, extra: dict | None = None) -> None:
+    """One hold as a line of the log KCOURSE_GPU_LOCK_LOG names; an exclusive hold's line says how many of its
+    threads got FAVOURED_NICE (0: the host does not let this process raise a priority)."""
     path = os.environ.get(LOG_ENV)
     if not path:
         return
     line = {"mode": mode, "pid": os.getpid(), "asked": asked, "waited": got - asked, "held": time.time() - got}
+    line.update(extra or {})
     line["test"] = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0]
     with open(path, "a") as f:  # one short write per line: appends from many processes stay whole
         f.write(json.dumps(line) + "\n")
