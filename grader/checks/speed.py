@@ -19,6 +19,10 @@ PROBE_AGREEMENT = 1.6  # claimed ratio may exceed the probe's by this factor (la
 LAUNCH_SLACK_S = 50e-6  # a probe run includes the host's launch latency, which events do not time
 PROBE_BURSTS = 3  # the wall-clock probe times each contestant this many times and keeps the fastest (worker._probe)
 WALL_SLACK = 1.10  # claimed device time may exceed the phase's wall clock by 10% (clock granularity)
+# A probe burst whose processes waited this share of its wall clock for a CPU was starved by the host: its
+# disagreement gets no verdict rather than an accusation (starved). A GPU-bound burst sleeps in its synchronise
+# and waits for no CPU; a call path starved of CPU leaves the GPU idle while it waits.
+HOST_WAIT_SHARE = 0.25
 
 
 def work_model(spec: ExerciseSpec, variant: Variant) -> tuple[str | None, str | None, bool]:
@@ -110,6 +114,20 @@ def fastest_bursts(bursts: list[tuple[str, float, int]]) -> dict[str, dict[str, 
         if kept is None or wall_s / max(1, runs) < kept["wall_s"] / max(1, kept["runs"]):
             probe[who] = {"wall_s": wall_s, "runs": runs}
     return probe
+
+
+def starved(bursts: list[tuple[str, float, int]], waits: list[float | None]) -> dict[str, float] | None:
+    """The learner's fastest probe burst (the one the verdict reads), with the seconds its processes waited for
+    a CPU, where that wait is HOST_WAIT_SHARE or more of its wall clock; None where it is less or unknown."""
+    mine = [
+        (wall / max(1, runs), wall, runs, wait) for (who, wall, runs), wait in zip(bursts, waits) if who == "learner"
+    ]
+    if not mine:
+        return None
+    _, wall, runs, wait = min(mine, key=lambda burst: burst[0])
+    if wait is None or wait < HOST_WAIT_SHARE * wall:
+        return None
+    return {"wall_s": wall, "runs": runs, "waited_s": wait}
 
 
 def probe_disagrees(record: Timing, probe: dict[str, dict[str, float]]) -> str | None:

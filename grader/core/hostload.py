@@ -9,7 +9,9 @@ The wall-clock probe (judge.py) once called honest kernels forged on such hosts.
 grader's children ran on GPU 0 (batch.visible_gpus), so the probe's bursts shared one GPU, time-sliced, while
 its host CPUs sat idle: the bursts are GPU-bound (the host queues a run in microseconds, the GPU takes a
 tenth of a millisecond or more), so a busy CPU barely moves them. Nothing is subtracted from the probe's
-wall clock: time taken off for a waiting thread is time a learner's own background process could make."""
+wall clock: time taken off for a waiting thread is time a learner's own background process could make. What the
+waits can do is turn an accusation into no verdict (`cpu_wait`, speed.starved): a probe that disagrees while the
+learner's process spent much of its burst waiting for a CPU says the host was too busy to check, never "passed"."""
 
 from __future__ import annotations
 
@@ -53,6 +55,16 @@ def _schedstat(path: str) -> tuple[float, float] | None:
 def main_thread_times(pid: int) -> tuple[float, float] | None:
     """(seconds on a CPU, seconds waiting for one) of process `pid`'s main thread (None off Linux)."""
     return _schedstat(f"/proc/{pid}/task/{pid}/schedstat")
+
+
+def cpu_wait(before: tuple, after: tuple) -> float | None:
+    """Seconds the child's main thread and this thread waited for a CPU between two readings, each reading
+    (main_thread_times(child), own_thread_times()); None where the child's could not be read (not Linux)."""
+    (child_before, own_before), (child_after, own_after) = before, after
+    if child_before is None or child_after is None:
+        return None
+    own = own_after[1] - own_before[1] if own_before is not None and own_after is not None else 0.0
+    return child_after[1] - child_before[1] + own
 
 
 def own_thread_times() -> tuple[float, float] | None:

@@ -146,6 +146,7 @@ class Code(Vocab):
     NO_TIMED_SIZES = "no_timed_sizes"
     IMPLAUSIBLE_TIMING = "implausible_timing"
     GPU_SHARED = "gpu_shared"
+    HOST_BUSY = "host_busy"  # the timing probe disagreed while the host starved the learner's process of CPU
     CORRUPT_CALIBRATION = "corrupt_calibration"
     TOO_MUCH_MEMORY = "too_much_memory"
     NOT_MEASURED = "not_measured"

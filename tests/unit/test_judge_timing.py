@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from grader.core import gpushare
+from grader.core import gpushare, hostload
 from grader.core.records import ERROR, FAILED, PASSED, SKIPPED
 from grader.reports.console import format_timing
 
@@ -61,6 +61,7 @@ def test_a_wrong_output_of_the_timed_run_fails_numerics(toy, toy_child):
 
 def test_a_claim_the_probe_disagrees_with_twice_is_forged(toy, toy_child, monkeypatch):
     monkeypatch.setattr(gpushare, "other_gpu_processes", lambda *devices: [])  # on a GPU host, none shares it
+    monkeypatch.setattr(hostload, "main_thread_times", lambda pid: (0.0, 0.0))  # and no wait for a CPU
     child = toy_child(measured={"learner": {"median_ms": 0.001, "runs": 10}})
     child.burst_s = {"learner": 0.02}  # 20 ms a burst of one run, against 1 µs claimed
     check = last(grade(toy, child, timing=True))
@@ -140,6 +141,23 @@ def test_a_disagreement_while_another_program_shares_the_gpu_is_not_judged(toy, 
     check = last(grade(toy, child, timing=True))
     assert (check.name, check.status, check.details["code"]) == ("speed", ERROR, "gpu_shared")
     assert "another program used this GPU while your kernel was timed (4242 python)" in check.message
+
+
+def test_a_disagreement_while_the_host_starved_the_learners_process_is_not_judged(toy, toy_child, monkeypatch):
+    monkeypatch.setattr(gpushare, "other_gpu_processes", lambda *devices: [])
+    readings = iter(range(1000))
+    # each reading of the child's schedstat 10 ms more waiting for a CPU: half of every 20-ms burst
+    monkeypatch.setattr(hostload, "main_thread_times", lambda pid: (0.0, 0.01 * next(readings)))
+    child = toy_child(measured={"learner": {"median_ms": 0.001, "runs": 10}})
+    child.burst_s = {"learner": 0.02}
+    check = last(grade(toy, child, timing=True))
+    assert (check.name, check.status, check.details["code"]) == ("speed", ERROR, "host_busy")
+    assert "not judged: this machine's CPUs were too busy to check your timing" in check.message
+    assert (
+        "the grader's own clock measured" in check.message
+        and "grade again when the machine is quieter" in check.message
+    )
+    assert {"probe_again": True} in child.sent  # probed twice before it counted
 
 
 def test_the_child_times_with_the_gpu_lock_held_exclusively_and_checks_numerics_without_it(

@@ -194,3 +194,22 @@ def test_a_zero_millisecond_claim_gets_a_verdict_not_an_exception(toy):
     measured = {"learner": {"median_ms": 0.0, "runs": 10}, "solution": {"median_ms": 0.5, "runs": 10}}
     rec = speed.timing_record(toy, toy.variant(None), toy.performance.cases[0], measured, H200)
     assert speed.verdict(toy, toy.variant(None), rec, None, H200).status in (FAILED, SKIPPED)
+
+
+def test_a_learners_burst_that_waited_a_quarter_of_its_time_for_a_cpu_is_starved():
+    bursts = [("baseline", 0.01, 10), ("learner", 0.04, 10), ("learner", 0.03, 10), ("learner", 0.05, 10)]
+    # the verdict reads the fastest learner burst (0.03 s): its wait decides, not the slower bursts'
+    assert speed.starved(bursts, [0.01, 0.0, 0.0075, 0.05]) == {"wall_s": 0.03, "runs": 10, "waited_s": 0.0075}
+    assert speed.starved(bursts, [0.01, 0.04, 0.007, 0.05]) is None  # under a quarter of its 30 ms
+    assert speed.starved(bursts, [None, None, None, None]) is None  # unknown (not Linux): no excuse
+    assert speed.starved([("baseline", 0.01, 10)], [0.01]) is None  # no learner burst
+
+
+def test_the_wait_for_a_cpu_adds_the_childs_and_the_graders_and_needs_the_childs():
+    from grader.core import hostload
+
+    before = ((1.0, 2.0), (5.0, 0.5))  # (child (cpu, wait), grader's thread (cpu, wait))
+    after = ((1.5, 2.25), (5.1, 0.55))
+    assert hostload.cpu_wait(before, after) == pytest.approx(0.30)
+    assert hostload.cpu_wait(((1.0, 2.0), None), ((1.5, 2.25), None)) == pytest.approx(0.25)
+    assert hostload.cpu_wait((None, (5.0, 0.5)), (None, (5.1, 0.55))) is None
