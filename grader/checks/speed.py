@@ -116,18 +116,28 @@ def fastest_bursts(bursts: list[tuple[str, float, int]]) -> dict[str, dict[str, 
     return probe
 
 
-def starved(bursts: list[tuple[str, float, int]], waits: list[float | None]) -> dict[str, float] | None:
+def starved(record: Timing, bursts: list[tuple[str, float, int]], waits: list[float | None]) -> dict[str, float] | None:
     """The learner's fastest probe burst (the one the verdict reads), with the seconds its processes waited for
-    a CPU, where that wait is HOST_WAIT_SHARE or more of its wall clock; None where it is less or unknown."""
+    a CPU, where that wait is HOST_WAIT_SHARE or more of its wall clock and at least half of the time the claimed
+    speed does not account for; None where it is less or unknown. A patched timer's burst is GPU-bound: its
+    excess is most of its wall clock, and it waits for a CPU only while it queues its runs."""
     mine = [
         (wall / max(1, runs), wall, runs, wait) for (who, wall, runs), wait in zip(bursts, waits) if who == "learner"
     ]
     if not mine:
         return None
     _, wall, runs, wait = min(mine, key=lambda burst: burst[0])
-    if wait is None or wait < HOST_WAIT_SHARE * wall:
+    if wait is None or wait < HOST_WAIT_SHARE * wall or wait < _excess(record, bursts, wall, runs) / 2:
         return None
     return {"wall_s": wall, "runs": runs, "waited_s": wait}
+
+
+def _excess(record: Timing, bursts: list[tuple[str, float, int]], wall: float, runs: int) -> float:
+    """Seconds of a learner's burst beyond what its claimed time a call allows (probe_disagrees' bound)."""
+    baseline = fastest_bursts(bursts).get("baseline")
+    base = baseline["wall_s"] / max(1, baseline["runs"]) if baseline else 0.0
+    allowed = (record.learner_ms or 0) / 1000 * PROBE_AGREEMENT + LAUNCH_SLACK_S + base
+    return wall - runs * allowed
 
 
 def probe_disagrees(record: Timing, probe: dict[str, dict[str, float]]) -> str | None:

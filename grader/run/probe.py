@@ -113,7 +113,7 @@ def _round(
                 "bursts": traced,
             },
         )
-    return disagreement, speed.starved(bursts, waits)
+    return disagreement, speed.starved(record, bursts, waits)
 
 
 def _trace_file() -> str | None:

@@ -146,8 +146,8 @@ def test_a_disagreement_while_another_program_shares_the_gpu_is_not_judged(toy, 
 def test_a_disagreement_while_the_host_starved_the_learners_process_is_not_judged(toy, toy_child, monkeypatch):
     monkeypatch.setattr(gpushare, "other_gpu_processes", lambda *devices: [])
     readings = iter(range(1000))
-    # each reading of the child's schedstat 10 ms more waiting for a CPU: half of every 20-ms burst
-    monkeypatch.setattr(hostload, "main_thread_times", lambda pid: (0.0, 0.01 * next(readings)))
+    # each reading of the child's schedstat 15 ms more waiting for a CPU: most of every 20-ms burst
+    monkeypatch.setattr(hostload, "main_thread_times", lambda pid: (0.0, 0.015 * next(readings)))
     child = toy_child(measured={"learner": {"median_ms": 0.001, "runs": 10}})
     child.burst_s = {"learner": 0.02}
     check = last(grade(toy, child, timing=True))
