@@ -349,11 +349,15 @@ class Judge:
         return indexed[-1:] if verdict_only else indexed
 
     def _timing(self, job: Job) -> None:
+        """The timed sizes: their inputs and references first (phase "timed_inputs": what is left of drawing them
+        after the numerics, and, for an exercise whose references are the GPU process's, computing those), then
+        the child's runs, the probe and the memory checks (phase "timing")."""
         started = time.monotonic()
         timed = self._timed_cases(job)
         messages = self._timing_messages(job, timed)
         self.link.deadline = max(self.link.deadline, time.monotonic() + self.timeout_s)
         self.feed.wait_for_timed([f"t{index}" for index, _ in timed])
+        started = self._mark("timed_inputs", started)
         self._stage_solution()
         self.child.send({Order.TIME: messages})
         first = sum(1 for m in messages if m["memory_only"])  # the sizes run for their memory alone come first

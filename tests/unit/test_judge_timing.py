@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from grader.core import gpushare, hostload
-from grader.core.records import ERROR, FAILED, PASSED, SKIPPED
+from grader.core.job import Job
+from grader.core.records import ERROR, FAILED, PASSED, SKIPPED, GradeResult
 from grader.reports.console import format_timing
 
 from .fake_child import grade, last, verdicts
@@ -25,6 +26,26 @@ def test_timed_figures_the_judges_clock_agrees_with_give_the_speed_verdict(toy, 
     assert speed.details["ratio"] == pytest.approx(0.8)
     assert [t.case for t in result.timings] == ["n=64"]
     assert child.sent[-1] == {"probe_again": False}
+
+
+def test_the_wait_for_the_timed_sizes_inputs_is_a_phase_of_its_own_before_the_timing(toy, toy_child):
+    from grader.run.judge import Judge
+
+    child = toy_child()
+    judge = Judge(
+        toy,
+        toy.variant(None),
+        child,
+        GradeResult(exercise=toy.id, lang="triton", source="learner", seed=1),
+        1,
+        60.0,
+        True,
+        None,
+    )
+    judge.run(Job(learner="/x/toy.py"))
+    phases = list(judge.phases)
+    assert phases.index("numerics") < phases.index("timed_inputs") == phases.index("timing") - 1
+    assert 0 <= judge.phases["timed_inputs"] < 5 and judge.phases["timing"] >= 0
 
 
 def test_a_kernel_slower_than_the_bar_fails_speed(toy, toy_child):
