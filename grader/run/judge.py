@@ -130,8 +130,10 @@ class Judge:
         self.feed.close(wait_for_draws)
 
     def _load(self, job: Job, started: float) -> None:
-        self.link.expect_loaded(started)
-        self._mark("load", started)
+        try:
+            self.link.expect_loaded(started)
+        finally:  # a file that fails to load spent its seconds loading too
+            self._mark("load", started)
         self.result.add(Check(CheckName.LOAD, PASSED, f"{Path(job.learner).name}: `{self.variant.entry}` loaded"))
 
     def load_limit_s(self) -> float:
@@ -143,6 +145,16 @@ class Judge:
         now = time.monotonic()
         self.phases[phase] = round(now - since, 3)
         return now
+
+    @contextlib.contextmanager
+    def _phase(self, phase: str):
+        """The seconds of the block as `phase`, however it ends (a failed check ends a grade by raising Finished):
+        a failing grade's phases add up to its wall time as a passing one's do."""
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self._mark(phase, started)
 
     def _grader_error(self, exc: BaseException, trace: str) -> None:
         self.result.add(
@@ -171,15 +183,14 @@ class Judge:
         ]
 
     def _numerics(self) -> bool:
-        started = time.monotonic()
-        trials = self._trials()
-        self.feed.start(trials, self._label)
-        for k, (index, case, trial, trial_seed) in enumerate(trials):
-            event = self.link.expect(Event.TRIAL)
-            self.feed.next_slot()
-            self._judge_trial(event, case, trial, k)
-        event = self.link.expect(Event.TRIALS_DONE)
-        self._mark("numerics", started)
+        with self._phase("numerics"):  # a failing trial ends the phase too: its seconds are still the grade's
+            trials = self._trials()
+            self.feed.start(trials, self._label)
+            for k, (index, case, trial, trial_seed) in enumerate(trials):
+                event = self.link.expect(Event.TRIAL)
+                self.feed.next_slot()
+                self._judge_trial(event, case, trial, k)
+            event = self.link.expect(Event.TRIALS_DONE)
         if event.get("borrowed"):
             self.link.fail(
                 CheckName.INTEGRITY,
@@ -352,12 +363,15 @@ class Judge:
         """The timed sizes: their inputs and references first (phase "timed_inputs": what is left of drawing them
         after the numerics, and, for an exercise whose references are the GPU process's, computing those), then
         the child's runs, the probe and the memory checks (phase "timing")."""
-        started = time.monotonic()
-        timed = self._timed_cases(job)
-        messages = self._timing_messages(job, timed)
-        self.link.deadline = max(self.link.deadline, time.monotonic() + self.timeout_s)
-        self.feed.wait_for_timed([f"t{index}" for index, _ in timed])
-        started = self._mark("timed_inputs", started)
+        with self._phase("timed_inputs"):
+            timed = self._timed_cases(job)
+            messages = self._timing_messages(job, timed)
+            self.link.deadline = max(self.link.deadline, time.monotonic() + self.timeout_s)
+            self.feed.wait_for_timed([f"t{index}" for index, _ in timed])
+        with self._phase("timing"):
+            self._time_sizes(timed, messages)
+
+    def _time_sizes(self, timed: list[tuple[int, Case]], messages: list[dict[str, Any]]) -> None:
         self._stage_solution()
         self.child.send({Order.TIME: messages})
         first = sum(1 for m in messages if m["memory_only"])  # the sizes run for their memory alone come first
@@ -373,7 +387,6 @@ class Judge:
                 check = self._cross_check_probe(records[-1]) or check
         self.result.add(check)
         self._add_if(memory.verdict(self.spec, records))
-        self._mark("timing", started)
 
     def _cross_check_probe(self, record) -> Check | None:
         return probe.cross_check(self.link, self.spec, self.variant, self.result, record)

@@ -48,6 +48,19 @@ def test_the_wait_for_the_timed_sizes_inputs_is_a_phase_of_its_own_before_the_ti
     assert 0 <= judge.phases["timed_inputs"] < 5 and judge.phases["timing"] >= 0
 
 
+def test_a_failing_grade_still_has_the_phases_it_spent_its_time_in(toy, toy_child):
+    from grader.run.judge import Judge
+
+    def wrong(inputs, params, k):
+        return {"c": inputs["a"] - inputs["b"]}
+
+    result = GradeResult(exercise=toy.id, lang="triton", source="learner", seed=1)
+    judge = Judge(toy, toy.variant(None), toy_child(kernel=wrong), result, 1, 60.0, True, None)
+    judge.run(Job(learner="/x/toy.py"))
+    assert result.checks[-1].details["code"] == "mismatch"
+    assert list(judge.phases) == ["start", "load", "numerics"]  # the numerics that failed, timed all the same
+
+
 def test_a_kernel_slower_than_the_bar_fails_speed(toy, toy_child):
     child = toy_child(measured={"learner": {"median_ms": 1.0, "runs": 10}, "solution": {"median_ms": 0.5, "runs": 10}})
     speed = last(grade(toy, child, timing=True))
