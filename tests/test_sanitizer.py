@@ -89,7 +89,8 @@ gpu = pytest.mark.gpu
 
 
 def grade_fixture(words, name, lang=None):
-    return grade(resolve(words, lang=lang), submission=submission(name), seed=11, record=False)
+    """Numerics and the sanitizer (--quick keeps it): the timing would add nothing these tests read."""
+    return grade(resolve(words, lang=lang), submission=submission(name), seed=11, record=False, quick=True)
 
 
 @gpu
