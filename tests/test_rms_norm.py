@@ -175,7 +175,10 @@ def test_v1_misses_the_speed_bar_and_v2_makes_it():
     target = resolve(("rms_norm",))
     speeds = {}
     for fixture in ("rms_norm_v1_naive.cu", "rms_norm_v2_warp.cu"):
-        result = grade(target, submission=submission(fixture), seed=5, record=False, sanitize_code=False)
+        # as `kcourse grade` does: the speed verdict is taken at the last size, the only one timed
+        result = grade(
+            target, submission=submission(fixture), seed=5, record=False, sanitize_code=False, timed_sizes="verdict"
+        )
         speeds[fixture] = next(c for c in result.checks if c.name == "speed")
         print(f"\n{fixture}: {speeds[fixture].message}")
     assert speeds["rms_norm_v1_naive.cu"].status == "failed"
