@@ -273,6 +273,7 @@ def test_masking_every_block_passes_numerics_and_fails_the_speed_bar(version):
         submission=submission("attention_patterns_mask_every_block.py"),
         seed=3,
         record=False,
+        timed_sizes="verdict",  # as `kcourse grade` does: the speed verdict's size alone timed
     )
     checks = {c.name: c for c in result.checks}
     assert checks["numerics"].status == "passed", checks["numerics"].message
