@@ -205,14 +205,9 @@ def test_the_solution_passes_its_grade_printing_you_and_torch(built):
 @pytest.mark.gpu
 @pytest.mark.solutions
 def test_the_ladders_first_kernel_passes_numerics_and_is_timed(built):
-    result = grade(
-        resolve(("residual_activation",)),
-        submission=built["residual_activation_thread_per_element.cu"],
-        seed=8,
-        record=False,
-        sanitize_code=False,
-        timed_sizes="verdict",  # as `kcourse grade` does: the speed verdict's size alone is timed
-    )
+    from torch_op_checks import speed_verdict_of
+
+    result = speed_verdict_of("residual_activation", built["residual_activation_thread_per_element.cu"], seed=8)
     checks = {c.name: c for c in result.checks}
     print(f"\nresidual_activation, a thread per element: {checks['speed'].message}")
     assert checks["numerics"].status == "passed", result.verdict

@@ -107,3 +107,13 @@ def op_caller(spec: ExerciseSpec, source: Path):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("KCOURSE_CACHE", str(_session_cache()))
         return loading.load(spec.variants["cuda"], source, None, "learner")
+
+
+def speed_verdict_of(exercise_id: str, source: Path, seed: int):
+    """A grade of `source` as `kcourse grade` makes it, the speed verdict's size alone timed, without the sanitizer
+    (a ladder step's test reads its numerics and speed verdict; the prebuilt operator is loaded, not rebuilt)."""
+    from grader.core.discovery import resolve
+    from grader.run.grade import grade
+
+    target = resolve((exercise_id,))
+    return grade(target, submission=source, seed=seed, record=False, sanitize_code=False, timed_sizes="verdict")
