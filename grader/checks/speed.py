@@ -116,28 +116,35 @@ def fastest_bursts(bursts: list[tuple[str, float, int]]) -> dict[str, dict[str, 
     return probe
 
 
-def starved(record: Timing, bursts: list[tuple[str, float, int]], waits: list[float | None]) -> dict[str, float] | None:
-    """The learner's fastest probe burst (the one the verdict reads), with the seconds its processes waited for
-    a CPU, where that wait is HOST_WAIT_SHARE or more of its wall clock and at least half of the time the claimed
-    speed does not account for; None where it is less or unknown. A patched timer's burst is GPU-bound: its
-    excess is most of its wall clock, and it waits for a CPU only while it queues its runs."""
+def starved(
+    record: Timing, probe: dict[str, dict[str, float]], bursts: list[tuple[str, float, int]], waits: list[float | None]
+) -> dict[str, float] | None:
+    """The learner's fastest probe burst (the one the verdict reads, `probe` as fastest_bursts made it), with the
+    seconds its processes waited for a CPU, where that wait is HOST_WAIT_SHARE or more of its wall clock and at
+    least half of the time the claimed speed does not account for; None where it is less or unknown. A patched
+    timer's burst is GPU-bound: its excess is most of its wall clock, and it waits for a CPU only while it queues
+    its runs."""
     mine = [
         (wall / max(1, runs), wall, runs, wait) for (who, wall, runs), wait in zip(bursts, waits) if who == "learner"
     ]
     if not mine:
         return None
     _, wall, runs, wait = min(mine, key=lambda burst: burst[0])
-    if wait is None or wait < HOST_WAIT_SHARE * wall or wait < _excess(record, bursts, wall, runs) / 2:
+    excess = wall - runs * (_claim_bound_s(record) + _baseline_s(probe))
+    if wait is None or wait < HOST_WAIT_SHARE * wall or wait < excess / 2:
         return None
     return {"wall_s": wall, "runs": runs, "waited_s": wait}
 
 
-def _excess(record: Timing, bursts: list[tuple[str, float, int]], wall: float, runs: int) -> float:
-    """Seconds of a learner's burst beyond what its claimed time a call allows (probe_disagrees' bound)."""
-    baseline = fastest_bursts(bursts).get("baseline")
-    base = baseline["wall_s"] / max(1, baseline["runs"]) if baseline else 0.0
-    allowed = (record.learner_ms or 0) / 1000 * PROBE_AGREEMENT + LAUNCH_SLACK_S + base
-    return wall - runs * allowed
+def _baseline_s(probe: dict[str, dict[str, float]]) -> float:
+    """The baseline's (flushes only) seconds a run, in the fastest bursts; 0 where there is none."""
+    baseline = probe.get("baseline")
+    return baseline["wall_s"] / max(1, baseline["runs"]) if baseline else 0.0
+
+
+def _claim_bound_s(record: Timing) -> float:
+    """The most a probe run may take, less the baseline, and still agree with the learner's claimed time a call."""
+    return (record.learner_ms or 0) / 1000 * PROBE_AGREEMENT + LAUNCH_SLACK_S
 
 
 def probe_disagrees(record: Timing, probe: dict[str, dict[str, float]]) -> str | None:
@@ -146,10 +153,10 @@ def probe_disagrees(record: Timing, probe: dict[str, dict[str, float]]) -> str |
     kernel plus its launch latency, never less than the kernel: a claim far below it is not believed."""
     if "learner" not in probe or "baseline" not in probe:
         return None
-    base = probe["baseline"]["wall_s"] / max(1, probe["baseline"]["runs"])
+    base = _baseline_s(probe)
     per_run = {who: max(0.0, p["wall_s"] / max(1, p["runs"]) - base) for who, p in probe.items() if who != "baseline"}
     claimed_s = (record.learner_ms or 0) / 1000
-    if claimed_s * PROBE_AGREEMENT + LAUNCH_SLACK_S < per_run["learner"]:
+    if _claim_bound_s(record) < per_run["learner"]:
         return (
             f"your run reported {1000 * claimed_s:.3g} ms per call, but the grader's own clock measured "
             f"{1000 * per_run['learner']:.3g} ms"

@@ -141,10 +141,8 @@ class Judge:
         of it (grade.INTERPRETER_TIMEOUT_FACTOR): a hang at import is stopped at the limit the spec states."""
         return min(self.timeout_s, self.variant.timeout_s or self.timeout_s)
 
-    def _mark(self, phase: str, since: float) -> float:
-        now = time.monotonic()
-        self.phases[phase] = round(now - since, 3)
-        return now
+    def _mark(self, phase: str, since: float) -> None:
+        self.phases[phase] = round(time.monotonic() - since, 3)
 
     @contextlib.contextmanager
     def _phase(self, phase: str):

@@ -101,7 +101,8 @@ def _round(
         waits.append(hostload.cpu_wait(before, after))
         if trace:
             traced.append(hostload.burst_trace(who, runs, wall, before[0], after[0], before[1], after[1], end))
-    disagreement = speed.probe_disagrees(record, speed.fastest_bursts(bursts))
+    fastest = speed.fastest_bursts(bursts)
+    disagreement = speed.probe_disagrees(record, fastest)
     if trace:
         hostload.write_trace(
             trace,
@@ -113,7 +114,7 @@ def _round(
                 "bursts": traced,
             },
         )
-    return disagreement, speed.starved(record, bursts, waits)
+    return disagreement, speed.starved(record, fastest, bursts, waits)
 
 
 def _trace_file() -> str | None:

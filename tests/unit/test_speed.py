@@ -199,18 +199,26 @@ def test_a_zero_millisecond_claim_gets_a_verdict_not_an_exception(toy):
 def test_a_learners_burst_that_waited_for_a_cpu_for_what_its_claim_cannot_explain_is_starved():
     honest = Timing(case="n=64", learner_ms=0.368)  # 10 calls at 0.368 ms: 6.9 ms with the probe's slack and baseline
     bursts = [("baseline", 0.0005, 10), ("learner", 0.012, 10), ("learner", 0.0114, 10), ("learner", 0.02, 10)]
+    fastest = speed.fastest_bursts(bursts)
     # the verdict reads the fastest learner burst (11.4 ms): its wait decides, not the slower bursts'
-    assert speed.starved(honest, bursts, [0.0, 0.0, 0.006, 0.05]) == {"wall_s": 0.0114, "runs": 10, "waited_s": 0.006}
-    assert speed.starved(honest, bursts, [0.0, 0.05, 0.0027, 0.05]) is None  # under a quarter of its 11.4 ms
-    assert speed.starved(honest, bursts, [None, None, None, None]) is None  # unknown (not Linux): no excuse
-    assert speed.starved(honest, [("baseline", 0.01, 10)], [0.01]) is None  # no learner burst
+    assert speed.starved(honest, fastest, bursts, [0.0, 0.0, 0.006, 0.05]) == {
+        "wall_s": 0.0114,
+        "runs": 10,
+        "waited_s": 0.006,
+    }
+    assert speed.starved(honest, fastest, bursts, [0.0, 0.05, 0.0027, 0.05]) is None  # under a quarter of its 11.4 ms
+    assert speed.starved(honest, fastest, bursts, [None, None, None, None]) is None  # unknown (not Linux): no excuse
+    assert speed.starved(honest, {}, [("baseline", 0.01, 10)], [0.01]) is None  # no learner burst
 
 
 def test_a_patched_timers_gpu_bound_burst_needs_to_have_waited_most_of_it_to_be_excused():
     patched = Timing(case="n=64", learner_ms=0.1)  # 40 calls of 1 ms claimed at 0.1 ms: 29.6 ms of 40 unexplained
     bursts = [("baseline", 0.002, 40), ("learner", 0.040, 40)]
-    assert speed.starved(patched, bursts, [0.0, 0.012]) is None  # 30% of it (queueing runs on a busy host): too little
-    assert speed.starved(patched, bursts, [0.0, 0.016])["waited_s"] == 0.016  # half the excess: it was starved
+    fastest = speed.fastest_bursts(bursts)
+    assert (
+        speed.starved(patched, fastest, bursts, [0.0, 0.012]) is None
+    )  # 30% of it (queueing runs on a busy host): too little
+    assert speed.starved(patched, fastest, bursts, [0.0, 0.016])["waited_s"] == 0.016  # half the excess: it was starved
 
 
 def test_the_wait_for_a_cpu_adds_the_childs_and_the_graders_and_needs_the_childs():
