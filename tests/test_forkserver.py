@@ -133,3 +133,33 @@ def test_a_custom_op_grades_child_starts_with_what_its_checks_import_first(monke
     learner.write_text(PRELOAD_PROBE % (list(FIRST_USE_IMPORTS),))
     facts = probe_facts(grade(resolve(["custom_op"]), submission=learner, seed=1))
     assert facts == {m: True for m in FIRST_USE_IMPORTS}
+
+
+def test_gpu_children_are_forked_only_where_the_cuda_switch_is_set(monkeypatch):
+    monkeypatch.setenv(forkserver.ENV, "1")
+    monkeypatch.delenv(forkserver.CUDA_ENV, raising=False)
+    assert forkserver.wanted("cpu", None, "grader.child.worker")
+    assert not forkserver.wanted("cuda", None, "grader.child.worker")
+    monkeypatch.setenv(forkserver.CUDA_ENV, "1")
+    assert forkserver.wanted("cuda", None, "grader.child.worker")
+    assert not forkserver.wanted("cuda", ["ncu"], "grader.child.worker")  # a tool's wrapper: a process of its own
+
+
+def test_a_gpu_server_whose_forked_probe_cannot_use_cuda_is_refused_and_children_start_the_ordinary_way(
+    monkeypatch,
+):
+    """Here no GPU exists, so the probe child fails as it would where the server had created a CUDA context: the
+    server ends before forking, and this and every later GPU child is a process of its own, with no second try."""
+    import subprocess
+
+    monkeypatch.setenv(forkserver.ENV, "1")
+    monkeypatch.setenv(forkserver.CUDA_ENV, "1")
+    monkeypatch.setattr(forkserver, "_refused", set())
+    children = [sandbox.Child("cuda") for _ in range(2)]
+    try:
+        assert all(isinstance(child.proc, subprocess.Popen) for child in children)
+        assert any(dict(key).get("KCOURSE_CHILD_DEVICE") == "cuda" for key in forkserver._refused)
+        assert not any(dict(key).get("KCOURSE_CHILD_DEVICE") == "cuda" for key in forkserver._servers)
+    finally:
+        for child in children:
+            child.close()

@@ -6,8 +6,12 @@ server once (`python -m grader.child.zygote CONTROL_FD`, from grader/run/forkser
 child: the forked child starts where a fresh one would be after its imports, runs `worker.main` exactly as
 `python -m grader.child.worker` does, and enters the box itself when its job arrives.
 
-CPU only: a process that has created a CUDA context cannot fork usable children. The server never runs
-learner code and never touches torch beyond importing it (no thread pool is started before a fork).
+A process that has created a CUDA context cannot fork children that use CUDA, so the server never creates one: a
+GPU child's server (KCOURSE_CHILD_DEVICE=cuda) imports torch and Triton only, leaves a grade's first-use imports
+to the child (torch.compile's may ask the driver how many GPUs there are, which marks later forks unusable), and
+first forks a probe that creates a context (`usable`); if the probe fails the server ends, and the parent starts
+those children the ordinary way. The server never runs learner code and never touches torch beyond importing it
+(no thread pool is started before a fork).
 
 The control socket (SOCK_SEQPACKET: one JSON message per packet) carries:
 - from the parent: {"id": n, "env": {...}, "cwd": "...", "imports": [...]} with three file descriptors (the child's
@@ -62,7 +66,8 @@ def answer(control: socket.socket, *own_fds: int) -> bool:
     request = json.loads(data)
     from grader.checks import op_checks
 
-    op_checks.import_first_use(request.get("imports", []))
+    if not on_gpu():
+        op_checks.import_first_use(request.get("imports", []))
     in_session, set_up = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -105,6 +110,24 @@ def become_child(request: dict, fds: list[int], control: socket.socket, own_fds:
         os._exit(70)
 
 
+def on_gpu() -> bool:
+    return os.environ.get("KCOURSE_CHILD_DEVICE") == "cuda"
+
+
+def usable() -> bool:
+    """Whether a child forked now can create a CUDA context (nothing imported so far has created one here)."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            import torch
+
+            torch.zeros(1, device="cuda")
+            os._exit(0)
+        finally:
+            os._exit(1)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+
+
 def main(control_fd: int) -> None:
     import triton.language  # noqa: F401  (TRITON_INTERPRET=1 is in this server's environment, as in its children)
 
@@ -114,6 +137,12 @@ def main(control_fd: int) -> None:
         pass
 
     from grader.child import worker  # noqa: F401  (torch and everything a grade imports, paid once)
+
+    if on_gpu() and not usable():
+        print(
+            "kcourse fork server: a forked child cannot use CUDA here; children start the ordinary way", file=sys.stderr
+        )
+        sys.exit(3)
 
     # No thread is started here (a fork copies only the calling thread): the server ends when its parent closes
     # the socket, or dies; its children then see their parent gone (orphan.py) and end themselves.

@@ -2,6 +2,10 @@
 imported torch once, for a grader that grades many files without a GPU.
 
 `KCOURSE_FORK_SERVER=1` turns it on: validate, grade-batch and compare call `enable()`, and the test suite sets it.
+Children on a GPU are forked too where `KCOURSE_FORK_SERVER_CUDA=1` also is set (the GPU test tier's switch while
+it is measured): the server imports torch without creating a CUDA context, and each child creates its own after
+the fork, as a fresh one does (a server whose probe child cannot use CUDA after a fork is refused, and its grades
+start children the ordinary way).
 `watch` starts each child while the learner edits, so it has no start to hide, and a one-shot `kcourse grade`
 starts its child before importing torch, so it would gain nothing.
 One server runs per environment that must be set before Python starts (the CUDA emulator's preloaded
@@ -20,9 +24,11 @@ import threading
 import time
 
 ENV = "KCOURSE_FORK_SERVER"
+CUDA_ENV = "KCOURSE_FORK_SERVER_CUDA"
 # Read when a process starts (the preloaded runtime; sys.path and the kit the grader is imported from): a server
 # per value, so a forked child is the process a fresh one would be.
-BEFORE_START = ("LD_PRELOAD", "ASAN_OPTIONS", "PYTHONPATH", "KCOURSE_ROOT", "TRITON_INTERPRET")
+# KCOURSE_CHILD_DEVICE: a GPU child's server checks at its start that a forked child can use CUDA.
+BEFORE_START = ("LD_PRELOAD", "ASAN_OPTIONS", "PYTHONPATH", "KCOURSE_ROOT", "TRITON_INTERPRET", "KCOURSE_CHILD_DEVICE")
 MAX_SERVERS = 2  # each holds torch in memory (~300 MB): idle ones beyond this are closed
 
 
@@ -34,7 +40,7 @@ def enable() -> None:
 def wanted(device: str, wrapper: list[str] | None, module: str) -> bool:
     return (
         os.environ.get(ENV) == "1"
-        and device == "cpu"
+        and (device == "cpu" or (device == "cuda" and os.environ.get(CUDA_ENV) == "1"))
         and not wrapper
         and module == "grader.child.worker"
         and hasattr(socket, "send_fds")
@@ -90,6 +96,7 @@ class Server:
         self.exits: dict[int, int] = {}
         self.running = 0  # children forked and not yet reported ended
         self.alive = True
+        self.ever_forked = False  # a server that ends before its first child refused (zygote.usable)
         threading.Thread(target=self._listen, name="kcourse-fork-server", daemon=True).start()
 
     def _listen(self) -> None:
@@ -107,6 +114,7 @@ class Server:
                 if "forked" in message:
                     self.forked[message["id"]] = message["forked"]
                     self.running += 1
+                    self.ever_forked = True
                 else:
                     self.exits[message["exited"]] = message["status"]
                     self.running -= 1
@@ -152,6 +160,7 @@ class Server:
 
 
 _servers: dict[tuple, Server] = {}  # in order of last use
+_refused: set[tuple] = set()  # environments whose server ended before forking a child: started the ordinary way
 _servers_lock = threading.Lock()
 
 
@@ -162,7 +171,13 @@ def spawn(
     caller then starts one the ordinary way. `imports`: modules the server imports before forking it."""
     key = tuple((name, env.get(name)) for name in BEFORE_START)
     with _servers_lock:
+        if key in _refused:
+            return None
         server = _servers.pop(key, None)
+        if server is not None and not server.alive and not server.ever_forked:
+            _refused.add(key)
+            server.close()
+            return None
         if server is None or not server.alive:
             server = Server({k: v for k, v in env.items() if k != "TMPDIR"})
         _servers[key] = server
