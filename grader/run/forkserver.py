@@ -1,5 +1,5 @@
 """The parent's side of the fork server (grader/child/zygote.py): grading children forked from a process that
-imported torch once, for a grader that grades many files without a GPU.
+imported torch once, for a grader that grades many files (on a GPU too where KCOURSE_FORK_SERVER_CUDA=1).
 
 `KCOURSE_FORK_SERVER=1` turns it on: validate, grade-batch and compare call `enable()`, and the test suite sets it.
 Children on a GPU are forked too where `KCOURSE_FORK_SERVER_CUDA=1` also is set (the GPU test tier's switch while
