@@ -225,9 +225,9 @@ def isolated_state(tmp_path, monkeypatch, request):
     monkeypatch.setenv("KCOURSE_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("KCOURSE_ALLOW_MODIFIED_KIT", "1")  # grade-batch in a checkout with uncommitted edits
     monkeypatch.setenv("KCOURSE_CACHE", str(_session_cache()))
+    monkeypatch.setenv("KCOURSE_FORK_SERVER", "1")  # grading children forked after one torch import (forkserver.py)
     if not HAS_GPU:
         monkeypatch.setenv("KCOURSE_DEVICE", "cpu")
-        monkeypatch.setenv("KCOURSE_FORK_SERVER", "1")  # grading children forked after one torch import (forkserver.py)
     if HAS_GPU:
         _seed_ceilings(tmp_path / "home")
     if not request.node.get_closest_marker("emulator"):

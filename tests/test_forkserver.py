@@ -135,14 +135,17 @@ def test_a_custom_op_grades_child_starts_with_what_its_checks_import_first(monke
     assert facts == {m: True for m in FIRST_USE_IMPORTS}
 
 
-def test_gpu_children_are_forked_only_where_the_cuda_switch_is_set(monkeypatch):
+def test_gpu_children_are_forked_unless_the_cuda_switch_is_off(monkeypatch):
     monkeypatch.setenv(forkserver.ENV, "1")
     monkeypatch.delenv(forkserver.CUDA_ENV, raising=False)
     assert forkserver.wanted("cpu", None, "grader.child.worker")
-    assert not forkserver.wanted("cuda", None, "grader.child.worker")
-    monkeypatch.setenv(forkserver.CUDA_ENV, "1")
     assert forkserver.wanted("cuda", None, "grader.child.worker")
     assert not forkserver.wanted("cuda", ["ncu"], "grader.child.worker")  # a tool's wrapper: a process of its own
+    monkeypatch.setenv(forkserver.CUDA_ENV, "0")
+    assert not forkserver.wanted("cuda", None, "grader.child.worker")
+    assert forkserver.wanted("cpu", None, "grader.child.worker")
+    monkeypatch.setenv(forkserver.ENV, "0")
+    assert not forkserver.wanted("cpu", None, "grader.child.worker")
 
 
 def test_a_gpu_server_whose_forked_probe_cannot_use_cuda_is_refused_and_children_start_the_ordinary_way(
@@ -153,7 +156,7 @@ def test_a_gpu_server_whose_forked_probe_cannot_use_cuda_is_refused_and_children
     import subprocess
 
     monkeypatch.setenv(forkserver.ENV, "1")
-    monkeypatch.setenv(forkserver.CUDA_ENV, "1")
+    monkeypatch.delenv(forkserver.CUDA_ENV, raising=False)
     monkeypatch.setattr(forkserver, "_refused", set())
     children = [sandbox.Child("cuda") for _ in range(2)]
     try:

@@ -1,7 +1,7 @@
 """The fork server: one process that has imported torch and the worker, and forks a grading child per grade.
 
 A grading child spends about 1.5 s of CPU importing torch before it can say "ready". A process that grades
-many files on a machine without a GPU (`kcourse validate`, `watch`, `grade-batch`, the test suite) starts this
+many files, with a GPU or without (`kcourse validate`, `compare`, `grade-batch`, the test suite), starts this
 server once (`python -m grader.child.zygote CONTROL_FD`, from grader/run/forkserver.py) and asks it for each
 child: the forked child starts where a fresh one would be after its imports, runs `worker.main` exactly as
 `python -m grader.child.worker` does, and enters the box itself when its job arrives.
