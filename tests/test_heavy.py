@@ -77,6 +77,29 @@ def test_a_gpu_out_of_memory_draws_the_inputs_with_the_transforms_on_the_cpu(mon
     assert got.keys() == want.keys() and all(torch.equal(got[n], want[n]) for n in want)
 
 
+def test_a_gpu_reference_comes_back_as_float32_only_where_the_tolerance_hides_the_rounding(monkeypatch):
+    """Half the bytes copied back and read: the attention backward's 16-bit gradients (rtol 1e-2 and more) come back
+    as float32, rounded from the float64 answer; a float64 output or an rtol below NARROW_RTOL stays float64."""
+    import dataclasses
+
+    from grader.checks.checking import NARROW_RTOL, load_reference, narrowable, reference_outputs
+
+    target = _backward()
+    case = target.spec.cases[1]
+    assert narrowable(target.spec, case) == [True, True, True]
+    monkeypatch.setattr(heavy, "_on_the_gpu", lambda *a: (_ for _ in ()).throw(torch.cuda.OutOfMemoryError("full")))
+    inputs = generate(target.spec, case, seed=3)
+    got = heavy._reference(target.spec, inputs, case.params, "reference", narrowable(target.spec, case))
+    want = reference_outputs(load_reference(target.spec.folder / "reference.py"), target.spec, inputs, case.params)
+    assert all(g.dtype == torch.float32 and torch.equal(g, w.float()) for g, w in zip(got, want))
+    assert all(((g.double() - w).abs() <= 2**-24 * w.abs()).all() for g, w in zip(got, want))
+
+    tight = {name: dataclasses.replace(tol, rtol=NARROW_RTOL / 10) for name, tol in target.spec.tolerance.items()}
+    assert narrowable(dataclasses.replace(target.spec, tolerance=tight), case) == [False] * 3
+    doubles = [dataclasses.replace(out, dtype="float64") for out in target.spec.outputs]
+    assert narrowable(dataclasses.replace(target.spec, outputs=doubles), case) == [False] * 3
+
+
 @pytest.mark.gpu
 def test_gpu_references_equal_the_cpu_ones():
     from grader.checks.checking import load_reference, reference_outputs
@@ -87,8 +110,11 @@ def test_gpu_references_equal_the_cpu_ones():
     try:
         inputs = compute.generate(case, seed=5)
         on_gpu = compute.reference(inputs, case.params).result()
+        narrowed = compute.reference(inputs, case.params, [True, False, True]).result()
     finally:
         compute.shutdown()
+    assert [t.dtype for t in narrowed] == [torch.float32, torch.float64, torch.float32]
+    assert all(torch.equal(n, g.to(n.dtype)) for n, g in zip(narrowed, on_gpu))
     cpu_inputs = generate(target.spec, case, seed=5)
     assert all(torch.allclose(inputs[n].double(), cpu_inputs[n].double(), rtol=0, atol=1e-3) for n in inputs)
     on_cpu = reference_outputs(load_reference(target.spec.folder / "reference.py"), target.spec, inputs, case.params)

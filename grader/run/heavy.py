@@ -60,9 +60,12 @@ class GpuCompute:
         self._wait_for_the_gate()
         return self.executor.submit(_generate, self.spec, case, seed, trial).result()
 
-    def reference(self, inputs: dict[str, torch.Tensor], params: dict[str, Any]) -> Future:
+    def reference(
+        self, inputs: dict[str, torch.Tensor], params: dict[str, Any], narrow: list[bool] | None = None
+    ) -> Future:
+        """The float64 references, those `narrow` marks (checking.narrowable) handed back as float32."""
         self._wait_for_the_gate()
-        return self.executor.submit(_reference, self.spec, inputs, params, self.reference_name)
+        return self.executor.submit(_reference, self.spec, inputs, params, self.reference_name, narrow)
 
     def _wait_for_the_gate(self) -> None:
         if self.gate is not None:
@@ -184,30 +187,36 @@ def _generate(spec: ExerciseSpec, case: Case, seed: int, trial: int) -> dict[str
 
 
 def _reference(
-    spec: ExerciseSpec, inputs: dict[str, torch.Tensor], params: dict[str, Any], function: str = "reference"
+    spec: ExerciseSpec,
+    inputs: dict[str, torch.Tensor],
+    params: dict[str, Any],
+    function: str = "reference",
+    narrow: list[bool] | None = None,
 ) -> list[torch.Tensor]:
     import torch
 
-    from grader.checks.checking import reference_outputs
+    from grader.checks.checking import narrowed, reference_outputs
 
     reference = _reference_function(spec, function)
     with gpu_lock.beside():  # where grades share the GPU, never while another one times
         try:
-            return _on_the_gpu(reference, spec, inputs, params)
+            return _on_the_gpu(reference, spec, inputs, params, narrow)
         except _out_of_memory():
             torch.cuda.empty_cache()  # the GPU is full (the learner's cached blocks, other grades): not an error
     on_cpu = {name: t.cpu() for name, t in inputs.items()}
-    return list(reference_outputs(reference, spec, on_cpu, params))  # on the CPU: slower, as exact
+    return narrowed(list(reference_outputs(reference, spec, on_cpu, params)), narrow)  # on the CPU: slower, as exact
 
 
-def _on_the_gpu(reference, spec: ExerciseSpec, inputs: dict[str, torch.Tensor], params: dict[str, Any]) -> list:
+def _on_the_gpu(
+    reference, spec: ExerciseSpec, inputs: dict[str, torch.Tensor], params: dict[str, Any], narrow: list[bool] | None
+) -> list:
     import torch
 
-    from grader.checks.checking import reference_outputs
+    from grader.checks.checking import narrowed, reference_outputs
 
     try:
         on_gpu = {name: t.to("cuda") for name, t in inputs.items()}
-        return [o.cpu() for o in reference_outputs(reference, spec, on_gpu, params)]
+        return [o.cpu() for o in narrowed(reference_outputs(reference, spec, on_gpu, params), narrow)]
     finally:
         on_gpu = None
         torch.cuda.empty_cache()  # hand the memory back before the learner's code is timed

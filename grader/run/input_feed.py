@@ -16,7 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, ContextManager
 
 from grader.checks import op_checks
-from grader.checks.checking import reference_outputs
+from grader.checks.checking import narrowable, reference_outputs
 from grader.checks.inputs import dtype_of, element_size, generate, save_tensor, shape_of
 from grader.core import gpu_lock
 from grader.core.spec import Case, ExerciseSpec, Variant
@@ -186,7 +186,7 @@ class InputFeed:
 
     def _reference_of(self, inputs: dict, case: Case) -> Future:
         if self.on_gpu(case):
-            return self.gpu.reference(inputs, case.params)
+            return self.gpu.reference(inputs, case.params, narrowable(self.spec, case))
         return self.pool.submit(reference_outputs, self.reference, self.spec, inputs, case.params)
 
     # --- what the judge reads ------------------------------------------------------------------------
