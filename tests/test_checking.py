@@ -159,6 +159,29 @@ def test_a_passing_output_is_checked_in_chunks_with_the_whole_tensors_verdict_an
     assert not wrong.ok and wrong.details["first_index"] == 99 and wrong.details["wrong"] == 1
 
 
+def test_against_a_narrowed_reference_the_verdict_and_error_are_the_float64_ones():
+    """A bf16 output against its reference handed back as float32 (checking.narrowed, rtol >= NARROW_RTOL): judged in
+    float32, the same verdict and the same max error to float32's precision; one element past the bound still fails."""
+    ref = torch.randn(4096, dtype=torch.float64)
+    out = ref.to(torch.bfloat16)
+    tol = Tolerance(atol=1e-2, rtol=1e-2)
+    exact, narrow = compare("y", out, ref, tol, "case"), compare("y", out, ref.float(), tol, "case")
+    assert exact.ok and narrow.ok
+    assert abs(narrow.details["max_abs_error"] - exact.details["max_abs_error"]) <= 1e-6
+    out[7] = ref[7] + 2 * (1e-2 + 1e-2 * abs(float(ref[7])))
+    assert not compare("y", out, ref.float(), tol, "case").ok
+
+
+def test_a_tolerance_below_the_narrowing_rtol_is_judged_in_float64_even_against_a_float32_reference():
+    """An error of 1 + 2^-23 + 2^-30 against atol = 1 + 2^-23 (rtol 0): float64 sees it past the bound, float32
+    would round it onto the bound and pass it."""
+    atol = 1.0 + 2**-23
+    ref = torch.full((8,), -(2**-30), dtype=torch.float32)
+    out = ref.clone()
+    out[3] = atol
+    assert not compare("y", out, ref, Tolerance(atol=atol, rtol=0), "case").ok
+
+
 def test_a_float64_output_is_not_changed_by_its_check():
     ref = torch.randn(64, dtype=torch.float64)
     out = ref + 1e-9
