@@ -12,7 +12,7 @@ import torch
 
 from grader.checks import output_map
 from grader.checks.inputs import element_size, make_inputs, make_outputs, unwritten  # noqa: F401 (re-exported)
-from grader.core.spec import ExerciseSpec, SpecError, Tolerance
+from grader.core.spec import Case, ExerciseSpec, SpecError, Tolerance
 from grader.core.vocabulary import Code
 
 # A cached answer is only named when the previous trial's answer is this many tolerances away from
@@ -62,7 +62,7 @@ NARROW_RTOL = 1e-5
 NARROW_DTYPES = ("float16", "bfloat16", "float32")
 
 
-def narrowable(spec: ExerciseSpec, case: Any) -> list[bool]:
+def narrowable(spec: ExerciseSpec, case: Case) -> list[bool]:
     """Per output of this case: whether its float64 reference may be handed over as float32 (half the bytes a GPU
     reference process copies back and the judge reads): a 16- or 32-bit float output, compared elementwise,
     whose tolerance's rtol makes the rounding invisible (NARROW_RTOL)."""
@@ -187,8 +187,9 @@ def compare(name: str, out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, lab
 
 def _max_error_if_within(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance) -> float | None:
     """An output's max abs error where every element is within tolerance and finite (a passing output, the common
-    case), taken CHUNK elements at a time so the float64 temporaries stay in the CPU's cache: the whole-tensor
-    path below makes a dozen of the output's size. None where any element is not: the whole path then decides, with equal infs, expected NaNs and the account of what is wrong."""
+    case), taken CHUNK elements at a time so the temporaries (float64, or float32: `_work_dtype`) stay in the CPU's
+    cache: the whole-tensor path below makes a dozen of the output's size. None where any element is not: the
+    whole path then decides, with equal infs, expected NaNs and the account of what is wrong."""
     got, want = out.detach().cpu().flatten(), ref.detach().cpu().flatten()
     work = _work_dtype(got, want, tol)
     worst = 0.0

@@ -4,8 +4,8 @@ imported torch once, for a grader that grades many files, with a GPU or without.
 `KCOURSE_FORK_SERVER=1` turns it on: validate, grade-batch and compare call `enable()`, and the test suite sets it.
 Children on a GPU are forked too (`KCOURSE_FORK_SERVER_CUDA=0` turns that off): the server imports torch without
 creating a CUDA context, and each child creates its own after the fork, as a fresh one does; a server whose probe
-child cannot use CUDA after a fork is refused, and its grades start children the ordinary way. On an idle H100 a
-forked GPU child was ready in 0.3 s, a fresh one in 5.2 s (docs/measurements.md).
+child cannot use CUDA after a fork is refused, and its grades start children the ordinary way (what a forked GPU
+child saves: docs/measurements.md, session 66).
 `watch` starts each child while the learner edits, so it has no start to hide, and a one-shot `kcourse grade`
 starts its child before importing torch, so it would gain nothing.
 One server runs per environment that must be set before Python starts (the CUDA emulator's preloaded
