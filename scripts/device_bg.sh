@@ -6,9 +6,8 @@
 # COMMAND runs in the repository root with the wheels of .whl/ on PYTHONPATH and BG=/tmp/kcourse-bg, its folder:
 # it writes there what should come back (a junit file, the GPU lock's log; at most 7 files). Its output goes to
 # $BG/log.txt; each call prints how far it got and brings back what is there so far (a run the session's device
-# time cuts off still leaves the logs of the last call). The GPU tier in one run (docs/testing.md):
-#   bash scripts/device_bg.sh start 560 env KCOURSE_TEST_BUILD_CACHE=/tmp/kc KCOURSE_GPU_LOCK_LOG=/tmp/kcourse-bg/lock.jsonl \
-#     python3 -m pytest -m "gpu and not slow and not bench" -n 12 --dist worksteal -q -p no:cacheprovider -rfE
+# time cuts off still leaves the logs of the last call). The GPU tier in one run, then the heavy grades
+# (docs/testing.md): bash scripts/device_bg.sh start 540 bash scripts/device_tier.sh
 set -u
 verb=$1 wait_s=$2; shift 2
 export BG=/tmp/kcourse-bg
