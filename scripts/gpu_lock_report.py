@@ -84,6 +84,10 @@ def phases_report(grades: list[dict], top: int = 3) -> str:
         longest = sorted(grades, key=lambda g: -g["phases"].get(phase, 0.0))[:top]
         names = ", ".join(f"{g['exercise']} {g['phases'][phase]:.0f} s" for g in longest if phase in g["phases"])
         lines.append(f"  {phase:>14} {total:7.0f} s  (longest: {names})")
+    counted = [g["children"] for g in grades if "children" in g]  # logs from before the field have none
+    if counted:
+        forked, fresh = (sum(c[kind] for c in counted) for kind in ("forked", "fresh"))
+        lines.append(f"grading children: {forked} forked by the fork server, {fresh} started fresh")
     return "\n".join(lines)
 
 

@@ -179,7 +179,8 @@ def grade_as_the_learner(request, monkeypatch):
 @pytest.fixture(autouse=True)
 def phases_log(request, monkeypatch):
     """`KCOURSE_TEST_PHASES_LOG=FILE`: each grade a test runs appends a JSON line (the test, the exercise, its
-    file, source and seed, status, wall time and phases in seconds, when it ended). Beside the GPU lock's log
+    file, source and seed, status, wall time and phases in seconds, when it ended, and how many grading children
+    were forked by the fork server or started fresh since the test's last grade). Beside the GPU lock's log
     (KCOURSE_GPU_LOCK_LOG): where a parallel run's time goes inside its grades (`scripts/gpu_lock_report.py LOCK_LOG
     PHASES_LOG`)."""
     path = os.environ.get("KCOURSE_TEST_PHASES_LOG")
@@ -189,19 +190,28 @@ def phases_log(request, monkeypatch):
     import time
 
     from grader.core.records import GradeResult
+    from grader.run import forkserver, sandbox
 
-    finish = GradeResult.finish
+    finish, start = GradeResult.finish, sandbox.Child.__init__
+    forked: list[bool] = []  # per child started: did it come from the fork server
+
+    def start_and_note(child, *args, **kwargs):
+        start(child, *args, **kwargs)
+        forked.append(isinstance(child.proc, forkserver.ForkedChild))
 
     def finish_and_log(result):
         finish(result)
         line = {"test": request.node.nodeid, "exercise": result.exercise, "lang": result.lang, "seed": result.seed}
         line.update(source=result.source, file=result.file)  # the same file and seed graded twice: a duplicate
         line.update(status=result.status, wall=result.duration_s, phases=dict(result.phases), ended=time.time())
+        line.update(children={"forked": sum(forked), "fresh": len(forked) - sum(forked)})
+        forked.clear()
         with open(path, "a") as f:  # one short write per line: appends from many workers stay whole
             f.write(json.dumps(line) + "\n")
         return result
 
     monkeypatch.setattr(GradeResult, "finish", finish_and_log)
+    monkeypatch.setattr(sandbox.Child, "__init__", start_and_note)
 
 
 @pytest.fixture(autouse=True)

@@ -33,6 +33,7 @@ def test_each_grade_of_a_test_is_logged_with_its_phases_and_the_report_sums_them
     (line,) = [json.loads(text) for text in log.read_text().splitlines()]
     assert (line["test"], line["exercise"], line["lang"], line["status"]) == (test, "vector_add", "triton", "error")
     assert line["wall"] >= 0 and isinstance(line["phases"], dict)
+    assert line["children"] == {"forked": 0, "fresh": 0}  # a file that is not there is refused before any child
     if not REPORT.exists():
         pytest.skip("scripts/gpu_lock_report.py is the instructors' (not in the learner's kit)")
     sys.path.insert(0, str(REPORT.parent))
@@ -41,8 +42,9 @@ def test_each_grade_of_a_test_is_logged_with_its_phases_and_the_report_sums_them
     finally:
         sys.path.remove(str(REPORT.parent))
     grades = [line, dict(line, exercise="softmax", phases={"numerics": 3.0, "start": 1.0})]
-    grades.append(dict(line, exercise="scan", phases={"numerics": 5.0}))
+    grades.append(dict(line, exercise="scan", phases={"numerics": 5.0}, children={"forked": 2, "fresh": 1}))
     report = phases_report(grades).splitlines()
     assert report[0].startswith("3 grades")
+    assert report[-1] == "grading children: 2 forked by the fork server, 1 started fresh"
     assert report[1].split() == ["numerics", "8", "s", "(longest:", "scan", "5", "s,", "softmax", "3", "s)"]
     assert report[2].split()[:3] == ["start", "1", "s"]
