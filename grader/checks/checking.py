@@ -206,7 +206,7 @@ def _work_dtype(got: torch.Tensor, want: torch.Tensor, tol: Tolerance) -> torch.
     """float32 where output and reference are floats of 32 bits or fewer (a narrowed reference, `narrowed`) and the
     tolerance is one NARROW_RTOL lets narrow: the error and its bound then move by a few units of 2^-24, far inside
     it, at twice the speed; float64 otherwise."""
-    small = (torch.float16, torch.bfloat16, torch.float32)
+    small = tuple(getattr(torch, name) for name in NARROW_DTYPES)
     narrow = got.dtype in small and want.dtype in small and tol.rtol >= NARROW_RTOL
     return torch.float32 if narrow else torch.float64
 

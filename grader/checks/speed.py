@@ -124,12 +124,11 @@ def starved(
     least half of the time the claimed speed does not account for; None where it is less or unknown. A patched
     timer's burst is GPU-bound: its excess is most of its wall clock, and it waits for a CPU only while it queues
     its runs."""
-    mine = [
-        (wall / max(1, runs), wall, runs, wait) for (who, wall, runs), wait in zip(bursts, waits) if who == "learner"
-    ]
-    if not mine:
+    learner = probe.get("learner")
+    if learner is None:
         return None
-    _, wall, runs, wait = min(mine, key=lambda burst: burst[0])
+    wall, runs = learner["wall_s"], learner["runs"]
+    wait = next(w for burst, w in zip(bursts, waits) if burst == ("learner", wall, runs))
     excess = wall - runs * (_claim_bound_s(record) + _baseline_s(probe))
     if wait is None or wait < HOST_WAIT_SHARE * wall or wait < excess / 2:
         return None
