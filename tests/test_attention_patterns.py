@@ -283,6 +283,7 @@ def test_masking_every_block_passes_numerics_and_fails_the_speed_bar(version):
 
 @pytest.mark.gpu
 @pytest.mark.solutions
+@pytest.mark.slow  # a frontier benchmark at full size, the GPU held alone for tens of seconds: the whole GPU suite
 def test_the_window_beats_sdpa_with_its_mask_materialised_at_the_timed_size():
     """The anchor the README quotes: SDPA computes all N^2 scores. FlexAttention's figure, where torch has it,
     is printed beside (it skips blocks too, once compiled)."""

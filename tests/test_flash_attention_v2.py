@@ -274,6 +274,7 @@ def attention_inputs():
 
 @pytest.mark.gpu
 @pytest.mark.solutions
+@pytest.mark.slow  # a frontier benchmark at full size, the GPU held alone for tens of seconds: the whole GPU suite
 @pytest.mark.parametrize("causal", [False, True])
 def test_the_solutions_against_sdpa_at_4x32x4096x128_bf16(causal):
     """The issue's bars: forward >= 80% of SDPA's speed (594 / 525 TFLOP/s measured on an H100), backward

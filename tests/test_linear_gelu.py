@@ -279,6 +279,7 @@ def test_day51_of_the_100_day_plan_grades_both_versions():
 
 @pytest.mark.gpu
 @pytest.mark.solutions
+@pytest.mark.slow  # a frontier benchmark at full size, the GPU held alone for tens of seconds: the whole GPU suite
 @pytest.mark.parametrize("dtype, M, N, K", [(torch.bfloat16, 8192, 14_336, 4096), (torch.float16, 4096, 4096, 4096)])
 def test_the_fused_solution_beside_two_kernels_eager_pytorch_and_cublas(dtype, M, N, K):
     from grader.child import timing
