@@ -186,6 +186,54 @@ def test_the_gpu_process_waits_until_the_child_is_ready():
     assert submitted and submitted[0] >= opened
 
 
+class _InProcess:
+    """An executor that runs each task at once, in this process: GpuCompute without spawning its process."""
+
+    def submit(self, function, *args):
+        from concurrent.futures import Future
+
+        future = Future()
+        try:
+            future.set_result(function(*args))
+        except Exception as exc:
+            future.set_exception(exc)
+        return future
+
+    def shutdown(self, **_):
+        pass
+
+
+def test_the_gpu_process_counts_the_seconds_of_its_inputs_and_references(monkeypatch):
+    """What a heavy grade's wait for its timed sizes was made of (shown beside its phases): each task's seconds,
+    counted where it ran, its answer passed through unchanged, and a failing task's error raised where it is read."""
+    import time
+
+    def slow(answer, seconds):
+        def task(*_):
+            time.sleep(seconds)
+            return answer
+
+        return task
+
+    monkeypatch.setattr(heavy, "_start", lambda *_: (_InProcess(), None))
+    compute = heavy.GpuCompute(_backward().spec)
+    assert compute.busy() == {"gpu_inputs": 0.0, "gpu_references": 0.0}
+    monkeypatch.setattr(heavy, "_generate", slow({"q": 1}, 0.05))
+    monkeypatch.setattr(heavy, "_reference", slow([2], 0.1))
+    assert compute.generate(_backward().spec.cases[0], seed=1) == {"q": 1}
+    assert compute.reference({}, {}).result() == [2] and compute.reference({}, {}).result() == [2]
+    busy = compute.busy()
+    assert 0.05 <= busy["gpu_inputs"] < 0.09 and 0.2 <= busy["gpu_references"] < 0.3, busy
+
+    def broken(*_):
+        raise RuntimeError("the reference failed")
+
+    monkeypatch.setattr(heavy, "_reference", broken)
+    with pytest.raises(RuntimeError, match="the reference failed"):
+        compute.reference({}, {}).result()
+    assert compute.busy()["gpu_references"] == busy["gpu_references"]
+
+
 @pytest.mark.slow
 def test_the_gpu_process_warms_up_as_soon_as_it_is_made():
     """Its start (spawn, torch, the reference, a CUDA context: seconds) must pass while the child starts and

@@ -166,9 +166,14 @@ def _fit(widths: list[int], width: int | None, wrap: tuple[int, ...]) -> list[in
 MIN_WRAPPED = 24
 
 
-# Phases that run beside the others, not after them: `start` is the grading child's launch until the grade used
-# it (its torch import and CUDA context), which overlaps the grader's own imports and build.
-ALONGSIDE = ("start",)
+# Phases that run beside the others, not after them, and what each is: `start` overlaps the grader's own imports and
+# build; the GPU process's (run/heavy.py) work overlaps the numerics, and what of it was left is timed_inputs.
+ALONGSIDE = {
+    "start": "the grading child's start-up, from its launch until the grade used it",
+    "gpu_inputs": "the GPU process drawing inputs",
+    "gpu_references": "the GPU process computing float64 references",
+    "input_files": "writing the GPU process's inputs for the child",
+}
 OTHER_MIN_S = 0.005
 
 
@@ -188,20 +193,18 @@ def format_phases(result: GradeResult, total_s: float | None = None, warm: bool 
     line += " (this grade's wall time)" if total_s is None else " (the command's wall time)"
     if other <= -OTHER_MIN_S:  # a phase measured on another clock, or that overlaps another: said, not hidden
         line += f"; the phases overlap by {-other:.2f} s"
-    for name in ALONGSIDE:
-        if name not in result.phases:
-            continue
-        seconds = result.phases[name]
-        if warm:
-            line += (
-                f"; {name}: the grading child was launched {seconds:.2f} s before this grade used it (watch "
-                "starts it ahead, while you edit): not part of the total, where any wait for it is in other"
-            )
-        else:
-            line += (
-                f"; alongside them: {name} {seconds:.2f} s (the grading child's start-up, from its launch until "
-                "the grade used it: it overlaps the phases above, and is not added to the total)"
-            )
+    if warm and "start" in result.phases:
+        line += (
+            f"; start: the grading child was launched {result.phases['start']:.2f} s before this grade used it "
+            "(watch starts it ahead, while you edit): not part of the total, where any wait for it is in other"
+        )
+    beside = [
+        f"{name} {result.phases[name]:.2f} s ({what})"
+        for name, what in ALONGSIDE.items()
+        if name in result.phases and not (warm and name == "start")
+    ]
+    if beside:
+        line += f"; alongside them: {', '.join(beside)} (overlapping the phases above, not added to the total)"
     return line
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import multiprocessing
 import threading
+import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -53,19 +54,52 @@ class GpuCompute:
 
         self.spec, self.reference_name = spec, reference  # the function of reference.py (spec.Variant.reference)
         self.gate = gate
+        # Seconds the process worked, by task: where a heavy grade's wait for its timed sizes goes (`busy`)
+        self._busy = {"gpu_inputs": 0.0, "gpu_references": 0.0}
+        self._busy_lock = threading.Lock()
         early = _early.pop(_early_key(spec, reference, visible_devices), None)
         self.executor, self.warm_up = early or _start(spec, reference, visible_devices)
 
     def generate(self, case: Case, seed: int, trial: int = 0) -> dict[str, torch.Tensor]:
         self._wait_for_the_gate()
-        return self.executor.submit(_generate, self.spec, case, seed, trial).result()
+        inputs, seconds = self.executor.submit(_timed, _generate, self.spec, case, seed, trial).result()
+        self._count("gpu_inputs", seconds)
+        return inputs
 
     def reference(
         self, inputs: dict[str, torch.Tensor], params: dict[str, Any], narrow: list[bool] | None = None
     ) -> Future:
         """The float64 references, those `narrow` marks (checking.narrowable) handed back as float32."""
         self._wait_for_the_gate()
-        return self.executor.submit(_reference, self.spec, inputs, params, self.reference_name, narrow)
+        timed = self.executor.submit(_timed, _reference, self.spec, inputs, params, self.reference_name, narrow)
+        return self._untimed(timed, "gpu_references")
+
+    def busy(self) -> dict[str, float]:
+        """Seconds the process spent so far drawing inputs (`gpu_inputs`: the draws, on its CPU threads, and their
+        transforms) and computing references (`gpu_references`), each counted in the process itself: what a
+        wait for them was made of, the rest being the queue and the crossings between the processes."""
+        with self._busy_lock:
+            return {name: round(seconds, 3) for name, seconds in self._busy.items()}
+
+    def _count(self, name: str, seconds: float) -> None:
+        with self._busy_lock:
+            self._busy[name] += seconds
+
+    def _untimed(self, timed: Future, name: str) -> Future:
+        """A future of the task's answer alone, its seconds counted under `name` once it is done."""
+        answer: Future = Future()
+
+        def done(finished: Future) -> None:
+            try:
+                value, seconds = finished.result()
+            except BaseException as exc:  # a broken or shut-down pool, a cancelled task: raised where it is read
+                answer.set_exception(exc)
+                return
+            self._count(name, seconds)
+            answer.set_result(value)
+
+        timed.add_done_callback(done)
+        return answer
 
     def _wait_for_the_gate(self) -> None:
         if self.gate is not None:
@@ -171,6 +205,13 @@ def _reference_function(spec: ExerciseSpec, function: str):
     if key not in _references:
         _references[key] = load_reference(spec.folder / "reference.py", function)
     return _references[key]
+
+
+def _timed(function, *args) -> tuple[Any, float]:
+    """function(*args) and the seconds it took, in the GPU process (its answers are on the CPU: nothing is left
+    running on the GPU when it returns)."""
+    started = time.perf_counter()
+    return function(*args), time.perf_counter() - started
 
 
 def _generate(spec: ExerciseSpec, case: Case, seed: int, trial: int) -> dict[str, torch.Tensor]:

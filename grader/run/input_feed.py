@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
+import time
 import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, ContextManager
@@ -62,6 +63,7 @@ class InputFeed:
         self.may_pause: Callable[[], bool] = lambda: False
         self.pausing: Callable[[], ContextManager] = contextlib.nullcontext
         self.judged = 0  # trials whose outputs came back
+        self.files_s = 0.0  # seconds spent writing the GPU process's inputs for the child (gpu_seconds)
         self._judged_more = threading.Condition()
 
     # --- the producer --------------------------------------------------------------------------------
@@ -148,7 +150,10 @@ class InputFeed:
         """Draw a trial's inputs, write them for the child and start its reference. Ahead of time the
         reference is computed on this thread, not queued before the small trials' on the reference thread."""
         inputs = self._generate(case, seed, trial)
+        started = time.perf_counter()
         metas = {name: save_tensor(t, self.child.dir / f"in-{k}-{name}.bin") for name, t in inputs.items()}
+        if self.on_gpu(case):
+            self.files_s += time.perf_counter() - started
         if not ahead:
             self.refs[k] = self._reference_of(inputs, case)
             return metas, inputs
@@ -201,6 +206,13 @@ class InputFeed:
     def forget(self, k: Any) -> None:
         """Trial k is judged: its inputs are held no longer."""
         self.checked_inputs.pop(k, None)
+
+    def gpu_seconds(self) -> dict[str, float]:
+        """Where the inputs and references made in the GPU process went (heavy.GpuCompute.busy), with the
+        seconds spent writing those inputs for the child (`input_files`); nothing without that process."""
+        if self.gpu is None:
+            return {}
+        return {**self.gpu.busy(), "input_files": round(self.files_s, 3)}
 
     def wait_for_timed(self, keys: list[str]) -> None:
         """The timed sizes' references computed: nothing of ours on the GPU while the child times."""

@@ -366,6 +366,7 @@ class Judge:
             messages = self._timing_messages(job, timed)
             self.link.deadline = max(self.link.deadline, time.monotonic() + self.timeout_s)
             self.feed.wait_for_timed([f"t{index}" for index, _ in timed])
+        self.phases.update(self.feed.gpu_seconds())  # what that wait was made of (shown beside the phases)
         with self._phase("timing"):
             self._time_sizes(timed, messages)
 

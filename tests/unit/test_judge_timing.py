@@ -48,6 +48,29 @@ def test_the_wait_for_the_timed_sizes_inputs_is_a_phase_of_its_own_before_the_ti
     assert 0 <= judge.phases["timed_inputs"] < 5 and judge.phases["timing"] >= 0
 
 
+def test_what_the_gpu_process_spent_on_the_timed_inputs_is_shown_beside_the_phases(toy, toy_child, monkeypatch):
+    """An exercise whose references are the GPU process's (run/heavy.py): its seconds drawing inputs and computing
+    references, and the grader's writing those inputs, go in the phases, shown alongside: not added to the total."""
+    from grader.reports.console import format_phases
+    from grader.run.input_feed import InputFeed
+    from grader.run.judge import Judge
+
+    spent = {"gpu_inputs": 3.5, "gpu_references": 2.25, "input_files": 1.0}
+    monkeypatch.setattr(InputFeed, "gpu_seconds", lambda self: spent)
+    result = GradeResult(exercise=toy.id, lang="triton", source="learner", seed=1)
+    judge = Judge(toy, toy.variant(None), toy_child(), result, 1, 60.0, True, None)
+    judge.run(Job(learner="/x/toy.py"))
+    assert {name: judge.phases[name] for name in spent} == spent
+    result.phases = judge.phases
+    line = format_phases(result, total_s=10.0)
+    added = line.split(" = total")[0]
+    assert not any(name in added for name in spent)
+    assert (
+        "gpu_inputs 3.50 s (the GPU process drawing inputs), gpu_references 2.25 s" in line.split("alongside them:")[1]
+    )
+    assert "input_files 1.00 s (writing the GPU process's inputs for the child)" in line
+
+
 def test_a_failing_grade_still_has_the_phases_it_spent_its_time_in(toy, toy_child):
     from grader.run.judge import Judge
 
