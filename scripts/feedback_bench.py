@@ -4,7 +4,7 @@ machine and read the figures.   Usage: python scripts/feedback_bench.py [EXERCIS
 `--one-shot`: the floor and one-shot grades only, twice each.
 `--steps EXERCISE [LANG]`: instead, grade the solution twice in this process (cold, then warm) and print the
 longest waits between the grading child's events: where a slow grade's seconds go, case by case.
-`--table [--shard K/N] [EXERCISE ...]`: every exercise's version (or those named; slice K of N of them, so that the
+`--table [--shard K/N] [EXERCISE[:LANG] ...]`: every exercise's version (or those named; slice K of N of them, so that the
 catalog can be measured over several calls), as markdown rows: the one-shot grade of the solution cold and warm
 (`kcourse grade <id> --lang <lang> --file <solution>`, the second with every cache warm), the one-shot grade after
 a kernel edit (the learner's loop: every kernel's source changed, so its compiles, autotuning and sanitizer run
@@ -201,7 +201,8 @@ def table(args: list[str]) -> None:
     shard = next((a.split("=", 1)[1] for a in args if a.startswith("--shard=")), "1/1")
     k, n = (int(x) for x in shard.split("/"))
     named = [a for a in args if not a.startswith("--")]
-    targets = sorted((t for t in all_targets() if not named or t.spec.id in named), key=lambda t: t.key)
+    chosen = [t for t in all_targets() if not named or t.spec.id in named or t.key in named]  # id, or id:lang
+    targets = sorted(chosen, key=lambda t: t.key)
     print(
         "| exercise | version | one-shot cold | one-shot warm | after a kernel edit | watch | verdict |\n"
         "|---|---|---|---|---|---|---|"
