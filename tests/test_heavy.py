@@ -217,7 +217,7 @@ def test_the_gpu_process_counts_the_seconds_of_its_inputs_and_references(monkeyp
 
     monkeypatch.setattr(heavy, "_start", lambda *_: (_InProcess(), None))
     compute = heavy.GpuCompute(_backward().spec)
-    assert compute.busy() == {"gpu_inputs": 0.0, "gpu_references": 0.0}
+    assert compute.busy() == {"gpu_inputs": 0.0, "input_files": 0.0, "gpu_references": 0.0}
     monkeypatch.setattr(heavy, "_generate", slow({"q": 1}, 0.05))
     monkeypatch.setattr(heavy, "_reference", slow([2], 0.1))
     assert compute.generate(_backward().spec.cases[0], seed=1) == {"q": 1}
@@ -232,6 +232,45 @@ def test_the_gpu_process_counts_the_seconds_of_its_inputs_and_references(monkeyp
     with pytest.raises(RuntimeError, match="the reference failed"):
         compute.reference({}, {}).result()
     assert compute.busy()["gpu_references"] == busy["gpu_references"]
+
+
+def _on_this_cpu(monkeypatch):
+    """GpuCompute's process work done here, on the CPU: its draws and references as the CPU path makes them."""
+    from grader.checks.checking import narrowed, reference_outputs
+
+    monkeypatch.setattr(heavy, "_start", lambda *_: (_InProcess(), None))
+    monkeypatch.setattr(heavy, "_generate", lambda spec, case, seed, trial: generate(spec, case, seed, trial))
+    on_cpu = lambda reference, spec, inputs, params, narrow: narrowed(  # noqa: E731
+        list(reference_outputs(reference, spec, inputs, params)), narrow
+    )
+    monkeypatch.setattr(heavy, "_on_the_gpu", on_cpu)
+
+
+def test_inputs_drawn_in_the_gpu_process_are_written_there_and_referenced_without_crossing(monkeypatch, tmp_path):
+    """A timed size's inputs (a gigabyte for the attention backward) are written for the child by the GPU process
+    and kept there for their reference: the grader gets the files' metadata and the references, and the inputs
+    only where it reads them again. The references are those of the written inputs; then the process lets go."""
+    from grader.checks.checking import load_reference, narrowable, reference_outputs
+    from grader.checks.inputs import load_tensor
+
+    _on_this_cpu(monkeypatch)
+    target = _backward()
+    case = target.spec.cases[2]
+    compute = heavy.GpuCompute(target.spec)
+    metas, kept = compute.draw(case, 5, 0, tmp_path, "t3", keep=False)
+    assert kept == {} and heavy._drawn
+    written = {name: load_tensor(meta) for name, meta in metas.items()}
+    assert all(torch.equal(written[n], t) for n, t in generate(target.spec, case, 5).items())
+    assert {m["path"] for m in metas.values()} == {str(tmp_path / f"in-t3-{n}.bin") for n in written}
+    narrow = narrowable(target.spec, case)
+    got = compute.reference_of_drawn(tmp_path, "t3", case.params, narrow).result()
+    want = reference_outputs(load_reference(target.spec.folder / "reference.py"), target.spec, written, case.params)
+    assert all(torch.equal(g, w.float() if n else w) for g, w, n in zip(got, want, narrow))
+    assert not heavy._drawn
+    _, kept = compute.draw(case, 5, 0, tmp_path, "t4", keep=True)
+    assert set(kept) == set(written) and all(torch.equal(kept[n], written[n]) for n in kept)
+    assert compute.busy()["input_files"] > 0
+    heavy._drawn.clear()
 
 
 @pytest.mark.slow

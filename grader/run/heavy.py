@@ -18,6 +18,7 @@ import multiprocessing
 import threading
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grader.core import gpu_lock
@@ -27,6 +28,9 @@ if TYPE_CHECKING:  # torch is imported where it is used: `kcourse grade` starts 
     import torch
 
 _references: dict[str, Any] = {}  # per process: reference.py loaded once
+_drawn: dict[
+    tuple[str, Any], dict
+] = {}  # in the process: inputs written for a child, by (folder, key), until referenced
 # Pools started by `kcourse grade` before the grader imported torch (start_early), by (folder, function, GPUs)
 _early: dict[tuple[str, str, str | None], tuple[ProcessPoolExecutor, Future]] = {}
 # A case whose work is under this goes to the CPU as before: its float64 reference takes tens of ms there, less
@@ -55,7 +59,7 @@ class GpuCompute:
         self.spec, self.reference_name = spec, reference  # the function of reference.py (spec.Variant.reference)
         self.gate = gate
         # Seconds the process worked, by task: where a heavy grade's wait for its timed sizes goes (`busy`)
-        self._busy = {"gpu_inputs": 0.0, "gpu_references": 0.0}
+        self._busy = {"gpu_inputs": 0.0, "input_files": 0.0, "gpu_references": 0.0}
         self._busy_lock = threading.Lock()
         early = _early.pop(_early_key(spec, reference, visible_devices), None)
         self.executor, self.warm_up = early or _start(spec, reference, visible_devices)
@@ -65,6 +69,25 @@ class GpuCompute:
         inputs, seconds = self.executor.submit(_timed, _generate, self.spec, case, seed, trial).result()
         self._count("gpu_inputs", seconds)
         return inputs
+
+    def draw(self, case: Case, seed: int, trial: int, folder: Path, key: Any, keep: bool) -> tuple[dict, dict]:
+        """A case's inputs drawn and written for the child (`folder`/in-<key>-<name>.bin) in the process itself:
+        (the files' metadata, the inputs where `keep`, else {}). They stay there for `reference_of_drawn(key)`,
+        so a timed size's gigabyte of inputs never crosses to the grader and back."""
+        self._wait_for_the_gate()
+        task = self.executor.submit(_timed, _draw_for_child, self.spec, case, seed, trial, str(folder), key, keep)
+        (metas, inputs, files_s), seconds = task.result()
+        self._count("gpu_inputs", seconds - files_s)
+        self._count("input_files", files_s)
+        return metas, inputs
+
+    def reference_of_drawn(
+        self, folder: Path, key: Any, params: dict[str, Any], narrow: list[bool] | None = None
+    ) -> Future:
+        """The references of the inputs `draw` made for `key` (reference() of them), which the process then lets go."""
+        self._wait_for_the_gate()
+        args = (self.spec, str(folder), key, params, self.reference_name, narrow)
+        return self._untimed(self.executor.submit(_timed, _reference_of_drawn, *args), "gpu_references")
 
     def reference(
         self, inputs: dict[str, torch.Tensor], params: dict[str, Any], narrow: list[bool] | None = None
@@ -76,8 +99,9 @@ class GpuCompute:
 
     def busy(self) -> dict[str, float]:
         """Seconds the process spent so far drawing inputs (`gpu_inputs`: the draws, on its CPU threads, and their
-        transforms) and computing references (`gpu_references`), each counted in the process itself: what a
-        wait for them was made of, the rest being the queue and the crossings between the processes."""
+        transforms), writing them for the child (`input_files`) and computing references (`gpu_references`), each
+        counted in the process itself: what a wait for them was made of, the rest being the queue and the
+        crossings between the processes."""
         with self._busy_lock:
             return {name: round(seconds, 3) for name, seconds in self._busy.items()}
 
@@ -225,6 +249,26 @@ def _generate(spec: ExerciseSpec, case: Case, seed: int, trial: int) -> dict[str
         except _out_of_memory():
             torch.cuda.empty_cache()  # the GPU is full: the transforms on the CPU give the same inputs, slower
     return generate(spec, case, seed, trial)
+
+
+def _draw_for_child(
+    spec: ExerciseSpec, case: Case, seed: int, trial: int, folder: str, key: Any, keep: bool
+) -> tuple[dict, dict, float]:
+    """GpuCompute.draw, in the process: (metadata, the inputs or {}, seconds spent writing the files)."""
+    from grader.checks.inputs import save_tensor
+
+    inputs = _generate(spec, case, seed, trial)
+    started = time.perf_counter()
+    metas = {name: save_tensor(t, Path(folder) / f"in-{key}-{name}.bin") for name, t in inputs.items()}
+    files_s = time.perf_counter() - started
+    _drawn[(folder, key)] = inputs
+    return metas, inputs if keep else {}, files_s
+
+
+def _reference_of_drawn(
+    spec: ExerciseSpec, folder: str, key: Any, params: dict[str, Any], function: str, narrow: list[bool] | None
+) -> list[torch.Tensor]:
+    return _reference(spec, _drawn.pop((folder, key)), params, function, narrow)
 
 
 def _reference(

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
-import time
 import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, ContextManager
@@ -63,7 +62,6 @@ class InputFeed:
         self.may_pause: Callable[[], bool] = lambda: False
         self.pausing: Callable[[], ContextManager] = contextlib.nullcontext
         self.judged = 0  # trials whose outputs came back
-        self.files_s = 0.0  # seconds spent writing the GPU process's inputs for the child (gpu_seconds)
         self._judged_more = threading.Condition()
 
     # --- the producer --------------------------------------------------------------------------------
@@ -149,21 +147,26 @@ class InputFeed:
     def _draw(self, case: Case, seed: int, trial: int, k: Any, ahead: bool = False) -> tuple[dict, dict]:
         """Draw a trial's inputs, write them for the child and start its reference. Ahead of time the
         reference is computed on this thread, not queued before the small trials' on the reference thread."""
-        inputs = self._generate(case, seed, trial)
-        started = time.perf_counter()
-        metas = {name: save_tensor(t, self.child.dir / f"in-{k}-{name}.bin") for name, t in inputs.items()}
         if self.on_gpu(case):
-            self.files_s += time.perf_counter() - started
+            return self._draw_on_gpu(case, seed, trial, k)
+        inputs = generate(self.spec, case, seed, trial)
+        metas = {name: save_tensor(t, self.child.dir / f"in-{k}-{name}.bin") for name, t in inputs.items()}
         if not ahead:
-            self.refs[k] = self._reference_of(inputs, case)
+            self.refs[k] = self.pool.submit(reference_outputs, self.reference, self.spec, inputs, case.params)
             return metas, inputs
-        self.refs[k] = (
-            self._reference_of(inputs, case)
-            if self.on_gpu(case)
-            else _done(lambda: reference_outputs(self.reference, self.spec, inputs, case.params))
-        )
-        needed = self.keep_inputs or op_checks.wanted(self.spec, case, trial)  # else not held while it waits
-        return metas, inputs if needed else {}
+        self.refs[k] = _done(lambda: reference_outputs(self.reference, self.spec, inputs, case.params))
+        return metas, inputs if self._needed(case, trial) else {}  # else not held while it waits
+
+    def _draw_on_gpu(self, case: Case, seed: int, trial: int, k: Any) -> tuple[dict, dict]:
+        """A heavy case: drawn, written for the child and its reference computed, all in the GPU process (heavy.py);
+        its inputs cross to this one only where the judge needs them again."""
+        metas, inputs = self.gpu.draw(case, seed, trial, self.child.dir, k, self._needed(case, trial))
+        self.refs[k] = self.gpu.reference_of_drawn(self.child.dir, k, case.params, narrowable(self.spec, case))
+        return metas, inputs
+
+    def _needed(self, case: Case, trial: int) -> bool:
+        """Whether the judge reads a trial's inputs again: a property check, or the operator's checks."""
+        return self.keep_inputs or op_checks.wanted(self.spec, case, trial)
 
     def _op_checks_request(self, k: int, case: Case, trial: int, seed: int, inputs: dict) -> dict:
         """For a trial that runs the operator checks: the gradients fed backward (their reference's on the way)."""
@@ -184,16 +187,6 @@ class InputFeed:
         ones stay on the CPU, so the first trials do not wait for the GPU process to start."""
         return self.gpu is not None and heavy.worth_it(self.spec, self.variant, case)
 
-    def _generate(self, case: Case, seed: int, trial: int = 0) -> dict:
-        if self.on_gpu(case):
-            return self.gpu.generate(case, seed, trial)
-        return generate(self.spec, case, seed, trial)
-
-    def _reference_of(self, inputs: dict, case: Case) -> Future:
-        if self.on_gpu(case):
-            return self.gpu.reference(inputs, case.params, narrowable(self.spec, case))
-        return self.pool.submit(reference_outputs, self.reference, self.spec, inputs, case.params)
-
     # --- what the judge reads ------------------------------------------------------------------------
     def expected(self, k: Any) -> list:
         """Trial k's reference outputs (waits for them)."""
@@ -208,11 +201,9 @@ class InputFeed:
         self.checked_inputs.pop(k, None)
 
     def gpu_seconds(self) -> dict[str, float]:
-        """Where the inputs and references made in the GPU process went (heavy.GpuCompute.busy), with the
-        seconds spent writing those inputs for the child (`input_files`); nothing without that process."""
-        if self.gpu is None:
-            return {}
-        return {**self.gpu.busy(), "input_files": round(self.files_s, 3)}
+        """Where the inputs and references made in the GPU process went (heavy.GpuCompute.busy); nothing
+        without that process."""
+        return {} if self.gpu is None else self.gpu.busy()
 
     def wait_for_timed(self, keys: list[str]) -> None:
         """The timed sizes' references computed: nothing of ours on the GPU while the child times."""

@@ -9,6 +9,7 @@ from grader.core import gpushare, hostload
 from grader.core.job import Job
 from grader.core.records import ERROR, FAILED, PASSED, SKIPPED, GradeResult
 from grader.reports.console import format_timing
+from grader.run.judge import Judge
 
 from .fake_child import grade, last, verdicts
 
@@ -69,6 +70,48 @@ def test_what_the_gpu_process_spent_on_the_timed_inputs_is_shown_beside_the_phas
         "gpu_inputs 3.50 s (the GPU process drawing inputs), gpu_references 2.25 s" in line.split("alongside them:")[1]
     )
     assert "input_files 1.00 s (writing the GPU process's inputs for the child)" in line
+
+
+def test_a_grade_whose_inputs_and_references_are_the_gpu_process_s_passes_with_what_it_spent(
+    toy, toy_child, monkeypatch
+):
+    """Every case of an exercise whose references are the GPU process's (run/heavy.py, here run in this process on
+    the CPU): the child reads the inputs that process wrote, the judge compares with the references it computed of
+    them, and the grade's phases say what it spent."""
+    from concurrent.futures import Future
+
+    from grader.checks.checking import narrowed, reference_outputs
+    from grader.checks.inputs import generate
+    from grader.run import heavy
+
+    class InProcess:
+        def submit(self, function, *args):
+            future = Future()
+            future.set_result(function(*args))
+            return future
+
+        def shutdown(self, **_):
+            pass
+
+    monkeypatch.setattr(heavy, "wanted", lambda spec: True)
+    monkeypatch.setattr(heavy, "worth_it", lambda spec, variant, case: True)
+    monkeypatch.setattr(heavy, "_start", lambda *_: (InProcess(), None))
+    monkeypatch.setattr(heavy, "_generate", lambda spec, case, seed, trial: generate(spec, case, seed, trial))
+    on_cpu = lambda reference, spec, inputs, params, narrow: narrowed(  # noqa: E731
+        list(reference_outputs(reference, spec, inputs, params)), narrow
+    )
+    monkeypatch.setattr(heavy, "_on_the_gpu", on_cpu)
+    child = toy_child(measured={"learner": {"median_ms": 1.0, "runs": 10}, "solution": {"median_ms": 1.0, "runs": 10}})
+    result = GradeResult(exercise=toy.id, lang="triton", source="learner", seed=1)
+    judge = Judge(toy, toy.variant(None), child, result, 1, 60.0, True, None)
+    judge.run(Job(learner="/x/toy.py"))
+    assert [(c.name, c.status) for c in result.checks][:3] == [
+        ("load", PASSED),
+        ("numerics", PASSED),
+        ("integrity", PASSED),
+    ]
+    assert last(result).name == "speed" and last(result).status == PASSED, last(result).message
+    assert judge.phases["input_files"] > 0 and judge.phases["gpu_references"] > 0 and not heavy._drawn
 
 
 def test_a_failing_grade_still_has_the_phases_it_spent_its_time_in(toy, toy_child):
