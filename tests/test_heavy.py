@@ -121,6 +121,30 @@ def test_gpu_references_equal_the_cpu_ones():
     assert all(torch.allclose(a, b, rtol=1e-9, atol=1e-9) for a, b in zip(on_gpu, on_cpu))
 
 
+@pytest.mark.gpu
+def test_inputs_the_gpu_process_writes_are_the_cpus_and_so_are_their_references(tmp_path):
+    """The real process: what it writes for the child is what it would hand the grader, and the references of what
+    it kept equal those of the written inputs computed again on the GPU."""
+    from grader.checks.checking import narrowable
+    from grader.checks.inputs import load_tensor
+
+    target = _backward()
+    case = target.spec.cases[2]
+    compute = heavy.GpuCompute(target.spec)
+    try:
+        metas, kept = compute.draw(case, 5, 0, tmp_path, "t0", keep=True)
+        written = {name: load_tensor(meta) for name, meta in metas.items()}
+        narrow = narrowable(target.spec, case)
+        drawn = compute.reference_of_drawn(tmp_path, "t0", case.params, narrow).result()
+        again = compute.reference(written, case.params, narrow).result()
+        busy = compute.busy()
+    finally:
+        compute.shutdown()
+    assert set(kept) == set(written) and all(torch.equal(kept[n], written[n]) for n in kept)
+    assert all(torch.equal(a, b) for a, b in zip(drawn, again))
+    assert busy["gpu_inputs"] > 0 and busy["input_files"] > 0 and busy["gpu_references"] > 0, busy
+
+
 @pytest.mark.slow
 def test_the_reference_process_sees_only_the_grading_childs_gpu():
     # grade-batch and validate grade on several GPUs from one process: each grade's references must run on
