@@ -101,31 +101,11 @@ def test_a_gpu_reference_comes_back_as_float32_only_where_the_tolerance_hides_th
 
 
 @pytest.mark.gpu
-def test_gpu_references_equal_the_cpu_ones():
+def test_the_gpu_process_writes_the_cpus_inputs_and_their_references_equal_the_cpus(tmp_path):
+    """The real process: what it writes for the child is what it hands the grader where asked, and is the CPU's
+    draw (its transforms computed on the GPU); the references of what it kept equal the CPU's of the written
+    files, and those marked narrow are the same rounded to float32."""
     from grader.checks.checking import load_reference, reference_outputs
-
-    target = _backward()
-    case = target.spec.cases[2]
-    compute = heavy.GpuCompute(target.spec)
-    try:
-        inputs = compute.generate(case, seed=5)
-        on_gpu = compute.reference(inputs, case.params).result()
-        narrowed = compute.reference(inputs, case.params, [True, False, True]).result()
-    finally:
-        compute.shutdown()
-    assert [t.dtype for t in narrowed] == [torch.float32, torch.float64, torch.float32]
-    assert all(torch.equal(n, g.to(n.dtype)) for n, g in zip(narrowed, on_gpu))
-    cpu_inputs = generate(target.spec, case, seed=5)
-    assert all(torch.allclose(inputs[n].double(), cpu_inputs[n].double(), rtol=0, atol=1e-3) for n in inputs)
-    on_cpu = reference_outputs(load_reference(target.spec.folder / "reference.py"), target.spec, inputs, case.params)
-    assert all(torch.allclose(a, b, rtol=1e-9, atol=1e-9) for a, b in zip(on_gpu, on_cpu))
-
-
-@pytest.mark.gpu
-def test_inputs_the_gpu_process_writes_are_the_cpus_and_so_are_their_references(tmp_path):
-    """The real process: what it writes for the child is what it would hand the grader, and the references of what
-    it kept equal those of the written inputs computed again on the GPU."""
-    from grader.checks.checking import narrowable
     from grader.checks.inputs import load_tensor
 
     target = _backward()
@@ -133,16 +113,20 @@ def test_inputs_the_gpu_process_writes_are_the_cpus_and_so_are_their_references(
     compute = heavy.GpuCompute(target.spec)
     try:
         metas, kept = compute.draw(case, 5, 0, tmp_path, "t0", keep=True)
-        # copied out of the files: a tensor mapped from a file cannot be handed to another process
-        written = {name: load_tensor(meta).clone() for name, meta in metas.items()}
-        narrow = narrowable(target.spec, case)
-        drawn = compute.reference_of_drawn(tmp_path, "t0", case.params, narrow).result()
-        again = compute.reference(written, case.params, narrow).result()
+        on_gpu = compute.reference_of_drawn(tmp_path, "t0", case.params).result()
+        compute.draw(case, 5, 0, tmp_path, "t1", keep=False)
+        narrowed = compute.reference_of_drawn(tmp_path, "t1", case.params, [True, False, True]).result()
         busy = compute.busy()
     finally:
         compute.shutdown()
+    written = {name: load_tensor(meta) for name, meta in metas.items()}
     assert set(kept) == set(written) and all(torch.equal(kept[n], written[n]) for n in kept)
-    assert all(torch.equal(a, b) for a, b in zip(drawn, again))
+    cpu_inputs = generate(target.spec, case, seed=5)
+    assert all(torch.allclose(written[n].double(), cpu_inputs[n].double(), rtol=0, atol=1e-3) for n in written)
+    on_cpu = reference_outputs(load_reference(target.spec.folder / "reference.py"), target.spec, written, case.params)
+    assert all(torch.allclose(a, b, rtol=1e-9, atol=1e-9) for a, b in zip(on_gpu, on_cpu))
+    assert [t.dtype for t in narrowed] == [torch.float32, torch.float64, torch.float32]
+    assert all(torch.equal(n, g.to(n.dtype)) for n, g in zip(narrowed, on_gpu))
     assert busy["gpu_inputs"] > 0 and busy["input_files"] > 0 and busy["gpu_references"] > 0, busy
 
 
@@ -201,7 +185,7 @@ def test_the_gpu_process_waits_until_the_child_is_ready():
     compute = heavy.GpuCompute(_backward().spec, gate=gate)
     compute.executor.shutdown()
     compute.executor = Executor()
-    worker = threading.Thread(target=compute.reference, args=({}, {}))
+    worker = threading.Thread(target=compute.reference_of_drawn, args=("/tmp", 0, {}))
     worker.start()
     time.sleep(0.3)
     assert not submitted
@@ -228,7 +212,7 @@ class _InProcess:
         pass
 
 
-def test_the_gpu_process_counts_the_seconds_of_its_inputs_and_references(monkeypatch):
+def test_the_gpu_process_counts_the_seconds_of_its_inputs_files_and_references(monkeypatch, tmp_path):
     """What a heavy grade's wait for its timed sizes was made of (shown beside its phases): each task's seconds,
     counted where it ran, its answer passed through unchanged, and a failing task's error raised where it is read."""
     import time
@@ -243,20 +227,24 @@ def test_the_gpu_process_counts_the_seconds_of_its_inputs_and_references(monkeyp
     monkeypatch.setattr(heavy, "_start", lambda *_: (_InProcess(), None))
     compute = heavy.GpuCompute(_backward().spec)
     assert compute.busy() == {"gpu_inputs": 0.0, "input_files": 0.0, "gpu_references": 0.0}
-    monkeypatch.setattr(heavy, "_generate", slow({"q": 1}, 0.05))
+    monkeypatch.setattr(heavy, "_generate", slow({"q": torch.ones(2**22)}, 0.05))  # 16 MB to write
     monkeypatch.setattr(heavy, "_reference", slow([2], 0.1))
-    assert compute.generate(_backward().spec.cases[0], seed=1) == {"q": 1}
-    assert compute.reference({}, {}).result() == [2] and compute.reference({}, {}).result() == [2]
+    case = _backward().spec.cases[0]
+    assert compute.draw(case, 1, 0, tmp_path, 0, keep=False)[1] == {}
+    assert compute.reference_of_drawn(tmp_path, 0, {}).result() == [2]
     busy = compute.busy()
-    assert 0.05 <= busy["gpu_inputs"] < 0.09 and 0.2 <= busy["gpu_references"] < 0.3, busy
+    assert 0.05 <= busy["gpu_inputs"] < 0.09 and 0.1 <= busy["gpu_references"] < 0.15, busy
+    assert busy["input_files"] > 0
 
     def broken(*_):
         raise RuntimeError("the reference failed")
 
     monkeypatch.setattr(heavy, "_reference", broken)
+    compute.draw(case, 1, 0, tmp_path, 1, keep=False)
     with pytest.raises(RuntimeError, match="the reference failed"):
-        compute.reference({}, {}).result()
+        compute.reference_of_drawn(tmp_path, 1, {}).result()
     assert compute.busy()["gpu_references"] == busy["gpu_references"]
+    heavy._drawn.clear()
 
 
 def _on_this_cpu(monkeypatch):

@@ -28,9 +28,8 @@ if TYPE_CHECKING:  # torch is imported where it is used: `kcourse grade` starts 
     import torch
 
 _references: dict[str, Any] = {}  # per process: reference.py loaded once
-_drawn: dict[
-    tuple[str, Any], dict
-] = {}  # in the process: inputs written for a child, by (folder, key), until referenced
+# In the process: the inputs written for a child, by (folder, key), until their references are computed
+_drawn: dict[tuple[str, Any], dict] = {}
 # Pools started by `kcourse grade` before the grader imported torch (start_early), by (folder, function, GPUs)
 _early: dict[tuple[str, str, str | None], tuple[ProcessPoolExecutor, Future]] = {}
 # A case whose work is under this goes to the CPU as before: its float64 reference takes tens of ms there, less
@@ -64,12 +63,6 @@ class GpuCompute:
         early = _early.pop(_early_key(spec, reference, visible_devices), None)
         self.executor, self.warm_up = early or _start(spec, reference, visible_devices)
 
-    def generate(self, case: Case, seed: int, trial: int = 0) -> dict[str, torch.Tensor]:
-        self._wait_for_the_gate()
-        inputs, seconds = self.executor.submit(_timed, _generate, self.spec, case, seed, trial).result()
-        self._count("gpu_inputs", seconds)
-        return inputs
-
     def draw(self, case: Case, seed: int, trial: int, folder: Path, key: Any, keep: bool) -> tuple[dict, dict]:
         """A case's inputs drawn and written for the child (`folder`/in-<key>-<name>.bin) in the process itself:
         (the files' metadata, the inputs where `keep`, else {}). They stay there for `reference_of_drawn(key)`,
@@ -84,18 +77,11 @@ class GpuCompute:
     def reference_of_drawn(
         self, folder: Path, key: Any, params: dict[str, Any], narrow: list[bool] | None = None
     ) -> Future:
-        """The references of the inputs `draw` made for `key` (reference() of them), which the process then lets go."""
+        """The float64 references of the inputs `draw` made for `key`, those `narrow` marks (checking.narrowable)
+        handed back as float32; the process then lets the inputs go."""
         self._wait_for_the_gate()
         args = (self.spec, str(folder), key, params, self.reference_name, narrow)
         return self._untimed(self.executor.submit(_timed, _reference_of_drawn, *args), "gpu_references")
-
-    def reference(
-        self, inputs: dict[str, torch.Tensor], params: dict[str, Any], narrow: list[bool] | None = None
-    ) -> Future:
-        """The float64 references, those `narrow` marks (checking.narrowable) handed back as float32."""
-        self._wait_for_the_gate()
-        timed = self.executor.submit(_timed, _reference, self.spec, inputs, params, self.reference_name, narrow)
-        return self._untimed(timed, "gpu_references")
 
     def busy(self) -> dict[str, float]:
         """Seconds the process spent so far drawing inputs (`gpu_inputs`: the draws, on its CPU threads, and their
