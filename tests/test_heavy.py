@@ -233,8 +233,8 @@ def test_the_gpu_process_counts_the_seconds_of_its_inputs_files_and_references(m
     assert compute.draw(case, 1, 0, tmp_path, 0, keep=False)[1] == {}
     assert compute.reference_of_drawn(tmp_path, 0, {}).result() == [2]
     busy = compute.busy()
-    assert 0.05 <= busy["gpu_inputs"] < 0.09 and 0.1 <= busy["gpu_references"] < 0.15, busy
-    assert busy["input_files"] > 0
+    assert 0.05 <= busy["gpu_inputs"] < 5 and 0.1 <= busy["gpu_references"] < 5, busy  # slept 0.05 and 0.1 s
+    assert busy["input_files"] > 0  # 16 MB written
 
     def broken(*_):
         raise RuntimeError("the reference failed")
