@@ -3,7 +3,7 @@
 # for scripts/device_bg.sh (a run longer than one device call), which sets BG:
 #   bash scripts/device_bg.sh start 540 bash scripts/device_tier.sh     (carry .whl and .tk)
 #   bash scripts/device_bg.sh wait 570                                  (again, each within 30 s of the last)
-# The tier took 944-1,060 s on a fresh H100 (sessions 64 and 67); what follows it about 450 s more.
+# The tier took 944-1,060 s on a fresh H100 (sessions 64 and 67); what follows it about 550 s more.
 # Files back in $OUT: log.txt, junit.xml, lock.jsonl, phases.jsonl, lock_report.txt.
 set -u
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv
@@ -16,3 +16,10 @@ python3 scripts/gpu_lock_report.py "$BG/lock.jsonl" "$BG/phases.jsonl" >"$BG/loc
 # edit, and kcourse watch's save -> verdict.
 timeout 420 python3 scripts/feedback_bench.py --steps flash_attention_v2_backward triton
 timeout 600 python3 scripts/feedback_bench.py --table flash_attention_v2_backward:triton
+# The GPU process's references beside its draws (heavy.BESIDE_ENV), an experiment: warm grades, alternating.
+for beside in 0 1 0 1; do
+  started=$(date +%s)
+  KCOURSE_REFERENCES_BESIDE=$beside python3 -m grader grade flash_attention_v2_backward --source solutions -v 2>&1 |
+    grep -E "^phases|=> " | cut -c1-700
+  echo "TOOK $(($(date +%s) - started)) s: references beside the draws: $beside"
+done

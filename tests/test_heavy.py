@@ -113,9 +113,9 @@ def test_the_gpu_process_writes_the_cpus_inputs_and_their_references_equal_the_c
     compute = heavy.GpuCompute(target.spec)
     try:
         metas, kept = compute.draw(case, 5, 0, tmp_path, "t0", keep=True)
-        on_gpu = compute.reference_of_drawn(tmp_path, "t0", case.params).result()
-        compute.draw(case, 5, 0, tmp_path, "t1", keep=False)
-        narrowed = compute.reference_of_drawn(tmp_path, "t1", case.params, [True, False, True]).result()
+        on_gpu = compute.reference_of_drawn(tmp_path, "t0").result()
+        compute.draw(case, 5, 0, tmp_path, "t1", keep=False, narrow=[True, False, True])
+        narrowed = compute.reference_of_drawn(tmp_path, "t1").result()
         busy = compute.busy()
     finally:
         compute.shutdown()
@@ -175,7 +175,7 @@ def test_the_gpu_process_waits_until_the_child_is_ready():
         def submit(self, *args):
             submitted.append(time.monotonic())
             future = Future()
-            future.set_result([])
+            future.set_result((({}, {}, 0.0), 0.0))  # a draw's answer: (metadata, inputs, files' seconds), seconds
             return future
 
         def shutdown(self, **_):
@@ -185,7 +185,7 @@ def test_the_gpu_process_waits_until_the_child_is_ready():
     compute = heavy.GpuCompute(_backward().spec, gate=gate)
     compute.executor.shutdown()
     compute.executor = Executor()
-    worker = threading.Thread(target=compute.reference_of_drawn, args=("/tmp", 0, {}))
+    worker = threading.Thread(target=compute.draw, args=(_backward().spec.cases[0], 1, 0, "/tmp", 0, False))
     worker.start()
     time.sleep(0.3)
     assert not submitted
@@ -231,7 +231,7 @@ def test_the_gpu_process_counts_the_seconds_of_its_inputs_files_and_references(m
     monkeypatch.setattr(heavy, "_reference", slow([2], 0.1))
     case = _backward().spec.cases[0]
     assert compute.draw(case, 1, 0, tmp_path, 0, keep=False)[1] == {}
-    assert compute.reference_of_drawn(tmp_path, 0, {}).result() == [2]
+    assert compute.reference_of_drawn(tmp_path, 0).result() == [2]
     busy = compute.busy()
     assert 0.05 <= busy["gpu_inputs"] < 5 and 0.1 <= busy["gpu_references"] < 5, busy  # slept 0.05 and 0.1 s
     assert busy["input_files"] > 0  # 16 MB written
@@ -242,7 +242,7 @@ def test_the_gpu_process_counts_the_seconds_of_its_inputs_files_and_references(m
     monkeypatch.setattr(heavy, "_reference", broken)
     compute.draw(case, 1, 0, tmp_path, 1, keep=False)
     with pytest.raises(RuntimeError, match="the reference failed"):
-        compute.reference_of_drawn(tmp_path, 1, {}).result()
+        compute.reference_of_drawn(tmp_path, 1).result()
     assert compute.busy()["gpu_references"] == busy["gpu_references"]
     heavy._drawn.clear()
 
@@ -270,13 +270,13 @@ def test_inputs_drawn_in_the_gpu_process_are_written_there_and_referenced_withou
     target = _backward()
     case = target.spec.cases[2]
     compute = heavy.GpuCompute(target.spec)
-    metas, kept = compute.draw(case, 5, 0, tmp_path, "t3", keep=False)
+    narrow = narrowable(target.spec, case)
+    metas, kept = compute.draw(case, 5, 0, tmp_path, "t3", keep=False, narrow=narrow)
     assert kept == {} and heavy._drawn
     written = {name: load_tensor(meta) for name, meta in metas.items()}
     assert all(torch.equal(written[n], t) for n, t in generate(target.spec, case, 5).items())
     assert {m["path"] for m in metas.values()} == {str(tmp_path / f"in-t3-{n}.bin") for n in written}
-    narrow = narrowable(target.spec, case)
-    got = compute.reference_of_drawn(tmp_path, "t3", case.params, narrow).result()
+    got = compute.reference_of_drawn(tmp_path, "t3").result()
     want = reference_outputs(load_reference(target.spec.folder / "reference.py"), target.spec, written, case.params)
     assert all(torch.equal(g, w.float() if n else w) for g, w, n in zip(got, want, narrow))
     assert not heavy._drawn
@@ -284,6 +284,66 @@ def test_inputs_drawn_in_the_gpu_process_are_written_there_and_referenced_withou
     assert set(kept) == set(written) and all(torch.equal(kept[n], written[n]) for n in kept)
     assert compute.busy()["input_files"] > 0
     heavy._drawn.clear()
+
+
+@pytest.mark.parametrize("beside", [False, True], ids=["in_turn", "beside_the_draws"])
+def test_references_computed_beside_the_draws_are_the_same_and_asked_for_only_when_read(monkeypatch, tmp_path, beside):
+    """KCOURSE_REFERENCES_BESIDE=1: the process starts each case's references on a thread of its own as soon as its
+    inputs are written, and the grader asks for them only when it reads them (a request sent at once would wait,
+    in the process's queue, ahead of the next draws). The answers are the same either way."""
+    from grader.checks.checking import load_reference, narrowable, reference_outputs
+    from grader.checks.inputs import load_tensor
+
+    _on_this_cpu(monkeypatch)
+    monkeypatch.setenv(heavy.BESIDE_ENV, "1" if beside else "0")
+    submitted = []
+    executor = _InProcess()
+    real_submit = executor.submit
+    executor.submit = lambda function, *args: submitted.append(function) or real_submit(function, *args)
+    monkeypatch.setattr(heavy, "_start", lambda *_: (executor, None))
+    target = _backward()
+    case = target.spec.cases[2]
+    compute = heavy.GpuCompute(target.spec)
+    narrow = narrowable(target.spec, case)
+    metas, _ = compute.draw(case, 5, 0, tmp_path, "t0", keep=False, narrow=narrow)
+    future = compute.reference_of_drawn(tmp_path, "t0")
+    assert (heavy._reference_of_drawn in submitted) is not beside
+    got = future.result()
+    assert submitted.count(heavy._reference_of_drawn) == 1 and future.result() is got
+    written = {name: load_tensor(meta) for name, meta in metas.items()}
+    want = reference_outputs(load_reference(target.spec.folder / "reference.py"), target.spec, written, case.params)
+    assert all(torch.equal(g, w.float() if n else w) for g, w, n in zip(got, want, narrow))
+    assert not heavy._drawn and compute.busy()["gpu_references"] > 0
+
+
+def test_references_beside_the_draws_let_the_next_draw_start_before_they_end(monkeypatch, tmp_path):
+    """Three cases drawn, then their references read, in a one-worker process (a thread stands in): in turn, each
+    reference is waited for before the next draw (six steps of 0.4 s); beside the draws, the next draw overlaps it
+    (four steps)."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    def after(seconds, answer):
+        return lambda *_: time.sleep(seconds) or answer
+
+    monkeypatch.setattr(heavy, "_generate", after(0.4, {"q": torch.ones(4)}))
+    monkeypatch.setattr(heavy, "_reference", after(0.4, [1]))
+    case = _backward().spec.cases[0]
+    took = {}
+    for beside in ("0", "1"):
+        monkeypatch.setenv(heavy.BESIDE_ENV, beside)
+        process = ThreadPoolExecutor(1)
+        monkeypatch.setattr(heavy, "_start", lambda *_: (process, None))
+        compute = heavy.GpuCompute(_backward().spec)
+        started = time.monotonic()
+        futures = []
+        for key in range(3):
+            compute.draw(case, 1, 0, tmp_path, key, keep=False)
+            futures.append(compute.reference_of_drawn(tmp_path, key))
+        assert [f.result() for f in futures] == [[1]] * 3
+        took[beside] = time.monotonic() - started
+        process.shutdown()
+    assert took["0"] >= 2.4 and took["1"] < 2.1, took
 
 
 @pytest.mark.slow

@@ -14,12 +14,14 @@ beside its grade, so neither does another grade's (core/gpu_lock.py).
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
+import os
 import threading
 import time
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from grader.core import gpu_lock
 from grader.core.spec import Case, ExerciseSpec, Variant
@@ -28,14 +30,18 @@ if TYPE_CHECKING:  # torch is imported where it is used: `kcourse grade` starts 
     import torch
 
 _references: dict[str, Any] = {}  # per process: reference.py loaded once
-# In the process: the inputs written for a child, by (folder, key), until their references are computed
-_drawn: dict[tuple[str, Any], dict] = {}
+# In the process: the references' work for the inputs written for a child, by (folder, key), until collected
+_drawn: dict[tuple[str, Any], Any] = {}
+_references_thread: ThreadPoolExecutor | None = None  # in the process, with GpuCompute.beside
 # Pools started by `kcourse grade` before the grader imported torch (start_early), by (folder, function, GPUs)
 _early: dict[tuple[str, str, str | None], tuple[ProcessPoolExecutor, Future]] = {}
 # A case whose work is under this goes to the CPU as before: its float64 reference takes tens of ms there, less
 # than the GPU process's start (spawn, torch, a CUDA context: seconds), which the first trials would wait for.
 HEAVY_FLOPS = 1e9
 GATE_LIMIT_S = 180.0  # the longest a grading child may take to get ready (sandbox.START_LIMIT_S)
+# "1": the process computes each case's references on a thread of its own, beside the next case's draws (which
+# otherwise wait for them); an experiment until a GPU measures it (scripts/device_tier.sh)
+BESIDE_ENV = "KCOURSE_REFERENCES_BESIDE"
 
 
 class GpuCompute:
@@ -60,28 +66,33 @@ class GpuCompute:
         # Seconds the process worked, by task: where a heavy grade's wait for its timed sizes goes (`busy`)
         self._busy = {"gpu_inputs": 0.0, "input_files": 0.0, "gpu_references": 0.0}
         self._busy_lock = threading.Lock()
+        self.beside = os.environ.get(BESIDE_ENV) == "1"
         early = _early.pop(_early_key(spec, reference, visible_devices), None)
         self.executor, self.warm_up = early or _start(spec, reference, visible_devices)
 
-    def draw(self, case: Case, seed: int, trial: int, folder: Path, key: Any, keep: bool) -> tuple[dict, dict]:
+    def draw(
+        self, case: Case, seed: int, trial: int, folder: Path, key: Any, keep: bool, narrow: list[bool] | None = None
+    ) -> tuple[dict, dict]:
         """A case's inputs drawn and written for the child (`folder`/in-<key>-<name>.bin) in the process itself:
-        (the files' metadata, the inputs where `keep`, else {}). They stay there for `reference_of_drawn(key)`,
-        so a timed size's gigabyte of inputs never crosses to the grader and back."""
+        (the files' metadata, the inputs where `keep`, else {}). They stay there for their references
+        (`reference_of_drawn`; `narrow` as checking.narrowable), so a timed size's gigabyte of inputs never
+        crosses to the grader and back."""
         self._wait_for_the_gate()
-        task = self.executor.submit(_timed, _draw_for_child, self.spec, case, seed, trial, str(folder), key, keep)
-        (metas, inputs, files_s), seconds = task.result()
+        args = (self.spec, case, seed, trial, str(folder), key, keep, self.reference_name, narrow, self.beside)
+        (metas, inputs, files_s), seconds = self.executor.submit(_timed, _draw_for_child, *args).result()
         self._count("gpu_inputs", seconds - files_s)
         self._count("input_files", files_s)
         return metas, inputs
 
-    def reference_of_drawn(
-        self, folder: Path, key: Any, params: dict[str, Any], narrow: list[bool] | None = None
-    ) -> Future:
-        """The float64 references of the inputs `draw` made for `key`, those `narrow` marks (checking.narrowable)
-        handed back as float32; the process then lets the inputs go."""
-        self._wait_for_the_gate()
-        args = (self.spec, str(folder), key, params, self.reference_name, narrow)
-        return self._untimed(self.executor.submit(_timed, _reference_of_drawn, *args), "gpu_references")
+    def reference_of_drawn(self, folder: Path, key: Any) -> Future | _Deferred:
+        """The float64 references of the inputs `draw` made for `key`, those it was told to narrow handed back as
+        float32; the process then lets the inputs go. With `beside`, asked for only when read: computed in the
+        process beside its next draws, they would otherwise be waited for ahead of those draws."""
+
+        def collect() -> Future:
+            return self._untimed(self.executor.submit(_reference_of_drawn, str(folder), key), "gpu_references")
+
+        return _Deferred(collect) if self.beside else collect()
 
     def busy(self) -> dict[str, float]:
         """Seconds the process spent so far drawing inputs (`gpu_inputs`: the draws, on its CPU threads, and their
@@ -238,23 +249,57 @@ def _generate(spec: ExerciseSpec, case: Case, seed: int, trial: int) -> dict[str
 
 
 def _draw_for_child(
-    spec: ExerciseSpec, case: Case, seed: int, trial: int, folder: str, key: Any, keep: bool
+    spec: ExerciseSpec,
+    case: Case,
+    seed: int,
+    trial: int,
+    folder: str,
+    key: Any,
+    keep: bool,
+    function: str,
+    narrow: list[bool] | None,
+    beside: bool,
 ) -> tuple[dict, dict, float]:
-    """GpuCompute.draw, in the process: (metadata, the inputs or {}, seconds spent writing the files)."""
+    """GpuCompute.draw, in the process: (metadata, the inputs or {}, seconds spent writing the files). The
+    references' work is kept for _reference_of_drawn, or started at once on the thread beside the draws."""
     from grader.checks.inputs import save_tensor
 
     inputs = _generate(spec, case, seed, trial)
     started = time.perf_counter()
     metas = {name: save_tensor(t, Path(folder) / f"in-{key}-{name}.bin") for name, t in inputs.items()}
     files_s = time.perf_counter() - started
-    _drawn[(folder, key)] = inputs
+    work = functools.partial(_timed, _reference, spec, inputs, case.params, function, narrow)
+    _drawn[(folder, key)] = _beside_the_draws().submit(work) if beside else work
     return metas, inputs if keep else {}, files_s
 
 
-def _reference_of_drawn(
-    spec: ExerciseSpec, folder: str, key: Any, params: dict[str, Any], function: str, narrow: list[bool] | None
-) -> list[torch.Tensor]:
-    return _reference(spec, _drawn.pop((folder, key)), params, function, narrow)
+def _reference_of_drawn(folder: str, key: Any) -> tuple[list[torch.Tensor], float]:
+    """(references, seconds computing them) of the inputs drawn for (folder, key), which are then let go."""
+    work = _drawn.pop((folder, key))
+    return work.result() if isinstance(work, Future) else work()
+
+
+def _beside_the_draws() -> ThreadPoolExecutor:
+    """In the process: the one thread that computes references beside the draws (GpuCompute.beside)."""
+    global _references_thread
+    if _references_thread is None:
+        _references_thread = ThreadPoolExecutor(1, thread_name_prefix="kcourse-references")
+    return _references_thread
+
+
+class _Deferred:
+    """A future's stand-in whose work is asked for when its result first is (`submit`: starts it, returns its
+    Future); the one method InputFeed reads."""
+
+    def __init__(self, submit: Callable[[], Future]):
+        self._submit, self._future = submit, None
+        self._lock = threading.Lock()
+
+    def result(self, timeout: float | None = None) -> Any:
+        with self._lock:
+            if self._future is None:
+                self._future = self._submit()
+        return self._future.result(timeout)
 
 
 def _reference(

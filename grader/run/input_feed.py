@@ -50,7 +50,7 @@ class InputFeed:
         )
         self.stop = threading.Event()
         self.slots = threading.Semaphore(AHEAD)
-        self.refs: dict[Any, Future] = {}  # trial k or "t{index}" -> its reference's outputs
+        self.refs: dict[Any, Future] = {}  # trial k or "t{index}" -> its reference's outputs (read by .result())
         self.op_refs: dict[Any, Future] = {}  # the reference's gradients for the trials running [checks] (op_checks.py)
         # a trial's inputs, kept until it is judged only where an output is judged by a property check
         self.checked_inputs: dict[Any, dict] = {}
@@ -160,8 +160,9 @@ class InputFeed:
     def _draw_on_gpu(self, case: Case, seed: int, trial: int, k: Any) -> tuple[dict, dict]:
         """A heavy case: drawn, written for the child and its reference computed, all in the GPU process (heavy.py);
         its inputs cross to this one only where the judge needs them again."""
-        metas, inputs = self.gpu.draw(case, seed, trial, self.child.dir, k, self._needed(case, trial))
-        self.refs[k] = self.gpu.reference_of_drawn(self.child.dir, k, case.params, narrowable(self.spec, case))
+        keep, narrow = self._needed(case, trial), narrowable(self.spec, case)
+        metas, inputs = self.gpu.draw(case, seed, trial, self.child.dir, k, keep, narrow)
+        self.refs[k] = self.gpu.reference_of_drawn(self.child.dir, k)
         return metas, inputs
 
     def _needed(self, case: Case, trial: int) -> bool:

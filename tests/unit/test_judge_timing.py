@@ -72,8 +72,9 @@ def test_what_the_gpu_process_spent_on_the_timed_inputs_is_shown_beside_the_phas
     assert "input_files 1.00 s (writing the GPU process's inputs for the child)" in line
 
 
+@pytest.mark.parametrize("beside", ["0", "1"], ids=["in_turn", "beside_the_draws"])
 def test_a_grade_whose_inputs_and_references_are_the_gpu_process_s_passes_with_what_it_spent(
-    toy, toy_child, monkeypatch
+    toy, toy_child, monkeypatch, beside
 ):
     """Every case of an exercise whose references are the GPU process's (run/heavy.py, here run in this process on
     the CPU): the child reads the inputs that process wrote, the judge compares with the references it computed of
@@ -93,6 +94,7 @@ def test_a_grade_whose_inputs_and_references_are_the_gpu_process_s_passes_with_w
         def shutdown(self, **_):
             pass
 
+    monkeypatch.setenv(heavy.BESIDE_ENV, beside)
     monkeypatch.setattr(heavy, "wanted", lambda spec: True)
     monkeypatch.setattr(heavy, "worth_it", lambda spec, variant, case: True)
     monkeypatch.setattr(heavy, "_start", lambda *_: (InProcess(), None))
