@@ -4,8 +4,9 @@
     python scripts/gpu_lock_report.py /tmp/lock.jsonl [/tmp/phases.jsonl]
 
 Prints the run's span, the seconds the GPU was held exclusively (timing: one process at a time, so their sum bounds
-the run from below), the seconds held and waited for by mode (beside: a grade's references process), and the
-tests that held it exclusively longest. With the tests' phases log (tests/conftest.py: a line per grade), each
+the run from below), the seconds held and waited for by mode (beside: a grade's references process), how the span
+divides between the GPU held alone, shared and held by none (`occupancy`), and the tests that held it exclusively
+longest. With the tests' phases log (tests/conftest.py: a line per grade), each
 phase's seconds summed over the run's grades and the grades longest in it.
 """
 
@@ -41,6 +42,11 @@ def report(holds: list[dict], top: int = 15) -> str:
         waited = sum(h["waited"] for h in mine)
         lines.append(f"{mode}: {len(mine)} holds, held {held:.0f} s in all, waited {waited:.0f} s in all")
     lines.append(favoured(holds))
+    alone, shared, waited, idle = occupancy(holds)
+    lines.append(
+        f"the GPU: held alone (timing) {alone:.0f} s, shared by numerics {shared:.0f} s (a timer waiting in "
+        f"{waited:.0f} s of them), held by none {idle:.0f} s"
+    )
     per_test: dict[str, float] = defaultdict(float)
     for h in holds:
         if h["mode"] == "exclusive":
@@ -56,6 +62,31 @@ def report(holds: list[dict], top: int = 15) -> str:
         )
         lines += [f"  {seconds:7.1f} s  {test}" for seconds, test in own[::-1][:5]]
     return "\n".join(lines)
+
+
+def occupancy(holds: list[dict]) -> tuple[float, float, float, float]:
+    """Over the run's span, the seconds the GPU was held alone (any exclusive hold), shared (shared or beside holds,
+    none exclusive), shared while a timer waited for it, and held by none: where a tier's wall time goes, the
+    serial part (alone) and what the timers' waits cost (shared with a timer waiting: numerics draining)."""
+    events = []
+    for h in holds:
+        got = h["asked"] + h["waited"]
+        kind = "alone" if h["mode"] == "exclusive" else "shared" if h["mode"] in ("shared", "beside") else None
+        if kind:
+            events += [(got, kind, 1), (got + h["held"], kind, -1)]
+        if h["mode"] == "exclusive" and h["waited"] > 0:
+            events += [(h["asked"], "waiting", 1), (got, "waiting", -1)]
+    events.sort(key=lambda e: (e[0], e[2]))  # at one instant, ends before starts
+    count = {"alone": 0, "shared": 0, "waiting": 0}
+    spent = {"alone": 0.0, "shared": 0.0, "waited": 0.0, "idle": 0.0}
+    for (at, kind, step), (after, _, _) in zip(events, events[1:] + events[-1:]):
+        count[kind] += step
+        seconds = after - at
+        state = "alone" if count["alone"] else "shared" if count["shared"] else "idle"
+        spent[state] += seconds
+        if state == "shared" and count["waiting"]:
+            spent["waited"] += seconds
+    return spent["alone"], spent["shared"], spent["waited"], spent["idle"]
 
 
 def own_shared(hold: dict, holds: list[dict]) -> float:

@@ -48,3 +48,26 @@ def test_each_grade_of_a_test_is_logged_with_its_phases_and_the_report_sums_them
     assert report[-1] == "grading children: 2 forked by the fork server, 1 started fresh"
     assert report[1].split() == ["numerics", "8", "s", "(longest:", "scan", "5", "s,", "softmax", "3", "s)"]
     assert report[2].split()[:3] == ["start", "1", "s"]
+
+
+def test_the_lock_report_divides_the_span_into_the_gpu_held_alone_shared_and_by_none():
+    """Exclusive 10-20 s (its timer waiting from 5 s), shared 0-12 s (the timer's own grade) and 15-30 s, then
+    beside 33-35 s: alone 10 s; shared 22 s (0-10, 20-30, 33-35), 5 of them with the timer waiting; none 30-33 s."""
+    if not REPORT.exists():
+        pytest.skip("scripts/gpu_lock_report.py is the instructors' (not in the learner's kit)")
+    sys.path.insert(0, str(REPORT.parent))
+    try:
+        from gpu_lock_report import occupancy, report
+    finally:
+        sys.path.remove(str(REPORT.parent))
+    holds = [
+        {"mode": "exclusive", "asked": 5.0, "waited": 5.0, "held": 10.0, "pid": 1, "test": "t"},
+        {"mode": "shared", "asked": 0.0, "waited": 0.0, "held": 12.0, "pid": 1, "test": "t"},
+        {"mode": "shared", "asked": 14.0, "waited": 1.0, "held": 15.0, "pid": 2, "test": "u"},
+        {"mode": "beside", "asked": 33.0, "waited": 0.0, "held": 2.0, "pid": 3, "test": "u"},
+    ]
+    assert occupancy(holds) == (10.0, 22.0, 5.0, 3.0)
+    line = (
+        "the GPU: held alone (timing) 10 s, shared by numerics 22 s (a timer waiting in 5 s of them), held by none 3 s"
+    )
+    assert line in report(holds).splitlines()
