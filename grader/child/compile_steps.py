@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+from grader.core.vocabulary import COMPILING
+
 SOLUTION = "kcourse_solution_"  # the module name the loader gives the solution (loading.load)
 
 
@@ -32,5 +34,5 @@ def show_compiles(progress: Callable[[str], None]) -> None:
 
 def step_text(module: str, name: str) -> str:
     if module.startswith(SOLUTION):  # its kernels' names are the solution's own
-        return "compiling the solution's Triton kernels"
-    return f"compiling your Triton kernel {name}"
+        return f"{COMPILING}the solution's Triton kernels"
+    return f"{COMPILING}your Triton kernel {name}"

@@ -167,6 +167,10 @@ class Order(Vocab):
     PROBE_AGAIN = "probe_again"  # true: run the timing probe's bursts once more; false: end
 
 
+# A STEP event's text while the child compiles (child/compile_steps.py): the parent times these steps (child_link)
+COMPILING = "compiling "
+
+
 class Event(Vocab):
     """What a grading child (grader/child/worker.py, worker_tools.py; grader/capstone/train.py) tells its parent."""
 

@@ -173,6 +173,8 @@ ALONGSIDE = {
     "gpu_inputs": "the GPU process drawing inputs",
     "gpu_references": "the GPU process computing float64 references",
     "input_files": "writing the GPU process's inputs for the child",
+    "compiling": "your code's and the solution's Triton compiles and autotuning, as the child's steps showed them",
+    "compiling_alone": "of those, with the GPU held alone for timing (the kit's parallel tests)",
 }
 OTHER_MIN_S = 0.005
 

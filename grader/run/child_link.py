@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from grader import cuda_cpu
+from grader.core import gpu_lock
 from grader.core.job import Job
 from grader.core.records import ERROR, FAILED, PASSED, Check, GradeResult
-from grader.core.vocabulary import CheckName, Code, Event
+from grader.core.vocabulary import COMPILING, CheckName, Code, Event
 from grader.run import waiting
 from grader.run.sandbox import Child, ChildGone, ChildTimeout, Death, death_message, start_failure
 
@@ -26,6 +27,30 @@ REPORT_LIMIT = 1 << 16  # characters of a dead child's output read for the emula
 
 class Finished(Exception):
     """The grade has its verdict (a failure); stop talking to the child."""
+
+
+class CompileClock:
+    """The seconds the child spent in its compile steps (Triton's compiles, and the autotuning between them): from
+    such a STEP event to the child's next event, as this process reads them. `alone`: those begun while this process
+    held the GPU lock exclusively (the parallel tests' timing), time in which no other grade could use the GPU."""
+
+    def __init__(self):
+        self.total = self.alone = 0.0
+        self._since: float | None = None
+        self._alone = False
+
+    def seen(self, event: dict[str, Any], now: float) -> None:
+        if self._since is not None:
+            self.total += now - self._since
+            self.alone += now - self._since if self._alone else 0.0
+            self._since = None
+        if event.get("event") == Event.STEP and str(event.get("text", "")).startswith(COMPILING):
+            self._since, self._alone = now, gpu_lock.held_alone()
+
+    def phases(self) -> dict[str, float]:
+        """{"compiling": s, "compiling_alone": s} where any (beside a grade's phases: they overlap them)."""
+        spent = {"compiling": self.total, "compiling_alone": self.alone}
+        return {name: round(seconds, 3) for name, seconds in spent.items() if seconds > 0}
 
 
 class ChildLink:
@@ -46,6 +71,7 @@ class ChildLink:
         self.waited_from = time.monotonic()  # "still running" lines count from the job (next_event)
         self.line_due = self.waited_from + waiting.STILL_RUNNING_S
         self.quiet = False  # no terminal writes (while this process's clock times the probe's bursts)
+        self.compiles = CompileClock()
 
     def start(self, job: Job, started: float) -> None:
         """Send the job; the whole run's limit counts from `started`."""
@@ -107,7 +133,9 @@ class ChildLink:
                 )
                 self.line_due = now + waiting.STILL_RUNNING_S
             try:
-                return self.child.event(min(self.deadline, now + 1.0, self.line_due if lines else math.inf))
+                event = self.child.event(min(self.deadline, now + 1.0, self.line_due if lines else math.inf))
+                self.compiles.seen(event, time.monotonic())
+                return event
             except ChildTimeout:
                 if time.monotonic() >= self.deadline:
                     raise

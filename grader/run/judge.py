@@ -87,6 +87,7 @@ class Judge:
             self.child.kill()
             self._grader_error(exc, traceback.format_exc())
         finally:
+            self.phases.update(self.link.compiles.phases())
             self.close()
 
     def _start(self, job: Job) -> float:

@@ -413,3 +413,52 @@ def test_the_gpu_hold_a_grade_gives_is_taken_once_the_code_is_loaded_and_kept_to
     judge.gpu_hold = hold
     judge.run(Job(learner="/x/toy.py"))
     assert seen == [["load"], ["load", "numerics", "integrity"]]
+
+
+# --- the child's compile steps, timed --------------------------------------------------------------------------
+def test_compile_steps_are_timed_to_the_next_event_and_those_with_the_gpu_held_alone_apart(monkeypatch):
+    """A STEP "compiling ..." lasts until the child's next event, whatever it is; another step is not a compile; a
+    compile begun while this process holds the GPU lock exclusively (the parallel tests' timing) counts apart too."""
+    from grader.core import gpu_lock
+    from grader.core.vocabulary import COMPILING
+    from grader.run.child_link import CompileClock
+
+    alone = [False]
+    monkeypatch.setattr(gpu_lock, "held_alone", lambda: alone[0])
+    clock = CompileClock()
+    assert clock.phases() == {}
+    clock.seen({"event": "step", "text": f"{COMPILING}your Triton kernel k"}, 1.0)
+    clock.seen({"event": "step", "text": f"{COMPILING}the solution's Triton kernels"}, 2.5)  # the next compile
+    clock.seen({"event": "trial"}, 4.0)
+    clock.seen({"event": "step", "text": "checking n=1"}, 5.0)
+    alone[0] = True
+    clock.seen({"event": "step", "text": f"{COMPILING}your Triton kernel k"}, 6.0)
+    clock.seen({"event": "timed"}, 8.0)
+    assert clock.phases() == {"compiling": 5.0, "compiling_alone": 2.0}
+
+
+def test_a_grades_phases_say_how_long_the_child_compiled(toy, toy_child):
+    """The judge reads the child's compile steps as they come: the seconds until the next event are the grade's
+    `compiling`, shown beside its phases (not added to them)."""
+    from grader.core.vocabulary import COMPILING
+    from grader.reports.console import format_phases
+
+    child = toy_child()
+    child.after_job = [{"event": "step", "text": f"{COMPILING}your Triton kernel toy"}, {"event": "loaded"}]
+    answer = child.event
+
+    def slow_to_load(deadline):
+        event = answer(deadline)
+        if event.get("event") == "loaded":
+            time.sleep(0.2)  # the kernel compiling, before the child says it loaded
+        return event
+
+    child.event = slow_to_load
+    result = GradeResult(exercise=toy.id, lang="triton", source="learner", seed=1)
+    judge = Judge(toy, toy.variant(None), child, result, 1, 60.0, False, None)
+    judge.run(Job(learner="/x/toy.py"))
+    assert verdicts(result)[:2] == [LOADED, ("numerics", PASSED, None)]
+    assert 0.2 <= judge.phases["compiling"] < 5 and "compiling_alone" not in judge.phases
+    result.phases = judge.phases
+    line = format_phases(result, total_s=10.0)
+    assert "compiling" not in line.split(" = total")[0] and "compiling " in line.split("alongside them:")[1]
