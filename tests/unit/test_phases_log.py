@@ -34,13 +34,7 @@ def test_each_grade_of_a_test_is_logged_with_its_phases_and_the_report_sums_them
     assert (line["test"], line["exercise"], line["lang"], line["status"]) == (test, "vector_add", "triton", "error")
     assert line["wall"] >= 0 and isinstance(line["phases"], dict)
     assert line["children"] == {"forked": 0, "fresh": 0}  # a file that is not there is refused before any child
-    if not REPORT.exists():
-        pytest.skip("scripts/gpu_lock_report.py is the instructors' (not in the learner's kit)")
-    sys.path.insert(0, str(REPORT.parent))
-    try:
-        from gpu_lock_report import phases_report
-    finally:
-        sys.path.remove(str(REPORT.parent))
+    phases_report = _report_script().phases_report
     grades = [line, dict(line, exercise="softmax", phases={"numerics": 3.0, "start": 1.0})]
     grades.append(dict(line, exercise="scan", phases={"numerics": 5.0}, children={"forked": 2, "fresh": 1}))
     report = phases_report(grades).splitlines()
@@ -53,13 +47,7 @@ def test_each_grade_of_a_test_is_logged_with_its_phases_and_the_report_sums_them
 def test_the_lock_report_divides_the_span_into_the_gpu_held_alone_shared_and_by_none():
     """Exclusive 10-20 s (its timer waiting from 5 s), shared 0-12 s (the timer's own grade) and 15-30 s, then
     beside 33-35 s: alone 10 s; shared 22 s (0-10, 20-30, 33-35), 5 of them with the timer waiting; none 30-33 s."""
-    if not REPORT.exists():
-        pytest.skip("scripts/gpu_lock_report.py is the instructors' (not in the learner's kit)")
-    sys.path.insert(0, str(REPORT.parent))
-    try:
-        from gpu_lock_report import occupancy, report
-    finally:
-        sys.path.remove(str(REPORT.parent))
+    occupancy, report = _report_script().occupancy, _report_script().report
     holds = [
         {"mode": "exclusive", "asked": 5.0, "waited": 5.0, "held": 10.0, "pid": 1, "test": "t"},
         {"mode": "shared", "asked": 0.0, "waited": 0.0, "held": 12.0, "pid": 1, "test": "t"},
@@ -71,3 +59,15 @@ def test_the_lock_report_divides_the_span_into_the_gpu_held_alone_shared_and_by_
         "the GPU: held alone (timing) 10 s, shared by numerics 22 s (a timer waiting in 5 s of them), held by none 3 s"
     )
     assert line in report(holds).splitlines()
+
+
+def _report_script():
+    """scripts/gpu_lock_report.py as a module (a test that reads it skips in a learner's kit, which has no scripts/)."""
+    import importlib.util
+
+    if not REPORT.exists():
+        pytest.skip("scripts/gpu_lock_report.py is the instructors' (not in the learner's kit)")
+    spec = importlib.util.spec_from_file_location("gpu_lock_report", REPORT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
