@@ -11,15 +11,16 @@ env KCOURSE_TEST_BUILD_CACHE=/tmp/kc KCOURSE_GPU_LOCK_LOG="$BG/lock.jsonl" KCOUR
   timeout -s INT -k 30 "${TIER_LIMIT_S:-1150}" python3 -m pytest -m "gpu and not slow and not bench" -n 12 \
   --dist worksteal -q -p no:cacheprovider -rfE --durations=40 --junitxml="$BG/junit.xml"
 python3 scripts/gpu_lock_report.py "$BG/lock.jsonl" "$BG/phases.jsonl" >"$BG/lock_report.txt" 2>&1
-# Where the FA2 backward's grade spends its time (in one process, cold then warm; its phases now say what the GPU
-# process spent on inputs and references), then its row of issue 42's table: one-shot cold and warm, after a kernel
-# edit, and kcourse watch's save -> verdict.
-timeout 420 python3 scripts/feedback_bench.py --steps flash_attention_v2_backward triton
-timeout 600 python3 scripts/feedback_bench.py --table flash_attention_v2_backward:triton
-# The GPU process's references beside its draws (heavy.BESIDE_ENV), an experiment: warm grades, alternating.
+# The GPU process's references beside its draws (heavy.BESIDE_ENV), an experiment: warm grades, alternating. First,
+# as the cheapest (about 100 s): a session's device time may end before the rest.
 for beside in 0 1 0 1; do
   started=$(date +%s)
   KCOURSE_REFERENCES_BESIDE=$beside python3 -m grader grade flash_attention_v2_backward --source solutions -v 2>&1 |
     grep -E "^phases|=> " | cut -c1-700
   echo "TOOK $(($(date +%s) - started)) s: references beside the draws: $beside"
 done
+# Where the FA2 backward's grade spends its time (in one process, cold then warm; its phases now say what the GPU
+# process spent on inputs and references), then its row of issue 42's table: one-shot cold and warm, after a kernel
+# edit, and kcourse watch's save -> verdict.
+timeout 420 python3 scripts/feedback_bench.py --steps flash_attention_v2_backward triton
+timeout 600 python3 scripts/feedback_bench.py --table flash_attention_v2_backward:triton
