@@ -1,10 +1,11 @@
 """A solution's design options timed beside its PyTorch anchor and a copy, on a GPU: the evidence for its defaults.
 
-    python3 scripts/design_bench.py scan | scan-trace | histogram | layer_norm_backward   (repository root, GPU)
+    python3 scripts/design_bench.py scan | scan-trace | histogram | layer_norm_backward | flash   (repository root, GPU)
 
 scan: solutions/scan/scan.cu's default build beside a few others of its defines (as `kcourse tune scan` builds
 them); scan-trace: its TRACE builds' per-tile phase times (loads, look-back, stores), to see where the time goes. histogram (Triton) and layer_norm_backward: the solutions with their keyword options (tiles, warps, programs
-an SM); for the histogram also tl.histogram counting with no loads at all (scripts/design_kernels.py), its ceiling.
+an SM); for the histogram also tl.histogram counting with no loads at all (scripts/design_kernels.py), its ceiling;
+flash: the Triton FA2 forward's tile configurations beside torch's SDPA, in TFLOP/s and % of SDPA's speed.
 Every candidate is checked against PyTorch first, into poisoned outputs (a wrong one is named and
 dropped), then all are timed alternately in one process (grader.child.timing: L2 flushed, median) with the anchor, and
 printed fastest first in GB/s and % of the measured copy bandwidth.
@@ -267,11 +268,82 @@ def bench_layer_norm_backward() -> None:
         print_rates(f"layer_norm_backward {M}x{N} {str(dtype)[6:]}", runs, moved, copy_gbps)
 
 
+# --- flash attention forward (Triton) --------------------------------------------------------------------------------
+
+FLASH_CONFIGS = [  # (BLOCK_M, BLOCK_N, warps, stages): the solution's own configurations first, then others
+    (128, 64, 4, 2),
+    (128, 64, 4, 3),
+    (128, 64, 4, 4),
+    (128, 128, 8, 2),
+    (128, 128, 8, 3),
+    (64, 64, 4, 3),
+    (128, 128, 8, 4),
+    (128, 64, 8, 3),
+    (128, 32, 4, 3),
+]
+
+
+def flash_candidates(solution, args: tuple, causal: bool) -> dict[str, Callable[[], None]]:
+    """The solution's entry with each configuration of FLASH_CONFIGS alone (an autotuner of one configuration over
+    its kernel each, swapped in for the call), on the TMA path and, for its default configurations, on pointer loads."""
+    import triton
+
+    kernel = solution._flash_fwd
+    candidates = {}
+    for bm, bn, w, s in FLASH_CONFIGS:
+        config = triton.Config(
+            {"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s, pre_hook=solution._block_shapes
+        )
+        tuner = triton.autotune(configs=[config], key=["N_KEY", "HEAD_DIM", "CAUSAL", "TMA"])(kernel.fn)
+        for tma in (True, False):
+
+            def run(tuner=tuner, tma=tma):
+                solution._flash_fwd, solution.USE_TMA = tuner, tma
+                solution.flash_attention_v2(*args, causal)
+
+            candidates[f"{bm}x{bn} w{w} s{s} {'tma' if tma else 'pointers'}"] = run
+    return candidates
+
+
+def bench_flash() -> None:
+    """The Triton FA2 forward's configurations beside torch's SDPA (issue 42's bar: 90% of its speed), bf16
+    4 x 32 x 4096, d = 128 and 64, causal and not: each checked against SDPA, then all timed alternately."""
+    import torch.nn.functional as F
+
+    solution = solution_module("solutions/flash_attention_v2/flash_attention_v2.py")
+    for d in (128, 64):
+        for causal in (False, True):
+            q, k, v = (torch.randn(4, 32, 4096, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+            out, lse = torch.empty_like(q), torch.empty(q.shape[:-1], device="cuda", dtype=torch.float32)
+            want = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            runs = correct_only(
+                flash_candidates(solution, (q, k, v, out, lse), causal),
+                lambda: out.fill_(float("nan")),
+                lambda: bool(torch.allclose(out.float(), want.float(), atol=2e-2, rtol=2e-2)),
+            )
+            runs["sdpa"] = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            print_flops(
+                f"flash forward d={d} causal={causal}", runs, 4 * 4 * 32 * 4096 * 4096 * d // (2 if causal else 1)
+            )
+
+
+def print_flops(title: str, runs: dict[str, Callable[[], object]], flops: int) -> None:
+    measured = timing.time_alternating(runs)
+    sdpa_ms = measured["sdpa"]["median_ms"]
+    print(f"\n{title} on {torch.cuda.get_device_name()} (SDPA {flops / sdpa_ms / 1e9:.0f} TFLOP/s)")
+    for name, m in sorted(measured.items(), key=lambda kv: kv[1]["median_ms"]):
+        rate = flops / m["median_ms"] / 1e9
+        print(
+            f"  {name:34s} {m['median_ms']:8.3f} ms {rate:6.0f} TFLOP/s {100 * sdpa_ms / m['median_ms']:4.0f}% of SDPA"
+        )
+
+
 BENCHES = {
     "scan": bench_scan,
     "scan-trace": bench_scan_trace,
     "histogram": bench_histogram,
     "layer_norm_backward": bench_layer_norm_backward,
+    "flash": bench_flash,
 }
 
 if __name__ == "__main__":
