@@ -40,8 +40,11 @@ def compile_fixtures(names: list[str | Path]) -> None:
 
 
 def numerics(result):
-    """The numerics check (compute-sanitizer's may also fail on a racy kernel, and comes apart from it)."""
-    return next(c for c in result.checks if c.name == "numerics")
+    """The numerics check (compute-sanitizer's may also fail on a racy kernel, and comes apart from it); a grade that
+    ended before numerics fails the test with its verdict (a build error, a crash, a full GPU), not a StopIteration."""
+    found = [c for c in result.checks if c.name == "numerics"]
+    assert found, f"no numerics check: {result.verdict}"
+    return found[0]
 
 
 def figures(result) -> str:

@@ -87,6 +87,7 @@ class Code(Vocab):
     LOAD_TIMEOUT = "load_timeout"
     BOX_FAILED = "box_failed"
     CHILD_START = "child_start"  # the grading process never became ready (before any learner code ran)
+    GPU_FULL = "gpu_full"  # the grader's own GPU work (inputs, references) ran out of memory: other processes hold it
     # run: the child's end
     CRASH = "crash"
     TIMEOUT = "timeout"

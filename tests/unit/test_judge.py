@@ -356,6 +356,24 @@ def test_a_broken_reference_is_the_graders_error_not_the_learners(spec_of, toy_c
     assert "Traceback" in last(result).details["traceback"]
 
 
+def test_a_full_gpu_in_the_graders_own_work_says_so_and_what_to_do_not_internal_error(spec_of, toy_child):
+    """torch's out-of-memory error in this process (a reference on a GPU that other processes filled: a parallel test
+    run on an H100 met it) is no grader bug: the verdict names the full GPU and what to do, without a traceback."""
+    import torch
+
+    spec = spec_of(
+        reference="import torch\ndef reference(a, b):\n    raise torch.OutOfMemoryError('CUDA out of memory. Tried to "
+        "allocate 66.00 MiB')\n"
+    )
+    assert issubclass(torch.OutOfMemoryError, RuntimeError)
+    result = grade(spec, toy_child(spec))
+    assert verdicts(result) == [LOADED, ("grader", ERROR, "gpu_full")]
+    message = last(result).message
+    assert message.startswith("not judged: the GPU ran out of memory in the grader's own work")
+    assert "`nvidia-smi` lists them" in message and message.endswith("Free the GPU and grade again")
+    assert "internal grader error" not in message and "traceback" not in last(result).details
+
+
 def test_a_failure_drawing_inputs_is_the_graders_error_not_a_hang(spec_of, toy_child):
     """The producer thread fails on the second case's draw: the child is stopped and the grade says whose fault."""
     boom = "def boom(x, *, n):\n    if n == 37:\n        raise KeyError('no')\n    return x\n"
