@@ -5,11 +5,17 @@ cases use, every configuration of a tuned size: docs/grading.md). A grade that s
 now says what it is doing: the step is the child's live line, which `kcourse grade` and `kcourse watch` show while
 they wait and a time-out's message names, and scripts/feedback_bench.py's event timeline shows how long each compile
 took. Triton calls the hook before each compile of a kernel this process has not compiled yet, a hit in its disk
-cache included (that one ends at once)."""
+cache included (that one ends at once).
+
+Where grades share a GPU (the kit's parallel tests, grader/core/gpu_lock.py), the child compiles for its timed sizes
+before its grade takes the GPU alone (`compiling_only`: Triton's autotuners compile every configuration, timing
+none), so that the timing, with the GPU held alone, has nothing left to compile."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Callable
 
 from grader.core.vocabulary import COMPILING
 
@@ -36,3 +42,55 @@ def step_text(module: str, name: str) -> str:
     if module.startswith(SOLUTION):  # its kernels' names are the solution's own
         return f"{COMPILING}the solution's Triton kernels"
     return f"{COMPILING}your Triton kernel {name}"
+
+
+@contextmanager
+def compiling_only() -> Iterator[None]:
+    """For the block, Triton's autotuners compile and run each configuration once where they would time it, and keep
+    nothing of it: the choices made meanwhile are forgotten after, and Triton's disk cache of tunings is neither read
+    nor written. The timed run then tunes as it would have (from that cache, or by timing), with every configuration
+    compiled already (gpu_lock.compile_first). A Triton without these internals: the block runs as it is."""
+    try:
+        from triton.runtime.autotuner import Autotuner
+    except ImportError:
+        yield
+        return
+    bench, disk = Autotuner.__dict__.get("_bench"), Autotuner.__dict__.get("check_disk_cache")
+    if bench is None:
+        yield
+        return
+    touched: dict[int, tuple[Any, set]] = {}  # id -> (autotuner, the tuning keys it had before the block)
+
+    def once(self, *args, config, **meta):
+        touched.setdefault(id(self), (self, set(self.cache)))
+        return _run_once(self, args, config, meta)
+
+    def uncached(self, tuning_key, configs, bench_fn) -> bool:
+        bench_fn()
+        return False
+
+    Autotuner._bench = once
+    if disk is not None:
+        Autotuner.check_disk_cache = uncached
+    try:
+        yield
+    finally:
+        Autotuner._bench = bench
+        if disk is not None:
+            Autotuner.check_disk_cache = disk
+        for tuner, keys in touched.values():
+            for key in set(tuner.cache) - keys:
+                del tuner.cache[key]
+
+
+def _run_once(tuner, args: tuple, config, meta: dict) -> list[float]:
+    """One run of the autotuner's kernel with `config` (compiling it): [0, 0, 0] as its timing, or infinities where
+    it failed (a configuration too large for this GPU, which the timed tuning then meets and skips)."""
+    current = dict(meta, **config.all_kwargs())
+    try:
+        if config.pre_hook:
+            config.pre_hook({**tuner.nargs, **current})
+        tuner.fn.run(*args, **current)
+    except Exception:
+        return [float("inf")] * 3
+    return [0.0] * 3

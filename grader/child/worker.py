@@ -141,7 +141,7 @@ class Worker:
         self.run_trials(learner)
         message = self.read_message()
         if Order.TIME in message:
-            self.time_cases(learner, message[Order.TIME])
+            self.time_cases(learner, message[Order.TIME], bool(message.get(Order.COMPILE_FIRST)))
 
     def enter_box(self) -> None:
         """Into the box the parent drew (box.py) before any learner code loads; a box that fails ends the run."""
@@ -349,11 +349,16 @@ class Worker:
         return got
 
     # --- timing --------------------------------------------------------------------------------
-    def time_cases(self, learner: loading.Caller, cases: list[dict]) -> None:
+    def time_cases(self, learner: loading.Caller, cases: list[dict], compile_first: bool = False) -> None:
         solution = None
         if self.job.solution:
             solution = self._load(Path(self.job.solution), self.job.solution_library, "solution")
         for message in cases:
+            if compile_first and not message.get("memory_only"):  # after the sizes run for their memory alone
+                compile_first = False
+                self.read_message()  # the parent's go for it
+                self._compile_first(learner, solution, [m for m in cases if not m.get("memory_only")])
+                self.events.send(Event.COMPILED)
             self.read_message()  # the parent's go: it is listening, so its clock brackets this case
             case = self.spec.performance.cases[message["case"]]
             self.progress(f"{'peak memory at' if message.get('memory_only') else 'timing'} {case.label()}")
@@ -380,6 +385,28 @@ class Worker:
             self.events.send(Event.TIMED, k=message["k"], measured=measured, outputs=files, memory=peaks)
             if message.get("probe"):
                 self._probe_while_asked(functions, self.variant.kind_of.host_side)
+
+    def _compile_first(self, learner: loading.Caller, solution, messages: list[dict]) -> None:
+        """Every contestant once at each size to time, Triton's autotuners compiling every configuration and timing
+        none (compile_steps.compiling_only), before the parent takes the GPU alone (Order.COMPILE_FIRST). A failure
+        ends the pass unreported: the timed run meets it again, and reports it as it always has."""
+        from grader.child.compile_steps import compiling_only
+
+        for message in messages:
+            case = self.spec.performance.cases[message["case"]]
+            self.progress(f"compiling for {case.label()}")
+            inputs, mine = self._tensors(case, message)
+            functions = {
+                "learner": lambda: learner({**inputs, **mine}, case.params),
+                **self._others(solution, learner, inputs, case, message),
+            }
+            try:
+                with compiling_only():
+                    for function in functions.values():
+                        function()
+                self.sync()
+            except Exception:
+                return
 
     def _others(self, solution, learner, inputs: dict, case: Case, message: dict) -> dict[str, Callable]:
         """The contestants timed beside the learner: the solution, the learner's own baseline (spec

@@ -32,6 +32,11 @@ A grade's helper process (the references' GPU process, run/heavy.py) holds it `b
 queued behind a waiting timer, since its grade may hold the lock shared and wait for its results; it waits only while
 a timer holds the lock, and at most `BESIDE_LIMIT_S`, then goes on unlocked.
 
+A grade compiles first (`compile_first`): its child compiles what its timed runs will launch, Triton's autotuning
+included, before the grade asks for the exclusive hold; compiling is CPU work that, inside the hold, kept every other
+grade off the GPU (a GPU tier on an H100: 156 of its 344 s held alone went on compiling).
+`KCOURSE_GPU_LOCK_COMPILE_FIRST=0` turns that off.
+
 One thread per process takes the lock (the grade's main thread). `KCOURSE_GPU_LOCK_LOG` names a file where each hold
 appends a JSON line (mode, when asked, seconds waited and held, the pytest test): where a parallel GPU test run's
 time goes (scripts/gpu_lock_report.py sums it)."""
@@ -53,6 +58,7 @@ PATIENCE_S = 30.0  # how long a timer waits beside new numerics before it stops 
 POLL_S = 0.02
 BESIDE_LIMIT_S = 120.0  # a helper waits this long for a timer to finish, then works unlocked (never a deadlock)
 LOG_ENV = "KCOURSE_GPU_LOCK_LOG"
+COMPILE_FIRST_ENV = "KCOURSE_GPU_LOCK_COMPILE_FIRST"
 FAVOURED_NICE = -10  # the timing processes' CPU priority while they hold the GPU alone (where that may be raised)
 
 
@@ -232,6 +238,12 @@ def exclusive(*favoured: int):
     """Held while this process's child times: no other holder of the lock uses the GPU meanwhile. `favoured`: the
     pids of the processes that time (the child), which with this thread get the CPU first while it is held."""
     return _holding("exclusive", favoured)
+
+
+def compile_first() -> bool:
+    """Whether a grade's child compiles for its timed sizes before the grade takes the lock exclusively: where the
+    lock is on for this process (not off, not held alone by a process above it), unless COMPILE_FIRST_ENV is 0."""
+    return _lock() is not None and os.environ.get(COMPILE_FIRST_ENV) != "0"
 
 
 def timers_waiting() -> bool:

@@ -159,10 +159,11 @@ class Code(Vocab):
 
 class Order(Vocab):
     """What a grading parent tells its child after the job (grader/run/ -> grader/child/worker.py): each message is
-    a JSON object whose one key is the order. A trial to run is a message of its own ({"case", "k", ...})."""
+    a JSON object whose key is the order (TIME's carries COMPILE_FIRST beside it). A trial to run is a message of its own ({"case", "k", ...})."""
 
     END_TRIALS = "end_trials"  # every numerics trial has been sent
     TIME = "time"  # time these sizes: [{case, label, anchor, ...}]; any other message after the trials ends the run
+    COMPILE_FIRST = "compile_first"  # with TIME, true: compile for the timed sizes at a go of its own (gpu_lock)
     STOP = "stop"  # no timing: end as after a grade
     GO = "go"  # the parent is listening: start the next timed burst (its clock brackets it)
     PROBE_AGAIN = "probe_again"  # true: run the timing probe's bursts once more; false: end
@@ -180,6 +181,7 @@ class Event(Vocab):
     LOADED = "loaded"  # the learner's file imported
     TRIAL = "trial"  # one numerics trial ran: its output files and the integrity evidence
     TRIALS_DONE = "trials_done"
+    COMPILED = "compiled"  # compiled for the timed sizes (Order.COMPILE_FIRST): the parent may take the GPU alone
     TIMING_START = "timing_start"
     TIMED = "timed"  # one timed size: the medians it measured
     PROBE_START = "probe_start"  # the parent's clock times the bursts between these two

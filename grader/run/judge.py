@@ -376,9 +376,13 @@ class Judge:
 
     def _time_sizes(self, timed: list[tuple[int, Case]], messages: list[dict[str, Any]]) -> None:
         self._stage_solution()
-        self.child.send({Order.TIME: messages})
         first = sum(1 for m in messages if m["memory_only"])  # the sizes run for their memory alone come first
+        compile_first = gpu_lock.compile_first() and first < len(messages)
+        self.child.send({Order.TIME: messages, Order.COMPILE_FIRST: compile_first})
         records = [self._one_timed_case(index, case, untimed=True) for index, case in timed[:first]]
+        if compile_first:  # CPU work: other grades may use the GPU meanwhile (gpu_lock)
+            self.child.send({Order.GO: True})
+            self.link.expect(Event.COMPILED)
         with gpu_lock.exclusive(self.child.pid):  # timing: no other grade's work on the GPU, the CPU first
             self.link.deadline = max(self.link.deadline, time.monotonic() + self.timeout_s)  # the lock's wait is ours
             records += [self._one_timed_case(index, case) for index, case in timed[first:]]

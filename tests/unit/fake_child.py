@@ -67,6 +67,7 @@ class FakeChild:
         self.burst_s: dict[str, float] = {}
         self.peak_bytes: dict[str, int] = {}  # the peak memory beyond inputs and outputs each timed size reports
         self.timed: list[dict] = []
+        self.compile_first = False  # the judge's Order.COMPILE_FIRST (gpu_lock on): a go of its own before the timing
         self.state = "numerics"
         self.bursts: list[str] = []
         self.printed = ""  # what the child wrote to its stdout/stderr (the judge reads it when the child dies)
@@ -111,6 +112,7 @@ class FakeChild:
             self._trial(message)
         elif "time" in message:
             self.timed, self.state = list(message["time"]), "timing"
+            self.compile_first = bool(message.get("compile_first"))
         elif "go" in message:
             self._go()
         elif message.get("probe_again"):
@@ -144,7 +146,12 @@ class FakeChild:
         )
 
     def _go(self) -> None:
-        if self.state == "timing":
+        if self.state == "timing" and self.compile_first and not self.timed[0].get("memory_only"):
+            self.compile_first = False  # worker._compile_first: the kernel once at each size to time, then "compiled"
+            for message in self.timed:
+                self._run(message, self.spec.performance.cases[message["case"]].params)
+            self._put({"event": "step", "text": "compiling for the timed sizes"}, {"event": "compiled"})
+        elif self.state == "timing":
             message = self.timed.pop(0)
             outputs = self._run(message, self.spec.performance.cases[message["case"]].params)
             memory_only = message.get("memory_only")  # worker._memory_only: one measured run, no timer

@@ -37,3 +37,57 @@ def test_a_hook_set_before_is_kept_and_still_decides_and_the_step_is_set_once():
     compile_steps.show_compiles(steps.append)  # a second call wraps nothing again
     assert knobs.runtime.jit_cache_hook(key="k", fn=fn("helpers", "_load"), already_compiled=False) is True
     assert seen == ["_load"] and steps == ["compiling your Triton kernel _load"]
+
+
+# --- compiling_only: the timed sizes compiled before the GPU is held alone (gpu_lock.compile_first) ---------------
+
+
+def _add_one_tuned(cache_results: bool = True):
+    """A fresh autotuner of two configurations over a kernel that adds one to x (interpreted without a GPU)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def add_one(x, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(x + offs, tl.load(x + offs, mask=offs < n) + 1, mask=offs < n)
+
+    configs = [triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": 32})]
+    return triton.autotune(configs=configs, key=["n"], cache_results=cache_results)(add_one)
+
+
+def _call(tuned, x):
+    import triton
+
+    tuned[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, x.numel())
+
+
+def test_compiling_only_runs_each_configuration_once_times_none_and_forgets_the_choice(monkeypatch):
+    import torch
+    from triton.runtime.autotuner import Autotuner
+
+    tuned = _add_one_tuned()
+    tuned._do_bench = lambda *a, **k: pytest.fail("a configuration was timed")
+    monkeypatch.setattr(Autotuner, "check_disk_cache", lambda *a: pytest.fail("Triton's disk cache was used"))
+    x = torch.zeros(40, device="cuda" if torch.cuda.is_available() else "cpu")
+    with compile_steps.compiling_only():
+        _call(tuned, x)
+    assert torch.equal(x.cpu(), torch.full((40,), 3.0))  # each configuration once, then the call's own run
+    assert tuned.cache == {}  # the timed run tunes as it would have
+    assert Autotuner.check_disk_cache is not None and Autotuner._bench.__name__ == "_bench"  # restored
+
+
+def test_compiling_only_keeps_a_choice_made_before_and_a_failing_configuration_costs_nothing():
+    import torch
+
+    tuned = _add_one_tuned(cache_results=False)
+    tuned._do_bench = lambda kernel_call, quantiles: (kernel_call(), [1.0, 1.0, 1.0])[1]  # a timer that only runs
+    x = torch.zeros(40, device="cuda" if torch.cuda.is_available() else "cpu")
+    _call(tuned, x)  # tuned before the block: each configuration once by that timer, then the call
+    chosen = dict(tuned.cache)
+    with compile_steps.compiling_only():
+        _call(tuned, x)  # the choice kept: nothing run per configuration
+    assert tuned.cache == chosen and len(chosen) == 1 and torch.equal(x.cpu(), torch.full((40,), 4.0))
+    failing = SimpleNamespace(all_kwargs=lambda: {"BLOCK": 16}, pre_hook=lambda nargs: 1 / 0)
+    tuned.nargs = {}
+    assert compile_steps._run_once(tuned, (x, 40), failing, {}) == [float("inf")] * 3

@@ -283,6 +283,32 @@ def test_the_child_times_with_the_gpu_lock_held_exclusively_and_checks_numerics_
     assert held == {"t": True, **{k: False for k in held if k != "t"}} and len(held) > 1, held
 
 
+@pytest.mark.parametrize("first", ["1", "0"], ids=["compile_first", "compile_first_off"])
+def test_where_grades_share_the_gpu_the_child_compiles_for_the_timed_sizes_before_it_is_held_alone(
+    toy, toy_child, tmp_path, monkeypatch, first
+):
+    """gpu_lock.compile_first: a go of its own, answered "compiled", before the exclusive hold; the child's runs
+    then (its compiles) are beside other grades, and the timing alone. KCOURSE_GPU_LOCK_COMPILE_FIRST=0: none."""
+    import os
+
+    from grader.core import gpu_lock
+
+    monkeypatch.setenv(gpu_lock.ENV, str(tmp_path / "gpu.lock"))
+    monkeypatch.setenv(gpu_lock.COMPILE_FIRST_ENV, first)
+    runs = []
+
+    def kernel(inputs, params, k):
+        if str(k).startswith("t"):
+            runs.append(os.environ.get(gpu_lock.HELD_ENV) == str(os.getpid()))
+        return {"c": inputs["a"] + inputs["b"]}
+
+    child = toy_child(kernel=kernel, measured={"learner": {"median_ms": 1.0, "runs": 10}})
+    assert last(grade(toy, child, timing=True)).name == "speed"
+    time_message = next(m for m in child.sent if "time" in m)
+    assert time_message["compile_first"] is (first == "1")
+    assert runs == ([False, True] if first == "1" else [True])  # compiled beside others, then timed alone
+
+
 def test_a_size_run_for_its_memory_alone_does_not_wait_for_the_gpu_to_itself(spec_of, toy_child, tmp_path, monkeypatch):
     """Only timing needs the GPU alone: a memory bar's other sizes (a peak of the learner's own allocations) run
     beside other grades' numerics, so they do not lengthen the time other grades' timers wait."""

@@ -81,6 +81,35 @@ def test_a_memory_only_size_runs_the_learner_alone_and_times_nothing(toy, tmp_pa
     assert steps == ["peak memory at n=64"]
 
 
+def test_compile_first_runs_each_contestant_once_per_timed_size_after_the_memory_sizes_then_says_compiled(
+    toy, tmp_path, monkeypatch
+):
+    """Order.COMPILE_FIRST: a go of its own once the sizes run for their memory alone are done; every contestant of
+    each timed size runs once (Triton's autotuners compiling, timing nothing), then COMPILED, then the timing."""
+    child, calls = fake_child(toy, tmp_path, monkeypatch), []
+    child.time_cases(adder(calls), [message(memory_only=True), message(memory_only=False)], compile_first=True)
+    events = [event for event, _ in child.events.sent]
+    assert events.index(Event.TIMED) < events.index(Event.COMPILED) < events.index(Event.TIMING_START, 2)
+    steps = [data["text"] for event, data in child.events.sent if event == Event.STEP]
+    assert steps == ["peak memory at n=64", "compiling for n=64", "timing n=64"]
+    assert calls == [64, 64, 64, 64]  # memory size twice, compile pass once, timed once (the faked timer)
+
+
+def test_a_failure_in_the_compile_pass_ends_it_unreported_and_the_timing_still_runs(toy, tmp_path, monkeypatch):
+    child, calls = fake_child(toy, tmp_path, monkeypatch), []
+    learner = adder(calls)
+
+    def fails_first(tensors, params):
+        if not calls:
+            calls.append("failed")
+            raise RuntimeError("out of resources")
+        learner(tensors, params)
+
+    child.time_cases(fails_first, [message(memory_only=False)], compile_first=True)
+    assert [e for e, _ in child.events.sent if e in (Event.COMPILED, Event.TIMED)] == [Event.COMPILED, Event.TIMED]
+    assert calls == ["failed", 64]
+
+
 def _read(timed: dict, name: str) -> torch.Tensor:
     from grader.checks.inputs import load_tensor
 
