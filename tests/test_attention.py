@@ -267,3 +267,33 @@ def test_flash_solution_against_sdpa_at_4x32x4096x128_bf16(causal):
         f"\ncausal={causal}: solution {ours:.3f} ms {flops / ours / 1e9:.0f} TFLOP/s; SDPA {sdpa:.3f} ms "
         f"{flops / sdpa / 1e9:.0f} TFLOP/s; solution / SDPA speed {sdpa / ours:.2f}"
     )
+
+
+@pytest.mark.parametrize("exercise", ["flash_attention_v1", "tk_attention"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_float64_reference_runs_a_few_heads_at_a_time_and_gives_the_same_values(exercise, causal, monkeypatch):
+    """float64 has only torch's math path, which holds every head's N x N scores at once (37 GB at a timed size on a
+    shared H100: the GPU ran out): the verdict's reference runs chunks of heads, to the same values; the "torch"
+    figure's dtypes still call SDPA once."""
+    from types import SimpleNamespace
+
+    import torch
+    import torch.nn.functional as F
+    from interpreted import load_module
+
+    reference = load_module(ROOT / "exercises" / exercise / "reference.py", f"{exercise}_reference_chunks")
+    q, k, v = (torch.randn(2, 3, 20, 8, dtype=torch.float64) for _ in range(3))
+    whole = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(args[0].shape[0])
+        return F.scaled_dot_product_attention(*args, **kwargs)
+
+    monkeypatch.setattr(reference, "F", SimpleNamespace(scaled_dot_product_attention=counted))
+    monkeypatch.setattr(reference, "SCORES_PER_CHUNK", 4 * 20 * 20)  # four heads a chunk
+    assert torch.equal(reference.reference(q, k, v, causal=causal), whole)
+    assert calls == [4, 2]
+    calls.clear()
+    half = reference.reference(q.half(), k.half(), v.half(), causal=causal)
+    assert calls == [2] and half.shape == q.shape  # one call over the whole batch
