@@ -36,6 +36,7 @@ class Kind:
     returns_outputs: bool = False  # the entry point returns its outputs rather than filling given ones
     python_entry: bool = False  # a Python function: spec [checks] (autograd, torch.compile) can call it
     op_library: bool = False  # it registers torch operators (TORCH_LIBRARY): aten calls are its own, not cheats
+    compiles_when_run: bool = False  # its kernels compile (and tune) at their first call at a new size: Triton's JIT
 
     def hook(self, which: str) -> Callable[..., Any]:
         """The function a hook names (`loader` or `builder`), imported now."""

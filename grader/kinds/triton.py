@@ -10,6 +10,7 @@ KIND = Kind(
     suffixes=(".py", ".ipynb"),
     loader="grader.child.loading:load_python",
     interpreted=True,
+    compiles_when_run=True,
     python_entry=True,
     sanitizer_tools=("memcheck",),
     prewarm="triton",

@@ -377,7 +377,7 @@ class Judge:
     def _time_sizes(self, timed: list[tuple[int, Case]], messages: list[dict[str, Any]]) -> None:
         self._stage_solution()
         first = sum(1 for m in messages if m["memory_only"])  # the sizes run for their memory alone come first
-        compile_first = gpu_lock.compile_first() and first < len(messages)
+        compile_first = gpu_lock.compile_first() and self.variant.kind_of.compiles_when_run and first < len(messages)
         self.child.send({Order.TIME: messages, Order.COMPILE_FIRST: compile_first})
         records = [self._one_timed_case(index, case, untimed=True) for index, case in timed[:first]]
         if compile_first:  # CPU work: other grades may use the GPU meanwhile (gpu_lock)
