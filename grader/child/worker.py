@@ -37,7 +37,7 @@ from grader.checks.inputs import (
 from grader.child import autotune_cache, compile_steps, interpreter, learner_errors, loading, staging
 from grader.child.learner_errors import learner_error
 from grader.child.orphan import exit_with_parent
-from grader.core import hostload  # memory binds torch's allocator statistics before learner code loads
+from grader.core import gpushare, hostload  # memory binds torch's allocator statistics before learner code loads
 from grader.core.job import Job
 from grader.core.records import FAILED, Check
 from grader.core.spec import Case, ExerciseSpec, load_spec
@@ -589,6 +589,19 @@ def write_result(path: str, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def _grader_failure(exc: BaseException) -> Check:
+    """The check for an error of the child's own code (not the learner's, which _call_failed reports): the GPU full
+    (torch's OutOfMemoryError) or, otherwise, a grader bug with its traceback."""
+    if type(exc).__name__ == "OutOfMemoryError":
+        return Check(CheckName.GRADER, "error", gpushare.full_message(), {"code": Code.GPU_FULL})
+    return Check(
+        CheckName.GRADER,
+        "error",
+        f"internal grader error: {type(exc).__name__}: {exc}",
+        {"traceback": traceback.format_exc()[-4000:]},
+    )
+
+
 def warm_up(device: str) -> dict[str, Any]:
     """Everything a grade needs that does not depend on the job: paid before the job arrives."""
     if device == "cuda":
@@ -628,16 +641,8 @@ def main(event_fd: int) -> None:
             Worker(dict(json.loads(line), device=device), events, info).run()
     except Stop:
         pass
-    except BaseException as exc:  # a grader bug: still hand back what we know
-        events.send(
-            Event.CHECK,
-            check=Check(
-                CheckName.GRADER,
-                "error",
-                f"internal grader error: {type(exc).__name__}: {exc}",
-                {"traceback": traceback.format_exc()[-4000:]},
-            ).__dict__,
-        )
+    except BaseException as exc:  # a grader bug, or a full GPU: still hand back what we know
+        events.send(Event.CHECK, check=_grader_failure(exc).__dict__)
     events.send(Event.DONE)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -81,3 +81,21 @@ def descendants(pid: int) -> list[int]:
             found += children
             todo += children
     return found
+
+
+def full_message() -> str:
+    """What a learner reads when the grader's own GPU work (drawing inputs, references, comparisons; in the grader or
+    its child) ran out of memory, torch's OutOfMemoryError: the GPU's free memory now, and who holds the rest."""
+    free = ""
+    try:
+        import torch
+
+        left, total = torch.cuda.mem_get_info()
+        free = f" ({left / 2**30:.1f} GiB free of {total / 2**30:.0f} GiB now)"
+    except Exception:  # no context left to ask: the message stands without the figures
+        pass
+    return (
+        f"not judged: the GPU ran out of memory in the grader's own work (inputs, references){free}. Other processes "
+        "hold the rest — `nvidia-smi` lists them: your notebooks and scripts, or your grading process if your code "
+        "allocates much. Free the GPU and grade again"
+    )

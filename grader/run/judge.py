@@ -21,7 +21,7 @@ from grader.checks import integrity, memory, op_checks, speed
 from grader.checks.checking import judge_output, load_reference, looks_cached
 from grader.checks.inputs import element_size, load_tensor, shape_of
 from grader.child.timing import BUDGET_S
-from grader.core import gpu_lock, hostload
+from grader.core import gpu_lock, gpushare, hostload
 from grader.core.job import Job
 from grader.core.records import ERROR, FAILED, PASSED, Check, GradeResult, Timing
 from grader.core.spec import Case, ExerciseSpec, Variant
@@ -157,7 +157,7 @@ class Judge:
 
     def _grader_error(self, exc: BaseException, trace: str) -> None:
         if type(exc).__name__ == "OutOfMemoryError":  # torch's, in this process: not a grader bug, a full GPU
-            self.result.add(Check(CheckName.GRADER, ERROR, gpu_full_message(), {"code": Code.GPU_FULL}))
+            self.result.add(Check(CheckName.GRADER, ERROR, gpushare.full_message(), {"code": Code.GPU_FULL}))
             return
         self.result.add(
             Check(
@@ -479,22 +479,4 @@ def _other_dtypes_note(spec: ExerciseSpec, variant: Variant) -> str:
     count = sum(1 for c in spec.cases if not variant.accepts(c))
     return (
         f"; {count} {'/'.join(others)} case(s) are for the other version(s), this one takes {'/'.join(variant.dtypes)}"
-    )
-
-
-def gpu_full_message() -> str:
-    """What a learner reads when the grader's own GPU work (drawing inputs, references, comparisons) ran out of memory:
-    the GPU's free memory now, and who holds the rest."""
-    free = ""
-    try:
-        import torch
-
-        left, total = torch.cuda.mem_get_info()
-        free = f" ({left / 2**30:.1f} GiB free of {total / 2**30:.0f} GiB now)"
-    except Exception:  # no context left to ask: the message stands without the figures
-        pass
-    return (
-        f"not judged: the GPU ran out of memory in the grader's own work (inputs, references){free}. Other processes "
-        "hold the rest — `nvidia-smi` lists them: your notebooks and scripts, or your grading process if your code "
-        "allocates much. Free the GPU and grade again"
     )

@@ -52,3 +52,20 @@ def test_only_host_side_code_on_a_gpu_is_compared(host_side, device):
     child, y = fake_child(host_side, device), torch.zeros(3)
     call(child, lambda out: None, y, late_write=lambda: y.fill_(1.0))
     assert child.added == []
+
+
+def test_a_full_gpu_in_the_childs_own_work_is_reported_as_such_and_any_other_error_as_a_grader_bug():
+    """worker.main's last resort: torch's OutOfMemoryError outside the learner's calls (inputs loaded onto a GPU that
+    other processes filled) says the GPU is full and what to do; anything else is an internal error with its trace."""
+    import torch
+
+    from grader.child import worker
+
+    full = worker._grader_failure(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 66.00 MiB"))
+    assert (full.name, full.status, full.details) == ("grader", "error", {"code": "gpu_full"})
+    assert full.message.startswith("not judged: the GPU ran out of memory") and "nvidia-smi" in full.message
+    try:
+        raise KeyError("case")
+    except KeyError as exc:
+        bug = worker._grader_failure(exc)
+    assert bug.message == "internal grader error: KeyError: 'case'" and "Traceback" in bug.details["traceback"]
