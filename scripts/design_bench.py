@@ -1,11 +1,12 @@
 """A solution's design options timed beside its PyTorch anchor and a copy, on a GPU: the evidence for its defaults.
 
-    python3 scripts/design_bench.py scan | scan-trace | histogram | layer_norm_backward | flash   (repository root, GPU)
+    python3 scripts/design_bench.py scan | scan-trace | histogram | layer_norm_backward | flash | flash-backward
 
 scan: solutions/scan/scan.cu's default build beside a few others of its defines (as `kcourse tune scan` builds
 them); scan-trace: its TRACE builds' per-tile phase times (loads, look-back, stores), to see where the time goes. histogram (Triton) and layer_norm_backward: the solutions with their keyword options (tiles, warps, programs
 an SM); for the histogram also tl.histogram counting with no loads at all (scripts/design_kernels.py), its ceiling;
-flash: the Triton FA2 forward's tile configurations beside torch's SDPA, in TFLOP/s and % of SDPA's speed.
+flash (flash-backward): the Triton FA2 forward's (backward's) tile configurations beside torch's SDPA (its backward),
+in TFLOP/s and % of SDPA's speed. Run from the repository root, on a GPU.
 Every candidate is checked against PyTorch first, into poisoned outputs (a wrong one is named and
 dropped), then all are timed alternately in one process (grader.child.timing: L2 flushed, median) with the anchor, and
 printed fastest first in GB/s and % of the measured copy bandwidth.
@@ -327,6 +328,67 @@ def bench_flash() -> None:
             )
 
 
+FLASH_BACKWARD_CONFIGS = {  # kernel -> (BLOCK_M, BLOCK_N, warps, stages) tried for it, the other kernel tuned as is
+    "_bwd_dq": [(128, 64, 8, 2), (128, 32, 8, 3), (128, 32, 4, 4), (64, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 2)],
+    "_bwd_dkdv": [
+        (64, 128, 8, 2),
+        (32, 128, 8, 3),
+        (32, 128, 4, 5),
+        (64, 128, 8, 3),
+        (64, 128, 4, 3),
+        (128, 128, 8, 2),
+    ],
+}
+
+
+def flash_backward_candidates(solution, args: tuple, causal: bool) -> dict[str, Callable[[], None]]:
+    """The backward solution with one kernel's autotuner swapped for one configuration of FLASH_BACKWARD_CONFIGS
+    at a time (the other kernel tuned as the solution tunes it), and the solution as it is."""
+    import triton
+
+    candidates = {"solution (both tuned)": lambda: solution.flash_attention_v2_backward(*args, causal)}
+    for name, configs in FLASH_BACKWARD_CONFIGS.items():
+        tuned = getattr(solution, name)
+        for bm, bn, w, s in configs:
+            config = triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
+            one = triton.autotune(configs=[config], key=["N_KEY", "HEAD_DIM", "CAUSAL"])(tuned.fn)
+
+            def run(name=name, one=one, tuned=tuned):
+                setattr(solution, name, one)
+                try:
+                    solution.flash_attention_v2_backward(*args, causal)
+                finally:
+                    setattr(solution, name, tuned)
+
+            candidates[f"{name[5:]} {bm}x{bn} w{w} s{s}"] = run
+    return candidates
+
+
+def bench_flash_backward() -> None:
+    """The Triton FA2 backward's configurations beside torch's SDPA backward (issue 42's bar: 75% of its speed), bf16
+    4 x 32 x 4096 x 128, causal and not: each checked against SDPA's gradients, then all timed alternately."""
+    import torch.nn.functional as F
+
+    forward = solution_module("solutions/flash_attention_v2/flash_attention_v2.py")
+    solution = solution_module("solutions/flash_attention_v2_backward/flash_attention_v2_backward.py")
+    for causal in (False, True):
+        q, k, v, dout = (torch.randn(4, 32, 4096, 128, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+        out, lse = torch.empty_like(q), torch.empty(q.shape[:-1], device="cuda", dtype=torch.float32)
+        forward.flash_attention_v2(q, k, v, out, lse, causal)
+        grads = [torch.empty_like(q) for _ in range(3)]
+        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+        sdpa_out = F.scaled_dot_product_attention(*leaves, is_causal=causal)
+        want = torch.autograd.grad(sdpa_out, leaves, dout, retain_graph=True)
+        runs = correct_only(
+            flash_backward_candidates(solution, (q, k, v, out, lse, dout, *grads), causal),
+            lambda: [g.fill_(float("nan")) for g in grads],
+            lambda: all(torch.allclose(g.float(), w.float(), atol=3e-2, rtol=3e-2) for g, w in zip(grads, want)),
+        )
+        runs["sdpa"] = lambda: torch.autograd.grad(sdpa_out, leaves, dout, retain_graph=True)
+        flops = 2.5 * 4 * 4 * 32 * 4096 * 4096 * 128 // (2 if causal else 1)
+        print_flops(f"flash backward d=128 causal={causal}", runs, int(flops))
+
+
 def print_flops(title: str, runs: dict[str, Callable[[], object]], flops: int) -> None:
     measured = timing.time_alternating(runs)
     sdpa_ms = measured["sdpa"]["median_ms"]
@@ -344,6 +406,7 @@ BENCHES = {
     "histogram": bench_histogram,
     "layer_norm_backward": bench_layer_norm_backward,
     "flash": bench_flash,
+    "flash-backward": bench_flash_backward,
 }
 
 if __name__ == "__main__":
