@@ -285,24 +285,30 @@ FLASH_CONFIGS = [  # (BLOCK_M, BLOCK_N, warps, stages): the solution's own confi
 
 
 def flash_candidates(solution, args: tuple, causal: bool) -> dict[str, Callable[[], None]]:
-    """The solution's entry with each configuration of FLASH_CONFIGS alone (an autotuner of one configuration over
-    its kernel each, swapped in for the call), on the TMA path and, for its default configurations, on pointer loads."""
+    """The solution's entry as it tunes itself, on the TMA path and on pointer loads, and with each configuration of
+    FLASH_CONFIGS alone on the TMA path (an autotuner of one configuration over its kernel, swapped in for the
+    call): one compile each, so a sweep of all four shapes fits one device call."""
     import triton
 
     kernel = solution._flash_fwd
-    candidates = {}
+
+    def with_kernel(tuner, tma: bool) -> Callable[[], None]:
+        def run():
+            solution._flash_fwd, solution.USE_TMA = tuner, tma
+            solution.flash_attention_v2(*args, causal)
+
+        return run
+
+    candidates = {
+        "solution (tuned) tma": with_kernel(kernel, True),
+        "solution (tuned) pointers": with_kernel(kernel, False),
+    }
     for bm, bn, w, s in FLASH_CONFIGS:
         config = triton.Config(
             {"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s, pre_hook=solution._block_shapes
         )
         tuner = triton.autotune(configs=[config], key=["N_KEY", "HEAD_DIM", "CAUSAL", "TMA"])(kernel.fn)
-        for tma in (True, False):
-
-            def run(tuner=tuner, tma=tma):
-                solution._flash_fwd, solution.USE_TMA = tuner, tma
-                solution.flash_attention_v2(*args, causal)
-
-            candidates[f"{bm}x{bn} w{w} s{s} {'tma' if tma else 'pointers'}"] = run
+        candidates[f"{bm}x{bn} w{w} s{s} tma"] = with_kernel(tuner, True)
     return candidates
 
 
