@@ -272,9 +272,9 @@ def test_flash_solution_against_sdpa_at_4x32x4096x128_bf16(causal):
 @pytest.mark.parametrize("exercise", ["flash_attention_v1", "tk_attention"])
 @pytest.mark.parametrize("causal", [False, True])
 def test_the_float64_reference_runs_a_few_heads_at_a_time_and_gives_the_same_values(exercise, causal, monkeypatch):
-    """float64 has only torch's math path, which holds every head's N x N scores at once (37 GB at a timed size on a
-    shared H100: the GPU ran out): the verdict's reference runs chunks of heads, to the same values; the "torch"
-    figure's dtypes still call SDPA once."""
+    """float64 has only torch's math path, which holds every head's N x N scores at once (tens of GB at the timed
+    sizes): the verdict's reference runs chunks of heads, to the same values; the "torch" figure's dtypes still call
+    SDPA once."""
     from types import SimpleNamespace
 
     import torch

@@ -2,9 +2,9 @@
 
 torch's own fused attention: on the grader's float64 copies of the inputs (where the verdict is computed) it is exact
 to float64 rounding; float64 has only torch's plain math path, which holds the N x N scores and their softmax, so it
-runs a few heads at a time (SCORES_PER_CHUNK: a timed size's 4 x 32 heads of 4096 x 4096 took 37 GB at once, and
-a GPU shared with other processes ran out). On the GPU, where it is timed as the "torch" figure, it is PyTorch's
-fastest attention (FlashAttention / cuDNN), the bar to aim at."""
+runs a few heads at a time (SCORES_PER_CHUNK: at once, the timed sizes' 4 x 32 heads of 4096 x 4096 need tens of
+GB). On the GPU, where it is timed as the "torch" figure, it is PyTorch's fastest attention (FlashAttention /
+cuDNN), the bar to aim at."""
 
 import torch
 import torch.nn.functional as F

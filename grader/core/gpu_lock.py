@@ -33,8 +33,8 @@ queued behind a waiting timer, since its grade may hold the lock shared and wait
 a timer holds the lock, and at most `BESIDE_LIMIT_S`, then goes on unlocked.
 
 A grade compiles first (`compile_first`): its child compiles what its timed runs will launch, Triton's autotuning
-included, before the grade asks for the exclusive hold; compiling is CPU work that, inside the hold, kept every other
-grade off the GPU (a GPU tier on an H100: 156 of its 344 s held alone went on compiling).
+included, before the grade asks for the exclusive hold: compiling is CPU work, and inside the hold it would keep every
+other grade off the GPU while the GPU does nothing.
 `KCOURSE_GPU_LOCK_COMPILE_FIRST=0` turns that off.
 
 One thread per process takes the lock (the grade's main thread). `KCOURSE_GPU_LOCK_LOG` names a file where each hold
