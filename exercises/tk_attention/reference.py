@@ -3,9 +3,8 @@
 torch's own fused attention: on the grader's float64 copies of the bf16 inputs (where the verdict is computed) it is
 exact to float64 rounding; float64 has only torch's plain math path, which holds the N x N scores and their softmax,
 so it runs a few heads at a time (SCORES_PER_CHUNK: at once, the timed sizes' 4 x 32 heads of 4096 x 4096 need tens
-of GB).
-On the GPU, on the case's own bf16 tensors, it is PyTorch's fastest attention (FlashAttention / cuDNN): the "torch"
-figure the speed check reports beside yours, the one to measure your kernel against."""
+of GB). On the GPU, on the case's own bf16 tensors, it is PyTorch's fastest attention (FlashAttention / cuDNN): the
+"torch" figure the speed check reports beside yours, the one to measure your kernel against."""
 
 import torch
 import torch.nn.functional as F
