@@ -90,8 +90,9 @@ def full_message() -> str:
     try:
         import torch
 
-        left, total = torch.cuda.mem_get_info()
-        free = f" ({left / 2**30:.1f} GiB free of {total / 2**30:.0f} GiB now)"
+        if torch.cuda.is_initialized():  # never a CUDA context of its own for this (the error may be another process's)
+            left, total = torch.cuda.mem_get_info()
+            free = f" ({left / 2**30:.1f} GiB free of {total / 2**30:.0f} GiB now)"
     except Exception:  # no context left to ask: the message stands without the figures
         pass
     return (
