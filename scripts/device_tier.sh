@@ -3,7 +3,8 @@
 # for scripts/device_bg.sh (a run longer than one device call), which sets BG:
 #   bash scripts/device_bg.sh start 540 bash scripts/device_tier.sh     (carry .whl and .tk)
 #   bash scripts/device_bg.sh wait 570                                  (again, each within 30 s of the last)
-# The tier took 944-1,060 s on a fresh H100 (sessions 64 and 67); what follows it about 550 s more.
+# The tier took 944-1,060 s on a fresh H100 (sessions 64 and 67; session 68 cut it at 900 s, about 25 tests short);
+# what follows it about 900 s more, the cheapest first: a session's device time may end before the rest.
 # Files back in $OUT: log.txt, junit.xml, lock.jsonl, phases.jsonl, lock_report.txt.
 set -u
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv
@@ -19,6 +20,8 @@ for beside in 0 1 0 1; do
     grep -E "^phases|=> " | cut -c1-700
   echo "TOOK $(($(date +%s) - started)) s: references beside the draws: $beside"
 done
+# Issue 42's frontier: the FA2 forward's and backward's configurations beside SDPA (about 300-400 s)
+bash scripts/device_frontier.sh
 # Where the FA2 backward's grade spends its time (in one process, cold then warm; its phases now say what the GPU
 # process spent on inputs and references), then its row of issue 42's table: one-shot cold and warm, after a kernel
 # edit, and kcourse watch's save -> verdict.
