@@ -297,3 +297,17 @@ def test_the_float64_reference_runs_a_few_heads_at_a_time_and_gives_the_same_val
     calls.clear()
     half = reference.reference(q.half(), k.half(), v.half(), causal=causal)
     assert calls == [2] and half.shape == q.shape  # one call over the whole batch
+
+
+def test_naive_attentions_float64_reference_runs_a_few_heads_at_a_time_to_the_same_values(monkeypatch):
+    import math
+
+    import torch
+    from interpreted import load_module
+
+    reference = load_module(ROOT / "exercises" / "naive_attention" / "reference.py", "naive_attention_reference_chunks")
+    q, k, v = (torch.randn(2, 3, 20, 8, dtype=torch.float64) for _ in range(3))
+    whole = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(8), dim=-1) @ v
+    monkeypatch.setattr(reference, "SCORES_PER_CHUNK", 4 * 20 * 20)  # four heads a chunk: two chunks
+    assert torch.allclose(reference.reference(q, k, v), whole, rtol=1e-14, atol=1e-15)
+    assert torch.allclose(reference.reference(q.float(), k.float(), v.float()), whole.float(), rtol=1e-5, atol=1e-6)
