@@ -3,7 +3,8 @@ NVIDIA GPU.
 
 The learner's .cu file is compiled by the host C++ compiler with include/kcourse_cuda_cpu.h forced in (fibers
 per thread, barriers, warps of 32, atomics, the runtime API) and AddressSanitizer, after a line-preserving
-rewrite of its launches (`k<<<g, b>>>(args)` -> `k | ::kcuda::Config(g, b)(args)`) and of its dynamic shared
+rewrite of its launches (`k<<<g, b>>>(args)` -> `::kcuda::site(...k...) | ::kcuda::Config(g, b)(args)`: through
+k's function pointer, or a call where k is an overload set or a template to deduce) and of its dynamic shared
 memory declarations. The grading child loads the library as it loads nvcc's on a GPU (the ASan runtime preloaded,
 LD_PRELOAD) and the numerics are judged as on a GPU. This module runs in the trusted grader: it decides what can
 be emulated, builds, and reads a stopped child's output (explain). docs/cuda-on-cpu.md says what is covered."""
@@ -215,12 +216,52 @@ def rewrite(text: str) -> str:
     for match in re.finditer(r"<<<|>>>", code):
         if (match.group(0) == "<<<") == open_launch:  # a `>>>` closing nested templates, not a launch
             continue
-        out.append(text[last : match.start()])
-        out.append(" | ::kcuda::Config(" if not open_launch else ")")
+        start = match.start() if open_launch else _kernel_start(code, match.start())
+        out.append(text[last:start])
+        out.append(_launch_site(text[start : match.start()].strip()) if not open_launch else ")")
         open_launch = not open_launch
         last = match.end()
     out.append(text[last:])
     return _SHARED.sub(_shared_pointer, "".join(out))
+
+
+_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_:")
+
+
+def _kernel_start(code: str, end: int) -> int:
+    """Where the kernel expression before a `<<<` at `end` begins: a name, qualified (`ns::k`) and with template
+    arguments (`k<float, 4>`); `end` itself where there is none (`(*fp)<<<`: launched as written)."""
+    i = end
+    while i > 0 and code[i - 1].isspace():
+        i -= 1
+    if i > 0 and code[i - 1] == ">":  # template arguments: back to their `<`
+        depth = 0
+        while i > 0:
+            i -= 1
+            depth += {">": 1, "<": -1}.get(code[i], 0)
+            if depth == 0:
+                break
+        while i > 0 and code[i - 1].isspace():
+            i -= 1
+    start = i
+    while start > 0 and code[start - 1] in _NAME_CHARS:
+        start -= 1
+    member = start > 0 and code[start - 1] in ".>"  # `ops.fwd<<<`, `p->fwd<<<`: a pointer member, as written
+    return start if start < i and not code[start].isdigit() and not member else end
+
+
+def _launch_site(kernel: str) -> str:
+    """The C++ a launch of `kernel` becomes, up to its configuration (kcourse_cuda_cpu.h's Site): through the kernel's
+    function pointer where it names one function, else through a call, which resolves an overload set or deduces a
+    template's arguments as nvcc's launch does. On one line: the line numbers stay the learner's."""
+    if not kernel:
+        return " | ::kcuda::Config("
+    pointer = f"::kcuda::single<decltype(kcuda_t)>({kernel})"
+    return (
+        f"::kcuda::site([&](auto kcuda_t) -> decltype({pointer}) {{ return {pointer}; }}, "
+        f"[&](auto&&... kcuda_a) {{ {kernel}(static_cast<decltype(kcuda_a)&&>(kcuda_a)...); }}, "
+        f'"{kernel}") | ::kcuda::Config('
+    )
 
 
 def _rewrite_asm(text: str) -> str:

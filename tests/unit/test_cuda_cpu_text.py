@@ -6,25 +6,38 @@ from __future__ import annotations
 
 import pytest
 
-from grader.cuda_cpu import explain, rewrite, unsupported
+from grader.cuda_cpu import _launch_site, explain, rewrite, unsupported
 
 DYNAMIC = "::kcuda::dynamic_shared()"
+K = _launch_site("k")  # `k<<<` rewritten: the launch site of kernel k, up to its configuration
 
 
 # ---- rewrite: launches --------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "launch, expected",
     [
-        ("k<<<grid, block>>>(a, b);", "k | ::kcuda::Config(grid, block)(a, b);"),
-        ("k<<<(n + 255) / 256, 256, 0, stream>>>(x);", "k | ::kcuda::Config((n + 255) / 256, 256, 0, stream)(x);"),
-        ("scale<float, 4><<<g, b, smem>>>(in, out);", "scale<float, 4> | ::kcuda::Config(g, b, smem)(in, out);"),
-        ("k <<< dim3(4, 2), dim3(8, 8) >>> ();", "k  | ::kcuda::Config( dim3(4, 2), dim3(8, 8) ) ();"),
-        ("k<<<1, p->threads()>>>(x);", "k | ::kcuda::Config(1, p->threads())(x);"),
-        ("k<<<1, {16, 16, 1}>>>(x);", "k | ::kcuda::Config(1, {16, 16, 1})(x);"),
+        ("k<<<grid, block>>>(a, b);", K + "grid, block)(a, b);"),
+        ("k<<<(n + 255) / 256, 256, 0, stream>>>(x);", K + "(n + 255) / 256, 256, 0, stream)(x);"),
+        ("scale<float, 4><<<g, b, smem>>>(in, out);", _launch_site("scale<float, 4>") + "g, b, smem)(in, out);"),
+        ("ns::k <<<1, 2>>>(x);", _launch_site("ns::k") + "1, 2)(x);"),
+        ("k <<< dim3(4, 2), dim3(8, 8) >>> ();", K + " dim3(4, 2), dim3(8, 8) ) ();"),
+        ("k<<<1, p->threads()>>>(x);", K + "1, p->threads())(x);"),
+        ("k<<<1, {16, 16, 1}>>>(x);", K + "1, {16, 16, 1})(x);"),
+        ("(*fp)<<<1, 2>>>(x);", "(*fp) | ::kcuda::Config(1, 2)(x);"),  # no name to launch by: as written
+        ("ops->fwd<<<1, 2>>>(x);", "ops->fwd | ::kcuda::Config(1, 2)(x);"),  # a pointer member: as written too
     ],
 )
 def test_rewrite_turns_launches_into_config_calls(launch, expected):
     assert rewrite(launch) == expected
+
+
+def test_a_launch_site_goes_through_the_kernels_pointer_or_else_calls_it():
+    """The site's first lambda names the one function `k` is (it does not compile for an overload set or a template
+    to deduce, and the launch then uses the second, a call); the third argument names the kernel in messages."""
+    site = _launch_site("ns::k<float, 4>")
+    assert site.startswith("::kcuda::site([&](auto kcuda_t) -> decltype(::kcuda::single<decltype(kcuda_t)>(ns::k<")
+    assert "[&](auto&&... kcuda_a) { ns::k<float, 4>(static_cast<decltype(kcuda_a)&&>(kcuda_a)...); }" in site
+    assert site.endswith(', "ns::k<float, 4>") | ::kcuda::Config(') and "\n" not in site
 
 
 def test_rewrite_keeps_every_line_where_it_was():
@@ -40,9 +53,9 @@ def test_rewrite_keeps_every_line_where_it_was():
     out = rewrite(text)
     assert out.count("\n") == text.count("\n")
     lines = out.splitlines()
-    assert lines[4] == "    k | ::kcuda::Config(1,"
+    assert lines[4] == "    " + K + "1,"
     assert lines[5] == "        32)(x);  // a launch over two lines"
-    assert lines[6] == "    k | ::kcuda::Config(2, 32)(x); k | ::kcuda::Config(3, 32)(x);"
+    assert lines[6] == f"    {K}2, 32)(x); {K}3, 32)(x);"
     assert lines[0] == text.splitlines()[0]
 
 
@@ -59,7 +72,7 @@ def test_rewrite_leaves_comments_and_strings_alone():
 
 def test_rewrite_of_a_launch_after_a_comment_and_a_string_on_its_line():
     text = 'printf(">>> "); /* <<< */ k<<<1, 2>>>(x); // >>>\n'
-    assert rewrite(text) == 'printf(">>> "); /* <<< */ k | ::kcuda::Config(1, 2)(x); // >>>\n'
+    assert rewrite(text) == f'printf(">>> "); /* <<< */ {K}1, 2)(x); // >>>\n'
 
 
 def test_rewrite_leaves_nested_templates_alone():

@@ -770,6 +770,49 @@ void operator|(void (*k)(P...), std::pair<Config, std::tuple<A...>>&& call) {
     launch(k, call.first, call.second, std::index_sequence_for<A...>{});
 }
 
+// A kernel no function pointer type names: an overload set, or a function template whose arguments the launch
+// deduces. Each thread calls it with its own copy of the launch's arguments, converted to the parameters of the
+// kernel the call chooses, as nvcc's launch does. No attribute set with cudaFuncSetAttribute applies (no pointer to
+// look it up by): 48 KB of dynamic shared memory at most.
+template <class Call, class... A, size_t... I>
+void launch_by_call(Call& kernel, const char* name, const Config& c, std::tuple<A...>& args, std::index_sequence<I...>) {
+    Emulator& e = emu();
+    snprintf(e.kernel_name, sizeof e.kernel_name, "%s", name);
+    cudaError_t bad = check_config(c.grid, c.block, c.shared, nullptr);
+    if (bad != cudaSuccess) { e.last_error = bad; return; }
+    (check_argument(std::get<I>(args), (int)I + 1), ...);
+    struct Closure { Call* kernel; std::tuple<A...>* args; } closure{&kernel, &args};
+    Launch l;
+    l.grid = c.grid; l.block = c.block; l.closure = &closure;
+    l.body = [](void* p) {
+        auto* cl = static_cast<Closure*>(p);
+        std::tuple<A...> mine = *cl->args;  // arguments are per thread: a kernel may change its own
+        std::apply(*cl->kernel, mine);
+    };
+    run_grid(l, c.shared);
+}
+
+// A launch site, `::kcuda::site(pointer, call, "k") | Config(...)(args...)` (the rewritten `k<<<...>>>(args...)`):
+// `pointer(0)` is the kernel's function pointer where `k` names one function (`single` deduces its type), and does
+// not compile where `k` is an overload set or a template to deduce: then the launch calls `call(args...)`.
+template <class Pointer, class Call> struct Site {
+    Pointer pointer;
+    Call call;
+    const char* name;
+};
+template <class Pointer, class Call> Site<Pointer, Call> site(Pointer pointer, Call call, const char* name) {
+    return {pointer, call, name};
+}
+template <class Tag, class... P> auto single(void (*k)(P...)) { return k; }
+
+template <class Pointer, class Call, class... A>
+void operator|(Site<Pointer, Call>&& at, std::pair<Config, std::tuple<A...>>&& call) {
+    if constexpr (std::is_invocable_v<Pointer&, int>)
+        at.pointer(0) | std::move(call);
+    else
+        launch_by_call(at.call, at.name, call.first, call.second, std::index_sequence_for<A...>{});
+}
+
 }  // namespace
 }  // namespace kcuda
 
