@@ -284,12 +284,21 @@ FLASH_CONFIGS = [  # (BLOCK_M, BLOCK_N, warps, stages): the solution's own confi
 ]
 
 
+def one_configuration(tuned, block_m: int, block_n: int, warps: int, stages: int, pre_hook=None):
+    """An autotuner of this one configuration over the kernel `tuned` tunes, keyed as it is (nothing to time: one
+    compile per key)."""
+    import triton
+
+    config = triton.Config(
+        {"BLOCK_M": block_m, "BLOCK_N": block_n}, num_warps=warps, num_stages=stages, pre_hook=pre_hook
+    )
+    return triton.autotune(configs=[config], key=tuned.keys)(tuned.fn)
+
+
 def flash_candidates(solution, args: tuple, causal: bool) -> dict[str, Callable[[], None]]:
     """The solution's entry as it tunes itself, on the TMA path and on pointer loads, and with each configuration of
     FLASH_CONFIGS alone on the TMA path (an autotuner of one configuration over its kernel, swapped in for the
     call): one compile each, so a sweep of all four shapes fits one device call."""
-    import triton
-
     kernel = solution._flash_fwd
 
     def with_kernel(tuner, tma: bool) -> Callable[[], None]:
@@ -304,10 +313,7 @@ def flash_candidates(solution, args: tuple, causal: bool) -> dict[str, Callable[
         "solution (tuned) pointers": with_kernel(kernel, False),
     }
     for bm, bn, w, s in FLASH_CONFIGS:
-        config = triton.Config(
-            {"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s, pre_hook=solution._block_shapes
-        )
-        tuner = triton.autotune(configs=[config], key=["N_KEY", "HEAD_DIM", "CAUSAL", "TMA"])(kernel.fn)
+        tuner = one_configuration(kernel, bm, bn, w, s, pre_hook=solution._block_shapes)
         candidates[f"{bm}x{bn} w{w} s{s} tma"] = with_kernel(tuner, True)
     return candidates
 
@@ -350,14 +356,11 @@ FLASH_BACKWARD_CONFIGS = {  # kernel -> (BLOCK_M, BLOCK_N, warps, stages) tried 
 def flash_backward_candidates(solution, args: tuple, causal: bool) -> dict[str, Callable[[], None]]:
     """The backward solution with one kernel's autotuner swapped for one configuration of FLASH_BACKWARD_CONFIGS
     at a time (the other kernel tuned as the solution tunes it), and the solution as it is."""
-    import triton
-
     candidates = {"solution (both tuned)": lambda: solution.flash_attention_v2_backward(*args, causal)}
     for name, configs in FLASH_BACKWARD_CONFIGS.items():
         tuned = getattr(solution, name)
         for bm, bn, w, s in configs:
-            config = triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
-            one = triton.autotune(configs=[config], key=["N_KEY", "HEAD_DIM", "CAUSAL"])(tuned.fn)
+            one = one_configuration(tuned, bm, bn, w, s)
 
             def run(name=name, one=one, tuned=tuned):
                 setattr(solution, name, one)

@@ -354,6 +354,11 @@ def save_tensor(tensor: torch.Tensor, path: Path) -> dict[str, Any]:
     return {"path": str(path), "shape": list(flat.shape), "dtype": str(flat.dtype).removeprefix("torch.")}
 
 
+def save_inputs(inputs: dict[str, torch.Tensor], folder: Path, key: Any) -> dict[str, dict[str, Any]]:
+    """A trial's (or timed size's) inputs written for the child, `folder`/in-<key>-<name>.bin: each one's metadata."""
+    return {name: save_tensor(t, Path(folder) / f"in-{key}-{name}.bin") for name, t in inputs.items()}
+
+
 def load_tensor(meta: dict[str, Any], expected_numel: int | None = None, mapped: bool = False) -> torch.Tensor:
     """A tensor written by save_tensor; refuses a file whose size does not match its header. `mapped`: the
     file's pages themselves (no copy; writes to the tensor reach the file), for a caller that copies it out."""

@@ -592,9 +592,7 @@ def write_result(path: str, data: dict[str, Any]) -> None:
 def _grader_failure(exc: BaseException) -> Check:
     """The check for an error of the child's own code (not the learner's, which _call_failed reports): the GPU full
     (torch's OutOfMemoryError) or, otherwise, a grader bug with its traceback."""
-    if type(exc).__name__ == "OutOfMemoryError":
-        return Check(CheckName.GRADER, "error", gpushare.full_message(), {"code": Code.GPU_FULL})
-    return Check(
+    return gpushare.full_check(exc) or Check(
         CheckName.GRADER,
         "error",
         f"internal grader error: {type(exc).__name__}: {exc}",

@@ -18,6 +18,8 @@ import shutil
 import subprocess
 
 from grader.core import gpu_lock
+from grader.core.records import ERROR, Check
+from grader.core.vocabulary import CheckName, Code
 
 
 def nvidia_smi_ids(visible_devices: str | None, uuid: str | None = None) -> list[str]:
@@ -81,6 +83,14 @@ def descendants(pid: int) -> list[int]:
             found += children
             todo += children
     return found
+
+
+def full_check(exc: BaseException) -> Check | None:
+    """The verdict for an error of the grader's own GPU work (in the grader or its child) that is torch's
+    OutOfMemoryError: the GPU is full, not a grader bug (full_message says what to do); None for any other error."""
+    if type(exc).__name__ != "OutOfMemoryError":
+        return None
+    return Check(CheckName.GRADER, ERROR, full_message(), {"code": Code.GPU_FULL})
 
 
 def full_message() -> str:

@@ -262,11 +262,11 @@ def _draw_for_child(
 ) -> tuple[dict, dict, float]:
     """GpuCompute.draw, in the process: (metadata, the inputs or {}, seconds spent writing the files). The
     references' work is kept for _reference_of_drawn, or started at once on the thread beside the draws."""
-    from grader.checks.inputs import save_tensor
+    from grader.checks.inputs import save_inputs
 
     inputs = _generate(spec, case, seed, trial)
     started = time.perf_counter()
-    metas = {name: save_tensor(t, Path(folder) / f"in-{key}-{name}.bin") for name, t in inputs.items()}
+    metas = save_inputs(inputs, Path(folder), key)
     files_s = time.perf_counter() - started
     work = functools.partial(_timed, _reference, spec, inputs, case.params, function, narrow)
     _drawn[(folder, key)] = _beside_the_draws().submit(work) if beside else work

@@ -17,7 +17,7 @@ from typing import Any, Callable, ContextManager
 
 from grader.checks import op_checks
 from grader.checks.checking import narrowable, reference_outputs
-from grader.checks.inputs import dtype_of, element_size, generate, save_tensor, shape_of
+from grader.checks.inputs import dtype_of, element_size, generate, save_inputs, save_tensor, shape_of
 from grader.core import gpu_lock
 from grader.core.spec import Case, ExerciseSpec, Variant
 from grader.core.vocabulary import Order
@@ -150,7 +150,7 @@ class InputFeed:
         if self.on_gpu(case):
             return self._draw_on_gpu(case, seed, trial, k)
         inputs = generate(self.spec, case, seed, trial)
-        metas = {name: save_tensor(t, self.child.dir / f"in-{k}-{name}.bin") for name, t in inputs.items()}
+        metas = save_inputs(inputs, self.child.dir, k)
         if not ahead:
             self.refs[k] = self.pool.submit(reference_outputs, self.reference, self.spec, inputs, case.params)
             return metas, inputs

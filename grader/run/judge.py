@@ -156,11 +156,9 @@ class Judge:
             self._mark(phase, started)
 
     def _grader_error(self, exc: BaseException, trace: str) -> None:
-        if type(exc).__name__ == "OutOfMemoryError":  # torch's, in this process: not a grader bug, a full GPU
-            self.result.add(Check(CheckName.GRADER, ERROR, gpushare.full_message(), {"code": Code.GPU_FULL}))
-            return
         self.result.add(
-            Check(
+            gpushare.full_check(exc)
+            or Check(
                 CheckName.GRADER,
                 ERROR,
                 f"internal grader error: {type(exc).__name__}: {exc} — please "
