@@ -4,10 +4,11 @@
     python scripts/gpu_lock_report.py /tmp/lock.jsonl [/tmp/phases.jsonl]
 
 Prints the run's span, the seconds the GPU was held exclusively (timing: one process at a time, so their sum bounds
-the run from below), the seconds held and waited for by mode (beside: a grade's references process), how the span
-divides between the GPU held alone, shared and held by none (`occupancy`), and the tests that held it exclusively
-longest. With the tests' phases log (tests/conftest.py: a line per grade), each
-phase's seconds summed over the run's grades and the grades longest in it.
+the run from below), the seconds held and waited for by mode (beside: a grade's references process; paused and
+stepped_out: a grade's shared hold let go for a batch of timers, or while its child compiled, `waited` being how
+long), how the span divides between the GPU held alone, shared and held by none (`occupancy`), and the tests that held
+it exclusively longest. With the tests' phases log (tests/conftest.py: a line per grade), each phase's seconds summed
+over the run's grades and the grades longest in it.
 """
 
 from __future__ import annotations
@@ -30,18 +31,27 @@ def favoured(holds: list[dict]) -> str:
     return f"timers favoured: {sum(1 for n in logged if n)} of {len(logged)} exclusive holds raised a priority"
 
 
+def compiles_ended_early(holds: list[dict], top: int = 5) -> list[str]:
+    """The compile passes (gpu_lock.compile_first) that an exception ended early: their grades compiled the rest at
+    their first runs, as before the pass. A pass should end early only where the learner's code fails anyway."""
+    failed = [h for h in holds if h["mode"] == "stepped_out" and h.get("failed")]
+    lines = [f"compile passes ended early: {len(failed)}"]
+    return lines + [f"  {h['test'] or 'pid ' + str(h['pid'])}: {h['failed'][:160]}" for h in failed[:top]]
+
+
 def report(holds: list[dict], top: int = 15) -> str:
     if not holds:
         return "no holds logged"
     start = min(h["asked"] for h in holds)
     end = max(h["asked"] + h["waited"] + h["held"] for h in holds)
     lines = [f"span {end - start:.0f} s, {len(holds)} holds"]
-    for mode in ("exclusive", "shared", "beside", "paused"):
+    for mode in ("exclusive", "shared", "beside", "paused", "stepped_out"):
         mine = [h for h in holds if h["mode"] == mode]
         held = sum(h["held"] for h in mine)
         waited = sum(h["waited"] for h in mine)
         lines.append(f"{mode}: {len(mine)} holds, held {held:.0f} s in all, waited {waited:.0f} s in all")
     lines.append(favoured(holds))
+    lines += compiles_ended_early(holds)
     alone, shared, waited, idle = occupancy(holds)
     lines.append(
         f"the GPU: held alone (timing) {alone:.0f} s, shared by numerics {shared:.0f} s (a timer waiting in "
@@ -74,6 +84,8 @@ def occupancy(holds: list[dict]) -> tuple[float, float, float, float]:
         kind = "alone" if h["mode"] == "exclusive" else "shared" if h["mode"] in ("shared", "beside") else None
         if kind:
             events += [(got, kind, 1), (got + h["held"], kind, -1)]
+        if h["mode"] in ("paused", "stepped_out"):  # a shared hold let go for a while, inside its span
+            events += [(h["asked"], "shared", -1), (got, "shared", 1)]
         if h["mode"] == "exclusive" and h["waited"] > 0:
             events += [(h["asked"], "waiting", 1), (got, "waiting", -1)]
     events.sort(key=lambda e: (e[0], e[2]))  # at one instant, ends before starts

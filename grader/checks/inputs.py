@@ -292,24 +292,43 @@ def make_outputs(
     in_place_names) starts as a copy of its input's values instead."""
     made = {}
     for t in spec.outputs:
-        shape, dtype = shape_of(t, case), torch_dtype(dtype_of(t, case))
         layout = case.outputs.get(t.name, {}).get("layout")
-        if layout == "row_slice":
-            wide = poison(torch.empty((*shape[:-1], shape[-1] + ROW_SLICE_PAD), dtype=dtype, device=device))
-            made[t.name] = wide[..., : shape[-1]]
-        elif layout == "transposed":
-            made[t.name] = poison(
-                torch.empty((*shape[:-2], shape[-1], shape[-2]), dtype=dtype, device=device)
-            ).transpose(-1, -2)
-        elif layout == "interleaved":
-            stored = (shape[0], shape[2], shape[1], *shape[3:])
-            made[t.name] = poison(torch.empty(stored, dtype=dtype, device=device)).transpose(1, 2)
-        else:
-            guarded = poison(torch.empty(math.prod(shape) + GUARD, dtype=dtype, device=device))
-            made[t.name] = guarded[: math.prod(shape)].view(shape)
+        storage, made[t.name] = empty_laid_out(shape_of(t, case), torch_dtype(dtype_of(t, case)), layout, device, GUARD)
+        poison(storage)
     if inputs is not None:
         start_in_place(made, inputs)
     return made
+
+
+def empty_laid_out(
+    shape: list[int], dtype: torch.dtype, layout: str | None, device: str, guard: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(storage, tensor): uninitialised memory for a tensor of `shape` in `layout` (as place lays inputs out), and
+    the tensor in it; a contiguous one followed by `guard` more elements."""
+    if layout == "row_slice":
+        storage = torch.empty((*shape[:-1], shape[-1] + ROW_SLICE_PAD), dtype=dtype, device=device)
+        return storage, storage[..., : shape[-1]]
+    if layout == "transposed":
+        storage = torch.empty((*shape[:-2], shape[-1], shape[-2]), dtype=dtype, device=device)
+        return storage, storage.transpose(-1, -2)
+    if layout == "interleaved":
+        storage = torch.empty((shape[0], shape[2], shape[1], *shape[3:]), dtype=dtype, device=device)
+        return storage, storage.transpose(1, 2)
+    storage = torch.empty(math.prod(shape) + guard, dtype=dtype, device=device)
+    return storage, storage[: math.prod(shape)].view(shape)
+
+
+def stand_ins(spec: ExerciseSpec, case: Case, device: str) -> dict[str, torch.Tensor]:
+    """The inputs and outputs of `case`, uninitialised, in their shapes, dtypes and layouts: what Triton specialises a
+    compile on (dtypes, strides, alignment), with no value drawn, copied or written (no kernel launched). For a
+    compile before the trials (gpu_lock.compile_first); an input whose values the learner's host code reads gets
+    whatever the memory held."""
+    tensors = {}
+    for role, places in ((spec.inputs, case.inputs), (spec.outputs, case.outputs)):
+        for t in role:
+            layout = places.get(t.name, {}).get("layout")
+            _, tensors[t.name] = empty_laid_out(shape_of(t, case), torch_dtype(dtype_of(t, case)), layout, device)
+    return tensors
 
 
 def in_place_names(spec: ExerciseSpec) -> list[str]:

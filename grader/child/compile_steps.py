@@ -7,9 +7,10 @@ they wait and a time-out's message names, and scripts/feedback_bench.py's event 
 took. Triton calls the hook before each compile of a kernel this process has not compiled yet, a hit in its disk
 cache included (that one ends at once).
 
-Where grades share a GPU (the kit's parallel tests, grader/core/gpu_lock.py), the child compiles for its timed sizes
-before its grade takes the GPU alone (`compiling_only`: Triton's autotuners compile every configuration, timing
-none), so that the timing, with the GPU held alone, has nothing left to compile."""
+Where grades share a GPU (the kit's parallel tests, grader/core/gpu_lock.py), the child compiles for its trials and
+its timed sizes first (`compiling_only`: every kernel its code calls compiled and none launched, Triton's autotuners
+compiling every configuration), while its grade holds no part of the lock, so that neither the numerics nor the
+timing, with the GPU held, wait for a compile."""
 
 from __future__ import annotations
 
@@ -46,20 +47,26 @@ def step_text(module: str, name: str) -> str:
 
 @contextmanager
 def compiling_only() -> Iterator[None]:
-    """For the block, Triton's autotuners compile and run each configuration once where they would time it, and keep
-    nothing of it: the choices made meanwhile are forgotten after, and Triton's disk cache of tunings is neither read
-    nor written. The timed run then tunes as it would have (from that cache, or by timing), with every configuration
-    compiled already (gpu_lock.compile_first). A Triton without these internals: the block runs as it is."""
+    """For the block, every Triton kernel called is compiled and not launched (Triton's own warm-up: the
+    interpreter's calls do nothing), and Triton's autotuners compile each configuration where they would time it,
+    keeping nothing of it: the choices made meanwhile are forgotten after, and Triton's disk cache of tunings is
+    neither read nor written. The runs after the block tune as they would have (from that cache, or by timing), with
+    every configuration compiled already (gpu_lock.compile_first). The outputs keep what they held. A Triton without
+    these internals: the block runs as it is."""
     try:
         from triton.runtime.autotuner import Autotuner
+        from triton.runtime.interpreter import InterpretedFunction
+        from triton.runtime.jit import JITFunction
     except ImportError:
         yield
         return
-    bench, disk = Autotuner.__dict__.get("_bench"), Autotuner.__dict__.get("check_disk_cache")
-    if bench is None:
+    if not all(
+        "_bench" in Autotuner.__dict__ and "run" in owner.__dict__ for owner in (JITFunction, InterpretedFunction)
+    ):
         yield
         return
     touched: dict[int, tuple[Any, set]] = {}  # id -> (autotuner, the tuning keys it had before the block)
+    launch = JITFunction.run
 
     def once(self, *args, config, **meta):
         touched.setdefault(id(self), (self, set(self.cache)))
@@ -69,23 +76,38 @@ def compiling_only() -> Iterator[None]:
         bench_fn()
         return False
 
-    Autotuner._bench = once
-    if disk is not None:
-        Autotuner.check_disk_cache = uncached
+    replacements = {
+        (Autotuner, "_bench"): once,
+        (Autotuner, "check_disk_cache"): uncached,
+        (JITFunction, "run"): lambda self, *args, **kwargs: launch(self, *args, **{**kwargs, "warmup": True}),
+        (InterpretedFunction, "run"): lambda self, *args, **kwargs: None,
+    }
+    with _replaced(replacements):
+        try:
+            yield
+        finally:
+            for tuner, keys in touched.values():
+                for key in set(tuner.cache) - keys:
+                    del tuner.cache[key]
+
+
+@contextmanager
+def _replaced(replacements: dict[tuple[type, str], Any]) -> Iterator[None]:
+    """Class attributes replaced for the block, where the class defines them, and put back after."""
+    saved = {(owner, name): owner.__dict__[name] for owner, name in replacements if name in owner.__dict__}
+    for owner, name in saved:
+        setattr(owner, name, replacements[(owner, name)])
     try:
         yield
     finally:
-        Autotuner._bench = bench
-        if disk is not None:
-            Autotuner.check_disk_cache = disk
-        for tuner, keys in touched.values():
-            for key in set(tuner.cache) - keys:
-                del tuner.cache[key]
+        for (owner, name), original in saved.items():
+            setattr(owner, name, original)
 
 
 def _run_once(tuner, args: tuple, config, meta: dict) -> list[float]:
-    """One run of the autotuner's kernel with `config` (compiling it): [0, 0, 0] as its timing, or infinities where
-    it failed (a configuration too large for this GPU, which the timed tuning then meets and skips)."""
+    """The autotuner's kernel with `config` called once (compiled, not launched, inside compiling_only): [0, 0, 0] as
+    its timing, or infinities where it failed (a configuration too large for this GPU, which the timed tuning then
+    meets and skips)."""
     current = dict(meta, **config.all_kwargs())
     try:
         if config.pre_hook:

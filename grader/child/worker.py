@@ -30,6 +30,7 @@ from grader.checks.inputs import (
     make_outputs,
     place,
     save_tensor,
+    stand_ins,
     start_in_place,
     with_nan_tail,
     written_outside,
@@ -270,6 +271,10 @@ class Worker:
             message = self.read_message()
             if Order.END_TRIALS in message:
                 break
+            if Order.COMPILE_CASES in message:  # before the first trial (gpu_lock.compile_first)
+                failed = self._compile_for(learner, None, [self.spec.cases[i] for i in message[Order.COMPILE_CASES]])
+                self.events.send(Event.COMPILED, failed=failed)
+                continue
             case = self.spec.cases[message["case"]]
             self.progress(f"checking {message['label']}")
             self.events.send(Event.TRIAL, k=message["k"], **self._one_trial(learner, case, message, watch_ops))
@@ -357,8 +362,8 @@ class Worker:
             if compile_first and not message.get("memory_only"):  # after the sizes run for their memory alone
                 compile_first = False
                 self.read_message()  # the parent's go for it
-                self._compile_first(learner, solution, [m for m in cases if not m.get("memory_only")])
-                self.events.send(Event.COMPILED)
+                timed = [self.spec.performance.cases[m["case"]] for m in cases if not m.get("memory_only")]
+                self.events.send(Event.COMPILED, failed=self._compile_for(learner, solution, timed))
             self.read_message()  # the parent's go: it is listening, so its clock brackets this case
             case = self.spec.performance.cases[message["case"]]
             self.progress(f"{'peak memory at' if message.get('memory_only') else 'timing'} {case.label()}")
@@ -386,27 +391,23 @@ class Worker:
             if message.get("probe"):
                 self._probe_while_asked(functions, self.variant.kind_of.host_side)
 
-    def _compile_first(self, learner: loading.Caller, solution, messages: list[dict]) -> None:
-        """Every contestant once at each size to time, Triton's autotuners compiling every configuration and timing
-        none (compile_steps.compiling_only), before the parent takes the GPU alone (Order.COMPILE_FIRST). A failure
-        ends the pass unreported: the timed run meets it again, and reports it as it always has."""
-        from grader.child.compile_steps import compiling_only
-
-        for message in messages:
-            case = self.spec.performance.cases[message["case"]]
-            self.progress(f"compiling for {case.label()}")
-            inputs, mine = self._tensors(case, message)
-            functions = {
-                "learner": lambda: learner({**inputs, **mine}, case.params),
-                **self._others(solution, learner, inputs, case, message),
-            }
-            try:
-                with compiling_only():
-                    for function in functions.values():
-                        function()
-                self.sync()
-            except Exception:
-                return
+    def _compile_for(self, learner: loading.Caller, solution: loading.Caller | None, cases: list[Case]) -> str | None:
+        """Every Triton kernel the learner's code (and the solution, where given) calls at each case compiled and none
+        launched (compile_steps.compiling_only), on stand-ins of the case's tensors: before the trials or the timed
+        runs, while the grade holds no part of the GPU lock (Order.COMPILE_CASES, Order.COMPILE_FIRST). PyTorch
+        compiles nothing and is left out. A failure ends the pass, and is no verdict: the run after meets it again,
+        and reports it as it always has. Returns it, for the GPU lock's log."""
+        callers = [caller for caller in (learner, solution) if caller is not None]
+        try:
+            with compile_steps.compiling_only():
+                for case in cases:
+                    self.progress(f"compiling for {case.label()}")
+                    for caller in callers:
+                        caller(stand_ins(self.spec, case, self.tensor_device), case.params)
+            self.sync()
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"[:300]
+        return None
 
     def _others(self, solution, learner, inputs: dict, case: Case, message: dict) -> dict[str, Callable]:
         """The contestants timed beside the learner: the solution, the learner's own baseline (spec

@@ -32,9 +32,10 @@ A grade's helper process (the references' GPU process, run/heavy.py) holds it `b
 queued behind a waiting timer, since its grade may hold the lock shared and wait for its results; it waits only while
 a timer holds the lock, and at most `BESIDE_LIMIT_S`, then goes on unlocked.
 
-A grade compiles first (`compile_first`): its child compiles what its timed runs will launch, Triton's autotuning
-included, before the grade asks for the exclusive hold: compiling is CPU work, and inside the hold it would keep every
-other grade off the GPU while the GPU does nothing.
+A grade compiles first (`compile_first`): its child compiles what its trials and its timed runs will launch, Triton's
+autotuning included, launching nothing, before the numerics start and before the grade asks for the exclusive hold;
+the grade steps out of its shared hold meanwhile (`step_out`). Compiling is CPU work: inside the exclusive hold it kept
+every other grade off the GPU while the GPU did nothing, and inside a shared one it kept a batch of timers waiting.
 `KCOURSE_GPU_LOCK_COMPILE_FIRST=0` turns that off.
 
 One thread per process takes the lock (the grade's main thread). `KCOURSE_GPU_LOCK_LOG` names a file where each hold
@@ -48,7 +49,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 ENV = "KCOURSE_GPU_LOCK"
@@ -106,8 +107,22 @@ class _Lock:
             if not self.batch_waiting():
                 return
             self._close()
+        self._rejoin()
+
+    def step_out(self) -> bool:
+        """The shared hold let go until `_rejoin` (its count kept); False where there is none to let go (none held,
+        or held alone)."""
+        with self._mutex:
+            if not self.shared or self.exclusive or self.fd is None:
+                return False
+            self._close()
+            return True
+
+    def _rejoin(self) -> None:
+        """The shared hold taken again after a pause, through the turnstile (once a waiting batch of timers is
+        done), as new numerics take it. A hold that ended meanwhile stays ended."""
         fd = self._open()
-        with self._turnstile():  # open again once the batch is done
+        with self._turnstile():
             fcntl.flock(fd, fcntl.LOCK_SH)
         with self._mutex:
             if self.shared and not self.exclusive and self.fd is None:
@@ -262,6 +277,23 @@ def let_timers_go() -> None:
     lock.let_timers_go()
     if time.time() - asked > POLL_S:
         _log("paused", asked, time.time())
+
+
+def step_out() -> Callable[[str | None], None]:
+    """While this grade's child compiles and launches nothing (compile_first): its shared hold let go, so a batch of
+    timers need not wait for the compiles. Returns what takes the hold again (through the turnstile: after a waiting
+    batch is done), given what ended the child's compiles early if anything did (logged); nothing to do where no
+    shared hold is this process's."""
+    lock = _lock()
+    if lock is None or not lock.step_out():
+        return lambda failed=None: None
+    asked = time.time()
+
+    def rejoin(failed: str | None = None) -> None:
+        lock._rejoin()
+        _log("stepped_out", asked, time.time(), {"failed": failed} if failed else {})
+
+    return rejoin
 
 
 @contextmanager

@@ -159,8 +159,10 @@ class Code(Vocab):
 
 class Order(Vocab):
     """What a grading parent tells its child after the job (grader/run/ -> grader/child/worker.py): each message is
-    a JSON object whose key is the order (TIME's carries COMPILE_FIRST beside it). A trial to run is a message of its own ({"case", "k", ...})."""
+    a JSON object whose key is the order (TIME's carries COMPILE_FIRST beside it). A trial to run is a message of its
+    own ({"case", "k", ...})."""
 
+    COMPILE_CASES = "compile_cases"  # before the trials: compile for these cases ([index]), then COMPILED (gpu_lock)
     END_TRIALS = "end_trials"  # every numerics trial has been sent
     TIME = "time"  # time these sizes: [{case, label, anchor, ...}]; any other message after the trials ends the run
     COMPILE_FIRST = "compile_first"  # with TIME, true: compile for the timed sizes at a go of its own (gpu_lock)
@@ -181,7 +183,7 @@ class Event(Vocab):
     LOADED = "loaded"  # the learner's file imported
     TRIAL = "trial"  # one numerics trial ran: its output files and the integrity evidence
     TRIALS_DONE = "trials_done"
-    COMPILED = "compiled"  # compiled for the timed sizes (Order.COMPILE_FIRST): the parent may take the GPU alone
+    COMPILED = "compiled"  # compiled, launching nothing (Order.COMPILE_CASES, COMPILE_FIRST): the parent's turn
     TIMING_START = "timing_start"
     TIMED = "timed"  # one timed size: the medians it measured
     PROBE_START = "probe_start"  # the parent's clock times the bursts between these two

@@ -185,6 +185,9 @@ class Judge:
     def _numerics(self) -> bool:
         with self._phase("numerics"):  # a failing trial ends the phase too: its seconds are still the grade's
             trials = self._trials()
+            if self._compiles_first():
+                self.child.send({Order.COMPILE_CASES: sorted({index for index, *_ in trials})})
+                self._while_compiling()
             self.feed.start(trials, self._label)
             for k, (index, case, trial, trial_seed) in enumerate(trials):
                 event = self.link.expect(Event.TRIAL)
@@ -375,12 +378,12 @@ class Judge:
     def _time_sizes(self, timed: list[tuple[int, Case]], messages: list[dict[str, Any]]) -> None:
         self._stage_solution()
         first = sum(1 for m in messages if m["memory_only"])  # the sizes run for their memory alone come first
-        compile_first = gpu_lock.compile_first() and self.variant.kind_of.compiles_when_run and first < len(messages)
+        compile_first = self._compiles_first() and first < len(messages)
         self.child.send({Order.TIME: messages, Order.COMPILE_FIRST: compile_first})
         records = [self._one_timed_case(index, case, untimed=True) for index, case in timed[:first]]
-        if compile_first:  # CPU work: other grades may use the GPU meanwhile (gpu_lock)
+        if compile_first:
             self.child.send({Order.GO: True})
-            self.link.expect(Event.COMPILED)
+            self._while_compiling()
         with gpu_lock.exclusive(self.child.pid):  # timing: no other grade's work on the GPU, the CPU first
             self.link.deadline = max(self.link.deadline, time.monotonic() + self.timeout_s)  # the lock's wait is ours
             records += [self._one_timed_case(index, case) for index, case in timed[first:]]
@@ -392,6 +395,23 @@ class Judge:
                 check = self._cross_check_probe(records[-1]) or check
         self.result.add(check)
         self._add_if(memory.verdict(self.spec, records))
+
+    def _compiles_first(self) -> bool:
+        """Whether the child compiles before its trials and before its timed sizes, launching nothing: where grades
+        share the GPU (gpu_lock.compile_first) and its code compiles when it first runs (Triton) on a GPU."""
+        return gpu_lock.compile_first() and self.variant.kind_of.compiles_when_run and self.child.device == "cuda"
+
+    def _while_compiling(self) -> None:
+        """The child's compile pass (Order.COMPILE_CASES or COMPILE_FIRST sent) awaited with this grade's shared hold
+        let go (gpu_lock.step_out): other grades' timers need not wait for CPU work. Kept while its compute-sanitizer
+        runs on the GPU. The hold is taken again after, the child's deadline stopped while that waits."""
+        rejoin = gpu_lock.step_out() if self.may_pause() else lambda failed=None: None
+        compiled: dict[str, Any] = {}
+        try:
+            compiled = self.link.expect(Event.COMPILED)
+        finally:
+            with self.link.paused():
+                rejoin(compiled.get("failed"))  # what ended the compiles early: the lock's log says (gpu_lock_report)
 
     def _cross_check_probe(self, record) -> Check | None:
         return probe.cross_check(self.link, self.spec, self.variant, self.result, record)

@@ -68,6 +68,7 @@ class FakeChild:
         self.peak_bytes: dict[str, int] = {}  # the peak memory beyond inputs and outputs each timed size reports
         self.timed: list[dict] = []
         self.compile_first = False  # the judge's Order.COMPILE_FIRST (gpu_lock on): a go of its own before the timing
+        self.compiled_cases: list[int] | None = None  # the judge's Order.COMPILE_CASES, before the trials
         self.state = "numerics"
         self.bursts: list[str] = []
         self.printed = ""  # what the child wrote to its stdout/stderr (the judge reads it when the child dies)
@@ -106,6 +107,9 @@ class FakeChild:
             return
         if "learner" in message:
             self._put(*self.after_job)
+        elif "compile_cases" in message:  # worker._compile_for: the trials' kernels compiled, none launched
+            self.compiled_cases = list(message["compile_cases"])
+            self._put({"event": "step", "text": "compiling for the trials"}, {"event": "compiled"})
         elif "end_trials" in message:
             self._put({"event": "trials_done", "borrowed": self.borrowed})
         elif "inputs" in message:
@@ -147,9 +151,7 @@ class FakeChild:
 
     def _go(self) -> None:
         if self.state == "timing" and self.compile_first and not self.timed[0].get("memory_only"):
-            self.compile_first = False  # worker._compile_first: the kernel once at each size to time, then "compiled"
-            for message in self.timed:
-                self._run(message, self.spec.performance.cases[message["case"]].params)
+            self.compile_first = False  # worker._compile_for: each timed size's kernels compiled, none launched
             self._put({"event": "step", "text": "compiling for the timed sizes"}, {"event": "compiled"})
         elif self.state == "timing":
             message = self.timed.pop(0)
@@ -186,12 +188,15 @@ def grade(
     timeout_s: float = 60.0,
     seed: int = 1,
     calibration: dict | None = None,
+    may_pause: bool = False,
     **job,
 ) -> GradeResult:
+    """The judge's verdict on `child`; `may_pause`: its shared hold of the GPU lock may be let go (grade.py: no
+    compute-sanitizer on the GPU)."""
     result = GradeResult(exercise=spec.id, lang="triton", source="learner", seed=seed)
-    Judge(spec, spec.variant(None), child, result, seed, timeout_s, timing, calibration).run(
-        Job(learner="/x/toy.py", **job)
-    )
+    judge = Judge(spec, spec.variant(None), child, result, seed, timeout_s, timing, calibration)
+    judge.may_pause = lambda: may_pause
+    judge.run(Job(learner="/x/toy.py", **job))
     return result
 
 

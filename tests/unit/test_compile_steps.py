@@ -62,19 +62,27 @@ def _call(tuned, x):
     tuned[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, x.numel())
 
 
-def test_compiling_only_runs_each_configuration_once_times_none_and_forgets_the_choice(monkeypatch):
+def test_compiling_only_calls_each_configuration_once_launches_nothing_times_none_and_forgets_the_choice(monkeypatch):
     import torch
     from triton.runtime.autotuner import Autotuner
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
 
     tuned = _add_one_tuned()
     tuned._do_bench = lambda *a, **k: pytest.fail("a configuration was timed")
     monkeypatch.setattr(Autotuner, "check_disk_cache", lambda *a: pytest.fail("Triton's disk cache was used"))
+    called, real = [], compile_steps._run_once
+    monkeypatch.setattr(
+        compile_steps, "_run_once", lambda tuner, *rest: called.append(rest[1].kwargs["BLOCK"]) or real(tuner, *rest)
+    )
     x = torch.zeros(40, device="cuda" if torch.cuda.is_available() else "cpu")
     with compile_steps.compiling_only():
         _call(tuned, x)
-    assert torch.equal(x.cpu(), torch.full((40,), 3.0))  # each configuration once, then the call's own run
+    assert called == [16, 32]  # each configuration once (compiled on a GPU)
+    assert torch.equal(x.cpu(), torch.zeros(40))  # and none launched, nor the call's own run
     assert tuned.cache == {}  # the timed run tunes as it would have
-    assert Autotuner.check_disk_cache is not None and Autotuner._bench.__name__ == "_bench"  # restored
+    assert Autotuner._bench.__name__ == "_bench" and Autotuner.check_disk_cache is not None  # restored
+    assert JITFunction.run.__name__ == "run" and InterpretedFunction.run.__name__ == "run"
 
 
 def test_compiling_only_keeps_a_choice_made_before_and_a_failing_configuration_costs_nothing():
@@ -86,8 +94,8 @@ def test_compiling_only_keeps_a_choice_made_before_and_a_failing_configuration_c
     _call(tuned, x)  # tuned before the block: each configuration once by that timer, then the call
     chosen = dict(tuned.cache)
     with compile_steps.compiling_only():
-        _call(tuned, x)  # the choice kept: nothing run per configuration
-    assert tuned.cache == chosen and len(chosen) == 1 and torch.equal(x.cpu(), torch.full((40,), 4.0))
+        _call(tuned, x)  # the choice kept: nothing run per configuration, nor launched
+    assert tuned.cache == chosen and len(chosen) == 1 and torch.equal(x.cpu(), torch.full((40,), 3.0))
     failing = SimpleNamespace(all_kwargs=lambda: {"BLOCK": 16}, pre_hook=lambda nargs: 1 / 0)
     tuned.nargs = {}
     assert compile_steps._run_once(tuned, (x, 40), failing, {}) == [float("inf")] * 3

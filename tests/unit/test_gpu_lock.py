@@ -213,6 +213,49 @@ def test_a_shared_hold_that_ends_during_a_pause_stays_ended(tmp_path, env):
     after.let_go()
 
 
+def test_a_grade_whose_child_compiles_steps_out_so_a_timer_goes_at_once_and_it_rejoins_after(tmp_path, env):
+    """step_out (compile_first): the shared hold let go while the child compiles, launching nothing; a timer past its
+    patience takes the lock meanwhile, and the hold comes back once the timer is done."""
+    log = tmp_path / "lock.jsonl"
+    env = dict(env, **{gpu_lock.PATIENCE_ENV: "0.3"})
+    os.environ[gpu_lock.LOG_ENV] = str(log)
+    try:
+        with gpu_lock.shared():
+            rejoin = gpu_lock.step_out()
+            timer = Holder(tmp_path, "timer", "exclusive", env)
+            assert timer.holds(within=2.0)  # nothing of this grade holds the lock while its child compiles
+            back = threading.Thread(target=rejoin)
+            back.start()
+            assert not _soon(lambda: not back.is_alive(), within=0.5)  # the timer first
+            timer.let_go()
+            back.join(timeout=10)
+            gpu_lock.step_out()("RuntimeError: out of resources")  # a pass the learner's code ended early
+            late = Holder(tmp_path, "late", "exclusive", env)
+            assert not late.holds(within=0.5)  # reading again
+    finally:
+        del os.environ[gpu_lock.LOG_ENV]
+    assert late.holds()
+    late.let_go()
+    holds = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [h["mode"] for h in holds] == ["stepped_out", "stepped_out", "shared"], holds
+    assert "failed" not in holds[0] and holds[1]["failed"] == "RuntimeError: out of resources"
+    script = ROOT / "scripts" / "gpu_lock_report.py"
+    if script.exists():  # the instructors' (not in the learner's kit)
+        report = subprocess.run([sys.executable, str(script), str(log)], capture_output=True, text=True).stdout
+        assert "stepped_out: 2 holds" in report and "compile passes ended early: 1" in report, report
+
+
+def test_stepping_out_without_a_shared_hold_or_while_timing_lets_nothing_go(tmp_path, env):
+    gpu_lock.step_out()()  # no hold: nothing to let go or take again
+    with gpu_lock.shared(), gpu_lock.exclusive():
+        rejoin = gpu_lock.step_out()
+        other = Holder(tmp_path, "other", "shared", env)
+        assert not other.holds(within=0.5)  # the exclusive hold is kept
+        rejoin()
+    assert other.holds()
+    other.let_go()
+
+
 def test_two_grades_that_both_move_from_numerics_to_timing_do_not_deadlock(tmp_path, env):
     first = Holder(tmp_path, "a", "shared+exclusive", env)
     second = Holder(tmp_path, "b", "shared+exclusive", env)

@@ -284,16 +284,21 @@ def test_the_child_times_with_the_gpu_lock_held_exclusively_and_checks_numerics_
 
 
 @pytest.mark.parametrize("first", ["1", "0"], ids=["compile_first", "compile_first_off"])
-def test_where_grades_share_the_gpu_the_child_compiles_for_the_timed_sizes_before_it_is_held_alone(
+def test_where_grades_share_the_gpu_the_child_compiles_before_its_trials_and_its_timing_with_the_lock_let_go(
     toy, toy_child, tmp_path, monkeypatch, first
 ):
-    """gpu_lock.compile_first: a go of its own, answered "compiled", before the exclusive hold; the child's runs
-    then (its compiles) are beside other grades, and the timing alone. KCOURSE_GPU_LOCK_COMPILE_FIRST=0: none."""
+    """gpu_lock.compile_first: before the first trial (COMPILE_CASES: every case the trials use) and before the
+    exclusive hold (a go of its own), the child compiles, launching nothing, answering "compiled"; the grade steps out
+    of its shared hold meanwhile (a "stepped_out" line in the lock's log each time). KCOURSE_GPU_LOCK_COMPILE_FIRST=0:
+    none."""
+    import json
     import os
 
     from grader.core import gpu_lock
 
+    log = tmp_path / "lock.jsonl"
     monkeypatch.setenv(gpu_lock.ENV, str(tmp_path / "gpu.lock"))
+    monkeypatch.setenv(gpu_lock.LOG_ENV, str(log))
     monkeypatch.setenv(gpu_lock.COMPILE_FIRST_ENV, first)
     runs = []
 
@@ -302,11 +307,37 @@ def test_where_grades_share_the_gpu_the_child_compiles_for_the_timed_sizes_befor
             runs.append(os.environ.get(gpu_lock.HELD_ENV) == str(os.getpid()))
         return {"c": inputs["a"] + inputs["b"]}
 
-    child = toy_child(kernel=kernel, measured={"learner": {"median_ms": 1.0, "runs": 10}})
-    assert last(grade(toy, child, timing=True)).name == "speed"
+    child = toy_child(kernel=kernel, measured={"learner": {"median_ms": 1.0, "runs": 10}}, device="cuda")
+    with gpu_lock.shared():  # as grade.py holds it around the judge's run
+        assert last(grade(toy, child, timing=True, may_pause=True)).name == "speed"
     time_message = next(m for m in child.sent if "time" in m)
     assert time_message["compile_first"] is (first == "1")
-    assert runs == ([False, True] if first == "1" else [True])  # compiled beside others, then timed alone
+    assert child.compiled_cases == (list(range(len(toy.cases))) if first == "1" else None)
+    assert runs == [True]  # the compile passes launch nothing; the timing alone
+    modes = [json.loads(line)["mode"] for line in log.read_text().splitlines()]
+    assert modes.count("stepped_out") == (2 if first == "1" else 0), modes
+
+
+def test_a_grade_whose_sanitizer_is_on_the_gpu_compiles_first_without_letting_its_hold_go(
+    toy, toy_child, tmp_path, monkeypatch
+):
+    from grader.core import gpu_lock
+
+    monkeypatch.setenv(gpu_lock.ENV, str(tmp_path / "gpu.lock"))
+    monkeypatch.setenv(gpu_lock.LOG_ENV, str(tmp_path / "lock.jsonl"))
+    child = toy_child(measured={"learner": {"median_ms": 1.0, "runs": 10}}, device="cuda")
+    with gpu_lock.shared():
+        assert last(grade(toy, child, timing=True, may_pause=False)).name == "speed"
+    assert child.compiled_cases is not None and "stepped_out" not in (tmp_path / "lock.jsonl").read_text()
+
+
+def test_on_the_cpu_the_child_compiles_nothing_first(toy, toy_child, tmp_path, monkeypatch):
+    from grader.core import gpu_lock
+
+    monkeypatch.setenv(gpu_lock.ENV, str(tmp_path / "gpu.lock"))
+    child = toy_child(measured={"learner": {"median_ms": 1.0, "runs": 10}})
+    assert last(grade(toy, child, timing=True, may_pause=True)).name == "speed"
+    assert child.compiled_cases is None and not next(m for m in child.sent if "time" in m)["compile_first"]
 
 
 def test_a_size_run_for_its_memory_alone_does_not_wait_for_the_gpu_to_itself(spec_of, toy_child, tmp_path, monkeypatch):

@@ -81,18 +81,36 @@ def test_a_memory_only_size_runs_the_learner_alone_and_times_nothing(toy, tmp_pa
     assert steps == ["peak memory at n=64"]
 
 
-def test_compile_first_runs_each_contestant_once_per_timed_size_after_the_memory_sizes_then_says_compiled(
+def test_compile_first_calls_the_learners_code_once_per_timed_size_on_stand_ins_after_the_memory_sizes(
     toy, tmp_path, monkeypatch
 ):
-    """Order.COMPILE_FIRST: a go of its own once the sizes run for their memory alone are done; every contestant of
-    each timed size runs once (Triton's autotuners compiling, timing nothing), then COMPILED, then the timing."""
-    child, calls = fake_child(toy, tmp_path, monkeypatch), []
+    """Order.COMPILE_FIRST: a go of its own once the sizes run for their memory alone are done; the learner's code is
+    called once at each timed size (its Triton kernels compiled, none launched) on stand-ins of the size's tensors,
+    not its inputs (their files are for the timed run) and without PyTorch (which compiles nothing); then COMPILED,
+    then the timing."""
+    child, calls, handed = fake_child(toy, tmp_path, monkeypatch), [], []
+    tensors, reference = child._tensors, child._reference
+    child._tensors = lambda case, message: handed.append(message["k"]) or tensors(case, message)
+    child._reference = lambda a, b: calls.append("torch") or reference(a, b)
     child.time_cases(adder(calls), [message(memory_only=True), message(memory_only=False)], compile_first=True)
     events = [event for event, _ in child.events.sent]
     assert events.index(Event.TIMED) < events.index(Event.COMPILED) < events.index(Event.TIMING_START, 2)
     steps = [data["text"] for event, data in child.events.sent if event == Event.STEP]
     assert steps == ["peak memory at n=64", "compiling for n=64", "timing n=64"]
-    assert calls == [64, 64, 64, 64]  # memory size twice, compile pass once, timed once (the faked timer)
+    assert calls == [64, 64, 64, 64, "torch"]  # memory size twice, compile pass once, timed once beside PyTorch
+    assert handed == ["t0", "t0"]  # the inputs read once per size run, none for the compile pass
+
+
+def test_before_the_trials_the_child_compiles_for_the_cases_it_is_told_and_says_compiled(toy, tmp_path, monkeypatch):
+    from grader.core.vocabulary import Order
+
+    child, calls = fake_child(toy, tmp_path, monkeypatch), []
+    orders = iter([{Order.COMPILE_CASES: [0, 1]}, {Order.END_TRIALS: True}])
+    child.read_message = lambda: next(orders)
+    child.solution_watch = SimpleNamespace(active=True, seen=set())
+    child.run_trials(adder(calls))
+    assert [e for e, _ in child.events.sent if e != Event.STEP] == [Event.COMPILED, Event.TRIALS_DONE]
+    assert calls == [toy.cases[0].params["n"], toy.cases[1].params["n"]]
 
 
 def test_a_failure_in_the_compile_pass_ends_it_unreported_and_the_timing_still_runs(toy, tmp_path, monkeypatch):
