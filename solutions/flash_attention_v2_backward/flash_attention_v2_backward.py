@@ -100,7 +100,14 @@ def _dq_configs():
     # query tiles of 64-128 rows stay on chip with their dO and float32 dQ; 32-64 keys a step
     return [
         triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
-        for bm, bn, w, s in [(128, 64, 8, 2), (128, 32, 8, 3), (128, 32, 4, 4), (64, 64, 4, 3), (64, 32, 4, 3)]
+        for bm, bn, w, s in [
+            (128, 64, 8, 3),
+            (128, 64, 8, 2),
+            (128, 32, 8, 3),
+            (128, 32, 4, 4),
+            (64, 64, 4, 3),
+            (64, 32, 4, 3),
+        ]
     ]
 
 
@@ -301,7 +308,14 @@ def _dkdv_configs():
     # Hopper choice is 32 x 128, 4 warps, 5 stages at d = 64; d = 128 doubles the accumulators: 8 warps)
     return [
         triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
-        for bm, bn, w, s in [(64, 128, 8, 2), (32, 128, 8, 3), (32, 128, 4, 5), (64, 64, 4, 3), (32, 64, 4, 3)]
+        for bm, bn, w, s in [
+            (64, 128, 8, 3),
+            (64, 128, 8, 2),
+            (32, 128, 8, 3),
+            (32, 128, 4, 5),
+            (64, 64, 4, 3),
+            (32, 64, 4, 3),
+        ]
     ]
 
 
