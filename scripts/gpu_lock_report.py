@@ -32,7 +32,7 @@ def favoured(holds: list[dict]) -> str:
 
 
 def compiles_ended_early(holds: list[dict], top: int = 5) -> list[str]:
-    """The compile passes (gpu_lock.compile_first) that an exception ended early: their grades compiled the rest at
+    """The compile passes (compile_steps.compile_first) that an exception ended early: their grades compiled the rest at
     their first runs, as before the pass. A pass should end early only where the learner's code fails anyway."""
     failed = [h for h in holds if h["mode"] == "stepped_out" and h.get("failed")]
     lines = [f"compile passes ended early: {len(failed)}"]

@@ -321,7 +321,7 @@ def empty_laid_out(
 def stand_ins(spec: ExerciseSpec, case: Case, device: str) -> dict[str, torch.Tensor]:
     """The inputs and outputs of `case`, uninitialised, in their shapes, dtypes and layouts: what Triton specialises a
     compile on (dtypes, strides, alignment), with no value drawn, copied or written (no kernel launched). For a
-    compile before the trials (gpu_lock.compile_first); an input whose values the learner's host code reads gets
+    compile before the trials (compile_steps.compile_first); an input whose values the learner's host code reads gets
     whatever the memory held."""
     tensors = {}
     for role, places in ((spec.inputs, case.inputs), (spec.outputs, case.outputs)):

@@ -7,20 +7,40 @@ they wait and a time-out's message names, and scripts/feedback_bench.py's event 
 took. Triton calls the hook before each compile of a kernel this process has not compiled yet, a hit in its disk
 cache included (that one ends at once).
 
-Where grades share a GPU (the kit's parallel tests, grader/core/gpu_lock.py), the child compiles for its trials and
-its timed sizes first (`compiling_only`: every kernel its code calls compiled and none launched, Triton's autotuners
-compiling every configuration), while its grade holds no part of the lock, so that neither the numerics nor the
-timing, with the GPU held, wait for a compile."""
+On a GPU the child compiles first (`compile_first`): before its trials, for every case they use, and before its
+timed sizes, for each of them, it calls the code once with every kernel compiled and none launched, Triton's
+autotuners compiling every configuration (`compiling_only`), the compiles running side by side on
+`compile_threads()` threads. A kernel edit's grade then waits for its compiles once, in parallel, not one after
+another through the trials and the tuning. Where grades share a GPU (the kit's parallel tests,
+grader/core/gpu_lock.py) the grade holds no part of the lock meanwhile, so that neither the numerics nor the timing,
+with the GPU held, wait for a compile. `KCOURSE_COMPILE_FIRST=0` turns it off; `KCOURSE_COMPILE_THREADS=1` compiles
+one kernel at a time."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, Callable
 
 from grader.core.vocabulary import COMPILING
 
 SOLUTION = "kcourse_solution_"  # the module name the loader gives the solution (loading.load)
+COMPILE_FIRST_ENV = "KCOURSE_COMPILE_FIRST"  # "0": no compile pass (the compiles happen at the first runs)
+COMPILE_THREADS_ENV = "KCOURSE_COMPILE_THREADS"  # threads a compile pass compiles on (Triton's AsyncCompileMode)
+COMPILE_THREADS = 8  # at most, and no more than the host's cores: Triton's compiler lets go of Python's lock
+
+
+def compile_first() -> bool:
+    """Whether a grade's child compiles before its trials and its timed sizes (on a GPU, a kind that
+    `compiles_when_run`: the judge decides), unless COMPILE_FIRST_ENV is 0."""
+    return os.environ.get(COMPILE_FIRST_ENV) != "0"
+
+
+def compile_threads() -> int:
+    value = os.environ.get(COMPILE_THREADS_ENV)
+    return int(value) if value else min(COMPILE_THREADS, os.cpu_count() or 1)
 
 
 def show_compiles(progress: Callable[[str], None]) -> None:
@@ -50,9 +70,10 @@ def compiling_only() -> Iterator[None]:
     """For the block, every Triton kernel called is compiled and not launched (Triton's own warm-up: the
     interpreter's calls do nothing), and Triton's autotuners compile each configuration where they would time it,
     keeping nothing of it: the choices made meanwhile are forgotten after, and Triton's disk cache of tunings is
-    neither read nor written. The runs after the block tune as they would have (from that cache, or by timing), with
-    every configuration compiled already (gpu_lock.compile_first). The outputs keep what they held. A Triton without
-    these internals: the block runs as it is."""
+    neither read nor written. The compiles run side by side (`_in_parallel`) and are all done when the block ends.
+    The runs after the block tune as they would have (from that cache, or by timing), with every configuration
+    compiled already (compile_first). The outputs keep what they held. A Triton without these internals: the block
+    runs as it is."""
     try:
         from triton.runtime.autotuner import Autotuner
         from triton.runtime.interpreter import InterpretedFunction
@@ -84,11 +105,28 @@ def compiling_only() -> Iterator[None]:
     }
     with _replaced(replacements):
         try:
-            yield
+            with _in_parallel():
+                yield
         finally:
             for tuner, keys in touched.values():
                 for key in set(tuner.cache) - keys:
                     del tuner.cache[key]
+
+
+@contextmanager
+def _in_parallel() -> Iterator[None]:
+    """Each Triton compile in the block handed to a pool of compile_threads() threads, all awaited at its end (an error
+    raised there): Triton's AsyncCompileMode, where this Triton has it; one compile after another where not."""
+    try:
+        from triton.runtime._async_compile import AsyncCompileMode
+    except ImportError:
+        AsyncCompileMode = None
+    threads = compile_threads()
+    if AsyncCompileMode is None or threads < 2:
+        yield
+        return
+    with ThreadPoolExecutor(threads, thread_name_prefix="triton-compile") as pool, AsyncCompileMode(pool):
+        yield
 
 
 @contextmanager

@@ -271,7 +271,7 @@ class Worker:
             message = self.read_message()
             if Order.END_TRIALS in message:
                 break
-            if Order.COMPILE_CASES in message:  # before the first trial (gpu_lock.compile_first)
+            if Order.COMPILE_CASES in message:  # before the first trial (compile_steps.compile_first)
                 failed = self._compile_for(learner, None, [self.spec.cases[i] for i in message[Order.COMPILE_CASES]])
                 self.events.send(Event.COMPILED, failed=failed)
                 continue

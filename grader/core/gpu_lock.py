@@ -32,11 +32,11 @@ A grade's helper process (the references' GPU process, run/heavy.py) holds it `b
 queued behind a waiting timer, since its grade may hold the lock shared and wait for its results; it waits only while
 a timer holds the lock, and at most `BESIDE_LIMIT_S`, then goes on unlocked.
 
-A grade compiles first (`compile_first`): its child compiles what its trials and its timed runs will launch, Triton's
-autotuning included, launching nothing, before the numerics start and before the grade asks for the exclusive hold;
-the grade steps out of its shared hold meanwhile (`step_out`). Compiling is CPU work: inside the exclusive hold it kept
-every other grade off the GPU while the GPU did nothing, and inside a shared one it kept a batch of timers waiting.
-`KCOURSE_GPU_LOCK_COMPILE_FIRST=0` turns that off.
+A Triton grade compiles first (child/compile_steps.py): its child compiles what its trials and its timed runs will
+launch, Triton's autotuning included, launching nothing, before the numerics start and before the grade asks for the
+exclusive hold; the grade steps out of its shared hold meanwhile (`step_out`). Compiling is CPU work: inside the
+exclusive hold it kept every other grade off the GPU while the GPU did nothing, and inside a shared one it kept a
+batch of timers waiting.
 
 One thread per process takes the lock (the grade's main thread). `KCOURSE_GPU_LOCK_LOG` names a file where each hold
 appends a JSON line (mode, when asked, seconds waited and held, the pytest test): where a parallel GPU test run's
@@ -59,7 +59,6 @@ PATIENCE_S = 30.0  # how long a timer waits beside new numerics before it stops 
 POLL_S = 0.02
 BESIDE_LIMIT_S = 120.0  # a helper waits this long for a timer to finish, then works unlocked (never a deadlock)
 LOG_ENV = "KCOURSE_GPU_LOCK_LOG"
-COMPILE_FIRST_ENV = "KCOURSE_GPU_LOCK_COMPILE_FIRST"
 FAVOURED_NICE = -10  # the timing processes' CPU priority while they hold the GPU alone (where that may be raised)
 
 
@@ -255,12 +254,6 @@ def exclusive(*favoured: int):
     return _holding("exclusive", favoured)
 
 
-def compile_first() -> bool:
-    """Whether a grade's child compiles for its timed sizes before the grade takes the lock exclusively: where the
-    lock is on for this process (not off, not held alone by a process above it), unless COMPILE_FIRST_ENV is 0."""
-    return _lock() is not None and os.environ.get(COMPILE_FIRST_ENV) != "0"
-
-
 def timers_waiting() -> bool:
     """Whether a batch of timers waits for this process's shared hold: its numerics should pause (let_timers_go)."""
     lock = _lock()
@@ -280,7 +273,7 @@ def let_timers_go() -> None:
 
 
 def step_out() -> Callable[[str | None], None]:
-    """While this grade's child compiles and launches nothing (compile_first): its shared hold let go, so a batch of
+    """While this grade's child compiles and launches nothing (compile_steps.compile_first): its shared hold let go, so a batch of
     timers need not wait for the compiles. Returns what takes the hold again (through the turnstile: after a waiting
     batch is done), given what ended the child's compiles early if anything did (logged); nothing to do where no
     shared hold is this process's."""

@@ -20,6 +20,7 @@ from grader import cuda_cpu
 from grader.checks import integrity, memory, op_checks, speed
 from grader.checks.checking import judge_output, load_reference, looks_cached
 from grader.checks.inputs import element_size, load_tensor, shape_of
+from grader.child import compile_steps
 from grader.child.timing import BUDGET_S
 from grader.core import gpu_lock, gpushare, hostload
 from grader.core.job import Job
@@ -397,9 +398,9 @@ class Judge:
         self._add_if(memory.verdict(self.spec, records))
 
     def _compiles_first(self) -> bool:
-        """Whether the child compiles before its trials and before its timed sizes, launching nothing: where grades
-        share the GPU (gpu_lock.compile_first) and its code compiles when it first runs (Triton) on a GPU."""
-        return gpu_lock.compile_first() and self.variant.kind_of.compiles_when_run and self.child.device == "cuda"
+        """Whether the child compiles before its trials and before its timed sizes, launching nothing
+        (child/compile_steps.py): where its code compiles when it first runs (Triton), on a GPU."""
+        return compile_steps.compile_first() and self.variant.kind_of.compiles_when_run and self.child.device == "cuda"
 
     def _while_compiling(self) -> None:
         """The child's compile pass (Order.COMPILE_CASES or COMPILE_FIRST sent) awaited with this grade's shared hold

@@ -39,7 +39,7 @@ def test_a_hook_set_before_is_kept_and_still_decides_and_the_step_is_set_once():
     assert seen == ["_load"] and steps == ["compiling your Triton kernel _load"]
 
 
-# --- compiling_only: the timed sizes compiled before the GPU is held alone (gpu_lock.compile_first) ---------------
+# --- compiling_only: the timed sizes compiled before the GPU is held alone (compile_steps.compile_first) ---------------
 
 
 def _add_one_tuned(cache_results: bool = True):
@@ -99,3 +99,25 @@ def test_compiling_only_keeps_a_choice_made_before_and_a_failing_configuration_c
     failing = SimpleNamespace(all_kwargs=lambda: {"BLOCK": 16}, pre_hook=lambda nargs: 1 / 0)
     tuned.nargs = {}
     assert compile_steps._run_once(tuned, (x, 40), failing, {}) == [float("inf")] * 3
+
+
+@pytest.mark.parametrize("threads", ["4", "1"])
+def test_the_compiles_of_a_pass_go_to_a_pool_of_threads_unless_one_is_asked_for(monkeypatch, threads):
+    """Triton's AsyncCompileMode is active inside compiling_only (each compile a task of a thread pool, all awaited at
+    the block's end) with two or more threads, and not with KCOURSE_COMPILE_THREADS=1."""
+    _async = pytest.importorskip("triton.runtime._async_compile")
+    monkeypatch.setenv(compile_steps.COMPILE_THREADS_ENV, threads)
+    with compile_steps.compiling_only():
+        mode = _async.active_mode.get()
+    assert (mode is not None) is (threads != "1") and _async.active_mode.get() is None
+
+
+def test_the_pass_is_on_unless_turned_off_and_its_threads_are_at_most_the_hosts_cores(monkeypatch):
+    import os
+
+    monkeypatch.delenv(compile_steps.COMPILE_FIRST_ENV, raising=False)
+    monkeypatch.delenv(compile_steps.COMPILE_THREADS_ENV, raising=False)
+    assert compile_steps.compile_first()
+    assert compile_steps.compile_threads() == min(compile_steps.COMPILE_THREADS, os.cpu_count() or 1)
+    monkeypatch.setenv(compile_steps.COMPILE_FIRST_ENV, "0")
+    assert not compile_steps.compile_first()

@@ -287,19 +287,19 @@ def test_the_child_times_with_the_gpu_lock_held_exclusively_and_checks_numerics_
 def test_where_grades_share_the_gpu_the_child_compiles_before_its_trials_and_its_timing_with_the_lock_let_go(
     toy, toy_child, tmp_path, monkeypatch, first
 ):
-    """gpu_lock.compile_first: before the first trial (COMPILE_CASES: every case the trials use) and before the
+    """compile_steps.compile_first: before the first trial (COMPILE_CASES: every case the trials use) and before the
     exclusive hold (a go of its own), the child compiles, launching nothing, answering "compiled"; the grade steps out
-    of its shared hold meanwhile (a "stepped_out" line in the lock's log each time). KCOURSE_GPU_LOCK_COMPILE_FIRST=0:
-    none."""
+    of its shared hold meanwhile (a "stepped_out" line in the lock's log each time). KCOURSE_COMPILE_FIRST=0: none."""
     import json
     import os
 
+    from grader.child import compile_steps
     from grader.core import gpu_lock
 
     log = tmp_path / "lock.jsonl"
     monkeypatch.setenv(gpu_lock.ENV, str(tmp_path / "gpu.lock"))
     monkeypatch.setenv(gpu_lock.LOG_ENV, str(log))
-    monkeypatch.setenv(gpu_lock.COMPILE_FIRST_ENV, first)
+    monkeypatch.setenv(compile_steps.COMPILE_FIRST_ENV, first)
     runs = []
 
     def kernel(inputs, params, k):
@@ -329,6 +329,18 @@ def test_a_grade_whose_sanitizer_is_on_the_gpu_compiles_first_without_letting_it
     with gpu_lock.shared():
         assert last(grade(toy, child, timing=True, may_pause=False)).name == "speed"
     assert child.compiled_cases is not None and "stepped_out" not in (tmp_path / "lock.jsonl").read_text()
+
+
+def test_a_learners_one_grade_on_a_gpu_compiles_first_too(toy, toy_child, monkeypatch):
+    """No lock (a learner's grade): the compile passes still come first, every kernel compiled side by side before
+    the trials and the timing need them."""
+    from grader.core import gpu_lock
+
+    monkeypatch.delenv(gpu_lock.ENV, raising=False)
+    child = toy_child(measured={"learner": {"median_ms": 1.0, "runs": 10}}, device="cuda")
+    assert last(grade(toy, child, timing=True, may_pause=True)).name == "speed"
+    assert child.compiled_cases == list(range(len(toy.cases)))
+    assert next(m for m in child.sent if "time" in m)["compile_first"] is True
 
 
 def test_on_the_cpu_the_child_compiles_nothing_first(toy, toy_child, tmp_path, monkeypatch):
