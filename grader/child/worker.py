@@ -393,10 +393,10 @@ class Worker:
 
     def _compile_for(self, learner: loading.Caller, solution: loading.Caller | None, cases: list[Case]) -> str | None:
         """Every Triton kernel the learner's code (and the solution, where given) calls at each case compiled and none
-        launched (compile_steps.compiling_only), on stand-ins of the case's tensors: before the trials or the timed
-        runs, while the grade holds no part of the GPU lock (Order.COMPILE_CASES, Order.COMPILE_FIRST). PyTorch
-        compiles nothing and is left out. A failure ends the pass, and is no verdict: the run after meets it again,
-        and reports it as it always has. Returns it, for the GPU lock's log."""
+        launched, side by side (compile_steps.compiling_only), on stand-ins of the case's tensors: before the trials
+        or the timed runs (Order.COMPILE_CASES, Order.COMPILE_FIRST; where grades share the GPU, its grade holds no
+        part of the lock meanwhile). PyTorch compiles nothing and is left out. A failure ends the pass, and is no
+        verdict: the run after meets it again, and reports it as it always has. Returns it (the GPU lock's log)."""
         callers = [caller for caller in (learner, solution) if caller is not None]
         try:
             with compile_steps.compiling_only():

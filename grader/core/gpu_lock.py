@@ -273,10 +273,10 @@ def let_timers_go() -> None:
 
 
 def step_out() -> Callable[[str | None], None]:
-    """While this grade's child compiles and launches nothing (compile_steps.compile_first): its shared hold let go, so a batch of
-    timers need not wait for the compiles. Returns what takes the hold again (through the turnstile: after a waiting
-    batch is done), given what ended the child's compiles early if anything did (logged); nothing to do where no
-    shared hold is this process's."""
+    """While this grade's child compiles and launches nothing (compile_steps.compile_first): its shared hold let go,
+    so a batch of timers need not wait for the compiles. Returns what takes the hold again (through the turnstile:
+    after a waiting batch is done), given what ended the child's compiles early if anything did (logged); nothing to
+    do where no shared hold is this process's."""
     lock = _lock()
     if lock is None or not lock.step_out():
         return lambda failed=None: None
