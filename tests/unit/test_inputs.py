@@ -11,6 +11,7 @@ from grader.checks.inputs import (
     GUARD,
     INPUT_TAIL,
     ROW_SLICE_PAD,
+    empty_laid_out,
     generate,
     in_place_names,
     load_tensor,
@@ -18,6 +19,7 @@ from grader.checks.inputs import (
     place,
     poison,
     save_tensor,
+    stand_ins,
     unwritten,
     with_nan_tail,
     written_outside,
@@ -219,6 +221,23 @@ def test_no_layout_is_contiguous(layout):
 def test_an_unknown_layout_is_refused():
     with pytest.raises(ValueError, match="unknown layout 'diagonal'"):
         place(VALUES, "diagonal", "cpu")
+
+
+@pytest.mark.parametrize("layout", [None, "row_slice", "transposed"])
+def test_stand_ins_have_the_shapes_dtypes_and_strides_of_a_trials_tensors(matrix, layout):
+    """compile_steps.compile_first compiles on stand-ins: Triton specialises on strides, so a stand-in laid out
+    otherwise than the trial's tensor would compile a kernel the trial never runs."""
+    case = Case({"M": 3, "N": 4}, inputs={"x": {"layout": layout}}, outputs={"out": {"layout": layout}})
+    trial = {"x": place(generate(matrix, case, 1)["x"], layout, "cpu"), **make_outputs(matrix, case, "cpu")}
+    stand_in = stand_ins(matrix, case, "cpu")
+    layout_of = lambda t: (t.shape, t.dtype, t.stride())  # noqa: E731
+    assert {n: layout_of(t) for n, t in stand_in.items()} == {n: layout_of(t) for n, t in trial.items()}
+
+
+def test_an_interleaved_stand_in_is_laid_out_as_an_interleaved_input():
+    x = torch.zeros(2, 3, 4, 5, dtype=torch.bfloat16)
+    _, stand_in = empty_laid_out([2, 3, 4, 5], torch.bfloat16, "interleaved", "cpu")
+    assert stand_in.stride() == place(x, "interleaved", "cpu").stride()
 
 
 def test_an_interpreted_float_input_is_followed_by_plain_nans_and_others_are_left_as_they_are():
