@@ -97,18 +97,10 @@ def _dq_steps(
 def _dq_configs():
     if os.environ.get("TRITON_INTERPRET") == "1":  # the CPU interpreter: one configuration, large blocks
         return [triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=4, num_stages=1)]
-    # query tiles of 64-128 rows stay on chip with their dO and float32 dQ; 32-64 keys a step
-    return [
-        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
-        for bm, bn, w, s in [
-            (128, 64, 8, 3),
-            (128, 64, 8, 2),
-            (128, 32, 8, 3),
-            (128, 32, 4, 4),
-            (64, 64, 4, 3),
-            (64, 32, 4, 3),
-        ]
-    ]
+    # query tiles of 64-128 rows stay on chip with their dO and float32 dQ; 32-64 keys a step; (BLOCK_M, BLOCK_N,
+    # warps, stages), the best measured on an H100 first (docs/measurements.md, session 69)
+    tiles = [(128, 64, 8, 3), (128, 64, 8, 2), (128, 32, 8, 3), (128, 32, 4, 4), (64, 64, 4, 3), (64, 32, 4, 3)]
+    return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s) for bm, bn, w, s in tiles]
 
 
 TUNE_FROM = 2048  # shorter sequences (the correctness sizes) take the first configuration that fits, untimed
@@ -306,17 +298,8 @@ def _dkdv_configs():
         return [triton.Config({"BLOCK_M": 64, "BLOCK_N": 128}, num_warps=4, num_stages=1)]
     # key tiles of 64-128 rows hold K, V and two float32 accumulators; 16-64 queries a step (the tutorial's
     # Hopper choice is 32 x 128, 4 warps, 5 stages at d = 64; d = 128 doubles the accumulators: 8 warps)
-    return [
-        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
-        for bm, bn, w, s in [
-            (64, 128, 8, 3),
-            (64, 128, 8, 2),
-            (32, 128, 8, 3),
-            (32, 128, 4, 5),
-            (64, 64, 4, 3),
-            (32, 64, 4, 3),
-        ]
-    ]
+    tiles = [(64, 128, 8, 3), (64, 128, 8, 2), (32, 128, 8, 3), (32, 128, 4, 5), (64, 64, 4, 3), (32, 64, 4, 3)]
+    return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s) for bm, bn, w, s in tiles]
 
 
 @triton.autotune(
