@@ -1,22 +1,22 @@
 #!/usr/bin/env bash
-# The whole GPU tier in one run, then where the FA2 backward's grade spends its time and its row of issue 42's table;
-# for scripts/device_bg.sh (a run longer than one device call), which sets BG:
+# The whole GPU tier in one run, then issue 42's FA2 frontier, the learner's loop after a kernel edit and the FA2
+# backward's row of its table; for scripts/device_bg.sh (a run longer than one device call), which sets BG:
 #   bash scripts/device_bg.sh start 540 bash scripts/device_tier.sh     (carry .whl and .tk)
 #   bash scripts/device_bg.sh wait 570                                  (again, each within 30 s of the last)
 # The tier took 944-1,060 s on a fresh H100 (sessions 64 and 67; session 68 cut it at 900 s, about 25 tests short);
-# what follows it about 900 s more, the cheapest first: a session's device time may end before the rest.
+# what follows it about 1,200 s more: a session's device time may end before the rest.
 # Files back in $OUT: log.txt, junit.xml, lock.jsonl, phases.jsonl, lock_report.txt. A slice of the tier and some of
-# what follows: TIER_TESTS="tests/test_a.py tests/test_b.py" TIER_AFTER="beside frontier" (of: beside frontier steps
-# table; default all).
+# what follows: TIER_TESTS="tests/test_a.py tests/test_b.py" TIER_AFTER="frontier edits" (of: frontier edits table
+# beside steps; default the first three: beside and steps were session 69's, measured then).
 set -u
-after() { [[ " ${TIER_AFTER:-beside frontier steps table} " == *" $1 "* ]]; }
+after() { [[ " ${TIER_AFTER:-frontier edits table} " == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv
 env KCOURSE_TEST_BUILD_CACHE=/tmp/kc KCOURSE_GPU_LOCK_LOG="$BG/lock.jsonl" KCOURSE_TEST_PHASES_LOG="$BG/phases.jsonl" \
   timeout -s INT -k 30 "${TIER_LIMIT_S:-1150}" python3 -m pytest ${TIER_TESTS:-} -m "gpu and not slow and not bench" -n 12 \
   --dist worksteal -q -p no:cacheprovider -rfE --durations=40 --junitxml="$BG/junit.xml"
 python3 scripts/gpu_lock_report.py "$BG/lock.jsonl" "$BG/phases.jsonl" >"$BG/lock_report.txt" 2>&1
-# The GPU process's references beside its draws (heavy.BESIDE_ENV), an experiment: warm grades, alternating. First,
-# as the cheapest (about 100 s): a session's device time may end before the rest.
+# The GPU process's references beside its draws (heavy.BESIDE_ENV), an experiment: warm grades, alternating (about
+# 100 s; session 69 measured it, no clear gain: not run unless TIER_AFTER names it).
 after beside && for beside in 0 1 0 1; do
   started=$(date +%s)
   KCOURSE_REFERENCES_BESIDE=$beside python3 -m grader grade flash_attention_v2_backward --source solutions -v 2>&1 |
@@ -25,6 +25,8 @@ after beside && for beside in 0 1 0 1; do
 done
 # Issue 42's frontier: the FA2 forward's and backward's configurations beside SDPA (about 300-400 s)
 after frontier && bash scripts/device_frontier.sh
+# The learner's loop: the FA2 backward's grade after a kernel edit, compiling first on threads, on one, and not first
+after edits && timeout 900 python3 scripts/feedback_bench.py --edits flash_attention_v2_backward:triton
 # Where the FA2 backward's grade spends its time (in one process, cold then warm; its phases now say what the GPU
 # process spent on inputs and references), then its row of issue 42's table: one-shot cold and warm, after a kernel
 # edit, and kcourse watch's save -> verdict.

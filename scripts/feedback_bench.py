@@ -4,16 +4,19 @@ machine and read the figures.   Usage: python scripts/feedback_bench.py [EXERCIS
 `--one-shot`: the floor and one-shot grades only, twice each.
 `--steps EXERCISE [LANG]`: instead, grade the solution twice in this process (cold, then warm) and print the
 longest waits between the grading child's events: where a slow grade's seconds go, case by case.
-`--table [--shard K/N] [EXERCISE[:LANG] ...]`: every exercise's version (or those named; slice K of N of them, so that the
-catalog can be measured over several calls), as markdown rows: the one-shot grade of the solution cold and warm
+`--table [--shard=K/N] [EXERCISE[:LANG] ...]`: every exercise's version (or those named; slice K of N of them, so
+that the catalog can be measured over several calls), as markdown rows: the one-shot grade of the solution cold and warm
 (`kcourse grade <id> --lang <lang> --file <solution>`, the second with every cache warm), the one-shot grade after
 a kernel edit (the learner's loop: every kernel's source changed, so its compiles, autotuning and sanitizer run
 again; the solution's own stay cached) and `kcourse watch`'s save -> verdict (the second of two saves). The table
-issue 42 asks docs/measurements.md to publish."""
+issue 42 asks docs/measurements.md to publish.
+`--edits [EXERCISE[:LANG] ...]`: the grade after a kernel edit with the compile pass on its threads, on one thread,
+and with no pass, in turn, twice: what compiling first and side by side saves the learner's loop."""
 
 from __future__ import annotations
 
 import ast
+import os
 import shutil
 import subprocess
 import sys
@@ -24,6 +27,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from grader.child.compile_steps import COMPILE_FIRST_ENV, COMPILE_THREADS_ENV  # noqa: E402
 
 EXERCISES = [
     (("reduction",), None, "reduction/reduction.cu"),
@@ -43,8 +48,9 @@ def import_floor() -> float:
     return seconds([sys.executable, "-c", "import torch; torch.zeros(1, device='cuda')"])
 
 
-def one_shot(words, lang, solution: str) -> tuple[float, str]:
-    """Seconds from the command to its exit, and the grade's own phases line (-v prints it)."""
+def one_shot(words, lang, solution: str, env: dict[str, str] | None = None) -> tuple[float, str]:
+    """Seconds from the command to its exit, and the grade's own phases line (-v prints it); `env`: variables set
+    for the grade."""
     lang_args = ["--lang", lang] if lang else []
     started = time.perf_counter()
     run = subprocess.run(
@@ -62,6 +68,7 @@ def one_shot(words, lang, solution: str) -> tuple[float, str]:
         capture_output=True,
         text=True,
         cwd=ROOT,
+        env={**os.environ, **(env or {})},
     )
     phases = next((line for line in run.stdout.splitlines() if line.startswith("phases:")), "no phases line")
     return time.perf_counter() - started, phases
@@ -87,7 +94,7 @@ def kernel_edit(path: Path, n: int) -> None:
     path.write_text("".join(lines))
 
 
-def after_an_edit(words, lang, solution: str) -> tuple[float, str]:
+def after_an_edit(words, lang, solution: str, env: dict[str, str] | None = None) -> tuple[float, str]:
     """The one-shot grade of the solution with its kernels edited, from a copy beside it (the same folder: the
     same compile caches, which the grades before warmed)."""
     original = ROOT / "solutions" / solution
@@ -95,7 +102,7 @@ def after_an_edit(words, lang, solution: str) -> tuple[float, str]:
     shutil.copy(original, copy)
     try:
         kernel_edit(copy, int(time.time()))
-        return one_shot(words, lang, str(copy.relative_to(ROOT / "solutions")))
+        return one_shot(words, lang, str(copy.relative_to(ROOT / "solutions")), env)
     finally:
         copy.unlink()
 
@@ -194,22 +201,47 @@ def slowest_steps(exercise: str, lang: str | None, shown: int = 12) -> None:
             print(f"  {seconds:6.2f} s after {text}")
 
 
-def table(args: list[str]) -> None:
-    """One markdown row per exercise version: one-shot cold and warm, watch's save -> verdict."""
-    from grader.core.discovery import all_targets, solution_file
+def targets_named(args: list[str]) -> list:
+    """The exercise versions named (id, or id:lang; all where none is), sorted, and slice K of N (--shard=K/N)."""
+    from grader.core.discovery import all_targets
 
     shard = next((a.split("=", 1)[1] for a in args if a.startswith("--shard=")), "1/1")
     k, n = (int(x) for x in shard.split("/"))
     named = [a for a in args if not a.startswith("--")]
-    chosen = [t for t in all_targets() if not named or t.spec.id in named or t.key in named]  # id, or id:lang
-    targets = sorted(chosen, key=lambda t: t.key)
+    chosen = [t for t in all_targets() if not named or t.spec.id in named or t.key in named]
+    return sorted(chosen, key=lambda t: t.key)[k - 1 :: n]
+
+
+def solution_of(target) -> str:
+    from grader.core.discovery import solution_file
+
+    return str(solution_file(target.spec, target.variant).relative_to(ROOT / "solutions"))
+
+
+# The learner's loop three ways: the compile pass on its threads, on one thread, and none (child/compile_steps.py)
+EDIT_MODES = {"threads": {}, "one thread": {COMPILE_THREADS_ENV: "1"}, "no pass": {COMPILE_FIRST_ENV: "0"}}
+
+
+def edits(args: list[str], rounds: int = 2) -> None:
+    """What compiling first, and side by side, saves a grade after a kernel edit: each mode of EDIT_MODES in turn,
+    `rounds` times, after one grade that warms the solution's caches."""
+    for target in targets_named(args):
+        words, lang, solution = (target.spec.id,), target.variant.lang, solution_of(target)
+        one_shot(words, lang, solution)
+        for _ in range(rounds):
+            for mode, env in EDIT_MODES.items():
+                took, phases = after_an_edit(words, lang, solution, env)
+                print(f"{target.key} after an edit, {mode}: {took:.1f} s ({phases})", flush=True)
+
+
+def table(args: list[str]) -> None:
+    """One markdown row per exercise version: one-shot cold and warm, watch's save -> verdict."""
     print(
         "| exercise | version | one-shot cold | one-shot warm | after a kernel edit | watch | verdict |\n"
         "|---|---|---|---|---|---|---|"
     )
-    for target in targets[k - 1 :: n]:
-        words, lang = (target.spec.id,), target.variant.lang
-        solution = str(solution_file(target.spec, target.variant).relative_to(ROOT / "solutions"))
+    for target in targets_named(args):
+        words, lang, solution = (target.spec.id,), target.variant.lang, solution_of(target)
         (cold, _), (warm, phases) = one_shot(words, lang, solution), one_shot(words, lang, solution)
         edited, edited_phases = after_an_edit(words, lang, solution)
         saves = watch_latencies(words, lang, solution, saves=2)
@@ -228,6 +260,9 @@ def main() -> None:
         return
     if sys.argv[1:2] == ["--table"]:
         table(sys.argv[2:])
+        return
+    if sys.argv[1:2] == ["--edits"]:
+        edits(sys.argv[2:])
         return
     one_shot_only = "--one-shot" in sys.argv  # twice each (the second with nvcc's and the sanitizer's caches warm)
     only = [a for a in sys.argv[1:] if a != "--one-shot"]  # exercise ids to bench (default: all of EXERCISES)

@@ -68,3 +68,14 @@ def test_a_cuda_edit_changes_the_files_content(tmp_path):
     copy.write_text("__global__ void k() {}\n")
     bench.kernel_edit(copy, 2)
     assert copy.read_text() == "__global__ void k() {}\n\n// kcourse bench: edit 2\n"
+
+
+def test_the_versions_named_are_chosen_by_id_or_id_and_lang_and_a_shard_takes_every_nth():
+    bench = _module(BENCH, "feedback_bench_targets")
+    assert [t.key for t in bench.targets_named(["flash_attention_v2_backward:triton"])] == [
+        "flash_attention_v2_backward:triton"
+    ]
+    both = [t.key for t in bench.targets_named(["flash_attention_v2_backward"])]
+    assert len(both) == 2 and both == sorted(both)  # the Triton and the CUDA versions
+    assert [t.key for t in bench.targets_named(["flash_attention_v2_backward", "--shard=2/2"])] == both[1:]
+    assert set(bench.EDIT_MODES) == {"threads", "one thread", "no pass"}
