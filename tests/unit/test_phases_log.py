@@ -61,6 +61,22 @@ def test_the_lock_report_divides_the_span_into_the_gpu_held_alone_shared_and_by_
     assert line in report(holds).splitlines()
 
 
+def test_a_shared_hold_let_go_while_its_child_compiled_is_not_counted_as_the_gpu_shared():
+    """A shared hold 0-20 s stepped out 5-15 s (its child compiling, compile_steps.compile_first) and paused 16-18 s
+    (a batch of timers first): shared 8 s, held by none 12 s (5-15 and 16-18), and the report counts the pass that
+    ended early."""
+    occupancy, report = _report_script().occupancy, _report_script().report
+    holds = [
+        {"mode": "shared", "asked": 0.0, "waited": 0.0, "held": 20.0, "pid": 1, "test": "t"},
+        {"mode": "stepped_out", "asked": 5.0, "waited": 10.0, "held": 0.0, "pid": 1, "test": "t", "failed": "Err: x"},
+        {"mode": "paused", "asked": 16.0, "waited": 2.0, "held": 0.0, "pid": 1, "test": "t"},
+    ]
+    assert occupancy(holds) == (0.0, 8.0, 0.0, 12.0)
+    lines = report(holds).splitlines()
+    assert "stepped_out: 1 holds, held 0 s in all, waited 10 s in all" in lines
+    assert "compile passes ended early: 1" in lines and "  t: Err: x" in lines
+
+
 def _report_script():
     """scripts/gpu_lock_report.py as a module (a test that reads it skips in a learner's kit, which has no scripts/)."""
     import importlib.util
