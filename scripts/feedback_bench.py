@@ -4,12 +4,13 @@ machine and read the figures.   Usage: python scripts/feedback_bench.py [EXERCIS
 `--one-shot`: the floor and one-shot grades only, twice each.
 `--steps EXERCISE [LANG]`: instead, grade the solution twice in this process (cold, then warm) and print the
 longest waits between the grading child's events: where a slow grade's seconds go, case by case.
-`--table [--shard=K/N] [EXERCISE[:LANG] ...]`: every exercise's version (or those named; slice K of N of them, so
-that the catalog can be measured over several calls), as markdown rows: the one-shot grade of the solution cold and warm
-(`kcourse grade <id> --lang <lang> --file <solution>`, the second with every cache warm), the one-shot grade after
-a kernel edit (the learner's loop: every kernel's source changed, so its compiles, autotuning and sanitizer run
-again; the solution's own stay cached) and `kcourse watch`'s save -> verdict (the second of two saves). The table
-issue 42 asks docs/measurements.md to publish.
+`--table [--shard=K/N] [--no-edit] [EXERCISE[:LANG] ...]`: every exercise's version (or those named; slice K of N
+of them, so that the catalog can be measured over several calls or GPUs: scripts/device_table.sh), as markdown
+rows: the one-shot grade of the solution cold and warm (`kcourse grade <id> --lang <lang> --file <solution>`, the
+second with every cache warm), the one-shot grade after a kernel edit (the learner's loop: every kernel's source
+changed, so its compiles, autotuning and sanitizer run again; the solution's own stay cached; not with --no-edit)
+and `kcourse watch`'s save -> verdict (the second of two saves). The table issue 42 asks docs/measurements.md to
+publish.
 `--edits [EXERCISE[:LANG] ...]`: the grade after a kernel edit with the compile pass on its threads, on one thread,
 and with no pass, in turn, twice: what compiling first and side by side saves the learner's loop."""
 
@@ -235,7 +236,8 @@ def edits(args: list[str], rounds: int = 2) -> None:
 
 
 def table(args: list[str]) -> None:
-    """One markdown row per exercise version: one-shot cold and warm, watch's save -> verdict."""
+    """One markdown row per exercise version: one-shot cold and warm, after a kernel edit (not with --no-edit, about
+    a quarter of the time), watch's save -> verdict."""
     print(
         "| exercise | version | one-shot cold | one-shot warm | after a kernel edit | watch | verdict |\n"
         "|---|---|---|---|---|---|---|"
@@ -243,13 +245,12 @@ def table(args: list[str]) -> None:
     for target in targets_named(args):
         words, lang, solution = (target.spec.id,), target.variant.lang, solution_of(target)
         (cold, _), (warm, phases) = one_shot(words, lang, solution), one_shot(words, lang, solution)
-        edited, edited_phases = after_an_edit(words, lang, solution)
+        edited, edited_phases = (None, "") if "--no-edit" in args else after_an_edit(words, lang, solution)
         saves = watch_latencies(words, lang, solution, saves=2)
         status = saves[-1][1].split(";")[0] if saves else "no verdict"
         watch_s = f"{saves[-1][0]:.1f} s" if saves else "—"
-        row = (
-            f"| {target.spec.id} | {lang} | {cold:.1f} s | {warm:.1f} s | {edited:.1f} s | {watch_s} | {status[:80]} |"
-        )
+        edit_s = "—" if edited is None else f"{edited:.1f} s"
+        row = f"| {target.spec.id} | {lang} | {cold:.1f} s | {warm:.1f} s | {edit_s} | {watch_s} | {status[:80]} |"
         print(row, flush=True)
         print(f"<!-- {target.key} warm {phases} -->\n<!-- {target.key} edited {edited_phases} -->", flush=True)
 
