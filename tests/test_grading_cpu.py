@@ -61,3 +61,26 @@ def test_a_missing_solutions_folder_is_an_error_not_a_traceback(monkeypatch, tmp
         monkeypatch.setattr(where, lambda spec, variant: tmp_path / "nope.py")
     result = grade(resolve(("softmax",)), source="solutions", seed=1)
     assert result.status == "error" and "does not exist" in result.verdict
+
+
+@cpu_only
+@pytest.mark.parametrize("source, status, failed", [("solutions", "passed", None), ("stubs", "failed", "NotImpl")])
+def test_the_compile_pass_runs_in_a_real_child_before_the_trials_and_changes_no_verdict(
+    monkeypatch, source, status, failed
+):
+    """compile_steps.compile_first is a GPU grade's; forced here under the interpreter (whose kernel calls do nothing
+    in the pass) it runs the protocol end to end in a real, boxed child: COMPILE_CASES, the stand-ins made there,
+    COMPILED (with what ended the pass early: the stub's NotImplementedError), then the trials, whose verdict is the
+    one a grade without the pass gets."""
+    from grader.run import judge
+
+    ended = []
+    monkeypatch.setattr(judge.Judge, "_compiles_first", lambda self: True)
+    monkeypatch.setattr(judge.gpu_lock, "step_out", lambda: lambda why=None: ended.append(why))
+    result = grade(resolve(("vector_add",), lang="triton"), source=source, seed=5, record=False)
+    assert result.status == status, result.verdict
+    assert len(ended) == 1  # the numerics' pass: nothing is timed without a GPU
+    if failed:
+        assert ended[0].startswith(failed) and code_of(result) == "not_implemented"
+    else:
+        assert ended[0] is None
