@@ -271,17 +271,12 @@ def bench_layer_norm_backward() -> None:
 
 # --- flash attention forward (Triton) --------------------------------------------------------------------------------
 
-FLASH_CONFIGS = [  # (BLOCK_M, BLOCK_N, warps, stages): the solution's own configurations first, then others
-    (128, 64, 4, 2),
-    (128, 64, 4, 3),
-    (128, 64, 4, 4),
-    (128, 128, 8, 2),
-    (128, 128, 8, 3),
-    (64, 64, 4, 3),
-    (128, 128, 8, 4),
-    (128, 64, 8, 3),
-    (128, 32, 4, 3),
-]
+FLASH_MORE = [(128, 128, 8, 4), (128, 64, 8, 3), (128, 32, 4, 3)]  # tried besides the solution's own (tiles)
+
+
+def tiles(tuned) -> list[tuple[int, int, int, int]]:
+    """(BLOCK_M, BLOCK_N, warps, stages) of each configuration an autotuner of the solution tries, in its order."""
+    return [(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages) for c in tuned.configs]
 
 
 def one_configuration(tuned, block_m: int, block_n: int, warps: int, stages: int, pre_hook=None):
@@ -296,8 +291,8 @@ def one_configuration(tuned, block_m: int, block_n: int, warps: int, stages: int
 
 
 def flash_candidates(solution, args: tuple, causal: bool) -> dict[str, Callable[[], None]]:
-    """The solution's entry as it tunes itself, on the TMA path and on pointer loads, and with each configuration of
-    FLASH_CONFIGS alone on the TMA path (an autotuner of one configuration over its kernel, swapped in for the
+    """The solution's entry as it tunes itself, on the TMA path and on pointer loads, and with each of its own
+    configurations and FLASH_MORE alone on the TMA path (an autotuner of one configuration over its kernel, swapped in for the
     call): one compile each, so a sweep of all four shapes fits one device call."""
     kernel = solution._flash_fwd
 
@@ -312,7 +307,7 @@ def flash_candidates(solution, args: tuple, causal: bool) -> dict[str, Callable[
         "solution (tuned) tma": with_kernel(kernel, True),
         "solution (tuned) pointers": with_kernel(kernel, False),
     }
-    for bm, bn, w, s in FLASH_CONFIGS:
+    for bm, bn, w, s in dict.fromkeys(tiles(kernel) + FLASH_MORE):
         tuner = one_configuration(kernel, bm, bn, w, s, pre_hook=solution._block_shapes)
         candidates[f"{bm}x{bn} w{w} s{s} tma"] = with_kernel(tuner, True)
     return candidates
@@ -340,26 +335,19 @@ def bench_flash() -> None:
             )
 
 
-FLASH_BACKWARD_CONFIGS = {  # kernel -> (BLOCK_M, BLOCK_N, warps, stages) tried for it, the other kernel tuned as is
-    "_bwd_dq": [(128, 64, 8, 2), (128, 32, 8, 3), (128, 32, 4, 4), (64, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 2)],
-    "_bwd_dkdv": [
-        (64, 128, 8, 2),
-        (32, 128, 8, 3),
-        (32, 128, 4, 5),
-        (64, 128, 8, 3),
-        (64, 128, 4, 3),
-        (128, 128, 8, 2),
-    ],
+FLASH_BACKWARD_MORE = {  # kernel -> configurations tried for it besides its own (tiles), the other kernel tuned as is
+    "_bwd_dq": [(128, 128, 8, 2)],
+    "_bwd_dkdv": [(64, 128, 4, 3), (128, 128, 8, 2)],
 }
 
 
 def flash_backward_candidates(solution, args: tuple, causal: bool) -> dict[str, Callable[[], None]]:
-    """The backward solution with one kernel's autotuner swapped for one configuration of FLASH_BACKWARD_CONFIGS
-    at a time (the other kernel tuned as the solution tunes it), and the solution as it is."""
+    """The backward solution with one kernel's autotuner swapped for one of its own configurations or of
+    FLASH_BACKWARD_MORE at a time (the other kernel tuned as the solution tunes it), and the solution as it is."""
     candidates = {"solution (both tuned)": lambda: solution.flash_attention_v2_backward(*args, causal)}
-    for name, configs in FLASH_BACKWARD_CONFIGS.items():
+    for name, more in FLASH_BACKWARD_MORE.items():
         tuned = getattr(solution, name)
-        for bm, bn, w, s in configs:
+        for bm, bn, w, s in dict.fromkeys(tiles(tuned) + more):
             one = one_configuration(tuned, bm, bn, w, s)
 
             def run(name=name, one=one, tuned=tuned):

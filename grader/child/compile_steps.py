@@ -81,9 +81,7 @@ def compiling_only() -> Iterator[None]:
     except ImportError:
         yield
         return
-    if not all(
-        "_bench" in Autotuner.__dict__ and "run" in owner.__dict__ for owner in (JITFunction, InterpretedFunction)
-    ):
+    if "_bench" not in Autotuner.__dict__ or not all("run" in f.__dict__ for f in (JITFunction, InterpretedFunction)):
         yield
         return
     touched: dict[int, tuple[Any, set]] = {}  # id -> (autotuner, the tuning keys it had before the block)
