@@ -105,7 +105,9 @@ def after_an_edit(words, lang, solution: str, env: dict[str, str] | None = None)
         kernel_edit(copy, int(time.time()))
         return one_shot(words, lang, str(copy.relative_to(ROOT / "solutions")), env)
     finally:
-        copy.unlink()
+        if not copy.exists():  # seen once (an H100, session 70, the second of --edits' grades): not explained yet
+            print(f"note: {copy} was gone after its grade", file=sys.stderr)
+        copy.unlink(missing_ok=True)
 
 
 def watch_latencies(words, lang, solution: str, saves: int = 3, quick: bool = False) -> list[tuple[float, str]]:

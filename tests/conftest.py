@@ -39,6 +39,9 @@ if HAS_GPU:
     import tempfile
 
     os.environ.setdefault("KCOURSE_GPU_LOCK", str(Path(tempfile.gettempdir()) / f"kcourse-gpu-{os.getuid()}.lock"))
+    # each worker's compile passes on its share of the host's cores, not on all of them (child/compile_steps.py)
+    _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    os.environ.setdefault("KCOURSE_COMPILE_THREADS", str(max(2, (os.cpu_count() or 1) // _workers)))
 else:
     # Without a GPU every Triton kernel a test runs in its own process is interpreted. Triton's standard library
     # (tl.zeros, tl.sum, ...) is interpreted only if TRITON_INTERPRET is set when triton.language is first
