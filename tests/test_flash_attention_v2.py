@@ -221,6 +221,25 @@ def test_the_stub_imports_and_fails_as_not_implemented(exercise):
     assert check.name == "numerics" and check.details["code"] == "not_implemented", check.message
 
 
+@pytest.mark.solutions
+def test_the_forward_solution_times_one_tile_at_small_heads_on_the_tma_path_and_all_others_elsewhere():
+    """The FA2 forward solution's autotuner: the first fitting configuration below TUNE_FROM keys, SMALL_HEADS alone at
+    d <= 64 on the TMA path (its timing picked a slower 128-row tile there), every fitting one otherwise."""
+    import triton
+
+    module = load_module(ROOT / "solutions/flash_attention_v2/flash_attention_v2.py", "fa2_forward_prune")
+    shapes = [(128, 64, 4, 2), (128, 128, 8, 3), module.SMALL_HEADS]
+    configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s) for m, n, w, s in shapes]
+
+    def kept(n_key, head_dim, tma):
+        pruned = module._prune(configs, {"N_KEY": n_key}, HEAD_DIM=head_dim, TMA=tma, CAUSAL=False)
+        return [module._shape(c) for c in pruned]
+
+    assert kept(4096, 64, True) == [module.SMALL_HEADS]
+    assert kept(4096, 128, True) == shapes and kept(4096, 64, False) == shapes
+    assert kept(1000, 64, True) == shapes[:1]
+
+
 # --- GPU ----------------------------------------------------------------------------------------------
 @pytest.mark.gpu
 @pytest.mark.solutions

@@ -145,11 +145,25 @@ def _block_shapes(nargs):
 TUNE_FROM = 2048  # shorter sequences (the correctness sizes) take the first configuration that fits, untimed
 
 
+SMALL_HEADS = (64, 64, 4, 3)  # (BLOCK_M, BLOCK_N, warps, stages) for head dimensions up to 64 on the TMA path
+
+
 def _prune(configs, named_args, **kwargs):
+    """The configurations the autotuner times. At head dimension 64 or less on the TMA path, SMALL_HEADS alone: the
+    autotuner's own timing picked a 128-row tile there, a few per cent slower than 64 x 64 beside SDPA with the L2
+    flushed (docs/measurements.md, "FA2 forward at d = 64"; scripts/design_bench.py flash measures it)."""
     n_key = named_args["N_KEY"]
     kept = [c for c in configs if c.kwargs["BLOCK_M"] <= max(64, n_key)]
     kept = kept or configs[-1:]
-    return kept if n_key >= TUNE_FROM else kept[:1]
+    if n_key < TUNE_FROM:
+        return kept[:1]
+    if kwargs["TMA"] and kwargs["HEAD_DIM"] <= 64:  # keyword arguments of the call
+        return [c for c in kept if _shape(c) == SMALL_HEADS] or kept
+    return kept
+
+
+def _shape(config) -> tuple[int, int, int, int]:
+    return config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"], config.num_warps, config.num_stages
 
 
 @triton.autotune(
