@@ -358,7 +358,19 @@ def flash_backward_candidates(solution, args: tuple, causal: bool) -> dict[str, 
                     setattr(solution, name, tuned)
 
             candidates[f"{name[5:]} {bm}x{bn} w{w} s{s}"] = run
-    return candidates
+    return {**candidates, **atomic_dq_candidates(args, causal)}
+
+
+def atomic_dq_candidates(args: tuple, causal: bool) -> dict[str, Callable[[], None]]:
+    """scripts/fa2_backward_atomic.py's 5-matmul backward (dQ added atomically), tuned by its own autotuner: with
+    pointer atomics and with TMA's tile reduce-add."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import fa2_backward_atomic
+
+    return {
+        f"5 matmuls, dQ {how}": lambda tma=tma: fa2_backward_atomic.flash_attention_v2_backward(*args, causal, tma=tma)
+        for how, tma in (("atomic", False), ("by TMA reduce", True))
+    }
 
 
 def bench_flash_backward() -> None:

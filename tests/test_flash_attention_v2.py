@@ -240,6 +240,29 @@ def test_the_forward_solution_times_one_tile_at_small_heads_on_the_tma_path_and_
     assert kept(1000, 64, True) == shapes[:1]
 
 
+@pytest.mark.solutions
+@pytest.mark.parametrize("n_ctx, head_dim, causal", [(100, 32, False), (100, 32, True), (64, 64, True)])
+def test_the_five_matmul_backward_experiment_gives_attentions_gradients_under_the_interpreter(n_ctx, head_dim, causal):
+    """scripts/fa2_backward_atomic.py (issue 42's next step, dQ added atomically), its pointer path, against float64
+    autograd: ragged and causal, its outputs poisoned first."""
+    from interpreted import load_interpreted
+
+    module = load_interpreted(ROOT / "scripts/fa2_backward_atomic.py", "fa2_backward_atomic_interpreted")
+    generator = torch.Generator().manual_seed(n_ctx + head_dim)
+    q, k, v, dout = (torch.randn(1, 2, n_ctx, head_dim, generator=generator, dtype=torch.float16) for _ in range(4))
+    leaves = [t.double().requires_grad_() for t in (q, k, v)]
+    scores = leaves[0] @ leaves[1].transpose(-1, -2) / math.sqrt(head_dim)
+    if causal:
+        scores = scores.masked_fill(torch.ones(n_ctx, n_ctx, dtype=torch.bool).triu(1), float("-inf"))
+    out = torch.softmax(scores, -1) @ leaves[2]
+    want = torch.autograd.grad(out, leaves, dout.double())
+    grads = [torch.full_like(q, float("nan")) for _ in range(3)]
+    lse = torch.logsumexp(scores, -1).detach().float()
+    module.flash_attention_v2_backward(q, k, v, out.detach().half(), lse, dout, *grads, causal)
+    for got, expected in zip(grads, want):
+        assert (got.double() - expected).abs().max() < 5e-3
+
+
 # --- GPU ----------------------------------------------------------------------------------------------
 @pytest.mark.gpu
 @pytest.mark.solutions
