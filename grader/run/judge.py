@@ -79,7 +79,12 @@ class Judge:
             started = self._start(job)
             self._load(job, started)
             with self.gpu_hold():
-                self._numerics_and_timing(job)
+                try:
+                    self._numerics_and_timing(job)
+                except Finished:
+                    self._end_child_on_the_gpu()
+                    raise
+                self._end_child_on_the_gpu()
         except Finished:
             pass
         except (ChildTimeout, ChildGone) as exc:
@@ -90,6 +95,16 @@ class Judge:
         finally:
             self.phases.update(self.link.compiles.phases())
             self.close()
+
+    def _end_child_on_the_gpu(self) -> None:
+        """A child whose grade is decided (its verdict in, or a check failed: Finished) ends here, and is reaped, while
+        the grade still holds the GPU (gpu_lock): tearing down a CUDA context stalls the other processes' kernels
+        for a moment, and the next grade to time would time through it. A child that stopped answering is left to
+        `_stopped`, which reads how it ended; a wrapped one (ncu) to the grade, which lets the wrapper write its report."""
+        if self.child.wrapped:
+            return
+        self.child.kill()
+        self.child.proc.wait()
 
     def _start(self, job: Job) -> float:
         """Wait for the child to be ready, then send it the job; returns when the job was sent."""

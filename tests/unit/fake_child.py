@@ -40,6 +40,7 @@ class FakeChild:
     ):
         self.spec, self.kernel, self.evidence = spec, kernel, evidence or (lambda k: {})
         self.device, self.visible_devices = device, None
+        self.wrapped = False  # run under a tool (ncu): the grade, not the judge, ends it
         self.dir = folder
         folder.mkdir(parents=True, exist_ok=True)
         self.ready = {"event": "ready", "device": {"type": device, "name": "fake"}, "pid": os.getpid()}

@@ -55,7 +55,7 @@ def test_a_right_kernel_passes_load_numerics_and_integrity_and_the_child_is_stop
     assert verdicts(result) == [LOADED, ("numerics", PASSED, None), ("integrity", PASSED, None)]
     assert result.checks[1].message == "2 case(s), 4 trials matched the float64 reference"
     assert result.checks[1].details == {"cases": 2, "trials": 4, "skipped_cases": 0}
-    assert child.sent[-1] == {"stop": True} and child.returncode is None
+    assert child.sent[-1] == {"stop": True} and child.returncode == -9  # stopped, then ended by the judge
 
 
 def test_each_trial_gets_inputs_drawn_from_its_own_seed(toy, toy_child):
@@ -431,6 +431,29 @@ def test_the_gpu_hold_a_grade_gives_is_taken_once_the_code_is_loaded_and_kept_to
     judge.gpu_hold = hold
     judge.run(Job(learner="/x/toy.py"))
     assert seen == [["load"], ["load", "numerics", "integrity"]]
+
+
+@pytest.mark.parametrize("kernel_fails", [False, True])
+def test_the_child_is_ended_and_reaped_before_the_gpu_hold_is_let_go(toy, toy_child, kernel_fails):
+    """A child's CUDA context torn down stalls other processes' kernels: it goes while the grade holds the GPU, after a
+    verdict reached (numerics passed) or a check failed (Finished), not after the hold, where another grade times."""
+    result = GradeResult(exercise=toy.id, lang="triton", source="learner", seed=1)
+    wrong = {"kernel": lambda inputs, params, k: {"c": inputs["a"] - inputs["b"]}} if kernel_fails else {}
+    child = toy_child(**wrong)
+    ended_in_the_hold = []
+
+    @contextmanager
+    def hold():
+        try:
+            yield
+        finally:  # the hold let go, by the grade's end or by Finished
+            ended_in_the_hold.append(child.returncode)
+
+    judge = Judge(toy, toy.variant(None), child, result, 1, 60.0, False, None)
+    judge.gpu_hold = hold
+    judge.run(Job(learner="/x/toy.py"))
+    assert ended_in_the_hold == [-9]
+    assert result.checks[1].status == (FAILED if kernel_fails else PASSED)
 
 
 # --- the child's compile steps, timed --------------------------------------------------------------------------
