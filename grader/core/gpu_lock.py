@@ -4,7 +4,8 @@ Off unless `KCOURSE_GPU_LOCK` names a file: the kit's GPU tests set it to run gr
 workers on one GPU machine, docs/testing.md); a learner's one grade at a time needs no lock. With it on:
 
 - a grade holds the lock *shared* while its child, the sanitizer and the reference process use the GPU
-  (numerics: any number of grades at once; builds happen before, outside the lock);
+  (numerics: any number of grades at once; builds happen before, outside the lock), and until its child has
+  ended: a CUDA context torn down stalls the other processes' kernels for a moment (judge._end_child_on_the_gpu);
 - it holds the lock *exclusive* while the child times (and while a tool such as `tune` runs): no other process
   of ours uses the GPU then, so the timings and the probe are what a lone grade would measure. The timing child and
   the thread that reads its clock get the CPU first meanwhile (`FAVOURED_NICE`, where the process may raise a
