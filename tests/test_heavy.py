@@ -387,6 +387,17 @@ def test_ending_a_grade_ends_the_gpu_process_at_once_even_while_it_warms_up():
     assert time.monotonic() - started < 1.5  # its warm-up alone takes seconds (spawn, torch)
 
 
+def test_where_grades_share_the_gpu_the_gpu_process_is_gone_when_shutdown_returns(monkeypatch, tmp_path):
+    """With the GPU lock on (the parallel GPU tests), ending a grade's GPU process waits until it has exited: its
+    CUDA context is torn down before the grade lets go of the GPU, not while another grade times."""
+    monkeypatch.setenv("KCOURSE_GPU_LOCK", str(tmp_path / "gpu.lock"))
+    monkeypatch.delenv("KCOURSE_GPU_LOCK_HELD", raising=False)
+    compute = heavy.GpuCompute(_backward().spec)
+    processes = list(compute.executor._processes.values())
+    compute.shutdown()
+    assert processes and not any(process.is_alive() for process in processes)
+
+
 def test_a_process_started_before_the_grade_is_taken_up_by_it(monkeypatch):
     """`kcourse grade` starts the GPU process before it imports torch (its start-up then overlaps the
     grader's and the child's); the grade's GpuCompute takes that one up rather than starting another,

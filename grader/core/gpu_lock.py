@@ -5,7 +5,8 @@ workers on one GPU machine, docs/testing.md); a learner's one grade at a time ne
 
 - a grade holds the lock *shared* while its child, the sanitizer and the reference process use the GPU
   (numerics: any number of grades at once; builds happen before, outside the lock), and until its child has
-  ended: a CUDA context torn down stalls the other processes' kernels for a moment (judge._end_child_on_the_gpu);
+  ended, and its reference process too: a CUDA context torn down stalls the other processes' kernels for a moment
+  (judge._end_gpu_processes);
 - it holds the lock *exclusive* while the child times (and while a tool such as `tune` runs): no other process
   of ours uses the GPU then, so the timings and the probe are what a lone grade would measure. The timing child and
   the thread that reads its clock get the CPU first meanwhile (`FAVOURED_NICE`, where the process may raise a
@@ -253,6 +254,11 @@ def exclusive(*favoured: int):
     """Held while this process's child times: no other holder of the lock uses the GPU meanwhile. `favoured`: the
     pids of the processes that time (the child), which with this thread get the CPU first while it is held."""
     return _holding("exclusive", favoured)
+
+
+def sharing() -> bool:
+    """Whether this process's grades share the GPU with others through the lock (it is on here)."""
+    return _lock() is not None
 
 
 def timers_waiting() -> bool:

@@ -38,6 +38,7 @@ _early: dict[tuple[str, str, str | None], tuple[ProcessPoolExecutor, Future]] = 
 # A case whose work is under this goes to the CPU as before: its float64 reference takes tens of ms there, less
 # than the GPU process's start (spawn, torch, a CUDA context: seconds), which the first trials would wait for.
 HEAVY_FLOPS = 1e9
+REAP_LIMIT_S = 10.0  # the longest a grade sharing the GPU waits for its GPU process to end (_terminate)
 GATE_LIMIT_S = 180.0  # the longest a grading child may take to get ready (sandbox.START_LIMIT_S)
 # "1": the process computes each case's references on a thread of its own, beside the next case's draws (which
 # otherwise wait for them); an experiment until a GPU measures it (scripts/device_tier.sh)
@@ -161,10 +162,15 @@ def _start(spec: ExerciseSpec, reference: str, visible_devices: str | None) -> t
 def _terminate(executor: ProcessPoolExecutor) -> None:
     """Ends the process now, whatever it is doing. A grade that ends early (a build error) must not wait
     for the warm-up (seconds): the exit handlers of concurrent.futures join a pool's process after its
-    running task. Its work is ours alone and none of it is wanted any more."""
-    for process in list((getattr(executor, "_processes", None) or {}).values()):
+    running task. Its work is ours alone and none of it is wanted any more. Where grades share the GPU
+    (gpu_lock), the process is also reaped, so that its CUDA context is gone before the grade lets go of the GPU."""
+    processes = list((getattr(executor, "_processes", None) or {}).values())
+    for process in processes:
         process.terminate()
     executor.shutdown(wait=False, cancel_futures=True)
+    if gpu_lock.sharing():
+        for process in processes:
+            process.join(REAP_LIMIT_S)
 
 
 def wanted(spec: ExerciseSpec) -> bool:

@@ -82,9 +82,9 @@ class Judge:
                 try:
                     self._numerics_and_timing(job)
                 except Finished:
-                    self._end_child_on_the_gpu()
+                    self._end_gpu_processes()
                     raise
-                self._end_child_on_the_gpu()
+                self._end_gpu_processes()
         except Finished:
             pass
         except (ChildTimeout, ChildGone) as exc:
@@ -96,11 +96,13 @@ class Judge:
             self.phases.update(self.link.compiles.phases())
             self.close()
 
-    def _end_child_on_the_gpu(self) -> None:
-        """A child whose grade is decided (its verdict in, or a check failed: Finished) ends here, and is reaped, while
-        the grade still holds the GPU (gpu_lock): tearing down a CUDA context stalls the other processes' kernels
-        for a moment, and the next grade to time would time through it. A child that stopped answering is left to
-        `_stopped`, which reads how it ended; a wrapped one (ncu) to the grade, which lets the wrapper write its report."""
+    def _end_gpu_processes(self) -> None:
+        """Once the grade is decided (its verdict in, or a check failed: Finished), its child and its reference process
+        end here, and are reaped, while the grade still holds the GPU (gpu_lock): tearing down a CUDA context stalls
+        the other processes' kernels for a moment, and the next grade to time would time through it. A child that
+        stopped answering is left to `_stopped`, which reads how it ended; a wrapped one (ncu) to the grade, which
+        lets the wrapper write its report."""
+        self.close()
         if self.child.wrapped:
             return
         self.child.kill()
