@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# The whole GPU tier in one run, then issue 42's FA2 frontier, the learner's loop after a kernel edit and the FA2
-# backward's row of its table; for scripts/device_bg.sh (a run longer than one device call), which sets BG:
+# The whole GPU tier in one run, then issue 42's FA2 frontier and the learner's loop after a kernel edit (the FA2
+# backward's row of its table on request); for scripts/device_bg.sh (a run longer than one device call), which sets BG:
 #   bash scripts/device_bg.sh start 540 bash scripts/device_tier.sh     (carry .whl and .tk)
 #   bash scripts/device_bg.sh wait 570                                  (again, each within 30 s of the last)
-# The tier took 944-1,060 s on a fresh H100 (sessions 64 and 67), 681 s after compiling first (session 70); what
-# follows it about 700 s more: a session's device time may end before the rest.
+# The tier took 944-1,060 s on a fresh H100 (sessions 64 and 67), 681 s after compiling first (session 70); the
+# frontier and the edit loop after it about 700 s more: a session's device time may end before the rest.
 # Files back in $OUT: log.txt, junit.xml, lock.jsonl, phases.jsonl, lock_report.txt, probe.jsonl (each timing probe's
 # bursts as the host accounted for them, hostload.burst_trace: where a disagreement's wall clock went). A slice of the
 # tier and some of what follows: TIER_TESTS="tests/test_a.py tests/test_b.py" TIER_AFTER="frontier edits" (of:
-# frontier edits table beside steps; default the first three: beside and steps were session 69's, measured then).
+# frontier edits table beside steps; default the first two: the table's FA2 backward row was session 70's, beside and
+# steps session 69's).
 set -u
-after() { [[ " ${TIER_AFTER:-frontier edits table} " == *" $1 "* ]]; }
+after() { [[ " ${TIER_AFTER:-frontier edits} " == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv
 env KCOURSE_TEST_BUILD_CACHE=/tmp/kc KCOURSE_GPU_LOCK_LOG="$BG/lock.jsonl" KCOURSE_TEST_PHASES_LOG="$BG/phases.jsonl" \
   KCOURSE_PROBE_TRACE="$BG/probe.jsonl" \

@@ -225,7 +225,7 @@ def solution_of(target) -> str:
 EDIT_MODES = {"threads": {}, "one thread": {COMPILE_THREADS_ENV: "1"}, "no pass": {COMPILE_FIRST_ENV: "0"}}
 
 
-def edits(args: list[str], rounds: int = 2) -> None:
+def edits(args: list[str], rounds: int = 1) -> None:
     """What compiling first, and side by side, saves a grade after a kernel edit: each mode of EDIT_MODES in turn,
     `rounds` times, after one grade that warms the solution's caches."""
     for target in targets_named(args):
