@@ -106,6 +106,18 @@ def test_without_the_variable_nothing_is_locked(tmp_path, monkeypatch):
         assert gpu_lock.HELD_ENV not in os.environ  # nothing held, nothing said to the processes it starts
 
 
+def test_this_process_shares_the_gpu_with_the_variable_unless_a_process_above_holds_it(tmp_path, monkeypatch):
+    """gpu_lock.sharing: the lock is on here (its GPU processes are then reaped before a hold is let go, heavy.py);
+    not in a process that one holding it exclusively started (a test timing in its own process runs the CLI)."""
+    monkeypatch.delenv(gpu_lock.ENV, raising=False)
+    assert not gpu_lock.sharing()
+    monkeypatch.setenv(gpu_lock.ENV, str(tmp_path / "gpu.lock"))
+    monkeypatch.delenv(gpu_lock.HELD_ENV, raising=False)
+    assert gpu_lock.sharing()
+    monkeypatch.setenv(gpu_lock.HELD_ENV, str(os.getpid() + 1))
+    assert not gpu_lock.sharing()
+
+
 def test_grades_share_the_gpu_for_numerics(tmp_path, env):
     first, second = Holder(tmp_path, "a", "shared", env), Holder(tmp_path, "b", "shared", env)
     assert first.holds() and second.holds()
