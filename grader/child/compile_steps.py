@@ -114,6 +114,74 @@ def compiling_only() -> Iterator[None]:
 
 
 @contextmanager
+def torch_left_out(device: str) -> Iterator[None]:
+    """For the block, PyTorch's operations on `device` run nothing there: each gives uninitialised tensors in the
+    shapes, dtypes and strides it would give (its meta implementation), views stay views, an in-place operation
+    leaves its tensor as it was, and `.item()` reads 0. The code around a compile pass's kernels (a wrapper's
+    allocations, casts, a tuner's zeroing hook) then launches nothing on the GPU while its grade holds no part of
+    the lock (gpu_lock.step_out). An operation without a meta implementation (one whose output's shape depends on
+    the data: nonzero, unique) raises, which ends the pass as any failure does."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    kind = torch_device(device).type
+
+    class Shapes(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return _shapes_only(func, args, kwargs or {}, kind)
+
+    with Shapes():
+        yield
+
+
+def torch_device(device: str):
+    import torch
+
+    return torch.device(device)
+
+
+def _shapes_only(func, args: tuple, kwargs: dict, kind: str):
+    """`func` run on meta tensors, its outputs given back as uninitialised tensors where it would have put them (see
+    torch_left_out)."""
+    import torch
+    from torch.utils._pytree import tree_flatten, tree_map
+
+    flat, _ = tree_flatten((args, kwargs))
+    there = [t.device for t in flat if isinstance(t, torch.Tensor) and t.device.type == kind]
+    asked = torch_device(kwargs["device"]) if kwargs.get("device") is not None else None
+    if func.is_view or not (there or (asked is not None and asked.type == kind)):
+        return func(*args, **kwargs)
+    if func is torch.ops.aten._local_scalar_dense.default:  # .item()
+        return _zero_of(args[0].dtype)
+    where = asked or there[0]
+    real = {}
+
+    def to_meta(x):
+        if not isinstance(x, torch.Tensor):
+            return x
+        meta = torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device="meta")
+        real[id(meta)] = (meta, x)  # the meta tensor kept alive: no output of the call can take its id
+        return meta
+
+    meta_kwargs = {**kwargs, "device": torch.device("meta")} if asked is not None else kwargs
+    out = func(*tree_map(to_meta, args), **tree_map(to_meta, meta_kwargs))
+
+    def back(x):
+        if not isinstance(x, torch.Tensor):
+            return x
+        if id(x) in real:  # an in-place operation's (or an out= argument's) own tensor
+            return real[id(x)][1]
+        return torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device=where)
+
+    return tree_map(back, out)
+
+
+def _zero_of(dtype) -> bool | int | float:
+    import torch
+
+    return False if dtype == torch.bool else 0.0 if dtype.is_floating_point or dtype.is_complex else 0
+
+
+@contextmanager
 def _in_parallel() -> Iterator[None]:
     """Each Triton compile in the block handed to a pool of compile_threads() threads, all awaited at its end (an error
     raised there): Triton's AsyncCompileMode, where this Triton has it; one compile after another where not."""

@@ -395,11 +395,12 @@ class Worker:
         """Every Triton kernel the learner's code (and the solution, where given) calls at each case compiled and none
         launched, side by side (compile_steps.compiling_only), on stand-ins of the case's tensors: before the trials
         or the timed runs (Order.COMPILE_CASES, Order.COMPILE_FIRST; where grades share the GPU, its grade holds no
-        part of the lock meanwhile). PyTorch compiles nothing and is left out. A failure ends the pass, and is no
-        verdict: the run after meets it again, and reports it as it always has. Returns it (the GPU lock's log)."""
+        part of the lock meanwhile). PyTorch's operations give tensors of the right shapes and run nothing
+        (compile_steps.torch_left_out). A failure ends the pass, and is no verdict: the run after meets it again, and
+        reports it as it always has. Returns it (the GPU lock's log)."""
         callers = [caller for caller in (learner, solution) if caller is not None]
         try:
-            with compile_steps.compiling_only():
+            with compile_steps.compiling_only(), compile_steps.torch_left_out(self.tensor_device):
                 for case in cases:
                     self.progress(f"compiling for {case.label()}")
                     for caller in callers:

@@ -152,3 +152,36 @@ def test_a_compile_thread_runs_at_the_lowest_cpu_priority(monkeypatch):
         niced = pool.submit(lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id())).result()
     assert niced == compile_steps.COMPILE_NICE
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == main
+
+
+def test_torch_left_out_gives_the_shapes_and_layouts_an_operation_would_and_runs_nothing():
+    """The code around a compile pass's kernels runs on shapes only (its grade holds no part of the GPU lock): new
+    tensors in the operation's shape, dtype and strides, views that stay views, in-place operations that change
+    nothing, `.item()` as 0, and an operation whose shape depends on the data raising (the pass then ends)."""
+    import torch
+
+    x = torch.arange(12.0).reshape(3, 4)
+    row_slice = torch.zeros(3, 8)[:, :4]
+    with compile_steps.torch_left_out("cpu"):
+        total = x + 1
+        made = torch.zeros(5, 7, dtype=torch.float16)
+        x.add_(100)
+        flipped = x.t()
+        packed = row_slice.contiguous()
+        count = (x.sum() > 3).item()
+        cast = x.to(torch.bfloat16)
+        with pytest.raises(NotImplementedError):
+            torch.nonzero(x)
+    assert total.shape == (3, 4) and (made.shape, made.dtype) == ((5, 7), torch.float16)
+    assert x[0, :3].tolist() == [0.0, 1.0, 2.0] and flipped.data_ptr() == x.data_ptr()
+    assert packed.stride() == (4, 1) and count is False and cast.dtype == torch.bfloat16
+    assert (x + 1)[0, 0] == 1  # after the block, operations run again
+
+
+def test_torch_left_out_leaves_other_devices_tensors_to_run():
+    import torch
+
+    x = torch.ones(3)
+    with compile_steps.torch_left_out("cuda"):  # nothing here is on a GPU: every operation runs
+        x.add_(1)
+        assert (x * 2).tolist() == [4.0, 4.0, 4.0]
