@@ -10,7 +10,7 @@ cache included (that one ends at once).
 On a GPU the child compiles first (`compile_first`): before its trials, for every case they use, and before its
 timed sizes, for each of them, it calls the code once with every kernel compiled and none launched, Triton's
 autotuners compiling every configuration (`compiling_only`), the compiles running side by side on
-`compile_threads()` threads. A kernel edit's grade then waits for its compiles once, in parallel, not one after
+`compile_threads()` threads, and PyTorch's operations giving shapes only (`torch_left_out`): nothing runs on the GPU. A kernel edit's grade then waits for its compiles once, in parallel, not one after
 another through the trials and the tuning. Where grades share a GPU (the kit's parallel tests,
 grader/core/gpu_lock.py) the grade holds no part of the lock meanwhile, so that neither the numerics nor the timing,
 with the GPU held, wait for a compile. `KCOURSE_COMPILE_FIRST=0` turns it off; `KCOURSE_COMPILE_THREADS=1` compiles
