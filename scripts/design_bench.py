@@ -310,7 +310,37 @@ def flash_candidates(solution, args: tuple, causal: bool) -> dict[str, Callable[
     for bm, bn, w, s in dict.fromkeys(tiles(kernel) + FLASH_MORE):
         tuner = one_configuration(kernel, bm, bn, w, s, pre_hook=solution._block_shapes)
         candidates[f"{bm}x{bn} w{w} s{s} tma"] = with_kernel(tuner, True)
-    return candidates
+    return {**candidates, **pipelined_candidates(args, causal)}
+
+
+# 8 warps at d = 128: with 4, the second score tile pushes a 128 x 64 tile past 255 registers (280 bytes of stack,
+# sm_90 compiled here; the solution's own: 255, none); 8 warps: 173 (128 x 64), 254 (128 x 128)
+PIPELINED_TILES = [(128, 64, 8, 2), (128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3)]
+
+
+def pipelined_candidates(args: tuple, causal: bool) -> dict[str, Callable[[], None]]:
+    """scripts/fa2_forward_pipelined.py's kernel (the solution's, its unmasked key loop software-pipelined) with each
+    of PIPELINED_TILES alone, on the TMA path."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import fa2_forward_pipelined
+
+    module = fa2_forward_pipelined.solution
+    kernel = module._flash_fwd
+
+    def with_kernel(tuner) -> Callable[[], None]:
+        def run():
+            module._flash_fwd = tuner
+            try:
+                module.flash_attention_v2(*args, causal)
+            finally:
+                module._flash_fwd = kernel
+
+        return run
+
+    return {
+        f"pipelined {bm}x{bn} w{w} s{s} tma": with_kernel(one_configuration(kernel, bm, bn, w, s, module._block_shapes))
+        for bm, bn, w, s in PIPELINED_TILES
+    }
 
 
 def bench_flash() -> None:

@@ -263,6 +263,25 @@ def test_the_five_matmul_backward_experiment_gives_attentions_gradients_under_th
         assert (got.double() - expected).abs().max() < 5e-3
 
 
+@pytest.mark.solutions
+@pytest.mark.parametrize("n_ctx, head_dim, causal", [(520, 16, False), (300, 32, True), (100, 16, False)])
+def test_the_pipelined_forward_experiment_gives_attention_and_lse_under_the_interpreter(n_ctx, head_dim, causal):
+    """scripts/fa2_forward_pipelined.py (issue 42's next step: the next block's scores issued before this block's
+    softmax) against float64: several unmasked blocks, a causal diagonal, none unmasked; outputs poisoned first."""
+    from interpreted import load_interpreted
+
+    module = load_interpreted(ROOT / "scripts/fa2_forward_pipelined.py", "fa2_forward_pipelined_interpreted")
+    generator = torch.Generator().manual_seed(n_ctx + head_dim)
+    q, k, v = (torch.randn(1, 2, n_ctx, head_dim, generator=generator, dtype=torch.float16) for _ in range(3))
+    scores = q.double() @ k.double().transpose(-1, -2) / math.sqrt(head_dim)
+    if causal:
+        scores = scores.masked_fill(torch.ones(n_ctx, n_ctx, dtype=torch.bool).triu(1), float("-inf"))
+    out, lse = torch.full_like(q, float("nan")), torch.full((1, 2, n_ctx), float("nan"))
+    module.flash_attention_v2(q, k, v, out, lse, causal)
+    assert (out.double() - torch.softmax(scores, -1) @ v.double()).abs().max() < 2e-3
+    assert (lse.double() - torch.logsumexp(scores, -1)).abs().max() < 1e-4
+
+
 # --- GPU ----------------------------------------------------------------------------------------------
 @pytest.mark.gpu
 @pytest.mark.solutions
