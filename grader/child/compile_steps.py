@@ -10,8 +10,9 @@ cache included (that one ends at once).
 On a GPU the child compiles first (`compile_first`): before its trials, for every case they use, and before its
 timed sizes, for each of them, it calls the code once with every kernel compiled and none launched, Triton's
 autotuners compiling every configuration (`compiling_only`), the compiles running side by side on
-`compile_threads()` threads, and PyTorch's operations giving shapes only (`torch_left_out`): nothing runs on the GPU. A kernel edit's grade then waits for its compiles once, in parallel, not one after
-another through the trials and the tuning. Where grades share a GPU (the kit's parallel tests,
+`compile_threads()` threads, and PyTorch's operations giving shapes only (`torch_left_out`): nothing runs on the
+GPU. A kernel edit's grade then waits for its compiles once, in parallel, not one after another through the trials
+and the tuning. Where grades share a GPU (the kit's parallel tests,
 grader/core/gpu_lock.py) the grade holds no part of the lock meanwhile, so that neither the numerics nor the timing,
 with the GPU held, wait for a compile. `KCOURSE_COMPILE_FIRST=0` turns it off; `KCOURSE_COMPILE_THREADS=1` compiles
 one kernel at a time."""
@@ -121,9 +122,10 @@ def torch_left_out(device: str) -> Iterator[None]:
     allocations, casts, a tuner's zeroing hook) then launches nothing on the GPU while its grade holds no part of
     the lock (gpu_lock.step_out). An operation without a meta implementation (one whose output's shape depends on
     the data: nonzero, unique) raises, which ends the pass as any failure does."""
+    import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    kind = torch_device(device).type
+    kind = torch.device(device).type
 
     class Shapes(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -131,12 +133,6 @@ def torch_left_out(device: str) -> Iterator[None]:
 
     with Shapes():
         yield
-
-
-def torch_device(device: str):
-    import torch
-
-    return torch.device(device)
 
 
 def _shapes_only(func, args: tuple, kwargs: dict, kind: str):
@@ -147,7 +143,7 @@ def _shapes_only(func, args: tuple, kwargs: dict, kind: str):
 
     flat, _ = tree_flatten((args, kwargs))
     there = [t.device for t in flat if isinstance(t, torch.Tensor) and t.device.type == kind]
-    asked = torch_device(kwargs["device"]) if kwargs.get("device") is not None else None
+    asked = torch.device(kwargs["device"]) if kwargs.get("device") is not None else None
     if func.is_view or not (there or (asked is not None and asked.type == kind)):
         return func(*args, **kwargs)
     if func is torch.ops.aten._local_scalar_dense.default:  # .item()
