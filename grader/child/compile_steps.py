@@ -12,10 +12,9 @@ timed sizes, for each of them, it calls the code once with every kernel compiled
 autotuners compiling every configuration (`compiling_only`), the compiles running side by side on
 `compile_threads()` threads, and PyTorch's operations giving shapes only (`torch_left_out`): nothing runs on the
 GPU. A kernel edit's grade then waits for its compiles once, in parallel, not one after another through the trials
-and the tuning. Where grades share a GPU (the kit's parallel tests,
-grader/core/gpu_lock.py) the grade holds no part of the lock meanwhile, so that neither the numerics nor the timing,
-with the GPU held, wait for a compile. `KCOURSE_COMPILE_FIRST=0` turns it off; `KCOURSE_COMPILE_THREADS=1` compiles
-one kernel at a time."""
+and the tuning. Where grades share a GPU (the kit's parallel tests, grader/core/gpu_lock.py) the grade holds no part
+of the lock meanwhile, so that neither the numerics nor the timing, with the GPU held, wait for a compile.
+`KCOURSE_COMPILE_FIRST=0` turns it off; `KCOURSE_COMPILE_THREADS=1` compiles one kernel at a time."""
 
 from __future__ import annotations
 
