@@ -227,7 +227,8 @@ EDIT_MODES = {"threads": {}, "one thread": {COMPILE_THREADS_ENV: "1"}, "no pass"
 
 def edits(args: list[str], rounds: int = 1) -> None:
     """What compiling first, and side by side, saves a grade after a kernel edit: each mode of EDIT_MODES in turn,
-    `rounds` times, after one grade that warms the solution's caches."""
+    `rounds` times, after one grade that warms the solution's caches; then what the pass costs a warm grade of an
+    unchanged file (every kernel compiled already), with it and without, alternately."""
     for target in targets_named(args):
         words, lang, solution = (target.spec.id,), target.variant.lang, solution_of(target)
         one_shot(words, lang, solution)
@@ -235,6 +236,9 @@ def edits(args: list[str], rounds: int = 1) -> None:
             for mode, env in EDIT_MODES.items():
                 took, phases = after_an_edit(words, lang, solution, env)
                 print(f"{target.key} after an edit, {mode}: {took:.1f} s ({phases})", flush=True)
+        for mode in ("threads", "no pass", "threads", "no pass"):
+            took, phases = one_shot(words, lang, solution, EDIT_MODES[mode])
+            print(f"{target.key} warm, {mode}: {took:.1f} s ({phases})", flush=True)
 
 
 def table(args: list[str]) -> None:

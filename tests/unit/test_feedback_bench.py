@@ -79,3 +79,21 @@ def test_the_versions_named_are_chosen_by_id_or_id_and_lang_and_a_shard_takes_ev
     assert len(both) == 2 and both == sorted(both)  # the Triton and the CUDA versions
     assert [t.key for t in bench.targets_named(["flash_attention_v2_backward", "--shard=2/2"])] == both[1:]
     assert set(bench.EDIT_MODES) == {"threads", "one thread", "no pass"}
+
+
+def test_the_edit_loop_grades_each_mode_after_an_edit_then_warm_with_the_pass_and_without(monkeypatch, capsys):
+    """--edits: one warm-up grade, each compile mode after a kernel edit, then warm grades of the unchanged file with
+    the compile pass and without, alternately (what the pass costs when nothing needs compiling)."""
+    bench = _module(BENCH, "feedback_bench_edits")
+    graded = []
+    monkeypatch.setattr(bench, "one_shot", lambda w, l, s, env=None: graded.append(("warm", env)) or (1.0, "phases"))
+    monkeypatch.setattr(bench, "after_an_edit", lambda w, l, s, env=None: graded.append(("edit", env)) or (2.0, "p"))
+    bench.edits(["flash_attention_v2_backward:triton"])
+    on, off = bench.EDIT_MODES["threads"], bench.EDIT_MODES["no pass"]
+    assert graded == [("warm", None)] + [("edit", env) for env in bench.EDIT_MODES.values()] + [
+        ("warm", on),
+        ("warm", off),
+        ("warm", on),
+        ("warm", off),
+    ]
+    assert "warm, no pass: 1.0 s" in capsys.readouterr().out
