@@ -28,7 +28,8 @@ after beside && for beside in 0 1 0 1; do
 done
 # Issue 42's frontier: the FA2 forward's and backward's configurations beside SDPA (about 300-400 s)
 after frontier && bash scripts/device_frontier.sh
-# The learner's loop: the FA2 backward's grade after a kernel edit, compiling first on threads, on one, and not first
+# The learner's loop: the FA2 backward's grade after a kernel edit, compiling first on threads, on one, and not first;
+# then warm grades of the unchanged file with the pass and without (about 360 s)
 after edits && timeout 900 python3 scripts/feedback_bench.py --edits flash_attention_v2_backward:triton
 # Where the FA2 backward's grade spends its time (in one process, cold then warm; its phases now say what the GPU
 # process spent on inputs and references), then its row of issue 42's table: one-shot cold and warm, after a kernel
