@@ -296,21 +296,34 @@ def flash_candidates(solution, args: tuple, causal: bool) -> dict[str, Callable[
     call): one compile each, so a sweep of all four shapes fits one device call."""
     kernel = solution._flash_fwd
 
-    def with_kernel(tuner, tma: bool) -> Callable[[], None]:
-        def run():
-            solution._flash_fwd, solution.USE_TMA = tuner, tma
-            solution.flash_attention_v2(*args, causal)
-
-        return run
+    def call():
+        solution.flash_attention_v2(*args, causal)
 
     candidates = {
-        "solution (tuned) tma": with_kernel(kernel, True),
-        "solution (tuned) pointers": with_kernel(kernel, False),
+        "solution (tuned) tma": swapped(solution, call, USE_TMA=True),
+        "solution (tuned) pointers": swapped(solution, call, USE_TMA=False),
     }
     for bm, bn, w, s in dict.fromkeys(tiles(kernel) + FLASH_MORE):
         tuner = one_configuration(kernel, bm, bn, w, s, pre_hook=solution._block_shapes)
-        candidates[f"{bm}x{bn} w{w} s{s} tma"] = with_kernel(tuner, True)
+        candidates[f"{bm}x{bn} w{w} s{s} tma"] = swapped(solution, call, _flash_fwd=tuner, USE_TMA=True)
     return {**candidates, **pipelined_candidates(args, causal)}
+
+
+def swapped(module, call: Callable[[], object], **attributes) -> Callable[[], None]:
+    """A run of `call` with `module`'s attributes set to `attributes` for its length (a kernel's autotuner swapped for
+    one of a single configuration, a path's switch), and put back after."""
+
+    def run():
+        saved = {name: getattr(module, name) for name in attributes}
+        for name, value in attributes.items():
+            setattr(module, name, value)
+        try:
+            call()
+        finally:
+            for name, value in saved.items():
+                setattr(module, name, value)
+
+    return run
 
 
 # 8 warps at d = 128: with 4, the second score tile pushes a 128 x 64 tile past 255 registers (280 bytes of stack,
@@ -321,24 +334,17 @@ PIPELINED_TILES = [(128, 64, 8, 2), (128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 
 def pipelined_candidates(args: tuple, causal: bool) -> dict[str, Callable[[], None]]:
     """scripts/fa2_forward_pipelined.py's kernel (the solution's, its unmasked key loop software-pipelined) with each
     of PIPELINED_TILES alone, on the TMA path."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import fa2_forward_pipelined
+    import fa2_forward_pipelined  # scripts/, on the path
 
     module = fa2_forward_pipelined.solution
-    kernel = module._flash_fwd
 
-    def with_kernel(tuner) -> Callable[[], None]:
-        def run():
-            module._flash_fwd = tuner
-            try:
-                module.flash_attention_v2(*args, causal)
-            finally:
-                module._flash_fwd = kernel
-
-        return run
+    def call():
+        module.flash_attention_v2(*args, causal)
 
     return {
-        f"pipelined {bm}x{bn} w{w} s{s} tma": with_kernel(one_configuration(kernel, bm, bn, w, s, module._block_shapes))
+        f"pipelined {bm}x{bn} w{w} s{s} tma": swapped(
+            module, call, _flash_fwd=one_configuration(module._flash_fwd, bm, bn, w, s, module._block_shapes)
+        )
         for bm, bn, w, s in PIPELINED_TILES
     }
 
@@ -374,28 +380,23 @@ FLASH_BACKWARD_MORE = {  # kernel -> configurations tried for it besides its own
 def flash_backward_candidates(solution, args: tuple, causal: bool) -> dict[str, Callable[[], None]]:
     """The backward solution with one kernel's autotuner swapped for one of its own configurations or of
     FLASH_BACKWARD_MORE at a time (the other kernel tuned as the solution tunes it), and the solution as it is."""
-    candidates = {"solution (both tuned)": lambda: solution.flash_attention_v2_backward(*args, causal)}
+
+    def call():
+        solution.flash_attention_v2_backward(*args, causal)
+
+    candidates = {"solution (both tuned)": call}
     for name, more in FLASH_BACKWARD_MORE.items():
         tuned = getattr(solution, name)
         for bm, bn, w, s in dict.fromkeys(tiles(tuned) + more):
-            one = one_configuration(tuned, bm, bn, w, s)
-
-            def run(name=name, one=one, tuned=tuned):
-                setattr(solution, name, one)
-                try:
-                    solution.flash_attention_v2_backward(*args, causal)
-                finally:
-                    setattr(solution, name, tuned)
-
-            candidates[f"{name[5:]} {bm}x{bn} w{w} s{s}"] = run
+            one = {name: one_configuration(tuned, bm, bn, w, s)}
+            candidates[f"{name[5:]} {bm}x{bn} w{w} s{s}"] = swapped(solution, call, **one)
     return {**candidates, **atomic_dq_candidates(args, causal)}
 
 
 def atomic_dq_candidates(args: tuple, causal: bool) -> dict[str, Callable[[], None]]:
     """scripts/fa2_backward_atomic.py's 5-matmul backward (dQ added atomically), tuned by its own autotuner: with
     pointer atomics and with TMA's tile reduce-add."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import fa2_backward_atomic
+    import fa2_backward_atomic  # scripts/, on the path
 
     return {
         f"5 matmuls, dQ {how}": lambda tma=tma: fa2_backward_atomic.flash_attention_v2_backward(*args, causal, tma=tma)
