@@ -292,8 +292,9 @@ def one_configuration(tuned, block_m: int, block_n: int, warps: int, stages: int
 
 def flash_candidates(solution, args: tuple, causal: bool) -> dict[str, Callable[[], None]]:
     """The solution's entry as it tunes itself, on the TMA path and on pointer loads, and with each of its own
-    configurations and FLASH_MORE alone on the TMA path (an autotuner of one configuration over its kernel, swapped in for the
-    call): one compile each, so a sweep of all four shapes fits one device call."""
+    configurations and FLASH_MORE alone on the TMA path (an autotuner of one configuration over its kernel, swapped
+    in for the call): one compile each, so a sweep of all four shapes fits one device call; then the pipelined
+    experiment's tiles."""
     kernel = solution._flash_fwd
 
     def call():

@@ -12,7 +12,8 @@ changed, so its compiles, autotuning and sanitizer run again; the solution's own
 and `kcourse watch`'s save -> verdict (the second of two saves). The table issue 42 asks docs/measurements.md to
 publish.
 `--edits [EXERCISE[:LANG] ...]`: the grade after a kernel edit with the compile pass on its threads, on one thread,
-and with no pass, in turn, twice: what compiling first and side by side saves the learner's loop."""
+and with no pass, in turn: what compiling first and side by side saves the learner's loop; then warm grades of the
+unchanged file with the pass and without: what it costs when nothing needs compiling."""
 
 from __future__ import annotations
 
