@@ -1,12 +1,14 @@
 """A solution's design options timed beside its PyTorch anchor and a copy, on a GPU: the evidence for its defaults.
 
-    python3 scripts/design_bench.py scan | scan-trace | histogram | layer_norm_backward | flash | flash-backward
+    python3 scripts/design_bench.py scan | scan-trace | histogram | layer_norm_backward | flash | flash-backward |
+                                    flash-cuda
 
 scan: solutions/scan/scan.cu's default build beside a few others of its defines (as `kcourse tune scan` builds
 them); scan-trace: its TRACE builds' per-tile phase times (loads, look-back, stores), to see where the time goes. histogram (Triton) and layer_norm_backward: the solutions with their keyword options (tiles, warps, programs
 an SM); for the histogram also tl.histogram counting with no loads at all (scripts/design_kernels.py), its ceiling;
 flash (flash-backward): the Triton FA2 forward's (backward's) tile configurations beside torch's SDPA (its backward),
-in TFLOP/s and % of SDPA's speed. Run from the repository root, on a GPU.
+in TFLOP/s and % of SDPA's speed; flash-cuda: the CUDA FA2 forward's kernel beside scripts/fa2_forward_cuda.cu's
+builds and SDPA. Run from the repository root, on a GPU.
 Every candidate is checked against PyTorch first, into poisoned outputs (a wrong one is named and
 dropped), then all are timed alternately in one process (grader.child.timing: L2 flushed, median) with the anchor, and
 printed fastest first in GB/s and % of the measured copy bandwidth.
@@ -15,6 +17,7 @@ printed fastest first in GB/s and % of the measured copy bandwidth.
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib.util
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -430,6 +433,55 @@ def bench_flash_backward() -> None:
         print_flops(f"flash backward d=128 causal={causal}", runs, int(flops))
 
 
+FLASH_CUDA_BUILDS = {  # scripts/fa2_forward_cuda.cu's defines tried beside its defaults
+    "rescale at every growth": {"KC_RESCALE_ABOVE": 0},
+    "128x32 tiles at d=128": {"KC_BLOCK_N_D128": 32},
+}
+
+
+def flash_cuda_candidates() -> dict[str, Callable]:
+    """The CUDA FA2 forward solution's kernel and scripts/fa2_forward_cuda.cu's (with FLASH_CUDA_BUILDS), each built
+    as a plain library around one launcher (scripts/fa2_forward_cuda.py), side by side: name -> forward(q, k, v,
+    out, lse, causal)."""
+    import fa2_forward_cuda  # scripts/, on the path
+
+    builds = {"solution's kernel": (fa2_forward_cuda.SOLUTION, {}), "experiment": (fa2_forward_cuda.EXPERIMENT, {})}
+    builds.update({f"experiment, {name}": (fa2_forward_cuda.EXPERIMENT, d) for name, d in FLASH_CUDA_BUILDS.items()})
+
+    def built(name: str):
+        try:
+            return fa2_forward_cuda.build(*builds[name])
+        except (RuntimeError, OSError) as error:  # said and dropped: the others still run
+            print(f"  {name}: {error}")
+            return None
+
+    with ThreadPoolExecutor(4) as pool:
+        libraries = dict(zip(builds, pool.map(built, builds)))
+    return {name: functools.partial(fa2_forward_cuda.forward, lib) for name, lib in libraries.items() if lib}
+
+
+def bench_flash_cuda() -> None:
+    """The CUDA FA2 forward (mma.sync) beside torch's SDPA (issue 42's bar: 350 TFLOP/s), bf16 4 x 32 x 4096, d = 128
+    and 64, causal and not: each checked against SDPA, then all timed alternately."""
+    import torch.nn.functional as F
+
+    forwards = flash_cuda_candidates()
+    for d in (128, 64):
+        for causal in (False, True):
+            q, k, v = (torch.randn(4, 32, 4096, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+            out, lse = torch.empty_like(q), torch.empty(q.shape[:-1], device="cuda", dtype=torch.float32)
+            want = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            runs = correct_only(
+                {name: functools.partial(f, q, k, v, out, lse, causal) for name, f in forwards.items()},
+                lambda: out.fill_(float("nan")),
+                lambda: bool(torch.allclose(out.float(), want.float(), atol=2e-2, rtol=2e-2)),
+            )
+            runs["sdpa"] = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            print_flops(
+                f"CUDA flash forward d={d} causal={causal}", runs, 4 * 4 * 32 * 4096 * 4096 * d // (2 if causal else 1)
+            )
+
+
 def print_flops(title: str, runs: dict[str, Callable[[], object]], flops: int) -> None:
     measured = timing.time_alternating(runs)
     sdpa_ms = measured["sdpa"]["median_ms"]
@@ -448,6 +500,7 @@ BENCHES = {
     "layer_norm_backward": bench_layer_norm_backward,
     "flash": bench_flash,
     "flash-backward": bench_flash_backward,
+    "flash-cuda": bench_flash_cuda,
 }
 
 if __name__ == "__main__":
