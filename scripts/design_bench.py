@@ -436,6 +436,7 @@ def bench_flash_backward() -> None:
 FLASH_CUDA_BUILDS = {  # scripts/fa2_forward_cuda.cu's defines tried beside its defaults
     "rescale at every growth": {"KC_RESCALE_ABOVE": 0},
     "128x32 tiles at d=128": {"KC_BLOCK_N_D128": 32},
+    "2 softmax steps a block": {"KC_SPLIT": 2},
 }
 
 

@@ -18,6 +18,9 @@
 //    enough in fp16/bf16, whose relative precision does not depend on size), and out = O / l and lse = m + log(l)
 //    use the same m. The test is warp-wide (one vote), so a warp skips its 128 multiplies together.
 //    KC_RESCALE_ABOVE=0 rescales whenever a max grows, as the solution does.
+//  - KC_SPLIT=2 computes a key block in two softmax steps, the second step's scores issued before the first step's
+//    softmax (FlashAttention-3's overlap of the tensor cores with the exponentials, by program order). ptxas already
+//    interleaves one block's exponentials with its P V products; whether issuing S earlier gains is for the bench.
 //
 // The rest is the solution's: 4 warps of 32 query rows, 128 x 64 tiles at d = 128 (KC_BLOCK_N_D128 tries others),
 // 128 x 128 at d = 64, S and P in registers, masks only where needed, the longest causal rows first. Checked on the
@@ -37,6 +40,9 @@
 
 #ifndef KC_BLOCK_N_D128
 #define KC_BLOCK_N_D128 64  // keys per block at d = 128
+#endif
+#ifndef KC_SPLIT
+#define KC_SPLIT 1  // softmax steps a key block is computed in (2: each step's scores issued before the last's softmax)
 #endif
 #ifndef KC_RESCALE_ABOVE
 #define KC_RESCALE_ABOVE 8  // log2 of how far a row's max may grow before O and l are rescaled to it
@@ -154,6 +160,16 @@ __device__ __forceinline__ void scores(float (&s)[kTilesM][BN / 8][4], const Lan
             }
         }
     }
+}
+
+template <int TN>
+__device__ __forceinline__ void zero(float (&s)[kTilesM][TN][4]) {
+#pragma unroll
+    for (int mt = 0; mt < kTilesM; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < TN; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
 }
 
 // -inf for keys past the end and, causal, keys after the query. Accumulator element e of tile (mt, nt)
@@ -293,7 +309,8 @@ __device__ __forceinline__ void store_output(T* out, float* lse, float (&o)[kTil
 
 template <typename T, int D, bool CAUSAL>
 __global__ void __launch_bounds__(kThreads, 2) flash_fwd_kernel(const Params p) {
-    constexpr int BN = block_n<D>();
+    constexpr int BN = block_n<D>(), SPLIT = KC_SPLIT, SN = BN / SPLIT;
+    static_assert(SN % 16 == 0, "a softmax step is whole 16-key MMA tiles");
     constexpr uint32_t kTile = BN * D * 2;  // bytes of one K or V buffer
     extern __shared__ __align__(128) unsigned char smem[];
     const uint32_t sQ = smem_address(smem);
@@ -346,13 +363,23 @@ __global__ void __launch_bounds__(kThreads, 2) flash_fwd_kernel(const Params p) 
         }
         cp_async_commit();
 
-        float s[kTilesM][BN / 8][4] = {};
-        scores<T, D, BN>(s, qa, ka, buffer);
-        const bool masked = n_start + BN > n_ctx || (CAUSAL && n_start + BN - 1 > m_start);
-        if (masked) mask_scores<CAUSAL>(s, n_start, m_start + warp * kWarpM, n_ctx, lane);
-        uint32_t pfrag[kTilesM][BN / 16][4];
-        online_softmax<T>(s, pfrag, o, row_max, row_sum, p.scale_log2);
-        accumulate_pv<T, D, BN>(o, pfrag, va, buffer);
+        // The block in SPLIT steps of SN keys, each step's scores issued before the previous step's softmax: the
+        // tensor cores compute S(h + 1) while the exponentials of S(h) run (two score tiles live, SN keys each).
+        float s[2][kTilesM][SN / 8][4] = {};
+        scores<T, D, SN>(s[0], qa, ka, buffer);
+#pragma unroll
+        for (int h = 0; h < SPLIT; ++h) {
+            if (h + 1 < SPLIT) {
+                zero(s[(h + 1) & 1]);
+                scores<T, D, SN>(s[(h + 1) & 1], qa, ka, buffer + (h + 1) * SN * D * 2);
+            }
+            const int key0 = n_start + h * SN;
+            const bool masked = key0 + SN > n_ctx || (CAUSAL && key0 + SN - 1 > m_start);
+            if (masked) mask_scores<CAUSAL>(s[h & 1], key0, m_start + warp * kWarpM, n_ctx, lane);
+            uint32_t pfrag[kTilesM][SN / 16][4];
+            online_softmax<T>(s[h & 1], pfrag, o, row_max, row_sum, p.scale_log2);
+            accumulate_pv<T, D, SN>(o, pfrag, va, buffer + h * SN * D * 2);
+        }
     }
     store_output<T, D>(out, lse, o, row_max, row_sum, m_start + warp * kWarpM, n_ctx, lane, p.scale);
 }

@@ -263,10 +263,10 @@ EXPERIMENT_CASES = EMULATED[FWD][:3] + ["N=333 d=64 dtype=float16 causal=False (
 
 @pytest.mark.slow
 @pytest.mark.solutions
-@pytest.mark.parametrize("rescale_above", [8, 0])
-def test_the_cuda_forward_experiment_run_by_the_warp_emulator_matches_the_reference(tmp_path, rescale_above):
+@pytest.mark.parametrize("define", ["KC_RESCALE_ABOVE 8", "KC_RESCALE_ABOVE 0", "KC_SPLIT 2"])
+def test_the_cuda_forward_experiment_run_by_the_warp_emulator_matches_the_reference(tmp_path, define):
     """scripts/fa2_forward_cuda.cu (issue 42's next CUDA forward: K and V double-buffered, one barrier a block, the
-    rescale only when a row's max grows past 2^8), with its default threshold and with the solution's rescale."""
+    rescale only when a row's max grows past 2^8): as it is, with the solution's rescale, and in two softmax steps."""
     warp_emulator = emulator()
     reason = warp_emulator.unavailable()
     if reason:
@@ -274,7 +274,7 @@ def test_the_cuda_forward_experiment_run_by_the_warp_emulator_matches_the_refere
     text = (ROOT / "scripts/fa2_forward_cuda.cu").read_text()
     source = tmp_path / "fa2_forward_cuda.cu"
     kernel = text.index("\n", text.index("// ---- the kernel")) + 1  # the device code the emulator takes starts there
-    source.write_text(f"{text[:kernel]}#define KC_RESCALE_ABOVE {rescale_above}\n{text[kernel:]}")
+    source.write_text(f"{text[:kernel]}#define {define}\n{text[kernel:]}")
     assert_emulated_cases_pass(warp_emulator.build(source, DRIVERS[FWD], tmp_path), FWD, EXPERIMENT_CASES)
 
 
