@@ -184,7 +184,7 @@ def language_cell(row: Row) -> str:
 
 def cpu_mark(row: Row) -> str:
     """ " · CPU ✓" where the emulator runs the solution (as a grade decides: run.grade._emulated); " · CPU without
-    wmma" where only its tensor-core instructions stop it."""
+    mma.sync" where only its tensor-core PTX stops it."""
     if not all(v.kind_of.nvcc and not v.link and not v.requires for v in row.variants):
         return ""
     reasons = []
@@ -196,7 +196,7 @@ def cpu_mark(row: Row) -> str:
     if all(r is None for r in reasons):
         return " · CPU ✓"
     if all(r is None or r.startswith("tensor-core") for r in reasons):
-        return " · CPU without wmma"
+        return " · CPU without mma.sync"
     return ""
 
 

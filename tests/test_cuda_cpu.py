@@ -13,6 +13,7 @@ import json
 import math
 import os
 import re
+import struct
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -1321,6 +1322,130 @@ def test_fault_barrier_against_shuffle_is_a_deadlock(tmp_path):
     run = run_fault(tmp_path, "split_barrier")
     code, message = run.explained()
     assert code == "emulated_fault" and "deadlock" in message and "__syncthreads" in message
+
+
+# ---- tensor cores: nvcuda::wmma (mma.h) -----------------------------------------------------------------------------
+WMMA = r"""
+#include <mma.h>
+using namespace nvcuda;
+
+// one warp: d = a b + c twice over (the second mma's c is the first's d), a row-major, b as `b_col` says, d stored
+// row-major at d and column-major at d_t; its fragments' element counts at counts
+template <class L>
+__global__ void gemm16(const __half* a, const __half* b, const float* c, float* d, float* d_t, int* counts) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, L> fb;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::load_matrix_sync(fa, a, 16);
+    wmma::load_matrix_sync(fb, b, 16);
+    wmma::load_matrix_sync(acc, c, 16, wmma::mem_row_major);
+    wmma::mma_sync(acc, fa, fb, acc);
+    for (int i = 0; i < acc.num_elements; ++i) acc.x[i] *= 2.f;  // element-wise, whatever the layout
+    wmma::mma_sync(acc, fa, fb, acc);
+    wmma::store_matrix_sync(d, acc, 16, wmma::mem_row_major);
+    wmma::store_matrix_sync(d_t, acc, 16, wmma::mem_col_major);
+    if (threadIdx.x == 0) counts[0] = fa.num_elements, counts[1] = fb.num_elements, counts[2] = acc.num_elements;
+}
+
+// m32n8k16 in bfloat16, the accumulator filled with 1: d = a b + 1
+__global__ void gemm32x8(const __nv_bfloat16* a, const __nv_bfloat16* b, float* d) {
+    wmma::fragment<wmma::matrix_a, 32, 8, 16, __nv_bfloat16, wmma::row_major> fa;
+    wmma::fragment<wmma::matrix_b, 32, 8, 16, __nv_bfloat16, wmma::row_major> fb;
+    wmma::fragment<wmma::accumulator, 32, 8, 16, float> acc;
+    wmma::fill_fragment(acc, 1.f);
+    wmma::load_matrix_sync(fa, a, 16);
+    wmma::load_matrix_sync(fb, b, 8);
+    wmma::mma_sync(acc, fa, fb, acc);
+    wmma::store_matrix_sync(d, acc, 8, wmma::mem_row_major);
+}
+
+__global__ void half_warp_mma(float* d) {  // lanes 16..31 never reach mma_sync
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::fill_fragment(fa, __float2half(1.f));
+    wmma::fill_fragment(fb, __float2half(1.f));
+    wmma::fill_fragment(acc, 0.f);
+    if (threadIdx.x < 16) wmma::mma_sync(acc, fa, fb, acc);  // WMMA HALF
+    d[threadIdx.x] = acc.x[0];
+}
+
+extern "C" void run_gemm16(const __half* a, const __half* b, const float* c, float* d, float* d_t, int* counts,
+                           int b_col) {
+    if (b_col) gemm16<wmma::col_major><<<1, 32>>>(a, b, c, d, d_t, counts);
+    else gemm16<wmma::row_major><<<1, 32>>>(a, b, c, d, d_t, counts);
+}
+extern "C" void run_gemm32x8(const __nv_bfloat16* a, const __nv_bfloat16* b, float* d) { gemm32x8<<<1, 32>>>(a, b, d); }
+extern "C" void run_half_warp(float* d) { half_warp_mma<<<1, 32>>>(d); }
+extern "C" void run_short_warp(float* d) { half_warp_mma<<<1, 16>>>(d); }
+"""
+
+# a's row 0 holds 16-bit floats of every class a tensor core multiplies exactly: the largest, the smallest normal and
+# subnormals, a negative zero (the rest small integers, so every product and sum is exact in float)
+SPECIAL_HALVES = [65504.0, 2.0**-14, 2.0**-24, 3 * 2.0**-24, -0.0, -2.5, 0.5, 1.0] + [float(i - 4) for i in range(8)]
+
+
+def half_bits(values):
+    return [struct.unpack("<H", struct.pack("<e", v))[0] for v in values]
+
+
+def bfloat16_bits(values):  # the float's high half: exact for the small integers used here
+    return [struct.unpack("<I", struct.pack("<f", v))[0] >> 16 for v in values]
+
+
+def matmul(a, b, n, m, k):
+    return [[sum(a[i][t] * b[t][j] for t in range(k)) for j in range(m)] for i in range(n)]
+
+
+@pytest.mark.parametrize("b_col", [1, 0])
+def test_wmma_products_stores_and_fragment_sizes(tmp_path, b_col):
+    a = [SPECIAL_HALVES] + [[float((3 * i + j) % 7 - 3) for j in range(16)] for i in range(1, 16)]
+    # b[k][n] picks a's column 5n + 3 (mod 16) into d's column n: one product each, so the special values come
+    # through exactly, and a layout mistaken anywhere (a transposed, b's major) moves them
+    b = [[1.0 if k == (5 * n + 3) % 16 else 0.0 for n in range(16)] for k in range(16)]
+    b_memory = [b[k][n] for n in range(16) for k in range(16)] if b_col else [v for row in b for v in row]
+    c = [0.0] * 16 + [float(i % 9 - 4) for i in range(16, 256)]  # row 0's sums hold one term: exact in float
+    script = f"""
+a = device(ctypes.c_uint16, 256, {half_bits([v for row in a for v in row])})
+b = device(ctypes.c_uint16, 256, {half_bits(b_memory)})
+c = device(ctypes.c_float, 256, {c})
+d, d_t, counts = device(ctypes.c_float, 256), device(ctypes.c_float, 256), device(ctypes.c_int, 3)
+lib.run_gemm16(a, b, c, d, d_t, counts, {b_col})
+emit(d=list(d), d_t=list(d_t), counts=list(counts))
+"""
+    got = ok(run_cuda(tmp_path, WMMA, script))
+    ab = matmul(a, b, 16, 16, 16)
+    want = [[3 * ab[i][j] + 2 * c[16 * i + j] for j in range(16)] for i in range(16)]  # (ab + c) * 2 + ab
+    assert got["d"] == [v for row in want for v in row]
+    assert got["d_t"] == [want[i][j] for j in range(16) for i in range(16)]
+    assert got["counts"] == [16, 16, 8]  # as on a GPU
+
+
+def test_wmma_m32n8k16_in_bfloat16(tmp_path):
+    a = [[float((i + 2 * j) % 5 - 2) for j in range(16)] for i in range(32)]
+    b = [[float((i * 3 + j) % 4 - 1) for j in range(8)] for i in range(16)]
+    script = f"""
+a = device(ctypes.c_uint16, 512, {bfloat16_bits([v for row in a for v in row])})
+b = device(ctypes.c_uint16, 128, {bfloat16_bits([v for row in b for v in row])})
+d = device(ctypes.c_float, 256)
+lib.run_gemm32x8(a, b, d)
+emit(d=list(d))
+"""
+    want = matmul(a, b, 32, 8, 16)
+    assert ok(run_cuda(tmp_path, WMMA, script))["d"] == [v + 1 for row in want for v in row]
+
+
+def test_fault_wmma_reached_by_half_a_warp_is_a_deadlock(tmp_path):
+    run = run_cuda(tmp_path, WMMA, "d = device(ctypes.c_float, 32)\nlib.run_half_warp(d)\nemit(finished=True)")
+    assert run.returncode != 0 and run.result is None
+    code, message = run.explained()
+    assert code == "emulated_fault" and "already returned" in message and "half_warp_mma" in message
+
+
+def test_fault_wmma_in_a_block_of_16_threads(tmp_path):
+    run = run_cuda(tmp_path, WMMA, "d = device(ctypes.c_float, 32)\nlib.run_short_warp(d)\nemit(finished=True)")
+    code, message = run.explained()
+    assert code == "emulated_fault" and "whole warp of 32 threads" in message
 
 
 # ---- what a fault report names: the kernel's access and thread, never the emulator's --------------------------------

@@ -28,7 +28,7 @@ SEED_ENV = "KCOURSE_CUDA_CPU_SEED"  # the fibers' schedule between barriers (rea
 MODE_ENV = "KCOURSE_CUDA_CPU"  # "off": CUDA files on a machine without a GPU are only compiled, as before
 # What the header cannot run, found in the learner's text: (pattern, what it is). Matched outside comments.
 UNSUPPORTED = [
-    (r"\bwmma::|#\s*include\s*<mma\.h>|\bmma\.sync\b|\bwgmma\b", "tensor-core instructions (wmma / mma)"),
+    (r"\bmma\.sync\b|\bwgmma\b", "tensor-core instructions (mma.sync / wgmma)"),
     (r"\bcublas\w*|#\s*include\s*<cublas", "cuBLAS"),
     (r"\bkittens::|#\s*include\s*[<\"]kittens", "ThunderKittens"),
     (r"#\s*include\s*<cuda_fp8\.h>|\b__nv_fp8\w*", "8-bit floats (__nv_fp8)"),

@@ -132,10 +132,9 @@ UNTRANSLATED = "inline PTX the emulator does not translate at line {} (it transl
 @pytest.mark.parametrize(
     "text, expected",
     [
-        ("#include <cuda_runtime.h>\n#include <mma.h>\n", "tensor-core instructions (wmma / mma) at line 2"),
         (
-            "using namespace nvcuda;\n\n\nwmma::fragment<wmma::matrix_a, 16, 16, 16, half, wmma::row_major> a;\n",
-            "tensor-core instructions (wmma / mma) at line 4",
+            "int a;\n__device__ void f() { wgmma::mma_async(); }\n",
+            "tensor-core instructions (mma.sync / wgmma) at line 2",
         ),
         ("void f() {}\n#include <cublas_v2.h>\n", "cuBLAS at line 2"),
         ("void f(cublasHandle_t h) {\n  cublasSgemm(h, CUBLAS_OP_N);\n}\n", "cuBLAS at line 1"),
@@ -166,6 +165,14 @@ def test_unsupported_lets_through_the_inline_ptx_it_translates_and_16_bit_floats
         "#include <cuda_fp16.h>\n__device__ unsigned sm() {\n  unsigned id;\n"
         '  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));\n  return id;\n}\n'
         "__device__ __half h; __device__ __nv_bfloat16 b;\n"
+    )
+    assert unsupported(text) is None
+
+
+def test_unsupported_lets_through_wmma_which_mma_h_emulates():
+    text = (
+        "#include <cuda_runtime.h>\n#include <mma.h>\nusing namespace nvcuda;\n"
+        "wmma::fragment<wmma::matrix_a, 16, 16, 16, half, wmma::row_major> a;\n"
     )
     assert unsupported(text) is None
 

@@ -174,6 +174,7 @@ struct Thread {
     int arg = 0, width = 32, predicate = 0;
     uint64_t result = 0;
     uint64_t shared_high = 0;  // __cvta_generic_to_shared's
+    const void* fragments = nullptr;  // what this lane hands its warp at a wmma::mma_sync (mma.h)
 };
 
 struct Fiber {

@@ -60,6 +60,12 @@ inline __half2 __floats2half2_rn(float a, float b) { return __half2{__half(a), _
 inline __half2 __float2half2_rn(float a) { return __half2{__half(a), __half(a)}; }
 inline float2 __half22float2(__half2 h) { return float2{(float)h.x, (float)h.y}; }
 inline __half2 __float22half2_rn(float2 f) { return __half2{__half(f.x), __half(f.y)}; }
+inline __half2 __halves2half2(__half a, __half b) { return __half2{a, b}; }
+inline __half __low2half(__half2 h) { return h.x; }
+inline __half __high2half(__half2 h) { return h.y; }
+inline __nv_bfloat162 __halves2bfloat162(__nv_bfloat16 a, __nv_bfloat16 b) { return __nv_bfloat162{a, b}; }
+inline __nv_bfloat16 __low2bfloat16(__nv_bfloat162 h) { return h.x; }
+inline __nv_bfloat16 __high2bfloat16(__nv_bfloat162 h) { return h.y; }
 inline __nv_bfloat16 __float2bfloat16(float f) { return __nv_bfloat16(f); }
 inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __nv_bfloat16(f); }
 inline float __bfloat162float(__nv_bfloat16 b) { return (float)b; }
