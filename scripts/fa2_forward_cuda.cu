@@ -22,10 +22,11 @@
 //    softmax (FlashAttention-3's overlap of the tensor cores with the exponentials, by program order). ptxas already
 //    interleaves one block's exponentials with its P V products; whether issuing S earlier gains is for the bench.
 //
-// The rest is the solution's: 4 warps of 32 query rows, 128 x 64 tiles at d = 128 (KC_BLOCK_N_D128 tries others),
-// 128 x 128 at d = 64, S and P in registers, masks only where needed, the longest causal rows first. Checked on the
-// CPU under tests/fixtures/warp_emulator (tests/test_flash_attention_v2_cuda.py); the PTX wrappers and the operator
-// are put around it by scripts/fa2_forward_cuda.py.
+// The rest is the solution's: 4 warps of 32 query rows (KC_WARPS, KC_WARP_ROWS and KC_MIN_BLOCKS try others), 128 x 64
+// tiles at d = 128 (KC_BLOCK_N_D128 tries others), 128 x 128 at d = 64, S and P in registers, masks only where
+// needed, the longest causal rows first. Checked on the CPU under tests/fixtures/warp_emulator
+// (tests/test_flash_attention_v2_cuda.py); the PTX wrappers and the operator are put around it by
+// scripts/fa2_forward_cuda.py.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -63,11 +64,21 @@ struct Params {
     bool vectorized;   // q, k, v rows 16-byte aligned, columns contiguous: cp.async 16 bytes at a time
 };
 
-constexpr int kWarps = 4;
+#ifndef KC_WARPS
+#define KC_WARPS 4  // warps a CTA
+#endif
+#ifndef KC_WARP_ROWS
+#define KC_WARP_ROWS 32  // query rows a warp: 32 reads each K or V fragment for two MMAs, 16 for one
+#endif
+#ifndef KC_MIN_BLOCKS
+#define KC_MIN_BLOCKS 2  // CTAs an SM, as __launch_bounds__ asks the register allocator for
+#endif
+
+constexpr int kWarps = KC_WARPS;
 constexpr int kThreads = kWarps * 32;
-constexpr int kBlockM = 128;              // queries per CTA
-constexpr int kWarpM = kBlockM / kWarps;  // 32 query rows per warp
-constexpr int kTilesM = kWarpM / 16;      // two 16-row MMA tiles per warp
+constexpr int kWarpM = KC_WARP_ROWS;      // query rows per warp
+constexpr int kBlockM = kWarps * kWarpM;  // queries per CTA
+constexpr int kTilesM = kWarpM / 16;      // 16-row MMA tiles per warp
 
 template <int D>
 __host__ __device__ constexpr int block_n() { return D == 64 ? 128 : KC_BLOCK_N_D128; }
@@ -308,7 +319,7 @@ __device__ __forceinline__ void store_output(T* out, float* lse, float (&o)[kTil
 }
 
 template <typename T, int D, bool CAUSAL>
-__global__ void __launch_bounds__(kThreads, 2) flash_fwd_kernel(const Params p) {
+__global__ void __launch_bounds__(kThreads, KC_MIN_BLOCKS) flash_fwd_kernel(const Params p) {
     constexpr int BN = block_n<D>(), SPLIT = KC_SPLIT, SN = BN / SPLIT;
     static_assert(SN % 16 == 0, "a softmax step is whole 16-key MMA tiles");
     constexpr uint32_t kTile = BN * D * 2;  // bytes of one K or V buffer

@@ -263,10 +263,15 @@ EXPERIMENT_CASES = EMULATED[FWD][:3] + ["N=333 d=64 dtype=float16 causal=False (
 
 @pytest.mark.slow
 @pytest.mark.solutions
-@pytest.mark.parametrize("define", ["KC_RESCALE_ABOVE 8", "KC_RESCALE_ABOVE 0", "KC_SPLIT 2"])
-def test_the_cuda_forward_experiment_run_by_the_warp_emulator_matches_the_reference(tmp_path, define):
+@pytest.mark.parametrize(
+    "defines",
+    [{}, {"KC_RESCALE_ABOVE": 0}, {"KC_SPLIT": 2}, {"KC_WARP_ROWS": 16, "KC_BLOCK_N_D128": 32}, {"KC_WARPS": 8}],
+    ids=["as-is", "rescale-always", "split-2", "16-rows", "8-warps"],
+)
+def test_the_cuda_forward_experiment_run_by_the_warp_emulator_matches_the_reference(tmp_path, defines):
     """scripts/fa2_forward_cuda.cu (issue 42's next CUDA forward: K and V double-buffered, one barrier a block, the
-    rescale only when a row's max grows past 2^8): as it is, with the solution's rescale, and in two softmax steps."""
+    rescale only when a row's max grows past 2^8): as it is, with the solution's rescale, in two softmax steps, with
+    one MMA tile of rows a warp, and with 8 warps (the tile copies' other pass counts)."""
     warp_emulator = emulator()
     reason = warp_emulator.unavailable()
     if reason:
@@ -274,7 +279,8 @@ def test_the_cuda_forward_experiment_run_by_the_warp_emulator_matches_the_refere
     text = (ROOT / "scripts/fa2_forward_cuda.cu").read_text()
     source = tmp_path / "fa2_forward_cuda.cu"
     kernel = text.index("\n", text.index("// ---- the kernel")) + 1  # the device code the emulator takes starts there
-    source.write_text(f"{text[:kernel]}#define {define}\n{text[kernel:]}")
+    lines = "".join(f"#define {name} {value}\n" for name, value in defines.items())
+    source.write_text(f"{text[:kernel]}{lines}{text[kernel:]}")
     assert_emulated_cases_pass(warp_emulator.build(source, DRIVERS[FWD], tmp_path), FWD, EXPERIMENT_CASES)
 
 
