@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import os
 import tempfile
+import threading
 from pathlib import Path
 
 import torch
@@ -44,7 +46,10 @@ def build(kernel_source: Path = EXPERIMENT, defines: dict[str, int] | None = Non
     folder = Path(tempfile.gettempdir()) / "kcourse_fa2_forward_cuda"
     folder.mkdir(exist_ok=True)
     source = folder / f"{hashlib.sha256(text.encode()).hexdigest()[:16]}.cu"
-    source.write_text(text)
+    if not source.exists():  # builds of one text side by side (other defines) share it: written whole, then named
+        partial = source.with_suffix(f".{os.getpid()}.{threading.get_ident()}.partial")
+        partial.write_text(text)
+        os.replace(partial, source)
     built = build_shared_library(source, gpu_arch(), defines=defines or {})
     if not built.ok:
         raise RuntimeError(f"{kernel_source.name} {defines or ''} did not build:\n{built.log[-1500:]}")

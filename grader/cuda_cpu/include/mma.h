@@ -89,7 +89,7 @@ inline void store_matrix_sync(T* p, const fragment<accumulator, M, N, K, T>& f, 
     }
 }
 
-// 16-bit values as floats without the (instrumented) conversion operators: the product reads 2,000 of them a call.
+// 16-bit values as floats without the (instrumented) conversion operators: a lane reads 144 of them a call.
 KCUDA_UNHOOKED inline float kcuda_float_of(__half h) {
     const uint32_t x = h.__x, sign = (x & 0x8000u) << 16, exponent = (x >> 10) & 0x1fu, mantissa = x & 0x3ffu;
     if (exponent == 0) return (sign ? -1.f : 1.f) * (float)mantissa * 0x1p-24f;  // zero and subnormals
