@@ -257,8 +257,9 @@ def test_the_solutions_tensor_core_kernels_run_by_the_warp_emulator_match_the_re
     assert_emulated_cases_pass(emulated[exercise], exercise, EMULATED[exercise])
 
 
-# the experiment's own: the scalar copies, one block and many, and scores of std 30, whose max grows past 2^8 mid-row
-EXPERIMENT_CASES = EMULATED[FWD][:3] + ["N=333 d=64 dtype=float16 causal=False (q scale=30.0)"]
+# the experiment's own: the scalar copies, one block and many (causal: the diagonal's blocks, and the blocks above it
+# skipped), and scores of std 30, whose max grows past 2^8 mid-row
+EXPERIMENT_CASES = EMULATED[FWD] + ["N=333 d=64 dtype=float16 causal=False (q scale=30.0)"]
 
 
 @pytest.mark.slow
