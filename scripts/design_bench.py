@@ -356,23 +356,32 @@ def pipelined_candidates(args: tuple, causal: bool) -> dict[str, Callable[[], No
 def bench_flash() -> None:
     """The Triton FA2 forward's configurations beside torch's SDPA (issue 42's bar: 90% of its speed), bf16
     4 x 32 x 4096, d = 128 and 64, causal and not: each checked against SDPA, then all timed alternately."""
-    import torch.nn.functional as F
-
     solution = solution_module("solutions/flash_attention_v2/flash_attention_v2.py")
+    for d, causal, args in flash_forward_shapes():
+        time_forwards(f"flash forward d={d} causal={causal}", flash_candidates(solution, args, causal), args, causal)
+
+
+def flash_forward_shapes():
+    """(d, causal, (q, k, v, out, lse)): bf16 4 x 32 x 4096 x d on the GPU, d = 128 and 64, causal and not."""
     for d in (128, 64):
         for causal in (False, True):
             q, k, v = (torch.randn(4, 32, 4096, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-            out, lse = torch.empty_like(q), torch.empty(q.shape[:-1], device="cuda", dtype=torch.float32)
-            want = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-            runs = correct_only(
-                flash_candidates(solution, (q, k, v, out, lse), causal),
-                lambda: out.fill_(float("nan")),
-                lambda: bool(torch.allclose(out.float(), want.float(), atol=2e-2, rtol=2e-2)),
-            )
-            runs["sdpa"] = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-            print_flops(
-                f"flash forward d={d} causal={causal}", runs, 4 * 4 * 32 * 4096 * 4096 * d // (2 if causal else 1)
-            )
+            yield d, causal, (q, k, v, torch.empty_like(q), torch.empty(q.shape[:-1], device="cuda"))
+
+
+def time_forwards(title: str, candidates: dict[str, Callable[[], None]], args: tuple, causal: bool) -> None:
+    """Each candidate checked against SDPA (into a poisoned out), then all timed alternately beside it."""
+    import torch.nn.functional as F
+
+    q, k, v, out, _ = args
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    runs = correct_only(
+        candidates,
+        lambda: out.fill_(float("nan")),
+        lambda: bool(torch.allclose(out.float(), want.float(), atol=2e-2, rtol=2e-2)),
+    )
+    runs["sdpa"] = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    print_flops(title, runs, 4 * 4 * 32 * 4096 * 4096 * q.shape[-1] // (2 if causal else 1))
 
 
 FLASH_BACKWARD_MORE = {  # kernel -> configurations tried for it besides its own (tiles), the other kernel tuned as is
@@ -468,23 +477,10 @@ def flash_cuda_candidates() -> dict[str, Callable]:
 def bench_flash_cuda() -> None:
     """The CUDA FA2 forward (mma.sync) beside torch's SDPA (issue 42's bar: 350 TFLOP/s), bf16 4 x 32 x 4096, d = 128
     and 64, causal and not: each checked against SDPA, then all timed alternately."""
-    import torch.nn.functional as F
-
     forwards = flash_cuda_candidates()
-    for d in (128, 64):
-        for causal in (False, True):
-            q, k, v = (torch.randn(4, 32, 4096, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-            out, lse = torch.empty_like(q), torch.empty(q.shape[:-1], device="cuda", dtype=torch.float32)
-            want = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-            runs = correct_only(
-                {name: functools.partial(f, q, k, v, out, lse, causal) for name, f in forwards.items()},
-                lambda: out.fill_(float("nan")),
-                lambda: bool(torch.allclose(out.float(), want.float(), atol=2e-2, rtol=2e-2)),
-            )
-            runs["sdpa"] = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-            print_flops(
-                f"CUDA flash forward d={d} causal={causal}", runs, 4 * 4 * 32 * 4096 * 4096 * d // (2 if causal else 1)
-            )
+    for d, causal, args in flash_forward_shapes():
+        candidates = {name: functools.partial(f, *args, causal) for name, f in forwards.items()}
+        time_forwards(f"CUDA flash forward d={d} causal={causal}", candidates, args, causal)
 
 
 def print_flops(title: str, runs: dict[str, Callable[[], object]], flops: int) -> None:
