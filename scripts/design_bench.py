@@ -448,6 +448,13 @@ FLASH_CUDA_BUILDS = {  # scripts/fa2_forward_cuda.cu's defines tried beside its 
     "2 softmax steps a block": {"KC_SPLIT": 2},
     "16 rows a warp (64 queries a CTA)": {"KC_WARP_ROWS": 16},
     "16 rows a warp, 3 CTAs an SM, 64x32 at d=128": {"KC_WARP_ROWS": 16, "KC_MIN_BLOCKS": 3, "KC_BLOCK_N_D128": 32},
+    "16 rows a warp, Q in registers": {"KC_WARP_ROWS": 16, "KC_Q_IN_REGISTERS": 1},
+    "16 rows, Q in registers, 3 CTAs an SM, 64x32": {
+        "KC_WARP_ROWS": 16,
+        "KC_Q_IN_REGISTERS": 1,
+        "KC_MIN_BLOCKS": 3,
+        "KC_BLOCK_N_D128": 32,
+    },
     "8 warps of 16 rows": {"KC_WARPS": 8, "KC_WARP_ROWS": 16},
     "8 warps of 32 rows, 1 CTA an SM": {"KC_WARPS": 8, "KC_MIN_BLOCKS": 1},
 }

@@ -21,6 +21,8 @@
 //  - KC_SPLIT=2 computes a key block in two softmax steps, the second step's scores issued before the first step's
 //    softmax (FlashAttention-3's overlap of the tensor cores with the exponentials, by program order). ptxas already
 //    interleaves one block's exponentials with its P V products; whether issuing S earlier gains is for the bench.
+//  - KC_Q_IN_REGISTERS=1 reads the warp's Q fragments once, into registers (32 a thread at 16 rows and d = 128),
+//    instead of at every block: fewer ldmatrix where the registers allow (16 query rows a warp).
 //
 // The rest is the solution's: 4 warps of 32 query rows (KC_WARPS, KC_WARP_ROWS and KC_MIN_BLOCKS try others), 128 x 64
 // tiles at d = 128 (KC_BLOCK_N_D128 tries others), 128 x 128 at d = 64, S and P in registers, masks only where
@@ -44,6 +46,9 @@
 #endif
 #ifndef KC_SPLIT
 #define KC_SPLIT 1  // softmax steps a key block is computed in (2: each step's scores issued before the last's softmax)
+#endif
+#ifndef KC_Q_IN_REGISTERS
+#define KC_Q_IN_REGISTERS 0  // 1: the warp's Q fragments read once into registers (FlashAttention-2's Is_Q_in_regs)
 #endif
 #ifndef KC_RESCALE_ABOVE
 #define KC_RESCALE_ABOVE 8  // log2 of how far a row's max may grow before O and l are rescaled to it
@@ -151,15 +156,40 @@ struct TileCopy {
     }
 };
 
-// s[mt][nt] = Q K^T for this warp's two 16-row tiles and the block's BN / 8 tiles of 8 keys.
+// The A operand of S = Q K^T, the warp's query rows: read from shared memory at every block (ldmatrix), or with
+// KC_Q_IN_REGISTERS held in registers from the first block on (kTilesM * D / 4 a thread: 32 at 16 rows, d = 128).
+template <int D, bool IN_REGISTERS = KC_Q_IN_REGISTERS != 0>
+struct QOperand {
+    LaneAddresses<D> qa;
+    uint32_t held[IN_REGISTERS ? kTilesM : 1][IN_REGISTERS ? D / 16 : 1][4];
+    __device__ __forceinline__ QOperand(uint32_t tile, int row, int half) : qa(tile, row, half) {}
+    __device__ __forceinline__ void hold() {  // once Q has landed
+        if constexpr (IN_REGISTERS) {
+#pragma unroll
+            for (int mt = 0; mt < kTilesM; ++mt)
+#pragma unroll
+                for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4(held[mt][kk], qa.at(kk, mt * 16 * D * 2));
+        }
+    }
+    __device__ __forceinline__ void at(uint32_t (&a)[4], int kk, int mt) const {
+        if constexpr (IN_REGISTERS) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) a[i] = held[mt][kk][i];
+        } else {
+            ldmatrix_x4(a, qa.at(kk, mt * 16 * D * 2));
+        }
+    }
+};
+
+// s[mt][nt] = Q K^T for this warp's 16-row tiles and the block's BN / 8 tiles of 8 keys.
 template <typename T, int D, int BN>
-__device__ __forceinline__ void scores(float (&s)[kTilesM][BN / 8][4], const LaneAddresses<D>& qa,
+__device__ __forceinline__ void scores(float (&s)[kTilesM][BN / 8][4], const QOperand<D>& q,
                                        const LaneAddresses<D>& ka, uint32_t k_buffer) {
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {  // 16 columns of d at a time
         uint32_t a[kTilesM][4];
 #pragma unroll
-        for (int mt = 0; mt < kTilesM; ++mt) ldmatrix_x4(a[mt], qa.at(kk, mt * 16 * D * 2));
+        for (int mt = 0; mt < kTilesM; ++mt) q.at(a[mt], kk, mt);
 #pragma unroll
         for (int nt = 0; nt < BN / 16; ++nt) {  // B: two tiles of 8 keys per ldmatrix.x4
             uint32_t b[4];
@@ -351,7 +381,7 @@ __global__ void __launch_bounds__(kThreads, KC_MIN_BLOCKS) flash_fwd_kernel(cons
 
     // Which row and chunk each lane hands ldmatrix (lanes 8i .. 8i + 7 address 8x8 tile i):
     // Q, the A operand: rows 0-15 of the warp's 16-row tile, chunk 0 (lanes 0-15) or 1 (lanes 16-31) of the step
-    const LaneAddresses<D> qa(sQ, warp * kWarpM + (lane & 15), lane >> 4);
+    QOperand<D> q_rows(sQ, warp * kWarpM + (lane & 15), lane >> 4);
     // K, the B operand of S (k = d): keys 0-7, chunks 0 and 1 for the first 8-key tile, keys 8-15 for the second
     const LaneAddresses<D> ka(sK, (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
     // V, the B operand of O (k = key), transposed by ldmatrix: keys 0-15, chunk 0 then 1 (two 8-column tiles)
@@ -368,6 +398,7 @@ __global__ void __launch_bounds__(kThreads, KC_MIN_BLOCKS) flash_fwd_kernel(cons
         const uint32_t buffer = (j & 1) * kTile;
         cp_async_wait<0>();  // this thread's copies of K(j) and V(j) (and Q) have landed
         __syncthreads();     // everyone's have, and every warp is done with block j - 1, whose buffers come next
+        if (j == 0) q_rows.hold();
         if (j + 1 < n_blocks) {
             kv_copy(sK + (buffer ^ kTile), k, p.k, n_start + BN, n_ctx, p.vectorized);
             kv_copy(sV + (buffer ^ kTile), v, p.v, n_start + BN, n_ctx, p.vectorized);
@@ -377,12 +408,12 @@ __global__ void __launch_bounds__(kThreads, KC_MIN_BLOCKS) flash_fwd_kernel(cons
         // The block in SPLIT steps of SN keys, each step's scores issued before the previous step's softmax: the
         // tensor cores compute S(h + 1) while the exponentials of S(h) run (two score tiles live, SN keys each).
         float s[2][kTilesM][SN / 8][4] = {};
-        scores<T, D, SN>(s[0], qa, ka, buffer);
+        scores<T, D, SN>(s[0], q_rows, ka, buffer);
 #pragma unroll
         for (int h = 0; h < SPLIT; ++h) {
             if (h + 1 < SPLIT) {
                 zero(s[(h + 1) & 1]);
-                scores<T, D, SN>(s[(h + 1) & 1], qa, ka, buffer + (h + 1) * SN * D * 2);
+                scores<T, D, SN>(s[(h + 1) & 1], q_rows, ka, buffer + (h + 1) * SN * D * 2);
             }
             const int key0 = n_start + h * SN;
             const bool masked = key0 + SN > n_ctx || (CAUSAL && key0 + SN - 1 > m_start);

@@ -266,13 +266,19 @@ EXPERIMENT_CASES = EMULATED[FWD] + ["N=333 d=64 dtype=float16 causal=False (q sc
 @pytest.mark.solutions
 @pytest.mark.parametrize(
     "defines",
-    [{}, {"KC_RESCALE_ABOVE": 0}, {"KC_SPLIT": 2}, {"KC_WARP_ROWS": 16, "KC_BLOCK_N_D128": 32}, {"KC_WARPS": 8}],
-    ids=["as-is", "rescale-always", "split-2", "16-rows", "8-warps"],
+    [
+        {},
+        {"KC_RESCALE_ABOVE": 0},
+        {"KC_SPLIT": 2},
+        {"KC_WARP_ROWS": 16, "KC_BLOCK_N_D128": 32, "KC_Q_IN_REGISTERS": 1},
+        {"KC_WARPS": 8},
+    ],
+    ids=["as-is", "rescale-always", "split-2", "16-rows-q-held", "8-warps"],
 )
 def test_the_cuda_forward_experiment_run_by_the_warp_emulator_matches_the_reference(tmp_path, defines):
     """scripts/fa2_forward_cuda.cu (issue 42's next CUDA forward: K and V double-buffered, one barrier a block, the
     rescale only when a row's max grows past 2^8): as it is, with the solution's rescale, in two softmax steps, with
-    one MMA tile of rows a warp, and with 8 warps (the tile copies' other pass counts)."""
+    one MMA tile of rows a warp and Q held in registers, and with 8 warps (the tile copies' other pass counts)."""
     warp_emulator = emulator()
     reason = warp_emulator.unavailable()
     if reason:
