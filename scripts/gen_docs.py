@@ -184,7 +184,7 @@ def language_cell(row: Row) -> str:
 
 def cpu_mark(row: Row) -> str:
     """ " · CPU ✓" where the emulator runs the solution (as a grade decides: run.grade._emulated); " · CPU without
-    mma.sync" where only its tensor-core PTX stops it."""
+    wgmma" where only Hopper's tensor-core instructions stop it."""
     if not all(v.kind_of.nvcc and not v.link and not v.requires for v in row.variants):
         return ""
     reasons = []
@@ -195,8 +195,8 @@ def cpu_mark(row: Row) -> str:
         reasons.append(cuda_cpu.unsupported(path.read_text(errors="replace")))
     if all(r is None for r in reasons):
         return " · CPU ✓"
-    if all(r is None or r.startswith("tensor-core") for r in reasons):
-        return " · CPU without mma.sync"
+    if all(r is None or r.startswith("Hopper's") for r in reasons):
+        return " · CPU without wgmma"
     return ""
 
 

@@ -1448,6 +1448,93 @@ def test_fault_wmma_in_a_block_of_16_threads(tmp_path):
     assert code == "emulated_fault" and "whole warp of 32 threads" in message
 
 
+# ---- tensor cores: the PTX (ldmatrix, mma.sync m16n8k16, st.shared.v4), as the kit's attention kernels write it ----
+PTX_MMA = r"""
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+__device__ __forceinline__ uint32_t smem_address(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], uint32_t addr, bool trans) {
+    if (trans)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+}
+__device__ __forceinline__ void st_shared_16(uint32_t dst, const uint32_t (&w)[4]) {
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
+                 : "memory");
+}
+
+// one warp: d (16 x 8, row-major) = a (16 x 16, row-major) b + 1, b given k-major (16 x 8: ldmatrix .trans) or
+// n-major (8 x 16: plain ldmatrix); a reaches shared memory through st.shared.v4, b by plain stores
+template <bool BF16>
+__global__ void mma16816(const uint16_t* a, const uint16_t* b, float* d, int b_k_major) {
+    __shared__ __align__(16) uint16_t sa[16 * 16], sb[16 * 8];
+    const int lane = threadIdx.x;
+    for (int i = lane; i < 16 * 8; i += 32) sb[i] = b[i];
+    for (int chunk = lane; chunk < 32; chunk += 32) {  // 32 chunks of 8 values: one each
+        uint32_t w[4];
+        for (int j = 0; j < 4; ++j) w[j] = a[8 * chunk + 2 * j] | (uint32_t(a[8 * chunk + 2 * j + 1]) << 16);
+        st_shared_16(smem_address(sa + 8 * chunk), w);
+    }
+    __syncthreads();
+    uint32_t fa[4], fb[2];
+    ldmatrix_x4(fa, smem_address(sa + (lane % 16) * 16 + (lane / 16) * 8));  // rows 0-15, k 0-7 then 8-15
+    if (b_k_major) ldmatrix_x2(fb, smem_address(sb + (lane % 16) * 8), true);      // k rows 0-15
+    else ldmatrix_x2(fb, smem_address(sb + (lane % 8) * 16 + ((lane / 8) % 2) * 8), false);  // n rows, k halves
+    float c[4] = {1.f, 1.f, 1.f, 1.f};
+    if (BF16)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                     "{%8, %9}, {%0, %1, %2, %3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(fa[0]), "r"(fa[1]), "r"(fa[2]), "r"(fa[3]), "r"(fb[0]), "r"(fb[1]));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                     "{%8, %9}, {%0, %1, %2, %3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(fa[0]), "r"(fa[1]), "r"(fa[2]), "r"(fa[3]), "r"(fb[0]), "r"(fb[1]));
+    const int g = lane / 4, t = lane % 4;
+    for (int e = 0; e < 4; ++e) d[(g + 8 * (e / 2)) * 8 + 2 * t + e % 2] = c[e];
+}
+
+extern "C" void run_mma(const uint16_t* a, const uint16_t* b, float* d, int bf16, int b_k_major, int threads) {
+    if (bf16) mma16816<true><<<1, threads>>>(a, b, d, b_k_major);
+    else mma16816<false><<<1, threads>>>(a, b, d, b_k_major);
+}
+"""
+
+
+@pytest.mark.parametrize("bf16", [0, 1])
+@pytest.mark.parametrize("b_k_major", [1, 0])
+def test_ptx_ldmatrix_and_mma_sync_as_a_gpu_lays_their_fragments_out(tmp_path, bf16, b_k_major):
+    a = [[float((3 * i + 5 * j) % 7 - 3) for j in range(16)] for i in range(16)]
+    b = [[float((i + 2 * j) % 5 - 2) for j in range(8)] for i in range(16)]  # b[k][n]
+    bits = bfloat16_bits if bf16 else half_bits
+    b_memory = (
+        [b[k][n] for k in range(16) for n in range(8)] if b_k_major else [b[k][n] for n in range(8) for k in range(16)]
+    )
+    script = f"""
+a = device(ctypes.c_uint16, 256, {bits([v for row in a for v in row])})
+b = device(ctypes.c_uint16, 128, {bits(b_memory)})
+d = device(ctypes.c_float, 128)
+lib.run_mma(a, b, d, {bf16}, {b_k_major}, 32)
+emit(d=list(d))
+"""
+    want = matmul(a, b, 16, 8, 16)
+    assert ok(run_cuda(tmp_path, PTX_MMA, script))["d"] == [v + 1 for row in want for v in row]
+
+
+def test_fault_ldmatrix_in_a_block_of_16_threads(tmp_path):
+    script = "a, b, d = device(ctypes.c_uint16, 256), device(ctypes.c_uint16, 128), device(ctypes.c_float, 128)\n"
+    run = run_cuda(tmp_path, PTX_MMA, script + "lib.run_mma(a, b, d, 0, 1, 16)\nemit(finished=True)")
+    code, message = run.explained()
+    assert code == "emulated_fault" and "whole warp of 32 threads" in message
+
+
 # ---- what a fault report names: the kernel's access and thread, never the emulator's --------------------------------
 # The preemption hook (chance(), in the header) notes the bytes a kernel's load or store is about to touch before it
 # lets another thread run, and puts back what others wrote meanwhile. Those are the emulator's own accesses: they must

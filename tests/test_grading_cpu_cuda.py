@@ -43,7 +43,7 @@ def test_cuda_exercise_without_gpu_runs_on_the_cpu_emulator_or_says_why_not(targ
     assert checks["build"].status == "passed", checks["build"].message
     assert any(w in checks["build"].message for w in ("registers", "no kernels"))  # nvcc's resource report (a file
     #                                                                                  of library calls has no kernel)
-    if result.emulation.startswith("compile only"):  # e.g. a file with the tensor cores' PTX (mma.sync)
+    if result.emulation.startswith("compile only"):  # e.g. a file with Hopper's wgmma
         assert checks["numerics"].status == "skipped" and "no GPU" in checks["numerics"].message
         assert result.status == "skipped"
         return

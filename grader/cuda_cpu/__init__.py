@@ -28,7 +28,7 @@ SEED_ENV = "KCOURSE_CUDA_CPU_SEED"  # the fibers' schedule between barriers (rea
 MODE_ENV = "KCOURSE_CUDA_CPU"  # "off": CUDA files on a machine without a GPU are only compiled, as before
 # What the header cannot run, found in the learner's text: (pattern, what it is). Matched outside comments.
 UNSUPPORTED = [
-    (r"\bmma\.sync\b|\bwgmma\b", "tensor-core instructions (mma.sync / wgmma)"),
+    (r"\bwgmma\b", "Hopper's warpgroup tensor-core instructions (wgmma)"),
     (r"\bcublas\w*|#\s*include\s*<cublas", "cuBLAS"),
     (r"\bkittens::|#\s*include\s*[<\"]kittens", "ThunderKittens"),
     (r"#\s*include\s*<cuda_fp8\.h>|\b__nv_fp8\w*", "8-bit floats (__nv_fp8)"),
@@ -149,7 +149,36 @@ PTX = [
     ),
     (r"cp\.async\.commit_group", ";", "cp.async.commit_group"),
     (r"cp\.async\.wait_(?:group %?\d+|all)", ";", "cp.async.wait_group"),
+    (
+        r"st\.shared(?:::cta)?\.v4\.b32 \[%0\], \{%1, %2, %3, %4\}",
+        "kcuda_st_shared_v4({0}, {1}, {2}, {3}, {4});",
+        "st.shared.v4",
+    ),
 ]
+
+
+def _ldmatrix(tiles: int, trans: bool) -> tuple[str, str, str]:
+    """ldmatrix .x1/.x2/.x4 (.trans): the registers are groups 1 .. tiles, the shared address group tiles + 1."""
+    registers = ", ".join(r"%(\d+)" for _ in range(tiles))
+    transposed = r"\.trans" if trans else ""
+    pattern = rf"ldmatrix\.sync\.aligned\.m8n8\.x{tiles}{transposed}\.shared(?:::cta)?\.b16 "
+    outputs = ", ".join(rf"{{\g<{i}>}}" for i in range(1, tiles + 1))
+    cpp = rf"kcuda_ldmatrix({tiles}, {'true' if trans else 'false'}, {{\g<{tiles + 1}>}}, {outputs});"
+    return pattern + rf"\{{{registers}\}}, \[%(\d+)\]", cpp, "ldmatrix"
+
+
+def _mma(kind: str) -> tuple[str, str, str]:
+    """mma.sync m16n8k16 with float32 accumulators: groups 1-4 d, 5-8 a, 9-10 b, 11-14 c."""
+    group = lambda n: ", ".join(r"%(\d+)" for _ in range(n))  # noqa: E731
+    pattern = (
+        rf"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.{kind}\.{kind}\.f32 "
+        rf"\{{{group(4)}\}}, \{{{group(4)}\}}, \{{{group(2)}\}}, \{{{group(4)}\}}"
+    )
+    operands = ", ".join(rf"{{\g<{i}>}}" for i in range(1, 15))
+    return pattern, f"kcuda_mma_16816({'true' if kind == 'bf16' else 'false'}, {operands});", "mma.sync m16n8k16"
+
+
+PTX += [_ldmatrix(tiles, trans) for tiles in (1, 2, 4) for trans in (False, True)] + [_mma("f16"), _mma("bf16")]
 
 
 def _asm_statements(code: str) -> list[tuple[int, int]]:

@@ -134,7 +134,7 @@ UNTRANSLATED = "inline PTX the emulator does not translate at line {} (it transl
     [
         (
             "int a;\n__device__ void f() { wgmma::mma_async(); }\n",
-            "tensor-core instructions (mma.sync / wgmma) at line 2",
+            "Hopper's warpgroup tensor-core instructions (wgmma) at line 2",
         ),
         ("void f() {}\n#include <cublas_v2.h>\n", "cuBLAS at line 2"),
         ("void f(cublasHandle_t h) {\n  cublasSgemm(h, CUBLAS_OP_N);\n}\n", "cuBLAS at line 1"),
@@ -175,6 +175,35 @@ def test_unsupported_lets_through_wmma_which_mma_h_emulates():
         "wmma::fragment<wmma::matrix_a, 16, 16, 16, half, wmma::row_major> a;\n"
     )
     assert unsupported(text) is None
+
+
+@pytest.mark.parametrize(
+    "statement, cpp",
+    [
+        (
+            'asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\\n"\n'
+            '             : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));',
+            "kcuda_ldmatrix(4, true, (addr), (r[0]), (r[1]), (r[2]), (r[3]));",
+        ),
+        (
+            'asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared::cta.b16 {%0}, [%1];" : "=r"(x) : "r"(a));',
+            "kcuda_ldmatrix(1, false, (a), (x));",
+        ),
+        (
+            'asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "\n'
+            '             "{%8, %9}, {%10, %11, %12, %13};" : "=f"(d0), "=f"(d1), "=f"(d2), "=f"(d3)\n'
+            '             : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(c0), "f"(c1), "f"(c2), "f"(c3));',
+            "kcuda_mma_16816(true, (d0), (d1), (d2), (d3), (a0), (a1), (a2), (a3), (b0), (b1), (c0), (c1), (c2), (c3));",
+        ),
+        (
+            'asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" :: "r"(p), "r"(w), "r"(x), "r"(y), "r"(z));',
+            "kcuda_st_shared_v4((p), (w), (x), (y), (z));",
+        ),
+    ],
+)
+def test_the_tensor_cores_ptx_is_translated_operand_for_operand(statement, cpp):
+    assert unsupported(statement) is None
+    assert rewrite(statement).strip() == cpp
 
 
 def test_unsupported_counts_lines_through_comments_and_strings():

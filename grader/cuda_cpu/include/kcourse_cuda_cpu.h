@@ -897,6 +897,109 @@ inline void kcuda_cp_async(uint64_t shared, const void* global, int size, int by
     memset(dst + bytes, 0, (size_t)(size - bytes));
 }
 
+inline void kcuda_st_shared_v4(uint64_t shared, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {  // st.shared.v4.b32
+    uint32_t* dst = reinterpret_cast<uint32_t*>((::kcuda::me().shared_high << 32) | (uint32_t)shared);
+    dst[0] = a, dst[1] = b, dst[2] = c, dst[3] = d;
+}
+
+// ---- the tensor cores' PTX: ldmatrix and mma.sync m16n8k16, warp-wide -------------------------------------------
+// Each lane hands its operands to its warp at a __syncwarp (Thread::fragments), reads what its own registers get
+// from the other lanes' operands (the PTX ISA's fragment layouts), and gives them back after a second __syncwarp.
+namespace kcuda {
+KCUDA_UNHOOKED inline float half_bits_to_float(uint32_t x) {  // an IEEE binary16's bits
+    const uint32_t sign = (x & 0x8000u) << 16, exponent = (x >> 10) & 0x1fu, mantissa = x & 0x3ffu;
+    if (exponent == 0) return (sign ? -1.f : 1.f) * (float)mantissa * 0x1p-24f;  // zero and subnormals
+    const uint32_t bits = sign | (exponent == 0x1fu ? 0x7f800000u : (exponent + 112u) << 23) | (mantissa << 13);
+    float f;
+    __builtin_memcpy(&f, &bits, 4);
+    return f;
+}
+KCUDA_UNHOOKED inline float bf16_bits_to_float(uint32_t x) {
+    const uint32_t bits = (x & 0xffffu) << 16;
+    float f;
+    __builtin_memcpy(&f, &bits, 4);
+    return f;
+}
+inline const Thread* warp_of_me() {  // lane 0's Thread of the calling warp, which must be whole
+    Thread& t = me();
+    const Launch& l = *emu().launch;
+    if (lanes_of_warp(l, t.linear / 32) != 0xffffffffu)
+        fail("ldmatrix and mma.sync need a whole warp of 32 threads: make the block's size a multiple of 32");
+    return &l.thread[t.linear & ~31];
+}
+struct LdmatrixLane { const char* row; };
+KCUDA_UNHOOKED inline uint16_t ldmatrix_half(const Thread* warp, int lane, int offset) {  // of the row `lane` names
+    uint16_t x;
+    __builtin_memcpy(&x, static_cast<const LdmatrixLane*>(warp[lane].fragments)->row + offset, 2);
+    return x;
+}
+// Lane l's register i: tile i's row l / 4, 16-bit columns 2 (l % 4) and 2 (l % 4) + 1, the rows' addresses given by
+// lanes 8i .. 8i + 7; transposed, rows 2 (l % 4) and 2 (l % 4) + 1 of tile i, column l / 4.
+KCUDA_UNHOOKED inline void ldmatrix_lanes(uint32_t* r, int tiles, bool trans, const Thread* warp, int l) {
+    for (int i = 0; i < tiles; ++i) {
+        const uint32_t lo = trans ? ldmatrix_half(warp, 8 * i + 2 * (l % 4), 2 * (l / 4))
+                                  : ldmatrix_half(warp, 8 * i + l / 4, 4 * (l % 4));
+        const uint32_t hi = trans ? ldmatrix_half(warp, 8 * i + 2 * (l % 4) + 1, 2 * (l / 4))
+                                  : ldmatrix_half(warp, 8 * i + l / 4, 4 * (l % 4) + 2);
+        r[i] = lo | (hi << 16);
+    }
+}
+struct MmaLane { uint32_t a[4], b[2]; };
+KCUDA_UNHOOKED inline float mma_value(uint32_t word, int k, bool bf16) {  // half k % 2 of a register
+    const uint32_t x = k & 1 ? word >> 16 : word & 0xffffu;
+    return bf16 ? bf16_bits_to_float(x) : half_bits_to_float(x);
+}
+// d = a b + c for lane l's four elements: rows g and g + 8, columns 2t and 2t + 1 (g = l / 4, t = l % 4). a's
+// element (row, k) is in lane 4 (row % 8) + (k % 8) / 2, register (row >= 8) + 2 (k >= 8), half k % 2; b's (k, n)
+// in lane 4 n + (k % 8) / 2, register k >= 8, half k % 2.
+KCUDA_UNHOOKED inline void mma_lanes(float* d, const float* c, bool bf16, const Thread* warp, int l) {
+    const int g = l / 4, t = l % 4;
+    for (int e = 0; e < 4; ++e) {
+        const int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
+        float sum = c[e];
+        for (int k = 0; k < 16; ++k) {
+            const MmaLane* a = static_cast<const MmaLane*>(warp[4 * (row % 8) + (k % 8) / 2].fragments);
+            const MmaLane* b = static_cast<const MmaLane*>(warp[4 * col + (k % 8) / 2].fragments);
+            sum = fmaf(mma_value(a->a[(row >= 8) + 2 * (k >= 8)], k, bf16), mma_value(b->b[k >= 8], k, bf16), sum);
+        }
+        d[e] = sum;
+    }
+}
+}  // namespace kcuda
+
+template <class R>
+inline void kcuda_ldmatrix(int tiles, bool trans, uint64_t shared, R& r0, R& r1, R& r2, R& r3) {
+    ::kcuda::Thread& t = ::kcuda::me();
+    const ::kcuda::Thread* warp = ::kcuda::warp_of_me();
+    ::kcuda::LdmatrixLane mine{reinterpret_cast<const char*>((t.shared_high << 32) | (uint32_t)shared)};
+    t.fragments = &mine;
+    __syncwarp();
+    uint32_t r[4];
+    ::kcuda::ldmatrix_lanes(r, tiles, trans, warp, t.linear & 31);
+    __syncwarp();
+    R* out[4] = {&r0, &r1, &r2, &r3};
+    for (int i = 0; i < tiles; ++i) *out[i] = (R)r[i];
+}
+template <class R>
+inline void kcuda_ldmatrix(int tiles, bool trans, uint64_t shared, R& r0) { R x; kcuda_ldmatrix(tiles, trans, shared, r0, x, x, x); }
+template <class R>
+inline void kcuda_ldmatrix(int tiles, bool trans, uint64_t shared, R& r0, R& r1) { R x; kcuda_ldmatrix(tiles, trans, shared, r0, r1, x, x); }
+
+template <class F>
+inline void kcuda_mma_16816(bool bf16, F& d0, F& d1, F& d2, F& d3, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                            uint32_t b0, uint32_t b1, float c0, float c1, float c2, float c3) {
+    ::kcuda::Thread& t = ::kcuda::me();
+    const ::kcuda::Thread* warp = ::kcuda::warp_of_me();
+    ::kcuda::MmaLane mine{{(uint32_t)a0, (uint32_t)a1, (uint32_t)a2, (uint32_t)a3}, {(uint32_t)b0, (uint32_t)b1}};
+    t.fragments = &mine;
+    __syncwarp();
+    const float c[4] = {c0, c1, c2, c3};
+    float d[4];
+    ::kcuda::mma_lanes(d, c, bf16, warp, t.linear & 31);
+    __syncwarp();
+    d0 = d[0], d1 = d[1], d2 = d[2], d3 = d[3];
+}
+
 // ---- atomics: indivisible (fibers switch only at barriers); a failed CAS lets the others run (spin locks) ----
 #define KCUDA_ATOMIC(NAME, T, EXPR) inline T NAME(T* a, T v) { \
     ++::kcuda::g_indivisible; T old = *a; *a = (EXPR); ::kcuda::note_atomic(a); --::kcuda::g_indivisible; return old; }
