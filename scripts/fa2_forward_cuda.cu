@@ -428,29 +428,36 @@ __global__ void __launch_bounds__(kThreads, KC_MIN_BLOCKS) flash_fwd_kernel(cons
 
 // ---- the operator (for scripts/design_bench.py: raw pointers, no torch; scripts/fa2_forward_cuda.py) -------
 
-template <int D, bool CAUSAL>
+template <typename T, int D, bool CAUSAL>
 static cudaError_t launch(const Params& p, int batch_heads, cudaStream_t stream) {
     constexpr int smem = smem_bytes<D>();  // above the 48 KB default: must be asked for
-    auto kernel = flash_fwd_kernel<__nv_bfloat16, D, CAUSAL>;
+    auto kernel = flash_fwd_kernel<T, D, CAUSAL>;
     const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (err != cudaSuccess) return err;
     kernel<<<dim3((p.n_ctx + kBlockM - 1) / kBlockM, batch_heads), kThreads, smem, stream>>>(p);
     return cudaGetLastError();
 }
 
-// bfloat16 q, k, v of shape (batch, heads, n_ctx, head_dim) with `strides` (4 each, in elements); out contiguous
-// like them, lse contiguous float32 (batch, heads, n_ctx). Returns a cudaError_t (0: launched).
+template <typename T>
+static cudaError_t dispatch(const Params& p, int head_dim, bool causal, int bh, cudaStream_t s) {
+    if (head_dim == 64) return causal ? launch<T, 64, true>(p, bh, s) : launch<T, 64, false>(p, bh, s);
+    if (head_dim == 128) return causal ? launch<T, 128, true>(p, bh, s) : launch<T, 128, false>(p, bh, s);
+    return cudaErrorInvalidValue;
+}
+
+// bfloat16 (or, `half` set, float16) q, k, v of shape (batch, heads, n_ctx, head_dim) with `strides` (4 each, in
+// elements); out contiguous like them, lse contiguous float32 (batch, heads, n_ctx). Returns a cudaError_t (0:
+// launched).
 extern "C" int fa2_forward(const void* q, const void* k, const void* v, const int64_t* strides, void* out, float* lse,
-                           int batch, int heads, int n_ctx, int head_dim, int causal, int vectorized, void* stream) {
+                           int batch, int heads, int n_ctx, int head_dim, int causal, int vectorized, int half,
+                           void* stream) {
     const double scale = 1.0 / std::sqrt(double(head_dim));
     auto operand = [&](const void* data, int i) {
         return Operand{data, strides[4 * i], strides[4 * i + 1], strides[4 * i + 2], strides[4 * i + 3]};
     };
     const Params p{operand(q, 0), operand(k, 1), operand(v, 2), out, lse, heads, n_ctx, float(scale),
                    float(1.4426950408889634 * scale), vectorized != 0};
-    const int bh = batch * heads;
     const cudaStream_t s = static_cast<cudaStream_t>(stream);
-    if (head_dim == 64) return causal ? launch<64, true>(p, bh, s) : launch<64, false>(p, bh, s);
-    if (head_dim == 128) return causal ? launch<128, true>(p, bh, s) : launch<128, false>(p, bh, s);
-    return cudaErrorInvalidValue;
+    return half ? dispatch<__half>(p, head_dim, causal, batch * heads, s)
+                : dispatch<__nv_bfloat16>(p, head_dim, causal, batch * heads, s);
 }

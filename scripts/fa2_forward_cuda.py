@@ -4,7 +4,8 @@ times them side by side beside SDPA.
 
 A build is the experiment's includes, the solution's PTX wrappers, one kernel section (the experiment's or the
 solution's, from `// ---- the kernel` to `// ---- the operator`) and the experiment's launcher (`fa2_forward`,
-bfloat16 only). tests/test_flash_attention_v2_cuda.py runs the experiment's kernel section under the warp emulator."""
+bfloat16 and float16). tests/test_flash_attention_v2_cuda.py runs the experiment's kernel section under the warp
+emulator, and both kernels, built whole, under the CPU emulator (grader/cuda_cpu)."""
 
 from __future__ import annotations
 
@@ -38,19 +39,24 @@ def compose(kernel_source: Path = EXPERIMENT) -> str:
     )
 
 
-def build(kernel_source: Path = EXPERIMENT, defines: dict[str, int] | None = None) -> ctypes.CDLL:
-    """The composed file built by the grader's nvcc build (its flags and cache), with `defines`."""
-    from grader.toolchain.build import build_shared_library, gpu_arch
-
+def write_source(kernel_source: Path = EXPERIMENT, folder: Path | None = None) -> Path:
+    """The composed file, named by its content, in `folder` (default: a folder of the system's temporary one)."""
     text = compose(kernel_source)
-    folder = Path(tempfile.gettempdir()) / "kcourse_fa2_forward_cuda"
+    folder = folder or Path(tempfile.gettempdir()) / "kcourse_fa2_forward_cuda"
     folder.mkdir(exist_ok=True)
-    source = folder / f"{hashlib.sha256(text.encode()).hexdigest()[:16]}.cu"
+    source = folder / f"fa2_{hashlib.sha256(text.encode()).hexdigest()[:16]}.cu"
     if not source.exists():  # builds of one text side by side (other defines) share it: written whole, then named
         partial = source.with_suffix(f".{os.getpid()}.{threading.get_ident()}.partial")
         partial.write_text(text)
         os.replace(partial, source)
-    built = build_shared_library(source, gpu_arch(), defines=defines or {})
+    return source
+
+
+def build(kernel_source: Path = EXPERIMENT, defines: dict[str, int] | None = None) -> ctypes.CDLL:
+    """The composed file built by the grader's nvcc build (its flags and cache), with `defines`."""
+    from grader.toolchain.build import build_shared_library, gpu_arch
+
+    built = build_shared_library(write_source(kernel_source), gpu_arch(), defines=defines or {})
     if not built.ok:
         raise RuntimeError(f"{kernel_source.name} {defines or ''} did not build:\n{built.log[-1500:]}")
     library = ctypes.CDLL(built.library)
@@ -59,9 +65,12 @@ def build(kernel_source: Path = EXPERIMENT, defines: dict[str, int] | None = Non
 
 
 def forward(library: ctypes.CDLL, q, k, v, out: torch.Tensor, lse: torch.Tensor, causal: bool) -> None:
-    """out and lse of bfloat16 q, k, v (batch, heads, n, d), on the current stream."""
+    """out and lse of bfloat16 or float16 q, k, v (batch, heads, n, d), on the current stream (the CPU emulator's
+    library: none)."""
     strides = (ctypes.c_int64 * 12)(*q.stride(), *k.stride(), *v.stride())
-    vectorized = all(t.stride(3) == 1 and all(s % 8 == 0 for s in t.stride()[:3]) for t in (q, k, v))
+    vectorized = all(
+        t.stride(3) == 1 and all(s % 8 == 0 for s in t.stride()[:3]) and t.data_ptr() % 16 == 0 for t in (q, k, v)
+    )
     err = library.fa2_forward(
         ctypes.c_void_p(q.data_ptr()),
         ctypes.c_void_p(k.data_ptr()),
@@ -72,7 +81,8 @@ def forward(library: ctypes.CDLL, q, k, v, out: torch.Tensor, lse: torch.Tensor,
         *q.shape,
         int(causal),
         int(vectorized),
-        ctypes.c_void_p(torch.cuda.current_stream().cuda_stream),
+        int(q.dtype == torch.float16),
+        ctypes.c_void_p(torch.cuda.current_stream().cuda_stream if q.is_cuda else None),
     )
     if err:
         raise RuntimeError(f"fa2_forward: CUDA error {err}")

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import functools
 import math
+import os
+import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
@@ -289,6 +291,70 @@ def test_the_cuda_forward_experiment_run_by_the_warp_emulator_matches_the_refere
     lines = "".join(f"#define {name} {value}\n" for name, value in defines.items())
     source.write_text(f"{text[:kernel]}{lines}{text[kernel:]}")
     assert_emulated_cases_pass(warp_emulator.build(source, DRIVERS[FWD], tmp_path), FWD, EXPERIMENT_CASES)
+
+
+# Runs fa2_forward_cuda.forward on the CPU emulator's build: argv library, inputs (torch.save), outputs' path, causal
+CPU_CHILD = """
+import ctypes, sys, torch
+sys.path.insert(0, sys.argv[4])
+import fa2_forward_cuda
+lib = ctypes.CDLL(sys.argv[1])
+lib.kcourse_cuda_cpu_register.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+q, k, v = (torch.load(sys.argv[2])[name] for name in ("q", "k", "v"))
+out, lse = torch.full(q.shape, float("nan"), dtype=q.dtype), torch.full(q.shape[:-1], float("nan"))
+for t in (q, k, v, out, lse):  # the whole storage: a row slice's rows lie inside a wider one
+    lib.kcourse_cuda_cpu_register(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes())
+fa2_forward_cuda.forward(lib, q, k, v, out, lse, sys.argv[3] == "1")
+torch.save({"out": out, "lse": lse}, sys.argv[5])
+"""
+CPU_EMULATED = EMULATED[FWD] + [
+    "N=333 d=64 dtype=float16 causal=False (q scale=30.0)",
+    "N=300 d=128 dtype=float16 causal=True (k offset=100.0)",
+]
+
+
+@pytest.mark.slow
+@pytest.mark.solutions
+@pytest.mark.parametrize("kernel", ["solution", "experiment"])
+def test_the_cuda_forward_kernels_run_by_the_cpu_emulator_match_the_reference(tmp_path, kernel):
+    """The solution's kernel, with its own PTX (ldmatrix, mma.sync, cp.async), and scripts/fa2_forward_cuda.cu's, each
+    built whole around the experiment's launcher and run by the grader's CPU emulator (threads in a seeded random
+    order, AddressSanitizer on): the spec's cases, strided and sharp ones among them, match the reference."""
+    from grader import cuda_cpu
+
+    scripts = ROOT / "scripts"
+    if not (scripts / "fa2_forward_cuda.py").is_file() or cuda_cpu.host_compiler() is None:
+        pytest.skip("needs scripts/fa2_forward_cuda.py (not in a learner's kit) and a host C++ compiler")
+    sys.path.insert(0, str(scripts))
+    import fa2_forward_cuda
+
+    source = fa2_forward_cuda.write_source(getattr(fa2_forward_cuda, kernel.upper()), tmp_path)
+    built = cuda_cpu.build(source)
+    assert built.ok, built.log
+    spec = SPECS[FWD]
+    for fragment in CPU_EMULATED:
+        case = case_named(FWD, fragment)
+        values = generate(spec, case, seed=11)
+        inputs = {n: place(x, case.inputs.get(n, {}).get("layout"), "cpu") for n, x in values.items()}
+        torch.save(inputs, tmp_path / "in.pt")
+        argv = [
+            built.library,
+            str(tmp_path / "in.pt"),
+            str(int(case.params["causal"])),
+            str(scripts),
+            str(tmp_path / "out.pt"),
+        ]
+        done = subprocess.run(
+            [sys.executable, "-c", CPU_CHILD, *argv],
+            env={**os.environ, **cuda_cpu.child_env()},
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        got = torch.load(tmp_path / "out.pt")
+        for name, ref in zip(("out", "lse"), reference_outputs(REFERENCES[FWD], spec, values, case.params)):
+            found = compare(name, got[name], ref, spec.tolerance_of(case), case.label())
+            assert found.ok, found.message
 
 
 def assert_emulated_cases_pass(exe, exercise, fragments):
