@@ -128,7 +128,7 @@ def _cuda_without_gpu(record: dict[str, Any]) -> str:
     if emulation.get("runs"):
         return (
             f"CUDA exercises: {compiled}numerics on the CPU emulator ({emulation['how']}; no race check); "
-            "files using tensor cores, cuBLAS or ThunderKittens: compile check only"
+            "files using Hopper's wgmma, cuBLAS or ThunderKittens: compile check only"
         )
     return (
         "CUDA exercises: compile check with nvcc's resource report (not run): " + emulation.get("how", "")
