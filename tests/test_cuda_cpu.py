@@ -1454,25 +1454,32 @@ PTX_MMA = r"""
 #include <cuda_fp16.h>
 
 __device__ __forceinline__ uint32_t smem_address(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+// written compactly, and with c apart from d: the emulator reads any spacing and either way of passing c
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3},[%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
 }
 __device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], uint32_t addr, bool trans) {
-    if (trans)
-        asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
-    else
-        asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+    if (trans) asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1},[%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+    else asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1},[%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
 }
 __device__ __forceinline__ void st_shared_16(uint32_t dst, const uint32_t (&w)[4]) {
-    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
-                 : "memory");
+    asm volatile("st.shared.v4.b32 [%0],{%1,%2,%3,%4};" ::"r"(dst), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3]));
+}
+template <bool BF16>
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2], const float (&c)[4]) {
+    if (BF16) asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3},{%4,%5,%6,%7},{%8,%9},{%10,%11,%12,%13};"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+    else asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3},{%4,%5,%6,%7},{%8,%9},{%10,%11,%12,%13};"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
 }
 
 // one warp: d (16 x 8, row-major) = a (16 x 16, row-major) b + 1, b given k-major (16 x 8: ldmatrix .trans) or
 // n-major (8 x 16: plain ldmatrix); a reaches shared memory through st.shared.v4, b by plain stores
 template <bool BF16>
-__global__ void mma16816(const uint16_t* a, const uint16_t* b, float* d, int b_k_major) {
+__global__ void mma16816(const uint16_t* a, const uint16_t* b, float* out, int b_k_major) {
     __shared__ __align__(16) uint16_t sa[16 * 16], sb[16 * 8];
     const int lane = threadIdx.x;
     for (int i = lane; i < 16 * 8; i += 32) sb[i] = b[i];
@@ -1486,19 +1493,11 @@ __global__ void mma16816(const uint16_t* a, const uint16_t* b, float* d, int b_k
     ldmatrix_x4(fa, smem_address(sa + (lane % 16) * 16 + (lane / 16) * 8));  // rows 0-15, k 0-7 then 8-15
     if (b_k_major) ldmatrix_x2(fb, smem_address(sb + (lane % 16) * 8), true);      // k rows 0-15
     else ldmatrix_x2(fb, smem_address(sb + (lane % 8) * 16 + ((lane / 8) % 2) * 8), false);  // n rows, k halves
-    float c[4] = {1.f, 1.f, 1.f, 1.f};
-    if (BF16)
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-                     "{%8, %9}, {%0, %1, %2, %3};\n"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(fa[0]), "r"(fa[1]), "r"(fa[2]), "r"(fa[3]), "r"(fb[0]), "r"(fb[1]));
-    else
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-                     "{%8, %9}, {%0, %1, %2, %3};\n"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(fa[0]), "r"(fa[1]), "r"(fa[2]), "r"(fa[3]), "r"(fb[0]), "r"(fb[1]));
+    const float c[4] = {1.f, 1.f, 1.f, 1.f};
+    float d[4];
+    mma<BF16>(d, fa, fb, c);
     const int g = lane / 4, t = lane % 4;
-    for (int e = 0; e < 4; ++e) d[(g + 8 * (e / 2)) * 8 + 2 * t + e % 2] = c[e];
+    for (int e = 0; e < 4; ++e) out[(g + 8 * (e / 2)) * 8 + 2 * t + e % 2] = d[e];
 }
 
 extern "C" void run_mma(const uint16_t* a, const uint16_t* b, float* d, int bf16, int b_k_major, int threads) {

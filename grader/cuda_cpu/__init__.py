@@ -204,6 +204,8 @@ def _translate_asm(statement: str) -> str | None:
         return None
     template = "".join(re.findall(r'"((?:\\.|[^"\\])*)"', literals.group(1)))
     template = re.sub(r"\\[nt]|\s+", " ", template).strip().rstrip(";").strip()
+    # one spelling of the lists: "{%0, %1}", "[%2]" however the learner spaced them
+    template = re.sub(r"([{\[]) | ([}\]])", r"\1\2", re.sub(r" ?, ?", ", ", template))
     operands = [o for part in _split_top(inner[literals.end() :], ":")[1:3] for o in _split_top(part, ",") if o.strip()]
     exprs = [re.sub(r'^\s*"[^"]*"\s*', "", o).strip() for o in operands]
     for pattern, cpp, _ in PTX:
