@@ -199,6 +199,10 @@ def test_unsupported_lets_through_wmma_which_mma_h_emulates():
             'asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" :: "r"(p), "r"(w), "r"(x), "r"(y), "r"(z));',
             "kcuda_st_shared_v4((p), (w), (x), (y), (z));",
         ),
+        (  # spaced otherwise: the same
+            'asm("ldmatrix.sync.aligned.m8n8.x2.shared.b16 { %0,%1 },[%2];" : "=r"(x), "=r"(y) : "r"(a));',
+            "kcuda_ldmatrix(2, false, (a), (x), (y));",
+        ),
     ],
 )
 def test_the_tensor_cores_ptx_is_translated_operand_for_operand(statement, cpp):
