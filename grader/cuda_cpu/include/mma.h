@@ -90,20 +90,8 @@ inline void store_matrix_sync(T* p, const fragment<accumulator, M, N, K, T>& f, 
 }
 
 // 16-bit values as floats without the (instrumented) conversion operators: a lane reads 144 of them a call.
-KCUDA_UNHOOKED inline float kcuda_float_of(__half h) {
-    const uint32_t x = h.__x, sign = (x & 0x8000u) << 16, exponent = (x >> 10) & 0x1fu, mantissa = x & 0x3ffu;
-    if (exponent == 0) return (sign ? -1.f : 1.f) * (float)mantissa * 0x1p-24f;  // zero and subnormals
-    const uint32_t bits = sign | (exponent == 0x1fu ? 0x7f800000u : (exponent + 112u) << 23) | (mantissa << 13);
-    float f;
-    __builtin_memcpy(&f, &bits, 4);
-    return f;
-}
-KCUDA_UNHOOKED inline float kcuda_float_of(__nv_bfloat16 b) {
-    const uint32_t bits = uint32_t(b.__x) << 16;
-    float f;
-    __builtin_memcpy(&f, &bits, 4);
-    return f;
-}
+KCUDA_UNHOOKED inline float kcuda_float_of(__half h) { return ::kcuda::half_bits_to_float(h.__x); }
+KCUDA_UNHOOKED inline float kcuda_float_of(__nv_bfloat16 b) { return ::kcuda::bf16_bits_to_float(b.__x); }
 template <class T>
 KCUDA_UNHOOKED inline float kcuda_float_of(T value) {
     return (float)value;
