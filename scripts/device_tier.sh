@@ -4,7 +4,8 @@
 #   bash scripts/device_bg.sh start 540 bash scripts/device_tier.sh     (carry .whl and .tk)
 #   bash scripts/device_bg.sh wait 570                                  (again, each within 30 s of the last)
 # The tier took 944-1,060 s on a fresh H100 (sessions 64 and 67), 681 s after compiling first (session 70); the
-# frontier and the edit loop after it about 700 s more: a session's device time may end before the rest.
+# frontier (now first the CUDA FA2 forward's builds, about 90 s) and the edit loop after it about 800 s more: a
+# session's device time may end before the rest.
 # Files back in $OUT: log.txt, junit.xml, lock.jsonl, phases.jsonl, lock_report.txt, probe.jsonl (each timing probe's
 # bursts as the host accounted for them, hostload.burst_trace: where a disagreement's wall clock went). A slice of the
 # tier and some of what follows: TIER_TESTS="tests/test_a.py tests/test_b.py" TIER_AFTER="frontier edits" (of:
