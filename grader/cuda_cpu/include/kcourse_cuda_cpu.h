@@ -174,7 +174,7 @@ struct Thread {
     int arg = 0, width = 32, predicate = 0;
     uint64_t result = 0;
     uint64_t shared_high = 0;  // __cvta_generic_to_shared's
-    const void* fragments = nullptr;  // what this lane hands its warp at a wmma::mma_sync (mma.h)
+    const void* fragments = nullptr;  // what this lane hands its warp at a tensor-core instruction (kcuda::in_warp)
 };
 
 struct Fiber {
@@ -902,30 +902,42 @@ inline void kcuda_st_shared_v4(uint64_t shared, uint32_t a, uint32_t b, uint32_t
     dst[0] = a, dst[1] = b, dst[2] = c, dst[3] = d;
 }
 
+// ---- 16-bit floats' bits as floats (cuda_fp16.h's and cuda_bf16.h's conversions, the tensor cores' operands) -------
+// Not instrumented: an mma reads thousands of them, and they touch only their argument.
+KCUDA_UNHOOKED inline float kcuda_half_to_float(unsigned short h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0) return (sign ? -1.f : 1.f) * (float)m * 0x1p-24f;  // zero and subnormals
+    const uint32_t u = sign | (e == 31 ? (0xffu << 23) | (m << 13) : ((e + 112u) << 23) | (m << 13));
+    float f;
+    __builtin_memcpy(&f, &u, 4);
+    return f;
+}
+KCUDA_UNHOOKED inline float kcuda_bf16_to_float(unsigned short b) {
+    const uint32_t u = (uint32_t)b << 16;
+    float f;
+    __builtin_memcpy(&f, &u, 4);
+    return f;
+}
+
 // ---- the tensor cores' PTX: ldmatrix and mma.sync m16n8k16, warp-wide -------------------------------------------
-// Each lane hands its operands to its warp at a __syncwarp (Thread::fragments), reads what its own registers get
-// from the other lanes' operands (the PTX ISA's fragment layouts), and gives them back after a second __syncwarp.
 namespace kcuda {
-KCUDA_UNHOOKED inline float half_bits_to_float(uint32_t x) {  // an IEEE binary16's bits
-    const uint32_t sign = (x & 0x8000u) << 16, exponent = (x >> 10) & 0x1fu, mantissa = x & 0x3ffu;
-    if (exponent == 0) return (sign ? -1.f : 1.f) * (float)mantissa * 0x1p-24f;  // zero and subnormals
-    const uint32_t bits = sign | (exponent == 0x1fu ? 0x7f800000u : (exponent + 112u) << 23) | (mantissa << 13);
-    float f;
-    __builtin_memcpy(&f, &bits, 4);
-    return f;
-}
-KCUDA_UNHOOKED inline float bf16_bits_to_float(uint32_t x) {
-    const uint32_t bits = (x & 0xffffu) << 16;
-    float f;
-    __builtin_memcpy(&f, &bits, 4);
-    return f;
-}
-inline const Thread* warp_of_me() {  // lane 0's Thread of the calling warp, which must be whole
+// `mine` handed to the calling lane's warp (Thread::fragments), `read(warp, lane)` run once every lane of it has
+// handed over (the PTX ISA's fragment layouts say what a lane reads of the others'), and back when every lane has
+// read. `what` names the instruction where the warp is not whole.
+template <class Read>
+inline void in_warp(const char* what, const void* mine, Read read) {
     Thread& t = me();
     const Launch& l = *emu().launch;
-    if (lanes_of_warp(l, t.linear / 32) != 0xffffffffu)
-        fail("ldmatrix and mma.sync need a whole warp of 32 threads: make the block's size a multiple of 32");
-    return &l.thread[t.linear & ~31];
+    if (lanes_of_warp(l, t.linear / 32) != 0xffffffffu) {
+        static char message[160];
+        snprintf(message, sizeof message, "%s needs a whole warp of 32 threads: make the block's size a multiple of 32",
+                 what);
+        fail(message);
+    }
+    t.fragments = mine;
+    ::__syncwarp();
+    read(&l.thread[t.linear & ~31], t.linear & 31);
+    ::__syncwarp();
 }
 struct LdmatrixLane { const char* row; };
 KCUDA_UNHOOKED inline uint16_t ldmatrix_half(const Thread* warp, int lane, int offset) {  // of the row `lane` names
@@ -946,8 +958,8 @@ KCUDA_UNHOOKED inline void ldmatrix_lanes(uint32_t* r, int tiles, bool trans, co
 }
 struct MmaLane { uint32_t a[4], b[2]; };
 KCUDA_UNHOOKED inline float mma_value(uint32_t word, int k, bool bf16) {  // half k % 2 of a register
-    const uint32_t x = k & 1 ? word >> 16 : word & 0xffffu;
-    return bf16 ? bf16_bits_to_float(x) : half_bits_to_float(x);
+    const unsigned short x = (unsigned short)(k & 1 ? word >> 16 : word & 0xffffu);
+    return bf16 ? kcuda_bf16_to_float(x) : kcuda_half_to_float(x);
 }
 // d = a b + c for lane l's four elements: rows g and g + 8, columns 2t and 2t + 1 (g = l / 4, t = l % 4). a's
 // element (row, k) is in lane 4 (row % 8) + (k % 8) / 2, register (row >= 8) + 2 (k >= 8), half k % 2; b's (k, n)
@@ -969,14 +981,11 @@ KCUDA_UNHOOKED inline void mma_lanes(float* d, const float* c, bool bf16, const 
 
 template <class R>
 inline void kcuda_ldmatrix(int tiles, bool trans, uint64_t shared, R& r0, R& r1, R& r2, R& r3) {
-    ::kcuda::Thread& t = ::kcuda::me();
-    const ::kcuda::Thread* warp = ::kcuda::warp_of_me();
-    ::kcuda::LdmatrixLane mine{reinterpret_cast<const char*>((t.shared_high << 32) | (uint32_t)shared)};
-    t.fragments = &mine;
-    __syncwarp();
+    const ::kcuda::LdmatrixLane mine{reinterpret_cast<const char*>((::kcuda::me().shared_high << 32) | (uint32_t)shared)};
     uint32_t r[4];
-    ::kcuda::ldmatrix_lanes(r, tiles, trans, warp, t.linear & 31);
-    __syncwarp();
+    ::kcuda::in_warp("ldmatrix", &mine, [&](const ::kcuda::Thread* warp, int lane) {
+        ::kcuda::ldmatrix_lanes(r, tiles, trans, warp, lane);
+    });
     R* out[4] = {&r0, &r1, &r2, &r3};
     for (int i = 0; i < tiles; ++i) *out[i] = (R)r[i];
 }
@@ -988,15 +997,12 @@ inline void kcuda_ldmatrix(int tiles, bool trans, uint64_t shared, R& r0, R& r1)
 template <class F>
 inline void kcuda_mma_16816(bool bf16, F& d0, F& d1, F& d2, F& d3, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                             uint32_t b0, uint32_t b1, float c0, float c1, float c2, float c3) {
-    ::kcuda::Thread& t = ::kcuda::me();
-    const ::kcuda::Thread* warp = ::kcuda::warp_of_me();
-    ::kcuda::MmaLane mine{{(uint32_t)a0, (uint32_t)a1, (uint32_t)a2, (uint32_t)a3}, {(uint32_t)b0, (uint32_t)b1}};
-    t.fragments = &mine;
-    __syncwarp();
+    const ::kcuda::MmaLane mine{{a0, a1, a2, a3}, {b0, b1}};
     const float c[4] = {c0, c1, c2, c3};
     float d[4];
-    ::kcuda::mma_lanes(d, c, bf16, warp, t.linear & 31);
-    __syncwarp();
+    ::kcuda::in_warp("mma.sync", &mine, [&](const ::kcuda::Thread* warp, int lane) {
+        ::kcuda::mma_lanes(d, c, bf16, warp, lane);
+    });
     d0 = d[0], d1 = d[1], d2 = d[2], d3 = d[3];
 }
 

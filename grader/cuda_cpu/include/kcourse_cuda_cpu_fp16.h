@@ -10,12 +10,6 @@ inline unsigned short kcuda_float_to_bf16(float f) {
     u += 0x7fffu + ((u >> 16) & 1u);
     return (unsigned short)(u >> 16);
 }
-inline float kcuda_bf16_to_float(unsigned short b) {
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 inline unsigned short kcuda_float_to_half(float f) {
     uint32_t x;
     memcpy(&x, &f, 4);
@@ -27,14 +21,7 @@ inline unsigned short kcuda_float_to_half(float f) {
     if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
     return (unsigned short)(sign | h);
 }
-inline float kcuda_half_to_float(unsigned short h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0) return (sign ? -1.f : 1.f) * ldexpf((float)m, -24);
-    uint32_t u = sign | (e == 31 ? (0xffu << 23) | (m << 13) : ((e + 112u) << 23) | (m << 13));
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
+// to float: kcourse_cuda_cpu.h's kcuda_half_to_float and kcuda_bf16_to_float (the tensor cores read them too)
 
 #define KCUDA_HALF_TYPE(T, TO, FROM) \
     struct T { \

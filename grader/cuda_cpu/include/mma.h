@@ -3,9 +3,9 @@
 // CUDA leaves a fragment's element layout unspecified (only element-wise code may touch x[]), so here lane l holds
 // elements l * E .. l * E + E - 1 of the fragment's matrix in row-major order (E = rows * cols / 32); a 16-bit a or
 // b fragment holds them twice, as a GPU's 16 elements a lane do. load_matrix_sync and store_matrix_sync touch only
-// the lane's own elements, through the learner's pointer (AddressSanitizer checks them). mma_sync is warp-wide:
-// every lane hands its a and b over at a __syncwarp, computes its own elements of d from the other lanes' rows and
-// columns, and writes them after a second __syncwarp (d may be c). Products and sums in float, in k order: a GPU's
+// the lane's own elements, through the learner's pointer (AddressSanitizer checks them). mma_sync is warp-wide
+// (kcuda::in_warp): every lane hands its a and b over, computes its own elements of d from the other lanes' rows and
+// columns, and writes them once every lane has read (d may be c). Products and sums in float, in k order: a GPU's
 // tensor cores add in their own order, the same to within float rounding.
 #pragma once
 #include "kcourse_cuda_cpu.h"
@@ -90,8 +90,8 @@ inline void store_matrix_sync(T* p, const fragment<accumulator, M, N, K, T>& f, 
 }
 
 // 16-bit values as floats without the (instrumented) conversion operators: a lane reads 144 of them a call.
-KCUDA_UNHOOKED inline float kcuda_float_of(__half h) { return ::kcuda::half_bits_to_float(h.__x); }
-KCUDA_UNHOOKED inline float kcuda_float_of(__nv_bfloat16 b) { return ::kcuda::bf16_bits_to_float(b.__x); }
+KCUDA_UNHOOKED inline float kcuda_float_of(__half h) { return kcuda_half_to_float(h.__x); }
+KCUDA_UNHOOKED inline float kcuda_float_of(__nv_bfloat16 b) { return kcuda_bf16_to_float(b.__x); }
 template <class T>
 KCUDA_UNHOOKED inline float kcuda_float_of(T value) {
     return (float)value;
@@ -126,18 +126,12 @@ template <int M, int N, int K, class TA, class TB, class LA, class LB, class TC>
 inline void mma_sync(fragment<accumulator, M, N, K, TC>& d, const fragment<matrix_a, M, N, K, TA, LA>& a,
                      const fragment<matrix_b, M, N, K, TB, LB>& b, const fragment<accumulator, M, N, K, TC>& c) {
     using FC = fragment<accumulator, M, N, K, TC>;
-    ::kcuda::Thread& t = ::kcuda::me();
-    const ::kcuda::Launch& l = *::kcuda::emu().launch;
-    if (::kcuda::lanes_of_warp(l, t.linear / 32) != 0xffffffffu)
-        ::kcuda::fail("wmma::mma_sync needs a whole warp of 32 threads: make the block's size a multiple of 32");
     const void* mine[2] = {&a, &b};
-    t.fragments = mine;
-    __syncwarp();  // every lane's a and b are there
     float out[FC::per_lane];
-    kcuda_product<fragment<matrix_a, M, N, K, TA, LA>, fragment<matrix_b, M, N, K, TB, LB>>(
-        out, c, &l.thread[t.linear & ~31], t.linear & 31);
-    __syncwarp();  // every lane has read them: d (which may be c) can change
-    for (int i = 0; i < FC::per_lane; ++i) d.x[i] = TC(out[i]);
+    ::kcuda::in_warp("wmma::mma_sync", mine, [&](const ::kcuda::Thread* warp, int lane) {
+        kcuda_product<fragment<matrix_a, M, N, K, TA, LA>, fragment<matrix_b, M, N, K, TB, LB>>(out, c, warp, lane);
+    });
+    for (int i = 0; i < FC::per_lane; ++i) d.x[i] = TC(out[i]);  // d may be c: written once every lane has read
 }
 
 }  // namespace wmma
